@@ -1,0 +1,220 @@
+"""One implementation for NumPy and torch: a tiny array-namespace helper (like POT's ``nx``).
+
+``namespace(*arrays)`` returns the backend of the arrays (NumPy when none is a torch tensor)
+and refuses to mix them. Backends expose only the handful of operations the rules need,
+allocate on the inputs' device, and keep the inputs' floating dtype; low-precision inputs
+(float16 / bfloat16) are computed in float32 by ``promote`` and cast back by the caller.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["NumpyBackend", "TorchBackend", "namespace"]
+
+
+def _is_torch(x) -> bool:
+    mod = type(x).__module__
+    return mod.startswith("torch") and type(x).__name__ == "Tensor"
+
+
+class NumpyBackend:
+    name = "numpy"
+
+    @staticmethod
+    def asarray(x, like=None, dtype=None):
+        if dtype is None and like is not None:
+            dtype = like.dtype
+        return np.asarray(x, dtype=dtype)
+
+    @staticmethod
+    def is_floating(x) -> bool:
+        return np.issubdtype(np.asarray(x).dtype, np.floating)
+
+    @staticmethod
+    def is_integer(x) -> bool:
+        return np.issubdtype(np.asarray(x).dtype, np.integer)
+
+    @staticmethod
+    def eps(x) -> float:
+        return float(np.finfo(x.dtype).eps) if np.issubdtype(x.dtype, np.floating) else 0.0
+
+    @staticmethod
+    def promote(x):
+        """float64 stays, float32 stays, float16 -> float32; anything else -> float64."""
+        x = np.asarray(x)
+        if x.dtype in (np.float64, np.float32):
+            return x
+        if x.dtype == np.float16:
+            return x.astype(np.float32)
+        return x.astype(np.float64)
+
+    @staticmethod
+    def cast(x, like):
+        return np.asarray(x).astype(np.asarray(like).dtype, copy=False)
+
+    @staticmethod
+    def take_last(x, index):
+        """x[..., index] with one index per row (index has x's leading shape)."""
+        return np.take_along_axis(x, np.asarray(index)[..., None], axis=-1)[..., 0]
+
+    @staticmethod
+    def put_last(x, index, values):
+        """Copy of x with x[..., index] = values, one index per row."""
+        out = np.array(x, copy=True)
+        np.put_along_axis(out, np.asarray(index)[..., None], np.asarray(values, dtype=out.dtype)[..., None], axis=-1)
+        return out
+
+    @staticmethod
+    def sum_last(x, keepdims=False):
+        return np.sum(x, axis=-1, keepdims=keepdims)
+
+    where = staticmethod(np.where)
+    minimum = staticmethod(np.minimum)
+    maximum = staticmethod(np.maximum)
+    clip = staticmethod(np.clip)
+    isnan = staticmethod(np.isnan)
+    isfinite = staticmethod(np.isfinite)
+    log = staticmethod(np.log)
+    exp = staticmethod(np.exp)
+    sqrt = staticmethod(np.sqrt)
+    abs = staticmethod(np.abs)
+
+    @staticmethod
+    def broadcast_to(x, shape):
+        return np.broadcast_to(x, shape)
+
+    @staticmethod
+    def shape(x):
+        return tuple(np.shape(x))
+
+    @staticmethod
+    def any(x) -> bool:
+        return bool(np.any(x))
+
+    @staticmethod
+    def to_numpy(x):
+        return np.asarray(x)
+
+
+class TorchBackend:
+    name = "torch"
+
+    def __init__(self):
+        import torch
+
+        self.torch = torch
+
+    def asarray(self, x, like=None, dtype=None):
+        t = self.torch
+        device = like.device if like is not None and _is_torch(like) else None
+        if dtype is None and like is not None and _is_torch(like):
+            dtype = like.dtype
+        if _is_torch(x):
+            return x.to(device=device if device is not None else x.device, dtype=dtype or x.dtype)
+        return t.as_tensor(np.asarray(x), device=device, dtype=dtype)
+
+    def is_floating(self, x) -> bool:
+        return bool(self.torch.is_floating_point(self.asarray(x)))
+
+    def is_integer(self, x) -> bool:
+        x = self.asarray(x)
+        return not self.torch.is_floating_point(x) and not self.torch.is_complex(x) and x.dtype != self.torch.bool
+
+    def eps(self, x) -> float:
+        return float(self.torch.finfo(x.dtype).eps) if self.torch.is_floating_point(x) else 0.0
+
+    def promote(self, x):
+        t = self.torch
+        x = self.asarray(x)
+        if x.dtype in (t.float64, t.float32):
+            return x
+        if x.dtype in (t.float16, t.bfloat16):
+            return x.to(t.float32)
+        return x.to(t.float64)
+
+    def cast(self, x, like):
+        return x.to(like.dtype)
+
+    def take_last(self, x, index):
+        index = self.asarray(index, like=None).to(device=x.device, dtype=self.torch.int64)
+        index = index.expand(x.shape[:-1]) if index.dim() < x.dim() - 1 else index
+        return self.torch.gather(x, -1, index.unsqueeze(-1)).squeeze(-1)
+
+    def put_last(self, x, index, values):
+        index = self.asarray(index).to(device=x.device, dtype=self.torch.int64)
+        index = index.expand(x.shape[:-1]) if index.dim() < x.dim() - 1 else index
+        values = self.asarray(values, like=x).expand(x.shape[:-1])
+        return x.scatter(-1, index.unsqueeze(-1), values.unsqueeze(-1))
+
+    def sum_last(self, x, keepdims=False):
+        return x.sum(dim=-1, keepdim=keepdims)
+
+    def where(self, cond, a, b):
+        ref = a if _is_torch(a) else b if _is_torch(b) else cond
+        a = a if _is_torch(a) else self.torch.as_tensor(a, dtype=ref.dtype, device=ref.device)
+        b = b if _is_torch(b) else self.torch.as_tensor(b, dtype=ref.dtype, device=ref.device)
+        return self.torch.where(cond, a, b)
+
+    def minimum(self, a, b):
+        return self.torch.minimum(a, self.asarray(b, like=a))
+
+    def maximum(self, a, b):
+        return self.torch.maximum(a, self.asarray(b, like=a))
+
+    def clip(self, x, lo, hi):
+        return self.torch.clamp(x, lo, hi)
+
+    def isnan(self, x):
+        return self.torch.isnan(x)
+
+    def isfinite(self, x):
+        return self.torch.isfinite(x)
+
+    def log(self, x):
+        return self.torch.log(x)
+
+    def exp(self, x):
+        return self.torch.exp(x)
+
+    def sqrt(self, x):
+        return self.torch.sqrt(x)
+
+    def abs(self, x):
+        return self.torch.abs(x)
+
+    def broadcast_to(self, x, shape):
+        return self.asarray(x).expand(shape)
+
+    @staticmethod
+    def shape(x):
+        return tuple(x.shape)
+
+    @staticmethod
+    def any(x) -> bool:
+        return bool(x.any())
+
+    def to_numpy(self, x):
+        if x.dtype in (self.torch.bfloat16, self.torch.float16):
+            x = x.to(self.torch.float32)
+        return x.detach().cpu().numpy()
+
+
+_NUMPY = NumpyBackend()
+_TORCH = None
+
+
+def namespace(*arrays):
+    """The backend shared by ``arrays`` (None entries ignored); mixing NumPy and torch raises."""
+    global _TORCH
+    kinds = {_is_torch(a) for a in arrays if a is not None and not np.isscalar(a)}
+    if kinds == {True, False}:
+        raise ValueError(
+            "arguments mix NumPy arrays and torch tensors; pass all of them as one kind "
+            "(e.g. torch.as_tensor(x) or x.cpu().numpy())"
+        )
+    if True in kinds:
+        if _TORCH is None:
+            _TORCH = TorchBackend()
+        return _TORCH
+    return _NUMPY

@@ -1,0 +1,58 @@
+"""The Cactus target distribution h for a drafted token (Theorem 2)."""
+
+from __future__ import annotations
+
+from ._backend import namespace
+from ._validation import NORMALISATION_ATOL, check_distribution, check_token
+
+__all__ = ["cactus_target"]
+
+
+def cactus_target(target_probs, drafted_token, gamma, *, atol=NORMALISATION_ATOL):
+    """Cactus target h: h(n) = gamma, h(x) = q(x) (1 - gamma) / (1 - q(n)) for x != n.
+
+    Batched over leading axes; works on NumPy arrays and torch tensors (dtype and device
+    kept; float16 / bfloat16 are computed in float32 and cast back). ``1 - q(n)`` is taken as
+    the sum of the other tokens' mass, so h sums to 1 to rounding even when q(n) is near 1.
+    Exact when q(n) = 1: there is no other token to scale, and h is one-hot on n
+    (the only gamma in [q(n), 1] is 1).
+
+    Parameters
+    ----------
+    target_probs : array (..., V)
+        The verifier distribution q.
+    drafted_token : int array (...)
+        The drafted token n per row.
+    gamma : array broadcastable to (...)
+        The bonus, e.g. ``exact_gamma(q[n], delta)``, in [0, 1].
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> cactus_target(np.array([0.5, 0.3, 0.2]), 1, 0.65)
+    array([0.25, 0.65, 0.1 ])
+    """
+    b = namespace(target_probs, drafted_token if not isinstance(drafted_token, int) else None)
+    q_in = check_distribution(target_probs, "target_probs", atol, backend=b)
+    vocab = b.shape(q_in)[-1]
+    n = check_token(drafted_token, vocab, "drafted_token", b)
+    batch = b.shape(q_in)[:-1]
+    try:
+        n = b.broadcast_to(n, batch)
+    except (ValueError, RuntimeError):
+        raise ValueError(
+            f"drafted_token with shape {b.shape(n)} does not match the batch shape {batch} of target_probs"
+        ) from None
+    q = b.promote(q_in)
+    g = b.asarray(gamma, like=q)
+    if b.any(b.isnan(g)) or b.any((g < 0) | (g > 1)):
+        raise ValueError(f"gamma must be probabilities in [0, 1] without NaN; got {b.to_numpy(g)!r}")
+    try:
+        g = b.broadcast_to(g, batch)
+    except (ValueError, RuntimeError):
+        raise ValueError(f"gamma with shape {b.shape(g)} does not broadcast to the batch shape {batch}") from None
+    rest = b.sum_last(b.put_last(q, n, 0.0))
+    has_rest = rest > 0
+    scale = b.where(has_rest, (1.0 - g) / b.where(has_rest, rest, 1.0), 0.0)
+    h = b.put_last(q * scale[..., None], n, b.where(has_rest, g, 1.0))
+    return b.cast(h, q_in)

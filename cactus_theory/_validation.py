@@ -1,0 +1,123 @@
+"""Input checks shared by every public entry point.
+
+Each check names the argument, quotes the offending value and states the accepted range,
+so a user never gets a silent NaN back.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = [
+    "as_delta",
+    "as_probability",
+    "broadcast",
+    "check_distribution",
+    "check_token",
+]
+
+#: Default tolerance on |sum - 1| for a probability vector (float64 inputs).
+NORMALISATION_ATOL = 1e-6
+
+
+def _first_bad(mask: np.ndarray) -> str:
+    index = tuple(int(i) for i in np.argwhere(mask)[0])
+    return "" if not index else f" at index {index}"
+
+
+def as_probability(value, name: str) -> np.ndarray:
+    """Return `value` as a float64 array, or raise if any entry is NaN or outside [0, 1]."""
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a real number or array of probabilities in [0, 1]; got {value!r}") from exc
+    bad = np.isnan(arr)
+    if bad.any():
+        raise ValueError(f"{name} must be a probability in [0, 1]; it contains NaN{_first_bad(bad)}")
+    bad = (arr < 0) | (arr > 1)
+    if bad.any():
+        raise ValueError(f"{name} must be a probability in [0, 1]; got {arr[bad].flat[0].item()!r}{_first_bad(bad)}")
+    return arr
+
+
+def as_delta(value, name: str = "delta") -> np.ndarray:
+    """Return a divergence budget as float64, or raise if any entry is NaN or negative (inf is allowed)."""
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a real number >= 0; got {value!r}") from exc
+    bad = np.isnan(arr)
+    if bad.any():
+        raise ValueError(f"{name} must be a divergence budget >= 0; it contains NaN{_first_bad(bad)}")
+    bad = arr < 0
+    if bad.any():
+        raise ValueError(
+            f"{name} must be a divergence budget >= 0 (0 gives the lossless rule); "
+            f"got {arr[bad].flat[0].item()!r}{_first_bad(bad)}"
+        )
+    return arr
+
+
+def broadcast(**arrays: np.ndarray) -> list[np.ndarray]:
+    """np.broadcast_arrays with an error message that names the arguments and their shapes."""
+    try:
+        return list(np.broadcast_arrays(*arrays.values()))
+    except ValueError:
+        shapes = ", ".join(f"{k} with shape {np.shape(v)}" for k, v in arrays.items())
+        raise ValueError(f"arguments do not broadcast together: {shapes}") from None
+
+
+def check_distribution(arr, name: str, atol: float = NORMALISATION_ATOL, backend=None):
+    """Check distributions over the last axis: finite, >= 0, each row sums to 1 within ``atol``.
+
+    Works on NumPy arrays and (with ``backend``) torch tensors; the sums are taken in float64
+    (float32 on devices without it is not an issue: the check is on the host copy's dtype).
+    """
+    if backend is None:
+        from ._backend import namespace
+
+        backend = namespace(arr)
+    arr = backend.asarray(arr)
+    shape = backend.shape(arr)
+    if len(shape) == 0:
+        raise ValueError(f"{name} must have a vocabulary axis (last axis); got a scalar")
+    if shape[-1] == 0:
+        raise ValueError(f"{name} has an empty vocabulary axis (shape {shape})")
+    if not backend.is_floating(arr):
+        raise ValueError(f"{name} must be a floating-point array of probabilities; got dtype {arr.dtype}")
+    bad = ~backend.isfinite(arr)
+    if backend.any(bad):
+        bad = backend.to_numpy(bad)
+        value = backend.to_numpy(arr)[bad].flat[0].item()
+        raise ValueError(f"{name} must be finite probabilities; it contains {value!r}{_first_bad(bad)}")
+    bad = arr < 0
+    if backend.any(bad):
+        bad = backend.to_numpy(bad)
+        value = backend.to_numpy(arr)[bad].flat[0].item()
+        raise ValueError(f"{name} must be non-negative; got {value!r}{_first_bad(bad)}")
+    # Rounding each entry to the input dtype moves a row sum by up to eps/2: low-precision
+    # inputs (float16 / bfloat16) get a tolerance of their own eps.
+    atol = max(atol, backend.eps(arr))
+    sums = backend.to_numpy(backend.sum_last(backend.promote(arr))).astype(np.float64)
+    bad = np.abs(sums - 1.0) > atol
+    if bad.any():
+        raise ValueError(
+            f"{name} must sum to 1 over its last axis (tolerance {atol:g}); a row sums to "
+            f"{sums[bad].flat[0].item()!r}{_first_bad(bad)}: normalise it (e.g. softmax of logits) first"
+        )
+    return arr
+
+
+def check_token(token, vocab_size: int, name: str, backend):
+    """Check integer token ids in [0, vocab_size)."""
+    token = backend.asarray(token)
+    if not backend.is_integer(token):
+        raise ValueError(f"{name} must be integer token ids; got dtype {token.dtype}")
+    host = backend.to_numpy(token)
+    bad = (host < 0) | (host >= vocab_size)
+    if bad.any():
+        raise ValueError(
+            f"{name} must lie in [0, {vocab_size}) (the vocabulary size); "
+            f"got {host[bad].flat[0].item()!r}{_first_bad(bad)}"
+        )
+    return token

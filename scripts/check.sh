@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Set up a fresh virtual environment and run everything a reviewer runs: lint, tests, doctests.
+# Usage: bash scripts/check.sh            (from the repository root; .venv is created if missing)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m venv .venv
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet -c constraints-ci.txt -e ".[dev,models]"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/python -m pytest -n 2 -q

@@ -1,0 +1,203 @@
+"""exact_gamma / approx_gamma against mpmath (50 digits), closed forms and laws."""
+
+import math
+
+import mpmath as mp
+import mpref
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import budgets, interior_probabilities, probabilities
+
+from cactus_theory import approx_gamma, exact_gamma
+
+EPS = np.finfo(np.float64).eps
+METHODS = ("newton", "brentq", "toms748")
+
+
+def assert_gamma_contract(name, q, delta, gamma):
+    """The documented accuracy contract, checked at 50 digits."""
+    truth = mpref.gamma_star(name, q, delta)
+    assert abs(mp.mpf(gamma) - truth) <= mp.mpf(1e-13) * truth + mp.mpf(5e-324), (name, q, delta, gamma, truth)
+    if 0 < delta < math.inf and gamma < 1 and gamma > q:
+        b = mpref.binary(name, gamma, q)
+        # Rounding gamma to a float alone moves B_f by the span over a few ulp around gamma.
+        up = mpref.binary(name, min(gamma + 4 * np.spacing(gamma), 1.0), q)
+        down = mpref.binary(name, max(gamma - 4 * np.spacing(gamma), q), q)
+        allowance = mp.mpf(1e-12) * delta + max(abs(up - b), abs(b - down))
+        assert abs(b - delta) <= allowance, (name, q, delta, gamma, b)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("name", mpref.NAMES)
+@given(q=probabilities, delta=budgets)
+def test_exact_gamma_matches_mpmath(name, method, q, delta):
+    gamma = exact_gamma(q, delta, name, method=method)
+    assert isinstance(gamma, np.floating)
+    assert_gamma_contract(name, q, delta, float(gamma))
+
+
+@pytest.mark.parametrize("name", mpref.NAMES)
+def test_vectorised_path_matches_mpmath_on_an_array(name):
+    rng = np.random.default_rng(7)
+    q = np.concatenate([rng.random(40), 10.0 ** rng.uniform(-12, 0, 20), 1 - 10.0 ** rng.uniform(-12, -1, 10)])
+    delta = np.concatenate([10.0 ** rng.uniform(-10, 1, 60), rng.uniform(0, 3, 10)])
+    gamma, result = exact_gamma(q, delta, name, full_output=True)
+    assert result.all_converged and result.flag == "converged"
+    assert gamma.shape == q.shape and result.iterations.shape == q.shape
+    for qi, di, gi in zip(q, delta, gamma, strict=False):
+        assert_gamma_contract(name, qi, di, gi)
+    np.testing.assert_allclose(gamma, exact_gamma(q, delta, name, method="brentq"), rtol=8 * EPS, atol=0)
+
+
+@pytest.mark.parametrize("name", mpref.NAMES)
+def test_edges_are_exact(name):
+    q = np.array([0.0, 0.2, 1.0, 0.7, 0.3])
+    delta = np.array([0.0, 0.0, 0.5, math.inf, 1e-300])
+    gamma = exact_gamma(q, delta, name)
+    assert gamma[1] == 0.2 and gamma[2] == 1.0 and gamma[3] == 1.0
+    assert gamma[0] == 0.0
+    assert 0.3 <= gamma[4] <= 0.3 + 1e-140
+
+
+def test_zero_target_prob_is_never_raised_when_f_grows_superlinearly():
+    # KL and chi2: 0 f(gamma/0) = inf for gamma > 0, so gamma* = 0 whatever delta (< inf).
+    assert exact_gamma(0.0, 50.0, "kl") == 0.0
+    assert exact_gamma(0.0, 50.0, "chi2") == 0.0
+    # reverse KL: B(gamma; 0) = -log(1 - gamma), so gamma* = 1 - exp(-delta).
+    np.testing.assert_allclose(exact_gamma(0.0, 0.5, "reverse_kl"), -math.expm1(-0.5), rtol=4 * EPS)
+
+
+@given(q=interior_probabilities, delta=st.floats(1e-8, 5.0))
+def test_chi2_hellinger_and_tv_closed_forms(q, delta):
+    # chi2: B = (gamma - q)^2 / (q (1 - q))
+    expected = min(q + math.sqrt(delta * q * (1 - q)), 1.0)
+    np.testing.assert_allclose(exact_gamma(q, delta, "chi2"), expected, rtol=1e-14)
+    # squared Hellinger: with q = cos^2(theta), gamma = cos^2(phi): B = 2 - 2 cos(theta - phi)
+    theta = math.atan2(math.sqrt(1 - q), math.sqrt(q))
+    width = 2 * math.asin(min(math.sqrt(delta) / 2, 1.0))
+    expected = 1.0 if width >= theta else math.cos(theta - width) ** 2
+    np.testing.assert_allclose(exact_gamma(q, delta, "hellinger"), expected, rtol=1e-12)
+    # TV: B = gamma - q
+    np.testing.assert_allclose(exact_gamma(q, delta, "tv"), min(q + delta, 1.0), rtol=4 * EPS)
+
+
+@pytest.mark.parametrize("name", mpref.NAMES)
+@given(
+    q=st.lists(interior_probabilities, min_size=2, max_size=20),
+    delta=st.lists(st.floats(1e-9, 10.0), min_size=2, max_size=20),
+)
+def test_monotone_in_delta_and_q(name, q, delta):
+    q, delta = np.sort(q), np.sort(delta)
+    slack = 1 - 8 * EPS  # a few ulp of solver noise between nearly equal inputs
+    g = exact_gamma(q, 0.3, name)
+    assert np.all(g[1:] >= g[:-1] * slack)
+    g = exact_gamma(0.3, delta, name)
+    assert np.all(g[1:] >= g[:-1] * slack)
+
+
+@given(q=probabilities)
+def test_delta_zero_is_lossless(q):
+    for name in mpref.NAMES:
+        assert exact_gamma(q, 0.0, name) == q
+        assert approx_gamma(q, 0.0, name) == q
+
+
+def test_broadcasting_like_a_ufunc():
+    q = np.linspace(0.05, 0.95, 6).reshape(3, 2)
+    delta = np.array([0.1, 1.0])
+    g = exact_gamma(q, delta)
+    assert g.shape == (3, 2)
+    assert g[1, 1] == exact_gamma(q[1, 1], 1.0)
+    assert exact_gamma([], 1.0).shape == (0,)
+
+
+# --- approximations ---------------------------------------------------------------------
+
+
+def test_taylor_is_the_papers_corollary_5():
+    q, delta = np.array([0.1, 0.3, 0.6]), 0.2
+    np.testing.assert_allclose(approx_gamma(q, delta), q + np.sqrt(2 * delta * q * (1 - q)), rtol=4 * EPS)
+    # any f: the increment scales as 1 / sqrt(f''(1)): chi2 has f''(1) = 2, JS 1/4
+    np.testing.assert_allclose(approx_gamma(q, delta, "chi2") - q, np.sqrt(delta * q * (1 - q)), rtol=1e-14)
+    np.testing.assert_allclose(approx_gamma(q, 0.05, "js") - q, np.sqrt(8 * 0.05 * q * (1 - q)), rtol=1e-14)
+    assert approx_gamma(0.35, 1.0) == 1.0  # clipped
+
+
+@given(q=interior_probabilities, delta=st.one_of(st.floats(1e-12, 3.0), st.floats(-12, 0.5).map(lambda e: 10**e)))
+def test_corollary_6_taylor_at_most_one_half_respects_kl(q, delta):
+    gamma = float(approx_gamma(q, delta))
+    if gamma <= 0.5:
+        b = mpref.binary("kl", gamma, q)
+        rounding = abs(mpref.binary("kl", gamma + 4 * np.spacing(gamma), q) - b)
+        assert b <= delta + rounding
+
+
+def test_corollary_6_fails_outside_its_region():
+    # PAPER.md: q = 0.9, delta = 0.01 gives KL ~ 0.0116 > 0.01; q = 0.35, delta = 1 clips to 1, KL = -log 0.35.
+    gamma = float(approx_gamma(0.9, 0.01))
+    np.testing.assert_allclose(float(mpref.binary("kl", gamma, 0.9)), 0.0116, atol=5e-5)
+    assert mpref.binary("kl", gamma, 0.9) > 0.01
+    assert approx_gamma(0.35, 1.0) == 1.0
+    np.testing.assert_allclose(float(mpref.binary("kl", 1.0, 0.35)), -math.log(0.35), rtol=1e-15)
+
+
+@pytest.mark.parametrize("name", mpref.NAMES)
+@given(q=probabilities, delta=budgets)
+def test_safe_never_exceeds_delta(name, q, delta):
+    gamma = float(approx_gamma(q, delta, name, method="safe"))
+    assert q <= gamma <= 1
+    assert mpref.binary(name, gamma, q) <= delta  # exact comparison at 50 digits, no tolerance
+
+
+@pytest.mark.parametrize("name", ["kl", "reverse_kl", "hellinger", "js"])
+def test_higher_order_forms_beat_taylor_for_small_delta(name):
+    q = np.linspace(0.05, 0.95, 37)[:, None]
+    delta = np.logspace(-8, -4, 9)[None, :]
+    exact = exact_gamma(q, delta, name)
+    err = {m: np.max(np.abs(approx_gamma(q, delta, name, method=m) - exact)) for m in ("taylor", "taylor3", "newton")}
+    assert err["taylor3"] < err["taylor"] / 50
+    assert err["newton"] < err["taylor"] / 50
+
+
+@pytest.mark.parametrize("method", ["taylor", "taylor3", "newton"])
+def test_total_variation_closed_forms_are_exact(method):
+    q = np.array([0.0, 0.2, 0.95])
+    np.testing.assert_allclose(approx_gamma(q, 0.1, "tv", method=method), [0.1, 0.3, 1.0], rtol=4 * EPS)
+
+
+# --- bad input -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("func", [exact_gamma, approx_gamma])
+def test_bad_input_names_the_argument(func):
+    with pytest.raises(ValueError, match=r"target_prob must be a probability in \[0, 1\]; got 1.5"):
+        func(1.5, 0.1)
+    with pytest.raises(ValueError, match=r"target_prob .* NaN"):
+        func([0.2, np.nan], 0.1)
+    with pytest.raises(ValueError, match=r"delta must be a divergence budget >= 0.*got -0.1"):
+        func(0.2, -0.1)
+    with pytest.raises(ValueError, match=r"delta .* NaN"):
+        func(0.2, np.nan)
+    with pytest.raises(ValueError, match="divergence must be one of"):
+        func(0.2, 0.1, "kullback")
+    with pytest.raises(ValueError, match=r"target_prob with shape \(3,\), delta with shape \(2,\)"):
+        func([0.1, 0.2, 0.3], [0.1, 0.2])
+
+
+def test_bad_solver_options():
+    with pytest.raises(ValueError, match="method must be"):
+        exact_gamma(0.2, 0.1, method="bisect")
+    with pytest.raises(ValueError, match="rtol"):
+        exact_gamma(0.2, 0.1, rtol=-1)
+    with pytest.raises(ValueError, match="maxiter"):
+        exact_gamma(0.2, 0.1, maxiter=0)
+    with pytest.raises(ValueError, match="method must be one of"):
+        approx_gamma(0.2, 0.1, method="pade")
+
+
+def test_full_output_reports_non_convergence():
+    _gamma, result = exact_gamma([0.1, 0.2], [0.3, 2.5], maxiter=1, full_output=True)
+    assert not result.all_converged
+    assert "did not converge in 1 iterations" in result.flag

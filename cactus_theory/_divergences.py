@@ -80,7 +80,8 @@ def _reverse_kl_perspective(a, b, d):
 
 def _chi2_perspective(a, b, d):
     with np.errstate(all="ignore"):
-        out = (d / b) * d  # not d * d / b: d^2 underflows for d ~ 1e-162
+        # d^2 / b, ordered so that no intermediate underflows (d ~ 1e-162) or overflows (b ~ 1e-308)
+        out = np.where(np.abs(d) > 1e-150, d * d / b, (d / b) * d)
     return np.where(b == 0, np.where(a > 0, np.inf, 0.0), out)
 
 
@@ -95,8 +96,14 @@ def _tv_perspective(a, b, d):
 
 
 def _js_perspective(a, b, d):
-    m = 0.5 * (a + b)
-    return 0.5 * (_kl_perspective(a, m, 0.5 * d) + _kl_perspective(b, m, -0.5 * d))
+    # Homogeneous of degree 1: evaluate at scale 1 so that the midpoint cannot underflow to 0.
+    with np.errstate(all="ignore"):
+        s = np.maximum(a, b)
+        safe = np.where(s > 0, s, 1.0)
+        a1, b1, d1 = a / safe, b / safe, d / safe
+        m = 0.5 * (a1 + b1)
+        out = 0.5 * s * (_kl_perspective(a1, m, 0.5 * d1) + _kl_perspective(b1, m, -0.5 * d1))
+    return np.where(s > 0, out, 0.0)
 
 
 # d/dgamma B_f(q + d; q) for d in [0, 1 - q), written without cancellation.
@@ -236,7 +243,8 @@ class FDivergence:
     def binary(self, gamma, target_prob):
         """B_f(gamma; q) = q f(gamma/q) + (1 - q) f((1 - gamma)/(1 - q)); no input checks."""
         g, q = _as_float_pair(gamma, target_prob)
-        return self.binary_increment(g - q, q)
+        d = g - q  # passed alongside gamma, never used to rebuild it (gamma << q would round away)
+        return self.perspective(g, q, d) + self.perspective(1.0 - g, 1.0 - q, -d)
 
     def binary_derivative(self, increment, target_prob):
         """dB_f/dgamma at gamma = q + increment in [q, 1), or None without a derivative."""

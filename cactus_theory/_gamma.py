@@ -157,7 +157,7 @@ def _solve_newton(div: FDivergence, q, delta, xtol, rtol, maxiter):
                 first = xa - fa * (xa - x_prev[active]) / (fa - f_prev[active])
                 second = np.full_like(first, np.nan)
             tol = xtol + rtol * (qa + xa)
-            outside = ~((first > la) & (first < ha))  # also catches NaN
+            outside = ~((first >= la) & (first <= ha))  # also catches NaN; an end is a valid answer
             x_new = np.where(outside, second, first)
             step = xa - x_new
             # A step below the tolerance ends the search even if rounding put it just outside
@@ -182,7 +182,9 @@ def _solve_newton(div: FDivergence, q, delta, xtol, rtol, maxiter):
                 hi[idx] = np.where(fp > 0, np.minimum(hi[idx], probe), hi[idx])
                 small[check] = certified
                 x_new[check] = np.where(certified, x_new[check], probe)
-            done = small | (ha - la <= tol) | (np.nextafter(la, np.inf) >= ha)  # no float left inside
+            collapsed = ((ha - la <= tol) | (np.nextafter(la, np.inf) >= ha)) & ~small  # no float left inside
+            x_new = np.where(collapsed, la, x_new)  # the feasible end (B <= delta there)
+            done = small | collapsed
             x_prev[active], f_prev[active] = xa, fa
             x[active] = x_new
             iterations[active] = it
@@ -196,28 +198,65 @@ def _solve_newton(div: FDivergence, q, delta, xtol, rtol, maxiter):
 
 
 def _solve_scalar(div: FDivergence, q, delta, xtol, rtol, maxiter, method):
-    """A loop of scipy root finders on sqrt(B_f(q + d; q)) - sqrt(delta), d in [0, 1 - q].
+    """A loop of scipy root finders on sqrt(B_f(q + d; q)) - sqrt(delta) in y = log(d / d0).
 
-    B_f = inf (at gamma = 1 for reverse KL, or overflow for a subnormal q) is capped at a large
-    finite value, which keeps the sign that the bracketing solvers need.
+    Working in y = log(gamma - q) lets the bracketing solvers cross hundreds of decades
+    (roots near 1e-300 above q) in a few dozen steps; an absolute tolerance on y is a
+    relative one on the increment. B_f = inf (gamma = 1 for reverse KL, overflow for a
+    subnormal q) is capped at a large finite value, which keeps the sign the solvers need.
     """
     solver = {"brentq": optimize.brentq, "toms748": optimize.toms748}[method]
     gamma = np.empty(q.size)
     iterations = np.zeros(q.size, dtype=np.int64)
     converged = np.zeros(q.size, dtype=bool)
-    for i, (qi, di) in enumerate(zip(q.tolist(), delta.tolist(), strict=False)):
+    # y = log(d / d0) with d0 the Taylor increment, so that y ~ 0 at the root and the solvers'
+    # relative tolerance on y costs nothing.
+    d0 = _taylor_increment(div, q, delta)
+    d0 = np.where(np.isfinite(d0) & (d0 > 0), d0, 1.0)
+    for i, (qi, di, si) in enumerate(zip(q.tolist(), delta.tolist(), d0.tolist(), strict=False)):
+
+        def objective_d(d, qi, di):
+            return min(math.sqrt(float(div.binary_increment(d, qi))) - math.sqrt(di), _BIG)
+
+        lo, hi = math.log(_TINY) - math.log(si), math.log1p(-qi) - math.log(si)
+
+        def objective(y, qi=qi, di=di, si=si, hi=hi):
+            # clamp to the bracket: exp(log(.)) may round past 1 - q
+            return objective_d(1.0 - qi if y >= hi else min(si * math.exp(y), 1.0 - qi), qi, di)
+
+        if objective(lo) > 0:  # the root lies below the smallest positive float: d = 0
+            gamma[i], iterations[i], converged[i] = qi, 0, True
+            continue
         with np.errstate(all="ignore"):  # the capped value can overflow the solvers' interpolation
             root, info = solver(
-                lambda d, qi=qi, di=di: min(math.sqrt(float(div.binary_increment(d, qi))) - math.sqrt(di), _BIG),
-                0.0,
-                1.0 - qi,
-                xtol=max(xtol, _TINY),
-                rtol=max(rtol, 4 * _EPS),
+                objective,
+                lo,
+                hi,
+                xtol=max(rtol, _EPS) + xtol,
+                rtol=4 * _EPS,
                 maxiter=maxiter,
                 full_output=True,
                 disp=False,
             )
-        gamma[i], iterations[i], converged[i] = qi + root, info.iterations, info.converged
+        # Polish on d itself, where the solvers' tolerance is relative to d.
+        d1 = si * math.exp(root)
+        lo_d, hi_d = d1 * (1 - 1e-9), min(d1 * (1 + 1e-9), 1.0 - qi)
+        n_iter = info.iterations
+        if objective_d(lo_d, qi, di) <= 0 < objective_d(hi_d, qi, di):
+            with np.errstate(all="ignore"):
+                d1, info = solver(
+                    objective_d,
+                    lo_d,
+                    hi_d,
+                    args=(qi, di),
+                    xtol=max(xtol, _TINY),
+                    rtol=max(rtol, 4 * _EPS),
+                    maxiter=maxiter,
+                    full_output=True,
+                    disp=False,
+                )
+            n_iter += info.iterations
+        gamma[i], iterations[i], converged[i] = qi + d1, n_iter, info.converged
     return gamma, iterations, converged
 
 
@@ -263,11 +302,12 @@ def exact_gamma(
 
     Notes
     -----
-    Accuracy contract (built-in divergences; tested against mpmath at 50 digits):
-    ``np.isclose(gamma, gamma_true, atol=xtol, rtol=1e-13)``, and
-    |B_f(gamma; q) - delta| <= 1e-12 * delta wherever the problem's conditioning allows it, i.e.
-    kappa * eps <= 1e-12 with kappa = gamma B_f'(gamma) / delta (about 4 gamma / (gamma - q) for
-    small delta: rounding gamma to a float alone moves B_f by kappa * eps relative).
+    Accuracy contract (built-in divergences; tested against mpmath at 50 digits, including
+    subnormal q and delta): ``np.isclose(gamma, gamma_true, atol=xtol + 4 ulp, rtol=1e-13)``
+    (in practice a few ulp), and |B_f(gamma; q) - delta| <= 1e-12 delta + the change of B_f
+    over gamma (1 -+ rtol), i.e. 1e-12 relative wherever kappa * rtol <= 1e-12 with
+    kappa = gamma B_f'(gamma) / delta (about 4 gamma / (gamma - q) for small delta). Roots
+    closer to 1 than a float can resolve (reverse KL, huge delta) give the largest feasible float.
     Exact edge cases: delta = 0 gives q; q = 1 gives 1; q = 0 gives 0 when f(t)/t -> inf (KL,
     chi2); delta = inf gives 1. The result is nondecreasing in delta and in q.
 

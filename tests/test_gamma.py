@@ -19,12 +19,16 @@ METHODS = ("newton", "brentq", "toms748")
 def assert_gamma_contract(name, q, delta, gamma):
     """The documented accuracy contract, checked at 50 digits."""
     truth = mpref.gamma_star(name, q, delta)
-    assert abs(mp.mpf(gamma) - truth) <= mp.mpf(1e-13) * truth + mp.mpf(5e-324), (name, q, delta, gamma, truth)
+    # 1e-13 relative, or a few ulp where the root is subnormal (a handful of bits of precision)
+    ulps = 4 * np.spacing(float(truth))
+    assert abs(mp.mpf(gamma) - truth) <= mp.mpf(1e-13) * truth + ulps, (name, q, delta, gamma, truth)
     if 0 < delta < math.inf and gamma < 1 and gamma > q:
         b = mpref.binary(name, gamma, q)
-        # Rounding gamma to a float alone moves B_f by the span over a few ulp around gamma.
-        up = mpref.binary(name, min(gamma + 4 * np.spacing(gamma), 1.0), q)
-        down = mpref.binary(name, max(gamma - 4 * np.spacing(gamma), q), q)
+        # The solver's tolerance (4 eps gamma, or 4 ulp for a subnormal gamma) moves B_f by up
+        # to its span over that interval.
+        step = max(4 * EPS * gamma, 4 * np.spacing(gamma))
+        up = mpref.binary(name, min(gamma + step, 1.0), q)
+        down = mpref.binary(name, max(gamma - step, q), q)
         allowance = mp.mpf(1e-12) * delta + max(abs(up - b), abs(b - down))
         assert abs(b - delta) <= allowance, (name, q, delta, gamma, b)
 
@@ -48,7 +52,7 @@ def test_vectorised_path_matches_mpmath_on_an_array(name):
     assert gamma.shape == q.shape and result.iterations.shape == q.shape
     for qi, di, gi in zip(q, delta, gamma, strict=False):
         assert_gamma_contract(name, qi, di, gi)
-    np.testing.assert_allclose(gamma, exact_gamma(q, delta, name, method="brentq"), rtol=8 * EPS, atol=0)
+    np.testing.assert_allclose(gamma, exact_gamma(q, delta, name, method="brentq"), rtol=16 * EPS, atol=0)
 
 
 @pytest.mark.parametrize("name", mpref.NAMES)

@@ -139,7 +139,7 @@ def symbolic_gamma(f, order: int = 2, t=None) -> SymbolicGamma:
     --------
     >>> sg = symbolic_gamma("kl")
     >>> sg.expr
-    q + sqrt(2)*sqrt(delta)*sqrt(q)*sqrt(1 - q)
+    sqrt(2)*sqrt(delta)*sqrt(q)*sqrt(1 - q) + q
     >>> round(float(sg.func(0.3, 1.0)), 12)
     0.948074069841
     """

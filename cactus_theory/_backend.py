@@ -69,6 +69,16 @@ class NumpyBackend:
     def sum_last(x, keepdims=False):
         return np.sum(x, axis=-1, keepdims=keepdims)
 
+    @staticmethod
+    def argmax_last(x):
+        return np.argmax(x, axis=-1)
+
+    @staticmethod
+    def topk_threshold(x, k):
+        """The k-th largest value of each row (ties kept), shape (...)."""
+        k = min(k, x.shape[-1])
+        return np.partition(x, x.shape[-1] - k, axis=-1)[..., x.shape[-1] - k]
+
     where = staticmethod(np.where)
     minimum = staticmethod(np.minimum)
     maximum = staticmethod(np.maximum)
@@ -149,6 +159,13 @@ class TorchBackend:
 
     def sum_last(self, x, keepdims=False):
         return x.sum(dim=-1, keepdim=keepdims)
+
+    def argmax_last(self, x):
+        return x.argmax(dim=-1)
+
+    def topk_threshold(self, x, k):
+        k = min(k, x.shape[-1])
+        return self.torch.topk(x, k, dim=-1).values[..., -1]
 
     def where(self, cond, a, b):
         ref = a if _is_torch(a) else b if _is_torch(b) else cond

@@ -51,8 +51,15 @@ def cactus_target(target_probs, drafted_token, gamma, *, atol=NORMALISATION_ATOL
         g = b.broadcast_to(g, batch)
     except (ValueError, RuntimeError):
         raise ValueError(f"gamma with shape {b.shape(g)} does not broadcast to the batch shape {batch}") from None
+    return b.cast(target_core(b, q, n, g), q_in)
+
+
+def target_core(b, q, n, g):
+    """Cactus target on validated, promoted backend arrays (no checks)."""
     rest = b.sum_last(b.put_last(q, n, 0.0))
     has_rest = rest > 0
-    scale = b.where(has_rest, (1.0 - g) / b.where(has_rest, rest, 1.0), 0.0)
-    h = b.put_last(q * scale[..., None], n, b.where(has_rest, g, 1.0))
-    return b.cast(h, q_in)
+    # (1 - gamma) / (1 - q(n)) written as 1 - (gamma - q(n)) / rest: exactly 1 when gamma = q(n)
+    # (delta = 0 is SpS to the bit), and consistent with the other tokens' summed mass.
+    raise_by = g - b.take_last(q, n)
+    scale = b.maximum(b.where(has_rest, 1.0 - raise_by / b.where(has_rest, rest, 1.0), 0.0), 0.0)
+    return b.put_last(q * scale[..., None], n, b.where(has_rest, g, 1.0))

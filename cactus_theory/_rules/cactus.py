@@ -1,0 +1,148 @@
+"""Cactus: constrained acceptance speculative sampling (Taylor bonus and exact bonus)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from .._divergences import FDivergence, get_divergence
+from .._gamma import approx_gamma, exact_gamma
+from .._target import target_core
+from ._base import GeneralizedRule, _host_pair
+
+
+def _batched_searchsorted(sorted_rows, values, side):
+    """np.searchsorted row by row over the leading axes (both arrays shaped (..., V))."""
+    flat_sorted = sorted_rows.reshape(-1, sorted_rows.shape[-1])
+    flat_values = values.reshape(-1, values.shape[-1])
+    out = np.empty(flat_values.shape, dtype=np.int64)
+    for i in range(flat_sorted.shape[0]):
+        out[i] = np.searchsorted(flat_sorted[i], flat_values[i], side=side)
+    return out.reshape(values.shape)
+
+
+def emitted_drafted_bonus(gamma, p, q):
+    """Exact emitted distribution of a rule whose target raises the drafted token n to gamma_n
+    and scales the other tokens of q by s_n = (1 - gamma_n) / (1 - q(n)) (Cactus, any bonus).
+
+    pi(x) = p(x) a_x + sum_{n != x} c_n max(0, s_n q(x) - p(x)), a_n = min(1, gamma_n / p(n)),
+    c_n = p(n) (1 - a_n) / Z_n, Z_n = sum_x max(0, s_n q(x) - p(x)).
+
+    With tokens sorted by rho = p/q, prefix sums give every Z_n; with the s_n sorted, suffix
+    sums give every pi(x): O(V log V) per row instead of O(V^2). ``gamma``, ``p`` and ``q`` are
+    float64 arrays (..., V); gamma[..., n] is the bonus if n were drafted. Exact up to rounding
+    (sums of non-negative terms taken as differences of prefix sums: absolute error ~ V eps).
+    """
+    with np.errstate(all="ignore"):
+        other = np.sum(q, axis=-1, keepdims=True) - q  # 1 - q(n)
+        s = np.where(other > 0, (1.0 - gamma) / np.where(other > 0, other, 1.0), 0.0)
+        accept = np.where(p > 0, np.minimum(gamma / np.where(p > 0, p, 1.0), 1.0), 1.0)
+        w = p * (1.0 - accept)
+        rho = np.where(q > 0, p / np.where(q > 0, q, 1.0), np.inf)
+    # Z_n = G(s_n), G(s) = s Q(rho < s) - P(rho < s)
+    order = np.argsort(rho, axis=-1)
+    rho_sorted = np.take_along_axis(rho, order, axis=-1)
+    zeros = np.zeros((*q.shape[:-1], 1))
+    cq = np.concatenate([zeros, np.cumsum(np.take_along_axis(q, order, axis=-1), axis=-1)], axis=-1)
+    cp = np.concatenate([zeros, np.cumsum(np.take_along_axis(p, order, axis=-1), axis=-1)], axis=-1)
+    k = _batched_searchsorted(rho_sorted, s, side="left")
+    z = s * np.take_along_axis(cq, k, axis=-1) - np.take_along_axis(cp, k, axis=-1)
+    with np.errstate(all="ignore"):
+        c = np.where((w > 0) & (z > 0), w / np.where(z > 0, z, 1.0), 0.0)
+    # S1(x) = sum_{n: s_n > rho(x)} c_n s_n, S2(x) = sum_{n: s_n > rho(x)} c_n
+    order_s = np.argsort(s, axis=-1)
+    s_sorted = np.take_along_axis(s, order_s, axis=-1)
+    cs_sorted = np.take_along_axis(c * s, order_s, axis=-1)
+    c_sorted = np.take_along_axis(c, order_s, axis=-1)
+    suffix1 = np.concatenate([np.cumsum(cs_sorted[..., ::-1], axis=-1)[..., ::-1], zeros], axis=-1)
+    suffix2 = np.concatenate([np.cumsum(c_sorted[..., ::-1], axis=-1)[..., ::-1], zeros], axis=-1)
+    j = _batched_searchsorted(s_sorted, rho, side="right")
+    s1 = np.take_along_axis(suffix1, j, axis=-1)
+    s2 = np.take_along_axis(suffix2, j, axis=-1)
+    with np.errstate(all="ignore"):
+        self_term = np.where(s > rho, c * (s * q - p), 0.0)
+        pi = p * accept + q * s1 - p * s2 - self_term
+    return np.maximum(np.where(np.isfinite(pi), pi, 0.0), 0.0)
+
+
+@dataclass(frozen=True)
+class Cactus(GeneralizedRule):
+    """Cactus with the closed-form (Taylor) bonus, as in the authors' code.
+
+    Target for drafted token n (Theorem 2): h(n) = gamma, h(x) = q(x)(1 - gamma)/(1 - q(n)),
+    gamma = min(q(n) + sqrt(2 delta q(n)(1 - q(n)) / f''(1)), 1) (Corollary 5, ``approx_gamma``).
+    Accept with min(1, gamma / p(n)); correct from norm(max(0, h - p)). The draft distribution
+    does not enter gamma. delta = 0 is SpS (lossless); delta > 0 is **not lossless**: the
+    emitted distribution is the mixture of PAPER.md section 3, not h.
+    Hao & Mou, "Cactus", ICLR 2026.
+
+    Parameters
+    ----------
+    delta : float >= 0
+        Divergence budget per position.
+    divergence : str or FDivergence
+        f-divergence of the constraint (default "kl", the paper's).
+    """
+
+    delta: float = 1.0
+    divergence: str | FDivergence = "kl"
+    target_depends_on_token: ClassVar[bool] = True
+    name: ClassVar[str] = "cactus"
+
+    def __post_init__(self):
+        if not (isinstance(self.delta, (int, float, np.floating, np.integer)) and self.delta >= 0):
+            raise ValueError(f"{type(self).__name__} delta must be a number >= 0; got {self.delta!r}")
+        get_divergence(self.divergence)  # raises for an unknown name
+
+    @property
+    def lossless(self) -> bool:  # delta = 0 reduces to SpS
+        return self.delta == 0
+
+    def gamma(self, target_prob):
+        """The bonus for drafted tokens with verifier probability ``target_prob`` (NumPy)."""
+        return approx_gamma(target_prob, self.delta, self.divergence, method="taylor")
+
+    def _gamma_on(self, b, qn):
+        return b.asarray(np.asarray(self.gamma(b.to_numpy(qn)), dtype=np.float64), like=qn)
+
+    def _target(self, b, p, q, n):
+        return target_core(b, q, n, self._gamma_on(b, b.take_last(q, n)))
+
+    def _acceptance(self, b, p, q, n):
+        # Only gamma is needed: h(n) = gamma (one-hot edge: q(n) = 1 gives gamma = 1).
+        g = self._gamma_on(b, b.take_last(q, n))
+        p_n = b.take_last(p, n)
+        return b.where(p_n > 0, b.minimum(g / b.where(p_n > 0, p_n, 1.0), 1.0), 1.0)
+
+    def acceptance_all(self, draft_probs, target_probs):
+        p, q = _host_pair(draft_probs, target_probs)
+        gamma = np.asarray(self.gamma(q), dtype=np.float64)
+        with np.errstate(all="ignore"):
+            return np.where(p > 0, np.minimum(gamma / np.where(p > 0, p, 1.0), 1.0), 1.0)
+
+    def emitted(self, draft_probs, target_probs):
+        """Exact emitted distribution in O(V log V) (see ``emitted_drafted_bonus``)."""
+        p, q = _host_pair(draft_probs, target_probs)
+        return emitted_drafted_bonus(np.asarray(self.gamma(q), dtype=np.float64), p, q)
+
+    def describe(self) -> str:
+        div = get_divergence(self.divergence).name
+        return f"{self.name}(delta={self.delta:g}{'' if div == 'kl' else ', ' + div})"
+
+
+@dataclass(frozen=True)
+class ExactCactus(Cactus):
+    """Cactus with the exact bonus gamma* (``exact_gamma``) for any f-divergence.
+
+    Same target and acceptance as ``Cactus`` but gamma* is the root of B_f(gamma; q(n)) = delta,
+    so every per-token target h satisfies D_f(h || q) <= delta exactly (the Taylor gamma may
+    overspend). The emitted distribution still drifts (PAPER.md section 3). **Not lossless**
+    unless delta = 0.
+    """
+
+    name: ClassVar[str] = "cactus-exact"
+
+    def gamma(self, target_prob):
+        return exact_gamma(target_prob, self.delta, self.divergence)

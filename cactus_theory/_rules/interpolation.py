@@ -1,0 +1,30 @@
+"""Interpolation between draft and verifier."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from ._base import GeneralizedRule
+
+
+@dataclass(frozen=True)
+class Interpolation(GeneralizedRule):
+    """Generalised speculative sampling with h = alpha p + (1 - alpha) q.
+
+    Emits exactly h (h does not depend on the drafted token), with acceptance
+    1 - TV(p, h) = 1 - (1 - alpha) TV(p, q). alpha = 0 is SpS (lossless); otherwise
+    **not lossless**. PAPER.md section 4.
+    """
+
+    alpha: float = 0.5
+    name: ClassVar[str] = "interpolation"
+
+    def __post_init__(self):
+        if not (0 <= self.alpha <= 1 and np.isfinite(self.alpha)):
+            raise ValueError(f"Interpolation alpha must lie in [0, 1]; got {self.alpha!r}")
+
+    def _target(self, b, p, q, n):
+        return p * self.alpha + q * (1.0 - self.alpha)

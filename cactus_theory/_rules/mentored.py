@@ -1,0 +1,114 @@
+"""Mentored decoding: the KL-optimal single target."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+from scipy import special
+
+from ._base import GeneralizedRule, prepare
+
+_BISECTIONS = 200
+
+
+def _mentored_row(p, q, delta):
+    """h = clip(p, a q, b q) with sum h = 1 and KL(h || q) = delta (or h = p if KL(p || q) <= delta).
+
+    Tokens sorted by rho = p/q; for a given b, sum h is piecewise linear in a, so a(b) is
+    solved exactly segment by segment; KL(h || q) increases with b, which is bisected in log b.
+    """
+    kl_pq = float(np.sum(special.rel_entr(p, q)))
+    if kl_pq <= delta:
+        return p.copy()
+    with np.errstate(all="ignore"):
+        rho = np.where(q > 0, p / np.where(q > 0, q, 1.0), np.inf)
+    order = np.argsort(rho, kind="stable")
+    rho_s, p_s, q_s = rho[order], p[order], q[order]
+    cq = np.concatenate([[0.0], np.cumsum(q_s)])
+    cp = np.concatenate([[0.0], np.cumsum(p_s)])
+    with np.errstate(all="ignore"):
+        plogr = np.where(p_s > 0, p_s * np.log(rho_s), 0.0)
+    cpl = np.concatenate([[0.0], np.cumsum(np.where(np.isfinite(plogr), plogr, 0.0))])
+    total_q, total_p = cq[-1], cp[-1]
+
+    def solve_a(b):
+        hi = int(np.searchsorted(rho_s, b, side="right"))  # tokens with rho <= b
+        fixed = cp[hi] + b * (total_q - cq[hi])  # mass if no token is raised to a q
+        k = np.arange(1, hi + 1)
+        with np.errstate(all="ignore"):
+            a_k = (total_p - fixed + cp[k]) / cq[k]
+        upper = np.where(k < hi, rho_s[np.minimum(k, len(rho_s) - 1)], b)
+        valid = (a_k > rho_s[k - 1]) & (a_k <= upper) & np.isfinite(a_k)
+        if valid.any():
+            j = int(np.argmax(valid))
+            return float(a_k[j]), int(k[j]), hi
+        return 0.0, 0, hi  # sum h = 1 needs no raised token (only in degenerate rows)
+
+    def kl(b):
+        a, lo, hi = solve_a(b)
+        value = special.xlogy(a, a) * cq[lo] + (cpl[hi] - cpl[lo]) + special.xlogy(b, b) * (total_q - cq[hi])
+        return value, a
+
+    finite = rho_s[np.isfinite(rho_s)]
+    log_lo, log_hi = 0.0, max(float(np.log(finite[-1])) if finite.size else 0.0, 0.0)
+    for _ in range(_BISECTIONS):
+        mid = 0.5 * (log_lo + log_hi)
+        if kl(np.exp(mid))[0] > delta:
+            log_hi = mid
+        else:
+            log_lo = mid
+        if log_hi - log_lo <= 4e-16 * max(1.0, log_hi):
+            break
+    b = float(np.exp(log_lo))  # the feasible side: KL <= delta
+    a = kl(b)[1]
+    h = np.minimum(np.maximum(p, a * q), b * q)
+    return h / h.sum()
+
+
+def mentored_target(draft_probs, target_probs, delta):
+    """The KL-optimal target of mentored decoding, h = clip(p, a q, b q) (PAPER.md section 4).
+
+    Maximises the acceptance sum_x min(p(x), h(x)) subject to KL(h || q) <= delta; a <= 1 <= b
+    are set by sum h = 1 and KL(h || q) = delta (found by nested bisection over sorted ratios
+    p/q, O(V log V) per row). If KL(p || q) <= delta, h = p. NumPy or torch in, same out
+    (solved on the host in float64).
+    """
+    b, p, q, _, ref = prepare(draft_probs, target_probs, None)
+    if not (delta >= 0):
+        raise ValueError(f"delta must be a divergence budget >= 0; got {delta!r}")
+    p_h = np.asarray(b.to_numpy(p), dtype=np.float64)
+    q_h = np.asarray(b.to_numpy(q), dtype=np.float64)
+    flat_p, flat_q = p_h.reshape(-1, p_h.shape[-1]), q_h.reshape(-1, q_h.shape[-1])
+    h = np.stack([_mentored_row(pr, qr, float(delta)) for pr, qr in zip(flat_p, flat_q, strict=True)])
+    return b.cast(b.asarray(h.reshape(p_h.shape), like=q), ref)
+
+
+@dataclass(frozen=True)
+class Mentored(GeneralizedRule):
+    """Mentored decoding (Tran-Thien 2023): generalised SpS with the KL-optimal target
+    h = clip(p, a q, b q), KL(h || q) = delta.
+
+    h does not depend on the drafted token, so the emitted distribution IS h and the budget
+    holds for what is emitted: KL(pi || q) <= delta. Needs the full vocabulary of both
+    distributions. delta = 0 is SpS (lossless); otherwise **not lossless**.
+    """
+
+    delta: float = 1.0
+    name: ClassVar[str] = "mentored"
+
+    def __post_init__(self):
+        if not (isinstance(self.delta, (int, float, np.floating, np.integer)) and self.delta >= 0):
+            raise ValueError(f"Mentored delta must be a number >= 0; got {self.delta!r}")
+
+    @property
+    def lossless(self) -> bool:
+        return self.delta == 0
+
+    def _target(self, b, p, q, n):
+        h = mentored_target(b.to_numpy(p), b.to_numpy(q), self.delta)
+        return b.asarray(h, like=q)
+
+    def describe(self) -> str:
+        return f"{self.name}(delta={self.delta:g})"

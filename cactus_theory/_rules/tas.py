@@ -1,0 +1,66 @@
+"""Typical acceptance sampling (Medusa; vLLM v0 TypicalAcceptanceSampler)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from ._base import Rule, _host_pair
+
+
+@dataclass(frozen=True)
+class TAS(Rule):
+    """Typical acceptance: accept n iff q(n) > min(epsilon, alpha exp(-H(q))), H(q) = -sum q log(q + 1e-5).
+
+    Deterministic. After a rejection the correction token is argmax q; the bonus token is
+    sampled from q. The 1e-5 inside the logarithm is vLLM's. **Not lossless.**
+    Cai et al., "Medusa", ICML 2024, section 3.3.1; defaults epsilon = 0.09, alpha = 0.3
+    (vLLM v0); the Cactus paper's script uses epsilon = t, alpha = sqrt(t).
+
+    Parameters
+    ----------
+    epsilon : float in (0, 1]
+        Posterior threshold (hard cap on the threshold).
+    alpha : float > 0
+        Entropy-scaled threshold factor.
+    """
+
+    epsilon: float = 0.09
+    alpha: float = 0.3
+    deterministic: ClassVar[bool] = True
+    name: ClassVar[str] = "tas"
+
+    def __post_init__(self):
+        if not (0 < self.epsilon <= 1):
+            raise ValueError(f"TAS epsilon must lie in (0, 1]; got {self.epsilon!r}")
+        if not (self.alpha > 0 and np.isfinite(self.alpha)):
+            raise ValueError(f"TAS alpha must be a finite number > 0; got {self.alpha!r}")
+
+    def threshold(self, b, q):
+        entropy = -b.sum_last(q * b.log(q + 1e-5))
+        return b.minimum(b.exp(-entropy) * self.alpha, self.epsilon)
+
+    def _acceptance(self, b, p, q, n):
+        accept = b.take_last(q, n) > self.threshold(b, q)
+        return b.where(accept, 1.0, 0.0) + 0.0 * b.take_last(q, n)
+
+    def _correction(self, b, p, q, n):
+        return b.put_last(q * 0.0, b.argmax_last(q), 1.0)
+
+    def acceptance_all(self, draft_probs, target_probs):
+        from .._backend import NumpyBackend
+
+        _, q = _host_pair(draft_probs, target_probs)
+        return (q > self.threshold(NumpyBackend(), q)[..., None]).astype(np.float64)
+
+    def emitted(self, draft_probs, target_probs):
+        """pi = p * 1{q > threshold} + (rejected mass) * one-hot(argmax q). O(V), exact."""
+        from .._backend import NumpyBackend
+
+        p, q = _host_pair(draft_probs, target_probs)
+        b = NumpyBackend()
+        accept = (q > self.threshold(b, q)[..., None]).astype(np.float64)
+        rejected = np.sum(p * (1.0 - accept), axis=-1)
+        return p * accept + rejected[..., None] * self._correction(b, p, q, None)

@@ -1,0 +1,154 @@
+"""Monte Carlo speculative sampling over a sequence of (draft, verifier) positions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._rules._base import _host_pair, as_rule
+
+__all__ = ["SimulationResult", "simulate"]
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    """What ``simulate`` observed.
+
+    Attributes
+    ----------
+    accepted : int array (blocks,)
+        Accepted draft tokens per verification (0..m).
+    block_start : int array (blocks,)
+        Position at which each block started.
+    drafts, accepts : int arrays (T,)
+        Drafts verified and drafts accepted at each position.
+    emitted_counts : int array (T, V)
+        Tokens emitted by the rule at each position (accepted drafts and corrections).
+    bonus_counts : int array (T, V)
+        Bonus tokens (sampled from q after m accepted drafts) at each position.
+    m : int
+    """
+
+    accepted: np.ndarray
+    block_start: np.ndarray
+    drafts: np.ndarray
+    accepts: np.ndarray
+    emitted_counts: np.ndarray
+    bonus_counts: np.ndarray
+    m: int
+
+    @property
+    def accepted_length(self) -> float:
+        """Mean accepted draft tokens per verification (AL)."""
+        return float(self.accepted.mean()) if self.accepted.size else float("nan")
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """vLLM's mean acceptance length: 1 + AL."""
+        return 1.0 + self.accepted_length
+
+    @property
+    def acceptance_rate(self) -> np.ndarray:
+        """Observed acceptance per position (NaN where nothing was drafted)."""
+        with np.errstate(all="ignore"):
+            return np.where(self.drafts > 0, self.accepts / np.maximum(self.drafts, 1), np.nan)
+
+
+def _sample_rows(rng, probs):
+    """One categorical sample per row (inverse CDF)."""
+    cdf = np.cumsum(probs, axis=-1)
+    u = rng.random(probs.shape[0]) * cdf[:, -1]
+    return np.minimum((cdf < u[:, None]).sum(axis=-1), probs.shape[-1] - 1)
+
+
+def simulate(rule, draft_probs, target_probs, m: int, n_runs: int = 1000, seed=0) -> SimulationResult:
+    """Seeded Monte Carlo of speculative decoding along fixed positions, vectorised over runs.
+
+    Each of ``n_runs`` independent runs walks the sequence of positions 0..T-1: at position t
+    it drafts m tokens (n ~ p at t, t+1, ...), verifies them in order with ``rule`` (accept with
+    the rule's probability, else emit a correction token and end the block), and after m
+    acceptances emits a bonus token from q at t+m. The (p, q) of a position do not depend on
+    what was emitted before (trace-driven, teacher-forced), which is also what makes the exact
+    ``block_statistics`` and ``emitted_distribution`` apply. A run stops when a block would need
+    a position past T - 1. Acceptance probabilities come from ``rule.acceptance_all`` (once per
+    position) and corrections from ``rule.correction`` (once per distinct rejected token), so
+    the cost is dominated by sampling: O(runs x positions x V).
+
+    Parameters
+    ----------
+    rule : Rule
+    draft_probs, target_probs : arrays (T, V)
+    m : int >= 1, drafted tokens per verification
+    n_runs : int >= 1
+    seed : int or numpy Generator
+    """
+    rule = as_rule(rule)
+    p, q = _host_pair(draft_probs, target_probs)
+    if p.ndim != 2:
+        raise ValueError(f"draft_probs and target_probs must be (positions, vocabulary); got shape {p.shape}")
+    if not (isinstance(m, (int, np.integer)) and m >= 1):
+        raise ValueError(f"m must be an integer >= 1; got {m!r}")
+    if not (isinstance(n_runs, (int, np.integer)) and n_runs >= 1):
+        raise ValueError(f"n_runs must be an integer >= 1; got {n_runs!r}")
+    n_positions, vocab = p.shape
+    if n_positions < m + 1:
+        raise ValueError(f"a block of m = {m} drafts needs m + 1 = {m + 1} positions; got {n_positions}")
+    rng = np.random.default_rng(seed)
+    # Acceptance of every (position, token) once; corrections per distinct rejected pair.
+    accept_table = np.clip(np.asarray(rule.acceptance_all(p, q), dtype=np.float64), 0.0, 1.0)
+    corrections: dict[int, np.ndarray] = {}
+
+    def correction_rows(t, token):
+        keys = t * vocab + token
+        missing = np.setdiff1d(np.unique(keys), np.fromiter(corrections, dtype=np.int64, count=len(corrections)))
+        if missing.size:
+            rows = np.asarray(rule.correction(p[missing // vocab], q[missing // vocab], missing % vocab))
+            corrections.update(zip(missing.tolist(), rows, strict=True))
+        return np.stack([corrections[k] for k in keys.tolist()])
+
+    position = np.zeros(n_runs, dtype=np.int64)
+    drafts = np.zeros(n_positions, dtype=np.int64)
+    accepts = np.zeros(n_positions, dtype=np.int64)
+    emitted = np.zeros((n_positions, vocab), dtype=np.int64)
+    bonus = np.zeros((n_positions, vocab), dtype=np.int64)
+    accepted_blocks, starts = [], []
+    while True:
+        runs = np.flatnonzero(position + m <= n_positions - 1)
+        if runs.size == 0:
+            break
+        start = position[runs]
+        in_block = np.ones(runs.size, dtype=bool)
+        count = np.zeros(runs.size, dtype=np.int64)
+        for j in range(m):
+            live = np.flatnonzero(in_block)
+            if live.size == 0:
+                break
+            t = start[live] + j
+            token = _sample_rows(rng, p[t])
+            ok = rng.random(live.size) < accept_table[t, token]
+            np.add.at(drafts, t, 1)
+            np.add.at(accepts, t[ok], 1)
+            np.add.at(emitted, (t[ok], token[ok]), 1)
+            count[live[ok]] += 1
+            bad = ~ok
+            if bad.any():
+                corr = _sample_rows(rng, correction_rows(t[bad], token[bad]))
+                np.add.at(emitted, (t[bad], corr), 1)
+                in_block[live[bad]] = False
+        full = np.flatnonzero(in_block)
+        if full.size:
+            t = start[full] + m
+            np.add.at(bonus, (t, _sample_rows(rng, q[t])), 1)
+        accepted_blocks.append(count)
+        starts.append(start)
+        position[runs] = start + count + 1
+    return SimulationResult(
+        accepted=np.concatenate(accepted_blocks) if accepted_blocks else np.zeros(0, dtype=np.int64),
+        block_start=np.concatenate(starts) if starts else np.zeros(0, dtype=np.int64),
+        drafts=drafts,
+        accepts=accepts,
+        emitted_counts=emitted,
+        bonus_counts=bonus,
+        m=int(m),
+    )

@@ -58,8 +58,12 @@ def target_core(b, q, n, g):
     """Cactus target on validated, promoted backend arrays (no checks)."""
     rest = b.sum_last(b.put_last(q, n, 0.0))
     has_rest = rest > 0
-    # (1 - gamma) / (1 - q(n)) written as 1 - (gamma - q(n)) / rest: exactly 1 when gamma = q(n)
-    # (delta = 0 is SpS to the bit), and consistent with the other tokens' summed mass.
-    raise_by = g - b.take_last(q, n)
-    scale = b.maximum(b.where(has_rest, 1.0 - raise_by / b.where(has_rest, rest, 1.0), 0.0), 0.0)
+    # (1 - gamma) / (1 - q(n)) with 1 - q(n) taken as the other tokens' summed mass: written
+    # 1 - (gamma - q(n)) / rest below gamma = 1/2 (no cancellation there) and (1 - gamma) / rest
+    # above (1 - gamma is exact there); exactly 1 when gamma = q(n), so delta = 0 is SpS to the bit.
+    qn = b.take_last(q, n)
+    safe_rest = b.where(has_rest, rest, 1.0)
+    scale = b.where(g < 0.5, 1.0 - (g - qn) / safe_rest, (1.0 - g) / safe_rest)
+    scale = b.where(g == qn, 1.0, scale)
+    scale = b.maximum(b.where(has_rest, scale, 0.0), 0.0)
     return b.put_last(q * scale[..., None], n, b.where(has_rest, g, 1.0))

@@ -38,6 +38,7 @@ def emitted_drafted_bonus(gamma, p, q):
     with np.errstate(all="ignore"):
         other = np.sum(q, axis=-1, keepdims=True) - q  # 1 - q(n)
         s = np.where(other > 0, (1.0 - gamma) / np.where(other > 0, other, 1.0), 0.0)
+        s = np.where(gamma == q, 1.0, s)  # no bonus: exactly SpS
         accept = np.where(p > 0, np.minimum(gamma / np.where(p > 0, p, 1.0), 1.0), 1.0)
         w = p * (1.0 - accept)
         rho = np.where(q > 0, p / np.where(q > 0, q, 1.0), np.inf)
@@ -49,6 +50,9 @@ def emitted_drafted_bonus(gamma, p, q):
     cp = np.concatenate([zeros, np.cumsum(np.take_along_axis(p, order, axis=-1), axis=-1)], axis=-1)
     k = _batched_searchsorted(rho_sorted, s, side="left")
     z = s * np.take_along_axis(cq, k, axis=-1) - np.take_along_axis(cp, k, axis=-1)
+    # n itself never receives residual mass (h_n(n) = gamma_n < p(n) when rejected), but rounding
+    # in 1 - q(n) can put s_n q(n) a hair above p(n): take it out of Z_n explicitly.
+    z = z - np.maximum(s * q - p, 0.0)
     with np.errstate(all="ignore"):
         c = np.where((w > 0) & (z > 0), w / np.where(z > 0, z, 1.0), 0.0)
     # S1(x) = sum_{n: s_n > rho(x)} c_n s_n, S2(x) = sum_{n: s_n > rho(x)} c_n

@@ -31,27 +31,43 @@ def _mentored_row(p, q, delta):
     with np.errstate(all="ignore"):
         plogr = np.where(p_s > 0, p_s * np.log(rho_s), 0.0)
     cpl = np.concatenate([[0.0], np.cumsum(np.where(np.isfinite(plogr), plogr, 0.0))])
-    total_q, total_p = cq[-1], cp[-1]
+    total_p = cp[-1]
+    # q mass above an index as a suffix sum: the tail can be 1e-29 (a token the verifier all but
+    # excludes), which 1 - (prefix sum) would round to 0.
+    q_above = np.concatenate([np.cumsum(q_s[::-1])[::-1], [0.0]])
 
     def solve_a(b):
         hi = int(np.searchsorted(rho_s, b, side="right"))  # tokens with rho <= b
-        fixed = cp[hi] + b * (total_q - cq[hi])  # mass if no token is raised to a q
+        fixed = cp[hi] + b * q_above[hi]  # mass if no token is raised to a q
         k = np.arange(1, hi + 1)
         with np.errstate(all="ignore"):
             a_k = (total_p - fixed + cp[k]) / cq[k]
         upper = np.where(k < hi, rho_s[np.minimum(k, len(rho_s) - 1)], b)
-        valid = (a_k > rho_s[k - 1]) & (a_k <= upper) & np.isfinite(a_k)
+        valid = (a_k >= rho_s[k - 1]) & (a_k <= upper) & np.isfinite(a_k)
         if valid.any():
             j = int(np.argmax(valid))
             return float(a_k[j]), int(k[j]), hi
-        return 0.0, 0, hi  # sum h = 1 needs no raised token (only in degenerate rows)
+
+        # Rounding left no segment consistent: bisect the (monotone) mass in a instead.
+        def mass(a):
+            lo = int(np.searchsorted(rho_s, a, side="left"))
+            return a * cq[lo] + (cp[hi] - cp[min(lo, hi)]) + b * q_above[hi] if lo <= hi else np.inf
+
+        a_lo, a_hi = 0.0, b
+        for _ in range(_BISECTIONS):
+            mid = 0.5 * (a_lo + a_hi)
+            a_lo, a_hi = (mid, a_hi) if mass(mid) < total_p else (a_lo, mid)
+            if a_hi - a_lo <= 1e-16 * a_hi:
+                break
+        a = 0.5 * (a_lo + a_hi)
+        return a, min(int(np.searchsorted(rho_s, a, side="left")), hi), hi
 
     def kl(b):
         a, lo, hi = solve_a(b)
-        value = special.xlogy(a, a) * cq[lo] + (cpl[hi] - cpl[lo]) + special.xlogy(b, b) * (total_q - cq[hi])
+        value = special.xlogy(a, a) * cq[lo] + (cpl[hi] - cpl[lo]) + special.xlogy(b, b) * q_above[hi]
         return value, a
 
-    finite = rho_s[np.isfinite(rho_s)]
+    finite = rho_s[np.isfinite(rho_s) & (rho_s > 0)]
     log_lo, log_hi = 0.0, max(float(np.log(finite[-1])) if finite.size else 0.0, 0.0)
     for _ in range(_BISECTIONS):
         mid = 0.5 * (log_lo + log_hi)

@@ -1,0 +1,195 @@
+"""Gamma(delta): how far one Cactus step's emitted distribution can drift, relative to delta.
+
+For Cactus with the Taylor bonus and with the exact bonus (KL), estimate
+
+    worst KL(pi || q) / delta   over (p, q) pairs,
+
+where pi is the exact emitted distribution (PAPER.md section 3), by random search over
+(p, q) drawn from several families, followed by L-BFGS-B on the logits of the best starts.
+Each number is a lower bound on sup KL(pi || q) / delta (a search, not a proof).
+
+Usage:
+    python experiments/gamma_worst_case.py [--out-dir docs/results] [--quick] [--seed 0]
+
+Writes gamma_worst_case.csv, gamma_worst_case.md and gamma_worst_case.png into --out-dir
+(atomically: temporary names, then rename).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import os
+import tempfile
+import time
+
+import numpy as np
+from scipy import optimize, special
+
+from cactus_theory import approx_gamma, exact_gamma
+from cactus_theory._rules.cactus import emitted_drafted_bonus
+
+DELTAS = (0.001, 0.01, 0.1, 0.5, 1.0, 2.0)
+VOCABS = (2, 4, 8, 16, 32, 64)
+GAMMAS = {
+    "cactus": lambda q, d: approx_gamma(q, d, "kl", method="taylor"),
+    "cactus-exact": lambda q, d: exact_gamma(q, d, "kl"),
+}
+
+
+def _softmax(z):
+    z = z - z.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def ratio(rule, delta, p, q):
+    """KL(pi || q) / delta for rows of (p, q)."""
+    pi = emitted_drafted_bonus(np.asarray(GAMMAS[rule](q, delta), dtype=np.float64), p, q)
+    return np.sum(special.rel_entr(pi, q), axis=-1) / delta
+
+
+def random_pairs(rng, n, vocab):
+    """Pairs from several families: Dirichlet at several concentrations and peaked logits."""
+    out_p, out_q = [], []
+    per = n // 4
+    for alpha in (0.05, 0.3, 1.0):
+        out_p.append(rng.dirichlet(np.full(vocab, alpha), size=per))
+        out_q.append(rng.dirichlet(np.full(vocab, alpha), size=per))
+    scale = rng.uniform(0.5, 8.0, size=(n - 3 * per, 1))
+    out_p.append(_softmax(rng.normal(size=(n - 3 * per, vocab)) * scale))
+    out_q.append(_softmax(rng.normal(size=(n - 3 * per, vocab)) * scale))
+    p, q = np.concatenate(out_p), np.concatenate(out_q)
+    p = np.maximum(p, 1e-300)
+    q = np.maximum(q, 1e-300)
+    return p / p.sum(-1, keepdims=True), q / q.sum(-1, keepdims=True)
+
+
+def worst_case(rule, delta, vocab, rng, n_random, n_starts, maxiter):
+    p, q = random_pairs(rng, n_random, vocab)
+    r = ratio(rule, delta, p, q)
+    best_random = float(np.max(r))
+    best = best_random
+    starts = np.argsort(r)[::-1][:n_starts]
+
+    def objective(z):
+        pp, qq = _softmax(z[:vocab]), _softmax(z[vocab:])
+        return -float(ratio(rule, delta, pp[None], qq[None])[0])
+
+    evaluations = n_random
+    for i in starts:
+        z0 = np.concatenate([np.log(p[i]), np.log(q[i])])
+        z0 = np.clip(z0 - z0.max(), -60, 0)
+        res = optimize.minimize(objective, z0, method="L-BFGS-B", options={"maxiter": maxiter})
+        evaluations += res.nfev
+        best = max(best, -float(res.fun))
+    return best_random, best, evaluations
+
+
+def run(deltas=DELTAS, vocabs=VOCABS, seed=0, n_random=4000, n_starts=3, maxiter=60, progress=True):
+    rng = np.random.default_rng(seed)
+    rows = []
+    total = len(GAMMAS) * len(deltas) * len(vocabs)
+    done = 0
+    for rule in GAMMAS:
+        for delta in deltas:
+            for vocab in vocabs:
+                start = time.perf_counter()
+                rand, best, evals = worst_case(rule, delta, vocab, rng, n_random, n_starts, maxiter)
+                rows.append(
+                    {
+                        "rule": rule,
+                        "delta": delta,
+                        "vocab": vocab,
+                        "worst_ratio_random": rand,
+                        "worst_ratio": best,
+                        "worst_kl": best * delta,
+                        "evaluations": evals,
+                        "seconds": time.perf_counter() - start,
+                    }
+                )
+                done += 1
+                if progress:
+                    print(f"[{done}/{total}] {rule} delta={delta:g} V={vocab}: worst KL/delta = {best:.3f}", flush=True)
+    return rows
+
+
+def _atomic_write(path, data: bytes):
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=directory, delete=False, suffix=".tmp") as fh:
+        fh.write(data)
+    os.replace(fh.name, path)
+
+
+def to_csv(rows):
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def to_markdown(rows, deltas, vocabs):
+    lines = []
+    for rule in GAMMAS:
+        lines.append(f"**{rule}** (worst KL(pi || q) / delta found; rows: delta, columns: vocabulary size)")
+        lines.append("")
+        lines.append("| delta | " + " | ".join(f"V={v}" for v in vocabs) + " |")
+        lines.append("|---" * (len(vocabs) + 1) + "|")
+        for delta in deltas:
+            cells = [r["worst_ratio"] for r in rows if r["rule"] == rule and r["delta"] == delta]
+            lines.append(f"| {delta:g} | " + " | ".join(f"{c:.3f}" for c in cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def figure(rows, deltas, vocabs):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(GAMMAS), figsize=(10, 4), sharey=True)
+    for ax, rule in zip(axes, GAMMAS, strict=True):
+        for vocab in vocabs:
+            ys = [r["worst_ratio"] for r in rows if r["rule"] == rule and r["vocab"] == vocab]
+            ax.plot(deltas, ys, marker="o", label=f"V={vocab}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+        ax.set_xlabel("delta (per-token KL budget)")
+        ax.set_title(f"{rule}: worst KL(pi || q) / delta")
+    axes[0].set_ylabel("KL(pi || q) / delta (search lower bound)")
+    axes[-1].legend(fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out-dir", default="docs/results")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="small budgets (smoke test, ~10 s)")
+    args = parser.parse_args(argv)
+    deltas, vocabs = DELTAS, VOCABS
+    kwargs = {}
+    if args.quick:
+        deltas, vocabs = (0.01, 1.0), (2, 8)
+        kwargs = {"n_random": 400, "n_starts": 1, "maxiter": 10}
+    start = time.perf_counter()
+    rows = run(deltas, vocabs, seed=args.seed, **kwargs)
+    elapsed = time.perf_counter() - start
+    _atomic_write(os.path.join(args.out_dir, "gamma_worst_case.csv"), to_csv(rows).encode())
+    md = to_markdown(rows, deltas, vocabs) + f"\nSeed {args.seed}; {elapsed:.0f} s.\n"
+    _atomic_write(os.path.join(args.out_dir, "gamma_worst_case.md"), md.encode())
+    _atomic_write(os.path.join(args.out_dir, "gamma_worst_case.png"), figure(rows, deltas, vocabs))
+    print(md)
+
+
+if __name__ == "__main__":
+    main()

@@ -74,6 +74,32 @@ class NumpyBackend:
         return np.argmax(x, axis=-1)
 
     @staticmethod
+    def sort_desc_last(x):
+        """(values, indices) sorted in decreasing order along the last axis (stable)."""
+        idx = np.argsort(-x, axis=-1, kind="stable")
+        return np.take_along_axis(x, idx, axis=-1), idx
+
+    @staticmethod
+    def cumsum_last(x):
+        return np.cumsum(x, axis=-1)
+
+    @staticmethod
+    def mask_to(cond, like):
+        """A boolean mask as 0.0 / 1.0 in the dtype of ``like``."""
+        return np.asarray(cond).astype(np.asarray(like).dtype)
+
+    @staticmethod
+    def scatter_last(values, idx):
+        """out[..., idx[..., j]] = values[..., j] (inverse of a permutation gather)."""
+        out = np.empty_like(values)
+        np.put_along_axis(out, idx, values, axis=-1)
+        return out
+
+    @staticmethod
+    def max_last(x, keepdims=False):
+        return np.max(x, axis=-1, keepdims=keepdims)
+
+    @staticmethod
     def topk_threshold(x, k):
         """The k-th largest value of each row (ties kept), shape (...)."""
         k = min(k, x.shape[-1])
@@ -162,6 +188,22 @@ class TorchBackend:
 
     def argmax_last(self, x):
         return x.argmax(dim=-1)
+
+    def sort_desc_last(self, x):
+        values, idx = self.torch.sort(x, dim=-1, descending=True, stable=True)
+        return values, idx
+
+    def cumsum_last(self, x):
+        return self.torch.cumsum(x, dim=-1)
+
+    def mask_to(self, cond, like):
+        return cond.to(like.dtype)
+
+    def scatter_last(self, values, idx):
+        return self.torch.empty_like(values).scatter(-1, idx, values)
+
+    def max_last(self, x, keepdims=False):
+        return x.max(dim=-1, keepdim=keepdims).values
 
     def topk_threshold(self, x, k):
         k = min(k, x.shape[-1])

@@ -324,3 +324,23 @@ def test_synthetic_pairs_are_seeded_distributions():
         np.testing.assert_array_equal(q, q2)
     with pytest.raises(ValueError, match="kind must be one of"):
         synthetic_pairs("uniform")
+
+
+def test_gamma_worst_case_experiment_runs(tmp_path):
+    """The Gamma(delta) script (quick budgets) writes its CSV, table and figure; V = 2 exact is 1."""
+    import csv
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parents[1] / "experiments" / "gamma_worst_case.py"
+    spec = importlib.util.spec_from_file_location("gamma_worst_case", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = module.run(deltas=(0.1,), vocabs=(2, 4), n_random=200, n_starts=1, maxiter=5, processes=1, progress=False)
+    exact_v2 = next(r for r in rows if r["rule"] == "cactus-exact" and r["vocab"] == 2)
+    np.testing.assert_allclose(exact_v2["worst_ratio"], 1.0, rtol=1e-6)
+    assert all(r["worst_ratio"] >= r["worst_ratio_random"] for r in rows)
+    module.main(["--quick", "--out-dir", str(tmp_path)])
+    with open(tmp_path / "gamma_worst_case.csv") as fh:
+        assert len(list(csv.DictReader(fh))) == 8
+    assert (tmp_path / "gamma_worst_case.png").stat().st_size > 1000

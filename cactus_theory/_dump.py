@@ -1,0 +1,226 @@
+"""Dump logit traces from real models (Hugging Face ids, local directories or GGUF files).
+
+The verifier generates with the given sampling settings (KV cache, one token at a time); the
+draft's next-token logits on the same prefixes come from one forward pass per sequence. Both
+raw logit rows are compressed into the trace (top-K + log-sum-exp). Resumes: prompts already in
+the trace are skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+
+from ._sampling import SamplingSettings, processed_probs
+from ._trace import DEFAULT_TOP_K, TraceError, TraceWriter
+
+__all__ = ["dump_trace", "load_model"]
+
+
+def _file_sha256(path: str) -> str:
+    sidecar = path + ".sha256"
+    if os.path.exists(sidecar):
+        with open(sidecar) as fh:
+            return fh.read().split()[0]
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 24):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _torch_dtype(dtype):
+    import torch
+
+    if not isinstance(dtype, str):
+        return dtype
+    table = {
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+    }
+    if dtype not in table:
+        raise ValueError(f"dtype must be one of {sorted(table)}; got {dtype!r}")
+    return table[dtype]
+
+
+def load_model(spec, device="cpu", dtype="float32"):
+    """(model, tokenizer, info) from a Hugging Face id, a local directory, a GGUF file, or an
+    already built model (then ``spec`` is a (model, tokenizer) pair)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if isinstance(spec, tuple):
+        model, tokenizer = spec
+        return model.to(device).eval(), tokenizer, {"spec": type(model).__name__, "files": {}}
+    spec = str(spec)
+    torch_dtype = _torch_dtype(dtype)
+    if spec.endswith(".gguf"):
+        if not os.path.exists(spec):
+            raise ValueError(f"GGUF file {spec!r} does not exist (experiments/fetch_models.py builds them)")
+        directory, name = os.path.split(os.path.abspath(spec))
+        tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
+        model = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch_dtype)
+        files = {name: _file_sha256(spec)}
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(spec)
+        model = AutoModelForCausalLM.from_pretrained(spec, dtype=torch_dtype)
+        files = {}
+        if os.path.isdir(spec):
+            for fname in sorted(os.listdir(spec)):
+                if fname.endswith((".safetensors", ".bin", ".json")):
+                    files[fname] = _file_sha256(os.path.join(spec, fname))
+    return model.to(device).eval(), tokenizer, {"spec": spec, "files": files}
+
+
+def tokenizer_hash(tokenizer) -> str:
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    return hashlib.sha256("\n".join(f"{t}\t{i}" for t, i in vocab).encode()).hexdigest()
+
+
+def encode_chat(tokenizer, text: str):
+    """Token ids of a single user turn with the generation prompt (the model's chat template)."""
+    if getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+        )
+        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+            ids = ids["input_ids"]
+        return list(ids)
+    return tokenizer(text)["input_ids"]
+
+
+def generate_with_logits(model, prompt_ids, settings, max_new_tokens, generator, eos_ids):
+    """Sample from ``model`` with a KV cache; returns (tokens, raw logit rows (T, V) float32)."""
+    import torch
+
+    device = next(model.parameters()).device
+    ids = torch.tensor([prompt_ids], device=device)
+    tokens, rows = [], []
+    with torch.no_grad():
+        out = model(input_ids=ids, use_cache=True)
+        past = out.past_key_values
+        logits = out.logits[0, -1].float()
+        for _ in range(max_new_tokens):
+            rows.append(logits.cpu())
+            probs = processed_probs(logits[None], settings)[0]
+            token = int(torch.multinomial(probs.cpu(), 1, generator=generator)[0])
+            tokens.append(token)
+            if token in eos_ids:
+                break
+            out = model(input_ids=torch.tensor([[token]], device=device), past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            logits = out.logits[0, -1].float()
+    return tokens, torch.stack(rows).numpy()
+
+
+def draft_logits_on(model, prompt_ids, tokens):
+    """The draft's raw next-token logits at every generated position, one forward pass."""
+    import torch
+
+    device = next(model.parameters()).device
+    full = torch.tensor([list(prompt_ids) + list(tokens[:-1])], device=device)
+    with torch.no_grad():
+        logits = model(input_ids=full).logits[0].float()
+    return logits[len(prompt_ids) - 1 :].cpu().numpy()
+
+
+def dump_trace(
+    verifier,
+    draft,
+    prompts,
+    out,
+    *,
+    settings=None,
+    max_new_tokens=128,
+    device="cpu",
+    dtype="float32",
+    seed=0,
+    top_k=DEFAULT_TOP_K,
+    limit=None,
+    store_full=False,
+    shard_positions=2048,
+    progress=True,
+):
+    """Dump a trace of ``prompts`` (``Prompt`` objects) into directory ``out``; resumable.
+
+    Returns the number of positions written by this call.
+    """
+    import torch
+
+    settings = settings or SamplingSettings()
+    v_model, v_tok, v_info = load_model(verifier, device, dtype)
+    d_model, _d_tok, d_info = load_model(draft, device, dtype)
+    vocab = v_model.config.vocab_size if hasattr(v_model.config, "vocab_size") else None
+    d_vocab = d_model.config.vocab_size if hasattr(d_model.config, "vocab_size") else None
+    if vocab != d_vocab:
+        raise TraceError(f"draft vocabulary {d_vocab} != verifier vocabulary {vocab}: they must share one tokenizer")
+    import transformers
+
+    metadata = {
+        "verifier": v_info,
+        "draft": d_info,
+        "tokenizer_sha256": tokenizer_hash(v_tok),
+        "chat_template": getattr(v_tok, "chat_template", None),
+        "sampling": settings.as_dict(),
+        "dtype": str(dtype),
+        "device": str(device),
+        "seed": int(seed),
+        "max_new_tokens": int(max_new_tokens),
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "numpy": np.__version__,
+        },
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    writer = TraceWriter(
+        out, vocab, top_k=top_k, metadata=metadata, store_full=store_full, shard_positions=shard_positions
+    )
+    todo = [p for p in prompts if p.id not in writer.done_ids][: limit if limit is not None else None]
+    eos = (
+        {
+            i
+            for i in [v_tok.eos_token_id, *(getattr(v_model.generation_config, "eos_token_id", None) or [])]
+            if i is not None
+        }
+        if isinstance(getattr(v_model.generation_config, "eos_token_id", None), list)
+        else {
+            i for i in (v_tok.eos_token_id, getattr(v_model.generation_config, "eos_token_id", None)) if i is not None
+        }
+    )
+    written, start = 0, time.perf_counter()
+    for k, prompt in enumerate(todo, 1):
+        prompt_ids = encode_chat(v_tok, prompt.text)
+        gen = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, prompt.index, k]).generate_state(1)[0]))
+        tokens, target_rows = generate_with_logits(v_model, prompt_ids, settings, max_new_tokens, gen, eos)
+        draft_rows = draft_logits_on(d_model, prompt_ids, tokens)
+        writer.add(
+            prompt.id,
+            prompt.task,
+            tokens,
+            target_rows,
+            draft_rows,
+            meta={"source": prompt.source, "prompt_tokens": len(prompt_ids)},
+        )
+        written += len(tokens)
+        if progress:
+            rate = written / max(time.perf_counter() - start, 1e-9)
+            print(
+                f"\r[{k}/{len(todo)}] {prompt.id}: {len(tokens)} tokens, {written} total, {rate:.1f} tok/s",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
+    writer.close()
+    if progress:
+        print(file=sys.stderr)
+    return written

@@ -1,0 +1,83 @@
+"""Sampling settings (temperature, top-k, top-p) applied to logits before any acceptance rule.
+
+As in vLLM and the paper, both the draft's and the verifier's distributions are processed the
+same way before the rule sees them; a token outside the verifier's truncated support has
+q(n) = 0. One implementation for NumPy arrays and torch tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ._backend import namespace
+
+__all__ = ["SamplingSettings", "processed_probs"]
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """temperature (0 = greedy), top_k (0 = off), top_p (1 = off). Paper defaults: 0.6, 20, 0.95."""
+
+    temperature: float = 0.6
+    top_k: int = 20
+    top_p: float = 0.95
+
+    def __post_init__(self):
+        if not (np.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy); got {self.temperature!r}")
+        if not (isinstance(self.top_k, (int, np.integer)) and self.top_k >= 0):
+            raise ValueError(f"top_k must be an integer >= 0 (0 = no top-k); got {self.top_k!r}")
+        if not (0 < self.top_p <= 1):
+            raise ValueError(f"top_p must lie in (0, 1] (1 = no top-p); got {self.top_p!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def processed_probs(logits, settings: SamplingSettings | None = None, **kwargs):
+    """Probabilities after temperature, then top-k, then top-p (vLLM order), over the last axis.
+
+    - temperature 0: one-hot on the argmax (greedy);
+    - top-k keeps the k largest logits (ties broken by index);
+    - top-p keeps the smallest prefix of the sorted distribution whose mass reaches top_p
+      (a token is kept if the mass before it is < top_p).
+    Exact given the logits. NaN logits raise; -inf logits (masked tokens) are allowed.
+    Works on NumPy and torch (float16 / bfloat16 computed in float32, result in float32).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> processed_probs(np.log([0.5, 0.3, 0.2]), temperature=1.0, top_k=2, top_p=1.0)
+    array([0.625, 0.375, 0.   ])
+    """
+    s = settings if settings is not None else SamplingSettings(**kwargs)
+    if settings is not None and kwargs:
+        raise ValueError("give either settings or keyword settings, not both")
+    b = namespace(logits)
+    x = b.promote(b.asarray(logits))
+    if b.any(b.isnan(x)):
+        raise ValueError("logits contain NaN: check the model's output (overflow in float16?)")
+    vocab = b.shape(x)[-1]
+    if s.greedy:
+        return b.put_last(x * 0.0 + 0.0, b.argmax_last(x), 1.0)
+    x = x / s.temperature
+    values, idx = b.sort_desc_last(x)
+    keep = b.mask_to(values > -np.inf, values)
+    if 0 < s.top_k < vocab:
+        rank = b.cumsum_last(b.mask_to(values == values, values) + 0.0 * keep) - 1.0
+        keep = keep * b.mask_to(rank < s.top_k, values)
+    top = values[..., :1]
+    weights = b.exp(b.where(keep > 0, values - top, -np.inf)) * keep
+    probs_sorted = weights / b.sum_last(weights, keepdims=True)
+    if s.top_p < 1:
+        before = b.cumsum_last(probs_sorted) - probs_sorted
+        keep = keep * b.mask_to(before < s.top_p, values)
+        weights = weights * keep
+        probs_sorted = weights / b.sum_last(weights, keepdims=True)
+    return b.scatter_last(probs_sorted, idx)

@@ -1,0 +1,543 @@
+"""Logit traces: an exact, compact, resumable on-disk format (safetensors shards + JSON manifest).
+
+A trace holds sequences of generated positions. For each position it stores, for the verifier
+and the draft on the same prefix, the top-K raw logits with their token ids and the
+log-sum-exp of the full raw row (so the tail mass exp(lse) - sum exp(top-K) is known exactly),
+plus the generated token. Optionally the full rows.
+
+Exactness: after sampling settings with 0 < top_k <= K (the paper's top_k = 20 with the default
+K = 64), every processed distribution is supported inside the stored top-K, so every metric is
+exact. For other settings (no top-k, or top_k > K) at temperature 1 the tail is kept as one
+lumped bucket of exactly known mass: acceptance and divergences then treat the tail as one
+token (an approximation, measured against full rows in the tests); other temperatures without
+a top-k inside K need full rows.
+
+Files: ``manifest.json`` (format, K, vocabulary, metadata, per-shard sha256, per-sequence
+records) and ``shard-NNNNN.safetensors``. Every file is written to a temporary name and renamed;
+the manifest is rewritten after each shard, so a killed dump resumes from its last complete
+shard and loses nothing. Shards are read lazily and memory-mapped (``safetensors.safe_open``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ._sampling import SamplingSettings, processed_probs
+
+__all__ = ["Trace", "TraceError", "TraceSequence", "TraceWriter", "load_trace", "trace_from_arrays"]
+
+FORMAT = "cactus_theory.trace"
+VERSION = 1
+DEFAULT_TOP_K = 64
+_ROLES = ("target", "draft")
+
+
+class TraceError(ValueError):
+    """A trace directory or file that is missing, truncated, corrupt or inconsistent."""
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _atomic_bytes(path: str, data: bytes) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    with tempfile.NamedTemporaryFile(dir=directory, delete=False, suffix=".tmp") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(fh.name, path)
+
+
+def _logsumexp(x):
+    m = np.max(x, axis=-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    return (m + np.log(np.sum(np.exp(x - m), axis=-1, keepdims=True)))[..., 0]
+
+
+def compress_logits(logits, top_k: int):
+    """(top-K logits float32, top-K ids int32, log-sum-exp float64) of raw logit rows (..., V).
+
+    NaN logits raise. Works on NumPy arrays and torch tensors (moved to the host).
+    """
+    if hasattr(logits, "detach"):
+        logits = logits.detach().float().cpu().numpy()
+    x = np.asarray(logits, dtype=np.float64)
+    if np.isnan(x).any():
+        raise TraceError("logits contain NaN: check the model's output (overflow in float16?)")
+    k = min(top_k, x.shape[-1])
+    ids = np.argpartition(-x, k - 1, axis=-1)[..., :k]
+    vals = np.take_along_axis(x, ids, axis=-1)
+    order = np.argsort(-vals, axis=-1, kind="stable")
+    ids = np.take_along_axis(ids, order, axis=-1)
+    vals = np.take_along_axis(vals, order, axis=-1)
+    return vals.astype(np.float32), ids.astype(np.int32), _logsumexp(x)
+
+
+@dataclass
+class TraceSequence:
+    """One sequence of a trace (arrays are (positions, ...))."""
+
+    id: str
+    task: str
+    tokens: np.ndarray
+    topk_logits: dict
+    topk_ids: dict
+    lse: dict
+    full_logits: dict | None = None
+    meta: dict = field(default_factory=dict)
+    manifest_tail_known: bool = True
+
+    @property
+    def n_positions(self) -> int:
+        return int(self.tokens.shape[0])
+
+    def distributions(self, settings: SamplingSettings | None = None, **kwargs):
+        """(draft_probs, target_probs) on a shared support, shape (positions, S).
+
+        The support is the union of both models' stored token ids (each id once), plus one
+        lumped tail bucket when the settings do not truncate inside the stored top-K. Exact
+        when 0 < top_k <= K or temperature = 0 (or when full rows are stored); see the module
+        docstring otherwise.
+        """
+        if settings is not None and kwargs:
+            raise ValueError("give either settings or keyword settings, not both")
+        s = settings if settings is not None else SamplingSettings(**kwargs)
+        if self.full_logits is not None:
+            return processed_probs(self.full_logits["draft"], s), processed_probs(self.full_logits["target"], s)
+        k = min(self.topk_ids["target"].shape[-1], self.topk_ids["draft"].shape[-1])
+        exact = s.greedy or 0 < s.top_k <= k
+        if not exact and not self.manifest_tail_known:
+            raise TraceError(
+                f"settings {s} need the tail mass beyond the stored top-{k}, which this trace does not know "
+                f"(imported from top-k log-prob lists): analyse with 0 < top_k <= {k}"
+            )
+        if not exact and s.temperature != 1.0:
+            raise TraceError(
+                f"settings {s} are not exact on a top-{k} trace (no top-k <= {k}) and need the tail's shape at "
+                f"temperature {s.temperature}: dump with full rows, or analyse at temperature 1 or with top_k <= {k}"
+            )
+        ids = np.concatenate([self.topk_ids["target"], self.topk_ids["draft"]], axis=-1)
+        repeat = _repeat_mask(ids)
+        probs = {}
+        for role in _ROLES:
+            own_ids, own_vals = self.topk_ids[role], self.topk_logits[role].astype(np.float64)
+            value = np.full(ids.shape, -np.inf)
+            for j in range(own_ids.shape[-1]):
+                value = np.where(ids == own_ids[:, j : j + 1], own_vals[:, j : j + 1], value)
+            value = np.where(repeat, -np.inf, value)
+            if not exact:
+                head = _logsumexp(own_vals)
+                with np.errstate(divide="ignore"):
+                    tail = self.lse[role] + np.log(np.maximum(-np.expm1(head - self.lse[role]), 0.0))
+                value = np.concatenate([value, tail[:, None]], axis=-1)
+            probs[role] = processed_probs(value, s)
+        return probs["draft"], probs["target"]
+
+
+def _repeat_mask(ids):
+    """True at every occurrence of an id after its first, per row."""
+    order = np.argsort(ids, axis=-1, kind="stable")
+    sorted_ids = np.take_along_axis(ids, order, axis=-1)
+    rep_sorted = np.zeros(sorted_ids.shape, dtype=bool)
+    rep_sorted[:, 1:] = sorted_ids[:, 1:] == sorted_ids[:, :-1]
+    rep = np.zeros_like(rep_sorted)
+    np.put_along_axis(rep, order, rep_sorted, axis=-1)
+    return rep
+
+
+def _shard_name(index: int) -> str:
+    return f"shard-{index:05d}.safetensors"
+
+
+def _blank_manifest(top_k, vocab_size, metadata, tail_known):
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "top_k": int(top_k),
+        "vocab_size": int(vocab_size),
+        "tail_known": bool(tail_known),
+        "metadata": metadata or {},
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "shards": [],
+        "sequences": [],
+    }
+
+
+def _read_manifest(directory):
+    path = os.path.join(directory, "manifest.json")
+    if not os.path.isdir(directory):
+        raise TraceError(f"trace directory {directory!r} does not exist")
+    if not os.path.exists(path):
+        raise TraceError(f"{directory!r} has no manifest.json: not a trace (or a dump that never completed a shard)")
+    try:
+        with open(path) as fh:
+            manifest = json.load(fh)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TraceError(f"{path} is not valid JSON ({exc}): the manifest is corrupt") from None
+    if manifest.get("format") != FORMAT:
+        raise TraceError(f"{path}: format is {manifest.get('format')!r}, expected {FORMAT!r}")
+    if manifest.get("version") != VERSION:
+        raise TraceError(f"{path}: version {manifest.get('version')!r} is not supported (expected {VERSION})")
+    return manifest
+
+
+class TraceWriter:
+    """Append sequences to a trace directory, one safetensors shard at a time; resumes.
+
+    Parameters
+    ----------
+    directory : str
+    vocab_size : int
+        Shared vocabulary of draft and verifier (rows of another width raise).
+    top_k : int
+        Logits kept per row (default 64; exact for sampling settings with top_k <= 64).
+    metadata : dict
+        Stored in the manifest (models, hashes, tokenizer, chat template, sampling, versions...).
+    shard_positions : int
+        A shard is written once this many positions are buffered.
+    store_full : bool
+        Also store full logit rows (float32, V per row).
+    tail_known : bool
+        False for imports whose log-sum-exp is unknown (e.g. top-k log-prob lists).
+
+    An existing trace in ``directory`` is resumed (same top_k and vocab_size required):
+    ``done_ids`` lists the sequences already stored, stray temporary files are removed.
+    """
+
+    def __init__(
+        self,
+        directory,
+        vocab_size: int,
+        *,
+        top_k: int = DEFAULT_TOP_K,
+        metadata=None,
+        shard_positions: int = 4096,
+        store_full: bool = False,
+        tail_known: bool = True,
+    ):
+        if not (isinstance(top_k, (int, np.integer)) and top_k >= 1):
+            raise ValueError(f"top_k must be an integer >= 1; got {top_k!r}")
+        if not (isinstance(vocab_size, (int, np.integer)) and vocab_size >= 2):
+            raise ValueError(f"vocab_size must be an integer >= 2; got {vocab_size!r}")
+        self.directory = str(directory)
+        self.store_full = store_full
+        self.shard_positions = int(shard_positions)
+        os.makedirs(self.directory, exist_ok=True)
+        for name in os.listdir(self.directory):
+            if name.endswith(".tmp"):
+                os.remove(os.path.join(self.directory, name))
+        if os.path.exists(os.path.join(self.directory, "manifest.json")):
+            self.manifest = _read_manifest(self.directory)
+            if self.manifest["top_k"] != top_k or self.manifest["vocab_size"] != vocab_size:
+                raise TraceError(
+                    f"cannot resume {self.directory!r}: it has top_k={self.manifest['top_k']}, "
+                    f"vocab_size={self.manifest['vocab_size']}; asked for top_k={top_k}, vocab_size={vocab_size}"
+                )
+            Trace(self.directory, verify=True)  # every listed shard present and intact
+        else:
+            self.manifest = _blank_manifest(top_k, vocab_size, metadata, tail_known)
+            self._write_manifest()
+        self._buffer: list[dict] = []
+
+    @property
+    def done_ids(self) -> set[str]:
+        return {s["id"] for s in self.manifest["sequences"]} | {b["id"] for b in self._buffer}
+
+    def _write_manifest(self):
+        _atomic_bytes(os.path.join(self.directory, "manifest.json"), json.dumps(self.manifest, indent=1).encode())
+
+    def add(self, seq_id: str, task: str, tokens, target_logits, draft_logits, meta=None):
+        """Add one sequence from full logit rows (positions, V) of verifier and draft."""
+        rows = {"target": target_logits, "draft": draft_logits}
+        compressed, full = {}, {}
+        for role, logits in rows.items():
+            width = logits.shape[-1]
+            if width != self.manifest["vocab_size"]:
+                raise TraceError(
+                    f"{role} logits have vocabulary {width}, the trace has {self.manifest['vocab_size']}: "
+                    "draft and verifier must share one vocabulary"
+                )
+            compressed[role] = compress_logits(logits, self.manifest["top_k"])
+            if self.store_full:
+                full[role] = np.asarray(
+                    logits.detach().float().cpu().numpy() if hasattr(logits, "detach") else logits, dtype=np.float32
+                )
+        self.add_compressed(seq_id, task, tokens, compressed, full or None, meta)
+
+    def add_compressed(self, seq_id, task, tokens, compressed, full=None, meta=None):
+        """Add one sequence from {role: (top-K logits, top-K ids, lse)}."""
+        if seq_id in self.done_ids:
+            raise TraceError(f"sequence {seq_id!r} is already in the trace")
+        tokens = np.asarray(tokens.cpu() if hasattr(tokens, "cpu") else tokens, dtype=np.int32).reshape(-1)
+        for role, (vals, ids, lse) in compressed.items():
+            if vals.shape[0] != tokens.shape[0] or ids.shape != vals.shape or np.shape(lse) != (tokens.shape[0],):
+                raise TraceError(f"{role} rows do not match the {tokens.shape[0]} generated tokens of {seq_id!r}")
+        self._buffer.append(
+            {"id": seq_id, "task": task, "tokens": tokens, "compressed": compressed, "full": full, "meta": meta or {}}
+        )
+        if sum(b["tokens"].shape[0] for b in self._buffer) >= self.shard_positions:
+            self.flush()
+
+    def flush(self):
+        """Write the buffered sequences as one shard and record it in the manifest."""
+        if not self._buffer:
+            return
+        from safetensors.numpy import save_file
+
+        index = len(self.manifest["shards"])
+        name = _shard_name(index)
+        tensors = {
+            "tokens": np.concatenate([b["tokens"] for b in self._buffer]),
+            "offsets": np.cumsum([0] + [b["tokens"].shape[0] for b in self._buffer]).astype(np.int64),
+        }
+        for role in _ROLES:
+            tensors[f"{role}_topk_logits"] = np.concatenate([b["compressed"][role][0] for b in self._buffer])
+            tensors[f"{role}_topk_ids"] = np.concatenate([b["compressed"][role][1] for b in self._buffer])
+            tensors[f"{role}_lse"] = np.concatenate([np.asarray(b["compressed"][role][2]) for b in self._buffer])
+            if self._buffer[0]["full"] is not None:
+                tensors[f"{role}_full"] = np.concatenate([b["full"][role] for b in self._buffer])
+        tensors = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
+        path = os.path.join(self.directory, name)
+        with tempfile.NamedTemporaryFile(dir=self.directory, delete=False, suffix=".tmp") as fh:
+            tmp = fh.name
+        save_file(tensors, tmp)
+        os.replace(tmp, path)
+        self.manifest["shards"].append(
+            {"file": name, "sha256": _sha256(path), "bytes": os.path.getsize(path), "positions": len(tensors["tokens"])}
+        )
+        for i, b in enumerate(self._buffer):
+            self.manifest["sequences"].append(
+                {
+                    "id": b["id"],
+                    "task": b["task"],
+                    "shard": index,
+                    "index": i,
+                    "positions": int(b["tokens"].shape[0]),
+                    **({"meta": b["meta"]} if b["meta"] else {}),
+                }
+            )
+        self._buffer = []
+        self._write_manifest()
+
+    def close(self):
+        self.flush()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        # on an exception the buffer is dropped: the trace stays at its last complete shard
+
+
+class Trace:
+    """A trace on disk, read lazily shard by shard (memory-mapped).
+
+    ``verify=True`` checks every shard's size and sha256 when the trace is opened.
+    """
+
+    def __init__(self, directory, verify: bool = True):
+        self.directory = str(directory)
+        self.manifest = _read_manifest(self.directory)
+        for shard in self.manifest["shards"]:
+            path = os.path.join(self.directory, shard["file"])
+            if not os.path.exists(path):
+                raise TraceError(f"shard {shard['file']} listed in the manifest is missing from {self.directory!r}")
+            size = os.path.getsize(path)
+            if size != shard["bytes"]:
+                raise TraceError(
+                    f"shard {shard['file']} has {size} bytes, the manifest says {shard['bytes']}: truncated"
+                )
+            if verify and _sha256(path) != shard["sha256"]:
+                raise TraceError(f"shard {shard['file']} fails its sha256 checksum: the file is corrupt")
+
+    @property
+    def metadata(self) -> dict:
+        return self.manifest["metadata"]
+
+    @property
+    def top_k(self) -> int:
+        return self.manifest["top_k"]
+
+    @property
+    def vocab_size(self) -> int:
+        return self.manifest["vocab_size"]
+
+    @property
+    def n_shards(self) -> int:
+        return len(self.manifest["shards"])
+
+    @property
+    def n_positions(self) -> int:
+        return sum(s["positions"] for s in self.manifest["shards"])
+
+    def __len__(self) -> int:
+        return len(self.manifest["sequences"])
+
+    def shard(self, index: int) -> list[TraceSequence]:
+        """The sequences of one shard (its tensors memory-mapped by safetensors)."""
+        from safetensors import SafetensorError, safe_open
+
+        record = self.manifest["shards"][index]
+        path = os.path.join(self.directory, record["file"])
+        try:
+            with safe_open(path, framework="np") as fh:
+                data = {k: fh.get_tensor(k) for k in fh.keys()}
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise TraceError(f"shard {record['file']} cannot be read ({exc}): truncated or corrupt") from None
+        offsets = data["offsets"]
+        seqs = [s for s in self.manifest["sequences"] if s["shard"] == index]
+        out = []
+        for rec in sorted(seqs, key=lambda r: r["index"]):
+            lo, hi = int(offsets[rec["index"]]), int(offsets[rec["index"] + 1])
+            full = None
+            if "target_full" in data:
+                full = {role: data[f"{role}_full"][lo:hi] for role in _ROLES}
+            out.append(
+                TraceSequence(
+                    id=rec["id"],
+                    task=rec["task"],
+                    tokens=data["tokens"][lo:hi],
+                    topk_logits={role: data[f"{role}_topk_logits"][lo:hi] for role in _ROLES},
+                    topk_ids={role: data[f"{role}_topk_ids"][lo:hi] for role in _ROLES},
+                    lse={role: data[f"{role}_lse"][lo:hi] for role in _ROLES},
+                    full_logits=full,
+                    meta=rec.get("meta", {}),
+                    manifest_tail_known=self.manifest.get("tail_known", True),
+                )
+            )
+        return out
+
+    def __iter__(self) -> Iterator[TraceSequence]:
+        for i in range(self.n_shards):
+            yield from self.shard(i)
+
+
+def load_trace(path=None, verify: bool = True) -> Trace:
+    """Open a trace directory (default: the trace embedded in the package)."""
+    if path is None:
+        from importlib import resources
+
+        path = str(resources.files("cactus_theory") / "data" / "default_trace")
+    return Trace(path, verify=verify)
+
+
+def trace_from_arrays(
+    directory,
+    draft_logits,
+    target_logits,
+    tokens,
+    *,
+    sequence_lengths=None,
+    tasks=None,
+    ids=None,
+    top_k=DEFAULT_TOP_K,
+    metadata=None,
+    store_full=False,
+):
+    """Build a trace from in-memory logits (NumPy or torch): (positions, V) each, or lists of them.
+
+    Log-probabilities work as logits (same softmax). ``sequence_lengths`` splits concatenated
+    rows into sequences. Shapes and vocabularies are checked.
+    """
+
+    def as_list(x):
+        if isinstance(x, (list, tuple)):
+            return list(x)
+        arr = x
+        if sequence_lengths is None:
+            return [arr]
+        bounds = np.cumsum([0, *sequence_lengths])
+        if bounds[-1] != arr.shape[0]:
+            raise ValueError(f"sequence_lengths sum to {bounds[-1]} but there are {arr.shape[0]} rows")
+        return [arr[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+    drafts, targets, toks = as_list(draft_logits), as_list(target_logits), as_list(tokens)
+    if not (len(drafts) == len(targets) == len(toks)):
+        raise ValueError(
+            f"draft_logits, target_logits and tokens give {len(drafts)}, {len(targets)}, {len(toks)} sequences"
+        )
+    vocab = targets[0].shape[-1]
+    for i, (d, t, k) in enumerate(zip(drafts, targets, toks, strict=True)):
+        if d.shape[-1] != t.shape[-1]:
+            raise TraceError(f"sequence {i}: draft vocabulary {d.shape[-1]} != verifier vocabulary {t.shape[-1]}")
+        if d.shape[0] != t.shape[0] or d.shape[0] != len(k):
+            raise ValueError(f"sequence {i}: {d.shape[0]} draft rows, {t.shape[0]} verifier rows, {len(k)} tokens")
+    writer = TraceWriter(directory, vocab, top_k=top_k, metadata=metadata, store_full=store_full)
+    for i, (d, t, k) in enumerate(zip(drafts, targets, toks, strict=True)):
+        writer.add(ids[i] if ids else f"seq-{i}", tasks[i] if tasks else "unknown", k, t, d)
+    writer.close()
+    return Trace(directory)
+
+
+def import_logits(path, directory, **kwargs):
+    """Trace from a file of logits: ``.npz`` or torch ``.pt`` with keys draft_logits,
+    target_logits, tokens (and optionally sequence_lengths), or ``.npy`` of shape (2, N, V)
+    ([draft, target]) with ``tokens=`` given."""
+    ext = os.path.splitext(str(path))[1].lower()
+    if ext == ".npz":
+        with np.load(path) as data:
+            arrays = {k: data[k] for k in data.files}
+    elif ext == ".pt":
+        import torch
+
+        arrays = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(arrays, dict):
+            raise TraceError(f"{path}: expected a dict of tensors with draft_logits, target_logits, tokens")
+    elif ext == ".npy":
+        both = np.load(path)
+        if both.ndim != 3 or both.shape[0] != 2:
+            raise TraceError(f"{path}: a .npy import must be (2, positions, V) = [draft, target]; got {both.shape}")
+        arrays = {"draft_logits": both[0], "target_logits": both[1], "tokens": kwargs.pop("tokens")}
+    else:
+        raise TraceError(f"{path}: unsupported extension {ext!r} (use .npz, .npy or .pt)")
+    missing = {"draft_logits", "target_logits", "tokens"} - set(arrays)
+    if missing:
+        raise TraceError(f"{path}: missing {sorted(missing)}")
+    lengths = arrays.get("sequence_lengths")
+    if lengths is not None:
+        lengths = [int(x) for x in np.asarray(lengths)]
+    return trace_from_arrays(
+        directory, arrays["draft_logits"], arrays["target_logits"], arrays["tokens"], sequence_lengths=lengths, **kwargs
+    )
+
+
+def import_topk_logprobs(
+    directory, draft_topk, target_topk, tokens, *, vocab_size, ids=None, tasks=None, metadata=None
+):
+    """Trace from top-k log-prob lists as vLLM returns them: per sequence, per position, a dict
+    {token_id: logprob}. The tail mass beyond the listed tokens is unknown, so the trace is
+    flagged ``tail_known = False``; it is exact only for settings with top_k <= the list length."""
+    width = min(min(len(pos) for seq in draft_topk for pos in seq), min(len(pos) for seq in target_topk for pos in seq))
+    writer = TraceWriter(directory, vocab_size, top_k=width, metadata=metadata, tail_known=False)
+    for i, (dseq, tseq, toks) in enumerate(zip(draft_topk, target_topk, tokens, strict=True)):
+        compressed = {}
+        for role, seq in (("draft", dseq), ("target", tseq)):
+            vals = np.empty((len(seq), width), np.float32)
+            idx = np.empty((len(seq), width), np.int32)
+            for j, pos in enumerate(seq):
+                best = sorted(pos.items(), key=lambda kv: -kv[1])[:width]
+                for c, (tok, lp) in enumerate(best):
+                    if not 0 <= int(tok) < vocab_size:
+                        raise TraceError(
+                            f"sequence {i}, position {j}: token id {tok} outside the vocabulary {vocab_size}"
+                        )
+                    idx[j, c], vals[j, c] = int(tok), float(lp)
+            compressed[role] = (vals, idx, np.full(len(seq), np.nan))
+        writer.add_compressed(ids[i] if ids else f"seq-{i}", tasks[i] if tasks else "unknown", toks, compressed)
+    writer.close()
+    return Trace(directory)

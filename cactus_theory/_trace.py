@@ -21,6 +21,7 @@ shard and loses nothing. Shards are read lazily and memory-mapped (``safetensors
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import tempfile
@@ -464,7 +465,7 @@ def trace_from_arrays(
         bounds = np.cumsum([0, *sequence_lengths])
         if bounds[-1] != arr.shape[0]:
             raise ValueError(f"sequence_lengths sum to {bounds[-1]} but there are {arr.shape[0]} rows")
-        return [arr[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        return [arr[a:b] for a, b in itertools.pairwise(bounds)]
 
     drafts, targets, toks = as_list(draft_logits), as_list(target_logits), as_list(tokens)
     if not (len(drafts) == len(targets) == len(toks)):

@@ -84,9 +84,8 @@ def fetch(cache):
         with open(checksum_file, "w") as fh:
             fh.write(digest.hexdigest() + "\n")
         out[name] = target
-        print(
-            f"{name}: {os.path.getsize(target) / 2**20:.0f} MiB, sha256 {digest.hexdigest()[:16]}...", file=sys.stderr
-        )
+        size = os.path.getsize(target) / 2**20
+        print(f"{name}: {size:.0f} MiB, sha256 {digest.hexdigest()[:16]}...", file=sys.stderr)
     return out
 
 

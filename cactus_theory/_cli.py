@@ -76,6 +76,74 @@ def _cmd_gamma(args) -> int:
     return 0
 
 
+def _floats(text: str):
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated numbers; got {text!r}") from None
+
+
+def _ints(text: str):
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated integers; got {text!r}") from None
+
+
+def _cmd_dump(args) -> int:
+    from ._dump import dump_trace
+    from ._prompts import load_prompts
+    from ._sampling import SamplingSettings
+
+    prompts = []
+    for path in args.prompts:
+        prompts.extend(load_prompts(path, limit=args.per_file))
+    settings = SamplingSettings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    n = dump_trace(
+        args.verifier,
+        args.draft,
+        prompts,
+        args.out,
+        settings=settings,
+        max_new_tokens=args.max_new_tokens,
+        device=args.device,
+        dtype=args.dtype,
+        seed=args.seed,
+        top_k=args.top_logits,
+        limit=args.limit,
+        store_full=args.full_rows,
+    )
+    print(f"wrote {n} positions to {args.out}")
+    return 0
+
+
+def _cmd_analyze(args) -> int:
+    from ._analysis import analyze_trace, parse_rules, write_outputs
+    from ._sampling import SamplingSettings
+    from ._trace import load_trace
+
+    trace = load_trace(args.trace)
+    settings = None
+    if args.temperature is not None:
+        settings = SamplingSettings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    rules = parse_rules(args.rules, args.delta)
+    result = analyze_trace(
+        trace,
+        rules,
+        ms=args.m,
+        settings=settings,
+        n_boot=args.bootstrap,
+        processes=args.processes,
+        progress=not args.quiet,
+    )
+    print(f"trace {trace.directory}: {len(trace)} sequences, {trace.n_positions} positions; settings {result.settings}")
+    print(result.table())
+    if args.out:
+        for path in write_outputs(result, args.out, figures=not args.no_figures):
+            print(f"wrote {path}")
+    return 0
+
+
 def _probability(text: str) -> float:
     value = float(text)
     if not 0.0 <= value <= 1.0 or np.isnan(value):
@@ -107,6 +175,41 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--json", action="store_true", help="print JSON instead of a table")
     g.set_defaults(func=_cmd_gamma)
+
+    d = sub.add_parser("dump", help="dump a logit trace from a verifier and a draft model")
+    d.add_argument("--verifier", required=True, help="Hugging Face id, local directory or .gguf file")
+    d.add_argument("--draft", required=True, help="Hugging Face id, local directory or .gguf file")
+    d.add_argument(
+        "--prompts", required=True, nargs="+", help="benchmark files (GSM8K, HumanEval, MBPP, MT-Bench, ...)"
+    )
+    d.add_argument("--out", required=True, help="trace directory (resumed if it exists)")
+    d.add_argument("--device", default="cpu", help="cpu or cuda")
+    d.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
+    d.add_argument("--max-new-tokens", type=int, default=128)
+    d.add_argument("--limit", type=int, default=None, help="at most this many prompts in this run")
+    d.add_argument("--per-file", type=int, default=None, help="first N prompts of each file")
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--temperature", type=float, default=0.6)
+    d.add_argument("--top-k", type=int, default=20)
+    d.add_argument("--top-p", type=float, default=0.95)
+    d.add_argument("--top-logits", type=int, default=64, help="logits kept per row (K)")
+    d.add_argument("--full-rows", action="store_true", help="also store full logit rows")
+    d.set_defaults(func=_cmd_dump)
+
+    a = sub.add_parser("analyze", help="acceptance, AL and emitted drift of rules on a trace")
+    a.add_argument("trace", nargs="?", default=None, help="trace directory (default: the embedded trace)")
+    a.add_argument("--rules", default="sps,tas,cactus,cactus-exact,mentored")
+    a.add_argument("--delta", type=_floats, default=[0.25, 0.5, 1.0, 2.0])
+    a.add_argument("--m", type=_ints, default=[4, 8, 20])
+    a.add_argument("--temperature", type=float, default=None, help="override the trace's sampling settings")
+    a.add_argument("--top-k", type=int, default=20)
+    a.add_argument("--top-p", type=float, default=0.95)
+    a.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the 95%% intervals")
+    a.add_argument("--processes", type=int, default=1)
+    a.add_argument("--out", default=None, help="write analysis.csv, analysis.json and figures here")
+    a.add_argument("--no-figures", action="store_true")
+    a.add_argument("--quiet", action="store_true")
+    a.set_defaults(func=_cmd_analyze)
     return parser
 
 

@@ -86,8 +86,8 @@ def step_metrics(rule, draft_probs, target_probs, drafted_token=None):
         acceptance = np.asarray(rule.acceptance(p, q, drafted_token), dtype=np.float64)
     return StepMetrics(
         acceptance=acceptance,
-        kl_emitted_target=np.sum(special.rel_entr(pi, q), axis=-1),
-        kl_target_emitted=np.sum(special.rel_entr(q, pi), axis=-1),
+        kl_emitted_target=np.maximum(np.sum(special.rel_entr(pi, q), axis=-1), 0.0),
+        kl_target_emitted=np.maximum(np.sum(special.rel_entr(q, pi), axis=-1), 0.0),
         tv=0.5 * np.sum(np.abs(pi - q), axis=-1),
         entropy_change=_entropy(pi) - _entropy(q),
         emitted=pi,

@@ -117,7 +117,8 @@ class TraceSequence:
             raise ValueError("give either settings or keyword settings, not both")
         s = settings if settings is not None else SamplingSettings(**kwargs)
         if self.full_logits is not None:
-            return processed_probs(self.full_logits["draft"], s), processed_probs(self.full_logits["target"], s)
+            rows = {role: np.asarray(self.full_logits[role], dtype=np.float64) for role in _ROLES}
+            return processed_probs(rows["draft"], s), processed_probs(rows["target"], s)
         k = min(self.topk_ids["target"].shape[-1], self.topk_ids["draft"].shape[-1])
         exact = s.greedy or 0 < s.top_k <= k
         if not exact and not self.manifest_tail_known:

@@ -1,0 +1,335 @@
+"""Trace format, sampling settings, imports, prompt loaders and the dumper (tiny models)."""
+
+import json
+import os
+import pathlib
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from tiny_models import tiny_model, tiny_tokenizer
+
+from cactus_theory import Cactus, SpS, step_metrics
+from cactus_theory._dump import draft_logits_on, dump_trace
+from cactus_theory._prompts import Prompt, load_prompts, mixed_prompts
+from cactus_theory._sampling import SamplingSettings, processed_probs
+from cactus_theory._trace import (
+    Trace,
+    TraceError,
+    TraceWriter,
+    import_logits,
+    import_topk_logprobs,
+    trace_from_arrays,
+)
+
+DATA = pathlib.Path(__file__).parents[2] / "shared" / "data"
+
+
+def _reference_probs(logits, temperature, top_k, top_p):
+    """Processed probabilities by plain loops (the definition, row by row)."""
+    out = np.zeros_like(logits, dtype=np.float64)
+    for i, row in enumerate(np.asarray(logits, dtype=np.float64)):
+        if temperature == 0:
+            out[i, int(np.argmax(row))] = 1.0
+            continue
+        z = row / temperature
+        order = sorted(range(len(z)), key=lambda j: (-z[j], j))
+        if top_k:
+            order = order[:top_k]
+        w = np.exp(z[order] - z[order[0]])
+        w /= w.sum()
+        kept, mass = [], 0.0
+        for j, pj in zip(order, w, strict=True):
+            if mass < top_p:
+                kept.append(j)
+            mass += pj
+        ww = np.exp(z[kept] - z[order[0]])
+        out[i, kept] = ww / ww.sum()
+    return out
+
+
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    temperature=st.sampled_from([0.0, 0.3, 0.6, 1.0, 1.7]),
+    top_k=st.sampled_from([0, 1, 3, 20]),
+    top_p=st.sampled_from([1.0, 0.95, 0.5, 0.1]),
+)
+def test_processed_probs_match_the_definition(seed, temperature, top_k, top_p):
+    logits = np.random.default_rng(seed).normal(0, 3, size=(4, 12))
+    want = _reference_probs(logits, temperature, top_k, top_p)
+    got = processed_probs(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+    got_t = processed_probs(torch.as_tensor(logits), temperature=temperature, top_k=top_k, top_p=top_p)
+    np.testing.assert_allclose(got_t.numpy(), want, rtol=1e-12, atol=1e-15)
+
+
+def test_sampling_settings_are_checked():
+    with pytest.raises(ValueError, match="temperature must be"):
+        SamplingSettings(temperature=-1)
+    with pytest.raises(ValueError, match="top_p must lie in"):
+        SamplingSettings(top_p=0)
+    with pytest.raises(ValueError, match="top_k must be"):
+        SamplingSettings(top_k=-2)
+    with pytest.raises(ValueError, match="NaN"):
+        processed_probs(np.array([[0.0, np.nan]]), temperature=1.0, top_k=0, top_p=1.0)
+
+
+def _random_logits(seed, n=30, vocab=200):
+    rng = np.random.default_rng(seed)
+    base = rng.normal(0, 2.5, size=(n, vocab))
+    return base + rng.normal(0, 1.0, size=(n, vocab)), base, rng.integers(vocab, size=n)
+
+
+def test_round_trip_is_exact_for_recorded_settings(tmp_path):
+    draft, target, tokens = _random_logits(0)
+    trace = trace_from_arrays(tmp_path / "t", draft, target, tokens, sequence_lengths=[10, 20], top_k=32)
+    full = trace_from_arrays(tmp_path / "f", draft, target, tokens, sequence_lengths=[10, 20], store_full=True)
+    settings = SamplingSettings(temperature=0.6, top_k=20, top_p=0.95)
+    for seq, seq_full in zip(trace, full, strict=True):
+        p, q = seq.distributions(settings)
+        p_full, q_full = seq_full.distributions(settings)
+        for rule in (SpS(), Cactus(1.0)):
+            a = step_metrics(rule, p, q)
+            b = step_metrics(rule, p_full, q_full)
+            np.testing.assert_allclose(a.acceptance, b.acceptance, rtol=1e-12, atol=1e-14)
+            np.testing.assert_allclose(a.kl_emitted_target, b.kl_emitted_target, rtol=1e-9, atol=1e-13)
+            np.testing.assert_allclose(a.entropy_change, b.entropy_change, rtol=1e-9, atol=1e-12)
+    assert trace.n_positions == 30 and len(trace) == 2
+
+
+def test_lumped_tail_error_is_bounded_by_the_tail_mass(tmp_path):
+    """No top-k at temperature 1: each model's mass outside its own top-K becomes one bucket.
+    Acceptance is 1 - TV(p, q), and moving at most a tail's mass changes TV by at most that mass,
+    so |lumped - exact| <= tail(p) + tail(q). The test also reports how small it is in practice."""
+    draft, target, tokens = _random_logits(1, vocab=300)
+    trace = trace_from_arrays(tmp_path / "t", draft, target, tokens, top_k=16)
+    full = trace_from_arrays(tmp_path / "f", draft, target, tokens, store_full=True)
+    settings = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0)
+    (seq,), (seq_full,) = list(trace), list(full)
+    p, q = seq.distributions(settings)
+    p_full, q_full = seq_full.distributions(settings)
+    lumped = step_metrics(SpS(), p, q).acceptance
+    exact = step_metrics(SpS(), p_full, q_full).acceptance
+    tail = p[:, -1] + q[:, -1]
+    assert np.all(np.abs(lumped - exact) <= tail + 1e-12)
+    assert np.max(np.abs(lumped - exact)) < 0.5 * np.max(tail)  # well inside the bound here
+    with pytest.raises(TraceError, match="need the tail's shape"):
+        seq.distributions(temperature=0.7, top_k=0, top_p=1.0)
+
+
+def test_resume_after_a_crash_loses_nothing(tmp_path):
+    draft, target, tokens = _random_logits(2, n=40)
+    parts = [(f"s{i}", slice(10 * i, 10 * i + 10)) for i in range(4)]
+    directory = tmp_path / "t"
+    with pytest.raises(RuntimeError):
+        with TraceWriter(directory, 200, top_k=8, shard_positions=10) as writer:
+            for sid, sl in parts[:3]:
+                writer.add(sid, "x", tokens[sl], target[sl], draft[sl])
+            raise RuntimeError("killed")
+    writer = TraceWriter(directory, 200, top_k=8, shard_positions=10)
+    assert writer.done_ids == {"s0", "s1", "s2"}  # each was a complete shard
+    for sid, sl in parts:
+        if sid not in writer.done_ids:
+            writer.add(sid, "x", tokens[sl], target[sl], draft[sl])
+    writer.close()
+    one_shot = trace_from_arrays(tmp_path / "o", draft, target, tokens, sequence_lengths=[10] * 4, top_k=8)
+    for a, b in zip(Trace(directory), one_shot, strict=True):
+        np.testing.assert_array_equal(a.topk_logits["target"], b.topk_logits["target"])
+        np.testing.assert_array_equal(a.tokens, b.tokens)
+    assert not [f for f in os.listdir(directory) if f.endswith(".tmp")]
+
+
+def test_damaged_traces_give_clear_errors(tmp_path):
+    draft, target, tokens = _random_logits(3)
+    directory = tmp_path / "t"
+    trace_from_arrays(directory, draft, target, tokens, top_k=8)
+    shard = directory / "shard-00000.safetensors"
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(TraceError, match="sha256"):
+        Trace(directory)
+    shard.write_bytes(bytes(data[:-100]))
+    with pytest.raises(TraceError, match="truncated"):
+        Trace(directory)
+    shard.unlink()
+    with pytest.raises(TraceError, match="missing"):
+        Trace(directory)
+    (directory / "manifest.json").write_text("{not json")
+    with pytest.raises(TraceError, match="not valid JSON"):
+        Trace(directory)
+    with pytest.raises(TraceError, match="no manifest.json"):
+        Trace(tmp_path)
+    with pytest.raises(TraceError, match="does not exist"):
+        Trace(tmp_path / "nowhere")
+
+
+def test_vocabulary_and_resume_mismatches(tmp_path):
+    draft, target, tokens = _random_logits(4)
+    with pytest.raises(TraceError, match="draft vocabulary 199 != verifier vocabulary 200"):
+        trace_from_arrays(tmp_path / "a", draft[:, :199], target, tokens)
+    trace_from_arrays(tmp_path / "b", draft, target, tokens, top_k=8)
+    with pytest.raises(TraceError, match="cannot resume"):
+        TraceWriter(tmp_path / "b", 200, top_k=16)
+    with pytest.raises(TraceError, match="NaN"):
+        bad = target.copy()
+        bad[3, 4] = np.nan
+        trace_from_arrays(tmp_path / "c", draft, bad, tokens)
+
+
+def test_imports_from_files(tmp_path):
+    draft, target, tokens = _random_logits(5)
+    np.savez(tmp_path / "x.npz", draft_logits=draft, target_logits=target, tokens=tokens, sequence_lengths=[12, 18])
+    a = import_logits(tmp_path / "x.npz", tmp_path / "a", top_k=8)
+    torch.save(
+        {
+            "draft_logits": torch.as_tensor(draft),
+            "target_logits": torch.as_tensor(target),
+            "tokens": torch.as_tensor(tokens),
+        },
+        tmp_path / "x.pt",
+    )
+    b = import_logits(tmp_path / "x.pt", tmp_path / "b", top_k=8)
+    np.save(tmp_path / "x.npy", np.stack([draft, target]))
+    c = import_logits(tmp_path / "x.npy", tmp_path / "c", top_k=8, tokens=tokens)
+    assert len(a) == 2 and len(b) == 1 and c.n_positions == 30
+    with pytest.raises(TraceError, match="unsupported extension"):
+        import_logits(tmp_path / "x.csv", tmp_path / "d")
+
+
+def test_topk_logprob_lists_flag_an_unknown_tail(tmp_path):
+    draft, target, tokens = _random_logits(6, n=5, vocab=50)
+
+    def lists(logits):
+        lp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+        return [[{int(j): float(row[j]) for j in np.argsort(-row)[:25]} for row in lp]]
+
+    trace = import_topk_logprobs(tmp_path / "v", lists(draft), lists(target), [tokens], vocab_size=50)
+    assert trace.manifest["tail_known"] is False
+    (seq,) = list(trace)
+    p, q = seq.distributions(temperature=0.6, top_k=20, top_p=0.95)  # exact: top_k <= 25
+    p_ref = processed_probs(draft, temperature=0.6, top_k=20, top_p=0.95)
+    np.testing.assert_allclose(
+        np.sort(p, axis=-1)[:, ::-1][:, :20], np.sort(p_ref, axis=-1)[:, ::-1][:, :20], atol=1e-6
+    )
+    with pytest.raises(TraceError, match="does not know"):
+        seq.distributions(temperature=1.0, top_k=0, top_p=1.0)
+
+
+def test_prompt_loaders_read_every_benchmark():
+    files = {
+        "gsm8k": "gsm8k/test.jsonl",
+        "humaneval": "humaneval/HumanEval.jsonl.gz",
+        "mbpp": "mbpp/mbpp.jsonl",
+        "mt_bench": "mt_bench/question.jsonl",
+        "spec_bench": "spec_bench/question.jsonl",
+    }
+    for name, rel in files.items():
+        prompts = load_prompts(DATA / rel, limit=3)
+        assert [p.id for p in prompts] == [f"{name}-{i}" for i in range(3)]
+        assert all(len(p.text) > 10 and len(p.source["sha256"]) == 64 for p in prompts)
+    mixed = mixed_prompts(DATA, {"gsm8k": 2, "humaneval": 2})
+    assert [p.task for p in mixed] == ["gsm8k", "humaneval", "gsm8k", "humaneval"]
+    with pytest.raises(ValueError, match="does not exist"):
+        load_prompts(DATA / "nowhere.jsonl")
+
+
+def test_unknown_dataset_is_named(tmp_path):
+    path = tmp_path / "questions.jsonl"
+    path.write_text('{"question": "1 + 1?"}\n')
+    with pytest.raises(ValueError, match="cannot tell the dataset"):
+        load_prompts(path)
+    assert load_prompts(path, dataset="gsm8k")[0].text.startswith("1 + 1?")
+
+
+def test_dump_with_tiny_models_is_consistent_and_resumes(tmp_path):
+    tokenizer = tiny_tokenizer()
+    verifier, draft = tiny_model(0), tiny_model(1, layers=1)
+    prompts = [
+        Prompt(id=f"p{i}", task="toy", text=" ".join(f"t{(3 * i + j) % 60 + 2}" for j in range(5)), index=i)
+        for i in range(3)
+    ]
+    settings = SamplingSettings(temperature=0.8, top_k=10, top_p=0.95)
+    out = tmp_path / "trace"
+    n = dump_trace(
+        (verifier, tokenizer),
+        (draft, tokenizer),
+        prompts[:2],
+        out,
+        settings=settings,
+        max_new_tokens=6,
+        top_k=16,
+        store_full=True,
+        progress=False,
+        shard_positions=1,
+    )
+    assert n > 0
+    trace = Trace(out)
+    assert trace.metadata["sampling"] == settings.as_dict()
+    for seq, prompt in zip(trace, prompts, strict=False):
+        ids = tokenizer(prompt.text)["input_ids"]
+        # the verifier's cached logits equal a fresh forward pass on the same prefix
+        with torch.no_grad():
+            fresh = verifier(input_ids=torch.tensor([ids + list(seq.tokens[:-1])])).logits[0, len(ids) - 1 :].float()
+        np.testing.assert_allclose(seq.full_logits["target"], fresh.numpy(), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(seq.full_logits["draft"], draft_logits_on(draft, ids, list(seq.tokens)), atol=1e-5)
+        assert seq.meta["source"]["dataset"] == "toy"
+    more = dump_trace(
+        (verifier, tokenizer),
+        (draft, tokenizer),
+        prompts,
+        out,
+        settings=settings,
+        max_new_tokens=6,
+        top_k=16,
+        store_full=True,
+        progress=False,
+    )
+    assert len(Trace(out)) == 3 and more == Trace(out).n_positions - n  # only the new prompt was dumped
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["metadata"]["versions"]["torch"] == torch.__version__
+
+
+def test_analysis_matches_a_direct_computation_and_the_cli(tmp_path, capsys):
+    from cactus_theory._analysis import analyze_trace, parse_rules, write_outputs
+    from cactus_theory._cli import main
+
+    draft, target, tokens = _random_logits(7, n=60, vocab=120)
+    tasks = ["gsm8k", "humaneval", "gsm8k"]
+    trace = trace_from_arrays(
+        tmp_path / "t",
+        draft,
+        target,
+        tokens,
+        sequence_lengths=[20, 15, 25],
+        tasks=tasks,
+        top_k=32,
+        metadata={"sampling": SamplingSettings().as_dict()},
+    )
+    rules = parse_rules("sps,cactus,mentored", deltas=[0.5])
+    result = analyze_trace(trace, rules, ms=(4,), n_boot=200, progress=False)
+    # direct: per position metrics on each sequence, then AL over block starts, pooled over sequences
+    direct_al, starts, acc, n = 0.0, 0, 0.0, 0
+    for seq in trace:
+        p, q = seq.distributions(SamplingSettings())
+        sm = step_metrics(Cactus(0.5), p, q)
+        from cactus_theory import expected_accepted_length
+
+        al = expected_accepted_length(sm.acceptance, 4)[: seq.n_positions - 3]
+        direct_al, starts = direct_al + al.sum(), starts + al.size
+        acc, n = acc + sm.acceptance.sum(), n + seq.n_positions
+    row = next(r for r in result.rows if r["rule"] == "cactus(delta=0.5)" and r["task"] == "all")
+    np.testing.assert_allclose(row["al"], direct_al / starts, rtol=1e-12)
+    np.testing.assert_allclose(row["acceptance"], acc / n, rtol=1e-12)
+    assert row["al_lo"] <= row["al"] <= row["al_hi"]
+    assert {r["task"] for r in result.rows} == {"all", "gsm8k", "humaneval"}
+    sps = next(r for r in result.rows if r["rule"] == "sps" and r["task"] == "all")
+    assert abs(sps["kl_emitted_target"]) < 1e-12  # lossless
+    paths = write_outputs(result, str(tmp_path / "out"))
+    assert len(paths) == 4
+    assert main(["analyze", str(tmp_path / "t"), "--rules", "sps,tas", "--m", "4", "--quiet", "--bootstrap", "50"]) == 0
+    assert "tas" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="unknown rule"):
+        parse_rules("cactus,speculative")

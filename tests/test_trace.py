@@ -160,7 +160,7 @@ def test_damaged_traces_give_clear_errors(tmp_path):
     (directory / "manifest.json").write_text("{not json")
     with pytest.raises(TraceError, match="not valid JSON"):
         Trace(directory)
-    with pytest.raises(TraceError, match="no manifest.json"):
+    with pytest.raises(TraceError, match=r"no manifest\.json"):
         Trace(tmp_path)
     with pytest.raises(TraceError, match="does not exist"):
         Trace(tmp_path / "nowhere")
@@ -209,7 +209,7 @@ def test_topk_logprob_lists_flag_an_unknown_tail(tmp_path):
     trace = import_topk_logprobs(tmp_path / "v", lists(draft), lists(target), [tokens], vocab_size=50)
     assert trace.manifest["tail_known"] is False
     (seq,) = list(trace)
-    p, q = seq.distributions(temperature=0.6, top_k=20, top_p=0.95)  # exact: top_k <= 25
+    p, _ = seq.distributions(temperature=0.6, top_k=20, top_p=0.95)  # exact: top_k <= 25
     p_ref = processed_probs(draft, temperature=0.6, top_k=20, top_p=0.95)
     np.testing.assert_allclose(
         np.sort(p, axis=-1)[:, ::-1][:, :20], np.sort(p_ref, axis=-1)[:, ::-1][:, :20], atol=1e-6

@@ -333,3 +333,34 @@ def test_analysis_matches_a_direct_computation_and_the_cli(tmp_path, capsys):
     assert "tas" in capsys.readouterr().out
     with pytest.raises(ValueError, match="unknown rule"):
         parse_rules("cactus,speculative")
+
+
+def test_dump_from_gguf_files_written_with_the_gguf_package(tmp_path):
+    from tiny_models import write_tiny_gguf
+
+    verifier, draft = tiny_model(2), tiny_model(3, layers=1)
+    v_path = write_tiny_gguf(verifier, tmp_path / "verifier.gguf")
+    d_path = write_tiny_gguf(draft, tmp_path / "draft.gguf")
+    prompt = Prompt(id="g0", task="toy", text="ab cd ef", index=0)
+    settings = SamplingSettings(temperature=1.0, top_k=8, top_p=1.0)
+    n = dump_trace(
+        str(v_path),
+        str(d_path),
+        [prompt],
+        tmp_path / "trace",
+        settings=settings,
+        max_new_tokens=5,
+        top_k=16,
+        store_full=True,
+        progress=False,
+    )
+    trace = Trace(tmp_path / "trace")
+    (seq,) = list(trace)
+    assert n == seq.n_positions and trace.metadata["verifier"]["files"]["verifier.gguf"]
+    from cactus_theory._dump import encode_chat, load_model
+
+    _, tok, _ = load_model(str(v_path))
+    ids = encode_chat(tok, prompt.text)
+    with torch.no_grad():  # the GGUF weights are the HF model's: same logits as the original
+        fresh = verifier(input_ids=torch.tensor([ids + list(seq.tokens[:-1])])).logits[0, len(ids) - 1 :]
+    np.testing.assert_allclose(seq.full_logits["target"], fresh.numpy(), rtol=1e-4, atol=1e-4)

@@ -33,3 +33,69 @@ def tiny_model(seed=0, vocab_size=64, layers=2):
     with torch.no_grad():  # sharper logits than the default init, so sampling is not uniform
         model.lm_head.weight.mul_(40.0)
     return model
+
+
+_LAYER_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.q_proj.bias": "attn_q.bias",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.v_proj.bias": "attn_v.bias",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+
+
+def gguf_tokens(vocab_size=64):
+    """A byte-level BPE vocabulary: 'Ġ' (space), the letters, then merged pairs."""
+    letters = [chr(ord("a") + i) for i in range(26)]
+    pairs = [a + b for a in letters for b in letters]
+    tokens = ["<s>", "</s>", "Ġ", *letters, *pairs][:vocab_size]
+    merges = [f"{t[0]} {t[1]}" for t in tokens if len(t) == 2 and t.isalpha()]
+    return tokens, merges
+
+
+def write_tiny_gguf(model, path):
+    """Write a Qwen2 model (float32 tensors) and a tiny BPE tokenizer as a GGUF file with the gguf package."""
+    import gguf
+
+    cfg = model.config
+    w = gguf.GGUFWriter(str(path), "qwen2")
+    w.add_name("tiny-qwen2")
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_rope_freq_base(float(getattr(cfg, "rope_theta", None) or 10000.0))
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_file_type(0)
+    tokens, merges = gguf_tokens(cfg.vocab_size)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * len(tokens))
+    w.add_token_merges(merges)
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(1)
+    names = {
+        "model.embed_tokens.weight": "token_embd.weight",
+        "model.norm.weight": "output_norm.weight",
+        "lm_head.weight": "output.weight",
+    }
+    for i in range(cfg.num_hidden_layers):
+        for k, v in _LAYER_NAMES.items():
+            names[f"model.layers.{i}.{k}"] = f"blk.{i}.{v}"
+    for k, v in model.state_dict().items():
+        w.add_tensor(names[k], v.detach().float().numpy())
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

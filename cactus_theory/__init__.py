@@ -1,5 +1,6 @@
 """cactus_theory: theory and simulation of speculative-decoding acceptance rules (Cactus, ICLR 2026)."""
 
+from ._analysis import AnalysisResult, analyze_trace, parse_rules
 from ._divergences import (
     FDivergence,
     available_divergences,
@@ -8,8 +9,10 @@ from ._divergences import (
     get_divergence,
     register_divergence,
 )
+from ._dump import dump_trace, load_model
 from ._emitted import StepMetrics, block_statistics, emitted_distribution, expected_accepted_length, step_metrics
 from ._gamma import APPROX_METHODS, GammaResult, approx_gamma, exact_gamma
+from ._prompts import Prompt, load_prompts, mixed_prompts
 from ._rules import (
     TAS,
     Cactus,
@@ -23,10 +26,21 @@ from ._rules import (
     TopK,
     mentored_target,
 )
+from ._sampling import SamplingSettings, processed_probs
 from ._simulate import SimulationResult, simulate
 from ._symbolic import SYMPY_GENERATORS, GeneratorFacts, SymbolicGamma, generator_facts, symbolic_gamma
 from ._synthetic import SYNTHETIC_KINDS, synthetic_pairs
 from ._target import cactus_target
+from ._trace import (
+    Trace,
+    TraceError,
+    TraceSequence,
+    TraceWriter,
+    import_logits,
+    import_topk_logprobs,
+    load_trace,
+    trace_from_arrays,
+)
 
 __version__ = "0.1.0"
 
@@ -35,6 +49,7 @@ __all__ = [
     "SYMPY_GENERATORS",
     "SYNTHETIC_KINDS",
     "TAS",
+    "AnalysisResult",
     "Cactus",
     "ExactCactus",
     "FDivergence",
@@ -44,27 +59,44 @@ __all__ = [
     "Interpolation",
     "Lenience",
     "Mentored",
+    "Prompt",
     "Rule",
+    "SamplingSettings",
     "SimulationResult",
     "SpS",
     "StepMetrics",
     "SymbolicGamma",
     "TopK",
+    "Trace",
+    "TraceError",
+    "TraceSequence",
+    "TraceWriter",
+    "analyze_trace",
     "approx_gamma",
     "available_divergences",
     "binary_divergence",
     "block_statistics",
     "cactus_target",
     "divergence",
+    "dump_trace",
     "emitted_distribution",
     "exact_gamma",
     "expected_accepted_length",
     "generator_facts",
     "get_divergence",
+    "import_logits",
+    "import_topk_logprobs",
+    "load_model",
+    "load_prompts",
+    "load_trace",
     "mentored_target",
+    "mixed_prompts",
+    "parse_rules",
+    "processed_probs",
     "register_divergence",
     "simulate",
     "step_metrics",
     "symbolic_gamma",
     "synthetic_pairs",
+    "trace_from_arrays",
 ]

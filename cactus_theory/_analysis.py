@@ -140,29 +140,21 @@ def analyze_trace(trace, rules, ms=(4, 8, 20), settings=None, n_boot=1000, seed=
         )
     jobs = [(trace.directory, i, list(rules), tuple(ms), settings) for i in range(trace.n_shards)]
     sequences = []
+    pool = None
     if processes > 1 and len(jobs) > 1:
         from multiprocessing import get_context
 
-        with get_context("spawn").Pool(processes) as pool:
-            for i, part in enumerate(pool.imap(_shard_stats, jobs), 1):
-                sequences.extend(part)
-                if progress:
-                    print(
-                        f"\r[{i}/{len(jobs)} shards] {sum(s['positions'] for s in sequences)} positions",
-                        end="",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-    else:
-        for i, job in enumerate(jobs, 1):
-            sequences.extend(_shard_stats(job))
+        pool = get_context("spawn").Pool(processes)
+    try:
+        for i, part in enumerate(pool.imap(_shard_stats, jobs) if pool else map(_shard_stats, jobs), 1):
+            sequences.extend(part)
             if progress:
-                print(
-                    f"\r[{i}/{len(jobs)} shards] {sum(s['positions'] for s in sequences)} positions",
-                    end="",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                done = sum(s["positions"] for s in sequences)
+                print(f"\r[{i}/{len(jobs)} shards] {done} positions", end="", file=sys.stderr, flush=True)
+    finally:
+        if pool:
+            pool.close()
+            pool.join()
     if progress:
         print(file=sys.stderr)
     rng = np.random.default_rng(seed)

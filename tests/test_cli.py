@@ -26,36 +26,14 @@ def test_gamma_json_reports_achieved_divergence(capsys):
     assert abs(mp.mpf(rows["exact"]["acceptance"]) - mpref.gamma_star("kl", 0.9, 0.01) / mp.mpf(0.99)) < 1e-14
 
 
+def _run(*args):
+    return subprocess.run([sys.executable, "-m", "cactus_theory", *args], capture_output=True, text=True, check=False)
+
+
 def test_module_entry_point_and_bad_input():
-    ok = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cactus_theory",
-            "gamma",
-            "--target-prob",
-            "0.3",
-            "--delta",
-            "1",
-            "--divergence",
-            "chi2",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    ok = _run("gamma", "--target-prob", "0.3", "--delta", "1", "--divergence", "chi2")
     assert ok.returncode == 0 and "chi2" in ok.stdout
-    bad = subprocess.run(
-        [sys.executable, "-m", "cactus_theory", "gamma", "--target-prob", "1.3", "--delta", "1"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    bad = _run("gamma", "--target-prob", "1.3", "--delta", "1")
     assert bad.returncode == 2 and "must be a probability in [0, 1]" in bad.stderr
-    bad = subprocess.run(
-        [sys.executable, "-m", "cactus_theory", "gamma", "--target-prob", "0.3", "--delta", "-1"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    bad = _run("gamma", "--target-prob", "0.3", "--delta", "-1")
     assert bad.returncode == 2 and "budget >= 0" in bad.stderr

@@ -253,18 +253,22 @@ def test_dump_with_tiny_models_is_consistent_and_resumes(tmp_path):
     ]
     settings = SamplingSettings(temperature=0.8, top_k=10, top_p=0.95)
     out = tmp_path / "trace"
-    n = dump_trace(
-        (verifier, tokenizer),
-        (draft, tokenizer),
-        prompts[:2],
-        out,
-        settings=settings,
-        max_new_tokens=6,
-        top_k=16,
-        store_full=True,
-        progress=False,
-        shard_positions=1,
-    )
+
+    def dump(batch, **extra):
+        return dump_trace(
+            (verifier, tokenizer),
+            (draft, tokenizer),
+            batch,
+            out,
+            settings=settings,
+            max_new_tokens=6,
+            top_k=16,
+            store_full=True,
+            progress=False,
+            **extra,
+        )
+
+    n = dump(prompts[:2], shard_positions=1)
     assert n > 0
     trace = Trace(out)
     assert trace.metadata["sampling"] == settings.as_dict()
@@ -276,17 +280,7 @@ def test_dump_with_tiny_models_is_consistent_and_resumes(tmp_path):
         np.testing.assert_allclose(seq.full_logits["target"], fresh.numpy(), rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(seq.full_logits["draft"], draft_logits_on(draft, ids, list(seq.tokens)), atol=1e-5)
         assert seq.meta["source"]["dataset"] == "toy"
-    more = dump_trace(
-        (verifier, tokenizer),
-        (draft, tokenizer),
-        prompts,
-        out,
-        settings=settings,
-        max_new_tokens=6,
-        top_k=16,
-        store_full=True,
-        progress=False,
-    )
+    more = dump(prompts)
     assert len(Trace(out)) == 3 and more == Trace(out).n_positions - n  # only the new prompt was dumped
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["metadata"]["versions"]["torch"] == torch.__version__

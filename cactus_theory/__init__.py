@@ -1,6 +1,7 @@
 """cactus_theory: theory and simulation of speculative-decoding acceptance rules (Cactus, ICLR 2026)."""
 
 from ._analysis import AnalysisResult, analyze_trace, parse_rules
+from ._decode import DecodeResult, NgramDrafter, autoregressive_generate, speculative_generate
 from ._divergences import (
     FDivergence,
     available_divergences,
@@ -51,6 +52,7 @@ __all__ = [
     "TAS",
     "AnalysisResult",
     "Cactus",
+    "DecodeResult",
     "ExactCactus",
     "FDivergence",
     "GammaResult",
@@ -59,6 +61,7 @@ __all__ = [
     "Interpolation",
     "Lenience",
     "Mentored",
+    "NgramDrafter",
     "Prompt",
     "Rule",
     "SamplingSettings",
@@ -73,6 +76,7 @@ __all__ = [
     "TraceWriter",
     "analyze_trace",
     "approx_gamma",
+    "autoregressive_generate",
     "available_divergences",
     "binary_divergence",
     "block_statistics",
@@ -95,6 +99,7 @@ __all__ = [
     "processed_probs",
     "register_divergence",
     "simulate",
+    "speculative_generate",
     "step_metrics",
     "symbolic_gamma",
     "synthetic_pairs",

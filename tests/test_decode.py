@@ -1,0 +1,106 @@
+"""Real speculative decoding with tiny random models: correctness against the verifier."""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+from tiny_models import tiny_model
+
+from cactus_theory import TAS, Cactus, SpS
+from cactus_theory._decode import NgramDrafter, _Cached, autoregressive_generate, speculative_generate
+from cactus_theory._sampling import SamplingSettings, processed_probs
+
+PROMPT = [5, 9, 14, 3, 27]
+
+
+@pytest.fixture(scope="module")
+def models():
+    return tiny_model(10), tiny_model(11, layers=1)
+
+
+def _exact_two_token_law(verifier, settings):
+    """P(t1, t2) = q(t1 | prompt) q(t2 | prompt, t1), by brute force over the supports."""
+    with torch.no_grad():
+        q1 = processed_probs(verifier(input_ids=torch.tensor([PROMPT])).logits[0, -1].double(), settings)
+        law = {}
+        for t1 in torch.nonzero(q1).flatten().tolist():
+            logits = verifier(input_ids=torch.tensor([[*PROMPT, t1]])).logits[0, -1].double()
+            q2 = processed_probs(logits, settings)
+            for t2 in torch.nonzero(q2).flatten().tolist():
+                law[(t1, t2)] = float(q1[t1] * q2[t2])
+    return law
+
+
+def test_sps_emits_the_verifier_distribution(models):
+    verifier, draft = models
+    settings = SamplingSettings(temperature=1.0, top_k=4, top_p=1.0)
+    law = _exact_two_token_law(verifier, settings)
+    counts = dict.fromkeys(law, 0)
+    runs = 400
+    for seed in range(runs):
+        out = speculative_generate(
+            verifier, draft, SpS(), m=2, sampling=settings, max_new_tokens=2, seed=seed, prompt_ids=PROMPT
+        )
+        key = tuple(out.tokens[:2])
+        assert key in law, f"emitted {key}, which the verifier gives probability 0"
+        counts[key] += 1
+    keys = sorted(law)
+    expected = np.array([law[k] for k in keys]) * runs
+    observed = np.array([counts[k] for k in keys])
+    big = expected >= 5
+    obs = np.append(observed[big], observed[~big].sum())
+    exp = np.append(expected[big], expected[~big].sum())
+    keep = exp > 0
+    assert stats.chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("m", [1, 3, 5])
+def test_greedy_sps_equals_greedy_verifier(models, m):
+    verifier, draft = models
+    greedy = SamplingSettings(temperature=0.0, top_k=0, top_p=1.0)
+    alone = autoregressive_generate(verifier, PROMPT, greedy, max_new_tokens=20)
+    spec = speculative_generate(verifier, draft, SpS(), m=m, sampling=greedy, max_new_tokens=20, prompt_ids=PROMPT)
+    assert spec.tokens == alone.tokens
+    ngram = speculative_generate(
+        verifier, NgramDrafter(), SpS(), m=m, sampling=greedy, max_new_tokens=20, prompt_ids=PROMPT
+    )
+    assert ngram.tokens == alone.tokens
+    assert sum(spec.accepted) + len(spec.accepted) >= len(spec.tokens) - 1
+
+
+def test_cropped_cache_matches_a_fresh_forward_pass(models):
+    verifier, _ = models
+    runner = _Cached(verifier)
+    runner.feed([*PROMPT, 7, 8, 9, 10])
+    runner.crop(len(PROMPT) + 1)  # drop 8, 9, 10
+    cached = runner.feed([11, 12])
+    with torch.no_grad():
+        fresh = verifier(input_ids=torch.tensor([[*PROMPT, 7, 11, 12]])).logits[0, -2:].float()
+    np.testing.assert_allclose(cached.numpy(), fresh.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("rule", [Cactus(1.0), TAS()])
+def test_relaxed_rules_run_and_count(models, rule):
+    verifier, draft = models
+    out = speculative_generate(
+        verifier, draft, rule, m=4, sampling=SamplingSettings(), max_new_tokens=16, seed=3, prompt_ids=PROMPT
+    )
+    assert len(out.tokens) == 16
+    assert all(0 <= a <= d for a, d in zip(out.accepted, out.drafted, strict=True))
+    assert out.mean_acceptance_length == 1 + out.accepted_length
+
+
+def test_ngram_drafter_proposes_what_followed():
+    assert NgramDrafter().propose([1, 2, 3, 9, 9, 1, 2, 3], 3) == [9, 9, 1]
+    assert NgramDrafter().propose([4, 5], 3) == []
+    assert list(itertools.islice(NgramDrafter(max_ngram=1).propose([7, 1, 7], 2), 2)) == [1, 7]
+
+
+def test_bad_arguments(models):
+    verifier, draft = models
+    with pytest.raises(ValueError, match="m \\(drafted tokens per verification\\)"):
+        speculative_generate(verifier, draft, SpS(), m=0, prompt_ids=PROMPT)
+    with pytest.raises(ValueError, match="at least one token"):
+        speculative_generate(verifier, draft, SpS(), m=2, prompt_ids=[])

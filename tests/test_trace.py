@@ -358,3 +358,23 @@ def test_dump_from_gguf_files_written_with_the_gguf_package(tmp_path):
     with torch.no_grad():  # the GGUF weights are the HF model's: same logits as the original
         fresh = verifier(input_ids=torch.tensor([ids + list(seq.tokens[:-1])])).logits[0, len(ids) - 1 :]
     np.testing.assert_allclose(seq.full_logits["target"], fresh.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_report_on_a_small_trace(tmp_path):
+    from cactus_theory._cli import main
+
+    draft, target, tokens = _random_logits(8, n=40, vocab=100)
+    trace_from_arrays(
+        tmp_path / "t",
+        draft,
+        target,
+        tokens,
+        sequence_lengths=[20, 20],
+        tasks=["gsm8k", "mt_bench"],
+        top_k=32,
+        metadata={"sampling": SamplingSettings().as_dict()},
+    )
+    assert main(["report", "--trace", str(tmp_path / "t"), "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert md.count("![") == 4 and "cactus(delta=1)" in md
+    assert "data:image/png;base64," in (tmp_path / "r" / "report.html").read_text()

@@ -1,0 +1,51 @@
+"""The trace embedded in the package: intact, large enough, and referring to its prompts."""
+
+import pathlib
+
+import numpy as np
+
+from cactus_theory import SamplingSettings, load_prompts, load_trace
+
+DATA = pathlib.Path(__file__).parents[2] / "shared" / "data"
+FILES = {
+    "gsm8k": "gsm8k/test.jsonl",
+    "humaneval": "humaneval/HumanEval.jsonl.gz",
+    "mt_bench": "mt_bench/question.jsonl",
+}
+
+
+def test_embedded_trace_is_intact_and_large_enough():
+    trace = load_trace()  # verifies every shard's sha256
+    assert len(trace) >= 60 and trace.n_positions >= 6000
+    assert {s["task"] for s in trace.manifest["sequences"]} == {"gsm8k", "humaneval", "mt_bench"}
+    meta = trace.metadata
+    assert meta["sampling"] == SamplingSettings(temperature=0.6, top_k=20, top_p=0.95).as_dict()
+    assert meta["verifier"]["files"] and meta["draft"]["files"] and meta["tokenizer_sha256"]
+    assert trace.vocab_size == 151_936 and trace.top_k == 64
+    size = sum((pathlib.Path(trace.directory) / s["file"]).stat().st_size for s in trace.manifest["shards"])
+    assert size <= 10 * 2**20
+
+
+def test_embedded_trace_refers_to_prompts_by_hash_only():
+    trace = load_trace(verify=False)
+    prompts = {}
+    for rel in FILES.values():
+        for p in load_prompts(DATA / rel, limit=40):
+            prompts[p.id] = p
+    for rec in trace.manifest["sequences"]:
+        source = rec["meta"]["source"]
+        assert set(source) == {"dataset", "index", "sha256"}
+        assert prompts[rec["id"]].sha256 == source["sha256"]  # the text the dump saw
+    assert not any("prompt_ids" in s for s in trace.manifest["sequences"])
+
+
+def test_embedded_distributions_are_exact_for_the_recorded_settings():
+    trace = load_trace(verify=False)
+    seq = trace.shard(0)[0]
+    p, q = seq.distributions()
+    np.testing.assert_allclose(p.sum(-1), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(q.sum(-1), 1.0, rtol=1e-12)
+    # every generated token has positive verifier probability under the recorded settings
+    ids = np.concatenate([seq.topk_ids["target"], seq.topk_ids["draft"]], axis=-1)
+    tok_prob = np.array([q[i][ids[i] == t].sum() for i, t in enumerate(seq.tokens)])
+    assert np.all(tok_prob > 0)

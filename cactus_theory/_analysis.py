@@ -233,12 +233,14 @@ def analysis_figures(result: AnalysisResult) -> dict:
         families.setdefault(family, []).append(r)
     out = {}
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for family, rs in families.items():
+    deltas = sorted({r["delta"] for r in rows if r["delta"] != ""})
+    for idx, (family, rs) in enumerate(families.items()):
+        color = f"C{idx}"
         budgeted = [r for r in rs if r["delta"] != ""]
         if budgeted:
             budgeted.sort(key=lambda r: r["delta"])
             d = [r["delta"] for r in budgeted]
-            axes[0].plot(d, [r["acceptance"] for r in budgeted], marker="o", label=family)
+            axes[0].plot(d, [r["acceptance"] for r in budgeted], marker="o", label=family, color=color)
             axes[1].errorbar(
                 d,
                 [r["al"] for r in budgeted],
@@ -246,14 +248,18 @@ def analysis_figures(result: AnalysisResult) -> dict:
                 marker="o",
                 capsize=3,
                 label=family,
+                color=color,
             )
         else:
-            axes[0].axhline(rs[0]["acceptance"], ls="--", lw=1, label=family, color=f"C{len(out) + 5}")
-            axes[1].axhline(rs[0]["al"], ls="--", lw=1, label=family, color=f"C{len(out) + 5}")
+            axes[0].axhline(rs[0]["acceptance"], ls="--", lw=1, label=family, color=color)
+            axes[1].axhline(rs[0]["al"], ls="--", lw=1, label=family, color=color)
     for ax, what in zip(
         axes, ("mean acceptance per draft", f"AL (accepted drafts per verification), m = {m}"), strict=True
     ):
         ax.set_xscale("log")
+        if deltas:
+            ax.set_xticks(deltas, [f"{d:g}" for d in deltas])
+            ax.minorticks_off()
         ax.set_xlabel("delta")
         ax.set_ylabel(what)
         ax.legend(fontsize=8)

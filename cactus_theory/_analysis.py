@@ -8,13 +8,13 @@ import io
 import json
 import os
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from ._emitted import expected_accepted_length, step_metrics
+from ._io import atomic_write
 from ._rules import TAS, Cactus, ExactCactus, Interpolation, Lenience, Mentored, SpS, TopK
 from ._sampling import SamplingSettings
 from ._trace import Trace
@@ -197,18 +197,13 @@ def analyze_trace(trace, rules, ms=(4, 8, 20), settings=None, n_boot=1000, seed=
 
 def write_outputs(result: AnalysisResult, out_dir: str, figures: bool = True) -> list[str]:
     """analysis.csv, analysis.json and (optionally) figures into ``out_dir``, atomically."""
-    os.makedirs(out_dir, exist_ok=True)
     written = []
 
-    def put(name, data: bytes):
-        path = os.path.join(out_dir, name)
-        with tempfile.NamedTemporaryFile(dir=out_dir, delete=False, suffix=".tmp") as fh:
-            fh.write(data)
-        os.replace(fh.name, path)
-        written.append(path)
+    def put(name, data):
+        written.append(atomic_write(os.path.join(out_dir, name), data))
 
-    put("analysis.csv", result.to_csv().encode())
-    put("analysis.json", result.to_json().encode())
+    put("analysis.csv", result.to_csv())
+    put("analysis.json", result.to_json())
     if figures:
         for name, data in analysis_figures(result).items():
             put(name, data)

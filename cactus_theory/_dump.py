@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from ._io import sha256_file
 from ._sampling import SamplingSettings, processed_probs
 from ._trace import DEFAULT_TOP_K, TraceError, TraceWriter
 
@@ -23,15 +24,12 @@ __all__ = ["dump_trace", "load_model"]
 
 
 def _file_sha256(path: str) -> str:
+    """sha256 of a model file, from its ``.sha256`` sidecar when experiments/fetch_models.py wrote one."""
     sidecar = path + ".sha256"
     if os.path.exists(sidecar):
         with open(sidecar) as fh:
             return fh.read().split()[0]
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 24):
-            h.update(chunk)
-    return h.hexdigest()
+    return sha256_file(path)
 
 
 def _torch_dtype(dtype):

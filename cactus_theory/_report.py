@@ -5,24 +5,16 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 import os
 import sys
-import tempfile
 import time
 
 import numpy as np
 
+from ._analysis import _png
+from ._io import atomic_write
+
 __all__ = ["build_report"]
-
-
-def _png(fig) -> bytes:
-    import matplotlib.pyplot as plt
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
 
 
 def _fig_gamma():
@@ -198,10 +190,7 @@ def build_report(
     say("[3/3] writing")
     table = result.table()
     for name, data, _ in figures:
-        path = os.path.join(out_dir, name)
-        with tempfile.NamedTemporaryFile(dir=out_dir, delete=False, suffix=".tmp") as fh:
-            fh.write(data)
-        os.replace(fh.name, path)
+        atomic_write(os.path.join(out_dir, name), data)
     md = [
         "# cactus_theory report",
         "",
@@ -217,19 +206,12 @@ def build_report(
     for name, _, caption in figures:
         md += [f"![{name}]({name})", "", caption, ""]
     md.append(f"Generated in {time.perf_counter() - start:.0f} s.")
-    _write(os.path.join(out_dir, "report.md"), "\n".join(md))
+    atomic_write(os.path.join(out_dir, "report.md"), "\n".join(md))
     body = [f"<h1>cactus_theory report</h1><pre>{html.escape(table)}</pre>"]
     for _name, data, caption in figures:
         b64 = base64.b64encode(data).decode()
         body.append(
             f'<figure><img src="data:image/png;base64,{b64}"/><figcaption>{html.escape(caption)}</figcaption></figure>'
         )
-    _write(os.path.join(out_dir, "report.html"), "<html><body>" + "\n".join(body) + "</body></html>")
+    atomic_write(os.path.join(out_dir, "report.html"), "<html><body>" + "\n".join(body) + "</body></html>")
     return table
-
-
-def _write(path, text):
-    directory = os.path.dirname(os.path.abspath(path))
-    with tempfile.NamedTemporaryFile("w", dir=directory, delete=False, suffix=".tmp", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(fh.name, path)

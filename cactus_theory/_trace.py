@@ -20,7 +20,6 @@ shard and loses nothing. Shards are read lazily and memory-mapped (``safetensors
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import os
@@ -31,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._io import atomic_write, sha256_file
 from ._sampling import SamplingSettings, processed_probs
 
 __all__ = ["Trace", "TraceError", "TraceSequence", "TraceWriter", "load_trace", "trace_from_arrays"]
@@ -43,23 +43,6 @@ _ROLES = ("target", "draft")
 
 class TraceError(ValueError):
     """A trace directory or file that is missing, truncated, corrupt or inconsistent."""
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _atomic_bytes(path: str, data: bytes) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    with tempfile.NamedTemporaryFile(dir=directory, delete=False, suffix=".tmp") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(fh.name, path)
 
 
 def _logsumexp(x):
@@ -259,7 +242,7 @@ class TraceWriter:
         return {s["id"] for s in self.manifest["sequences"]} | {b["id"] for b in self._buffer}
 
     def _write_manifest(self):
-        _atomic_bytes(os.path.join(self.directory, "manifest.json"), json.dumps(self.manifest, indent=1).encode())
+        atomic_write(os.path.join(self.directory, "manifest.json"), json.dumps(self.manifest, indent=1).encode())
 
     def add(self, seq_id: str, task: str, tokens, target_logits, draft_logits, meta=None):
         """Add one sequence from full logit rows (positions, V) of verifier and draft."""
@@ -318,7 +301,12 @@ class TraceWriter:
         save_file(tensors, tmp)
         os.replace(tmp, path)
         self.manifest["shards"].append(
-            {"file": name, "sha256": _sha256(path), "bytes": os.path.getsize(path), "positions": len(tensors["tokens"])}
+            {
+                "file": name,
+                "sha256": sha256_file(path),
+                "bytes": os.path.getsize(path),
+                "positions": len(tensors["tokens"]),
+            }
         )
         for i, b in enumerate(self._buffer):
             self.manifest["sequences"].append(
@@ -364,7 +352,7 @@ class Trace:
                 raise TraceError(
                     f"shard {shard['file']} has {size} bytes, the manifest says {shard['bytes']}: truncated"
                 )
-            if verify and _sha256(path) != shard["sha256"]:
+            if verify and sha256_file(path) != shard["sha256"]:
                 raise TraceError(f"shard {shard['file']} fails its sha256 checksum: the file is corrupt")
 
     @property

@@ -14,13 +14,12 @@ points in [1e-6, 10]:
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
 import time
 
 import numpy as np
 
 from cactus_theory import APPROX_METHODS, approx_gamma, available_divergences, binary_divergence, exact_gamma
+from cactus_theory._io import atomic_write
 
 
 def grid():
@@ -84,11 +83,7 @@ def main(argv=None):
     text = markdown(rows, n, time.perf_counter() - start)
     print(text)
     if args.out:
-        directory = os.path.dirname(os.path.abspath(args.out))
-        os.makedirs(directory, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=directory, delete=False, suffix=".tmp") as fh:
-            fh.write(text + "\n")
-        os.replace(fh.name, args.out)
+        atomic_write(args.out, text + "\n")
 
 
 if __name__ == "__main__":

@@ -22,13 +22,13 @@ import argparse
 import csv
 import io
 import os
-import tempfile
 import time
 
 import numpy as np
 from scipy import optimize, special
 
 from cactus_theory import approx_gamma, exact_gamma
+from cactus_theory._io import atomic_write
 from cactus_theory._rules.cactus import emitted_drafted_bonus
 
 DELTAS = (0.001, 0.01, 0.1, 0.5, 1.0, 2.0)
@@ -134,14 +134,6 @@ def run(deltas=DELTAS, vocabs=VOCABS, seed=0, n_random=4000, n_starts=2, maxiter
     return rows
 
 
-def _atomic_write(path, data: bytes):
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=directory, delete=False, suffix=".tmp") as fh:
-        fh.write(data)
-    os.replace(fh.name, path)
-
-
 def to_csv(rows):
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
@@ -203,10 +195,10 @@ def main(argv=None):
     start = time.perf_counter()
     rows = run(deltas, vocabs, seed=args.seed, **kwargs)
     elapsed = time.perf_counter() - start
-    _atomic_write(os.path.join(args.out_dir, "gamma_worst_case.csv"), to_csv(rows).encode())
+    atomic_write(os.path.join(args.out_dir, "gamma_worst_case.csv"), to_csv(rows).encode())
     md = to_markdown(rows, deltas, vocabs) + f"\nSeed {args.seed}; {elapsed:.0f} s.\n"
-    _atomic_write(os.path.join(args.out_dir, "gamma_worst_case.md"), md.encode())
-    _atomic_write(os.path.join(args.out_dir, "gamma_worst_case.png"), figure(rows, deltas, vocabs))
+    atomic_write(os.path.join(args.out_dir, "gamma_worst_case.md"), md.encode())
+    atomic_write(os.path.join(args.out_dir, "gamma_worst_case.png"), figure(rows, deltas, vocabs))
     print(md)
 
 

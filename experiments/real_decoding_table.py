@@ -71,10 +71,9 @@ def humaneval_passes(problem, code, timeout=10.0):
 
 
 def _atomic_json(path, obj):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=os.path.dirname(path), delete=False, suffix=".tmp") as fh:
-        json.dump(obj, fh)
-    os.replace(fh.name, path)
+    from cactus_theory._io import atomic_write
+
+    atomic_write(path, json.dumps(obj))
 
 
 def problems(data, n_gsm8k, n_humaneval):
@@ -205,8 +204,9 @@ def main(argv=None):
     print(text)
     if args.out:
         _atomic_json(args.out + ".json", {"table": text, "seconds": time.perf_counter() - start})
-        with open(args.out, "w") as fh:
-            fh.write(text + "\n")
+        from cactus_theory._io import atomic_write
+
+        atomic_write(args.out, text + "\n")
 
 
 if __name__ == "__main__":

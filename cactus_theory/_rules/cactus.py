@@ -10,7 +10,7 @@ import numpy as np
 from .._divergences import FDivergence, get_divergence
 from .._gamma import approx_gamma, exact_gamma
 from .._target import target_core
-from ._base import GeneralizedRule, _host_pair
+from ._base import GeneralizedRule, _host_pair, _ratio_acceptance
 
 
 def _batched_searchsorted(sorted_rows, values, side):
@@ -39,7 +39,7 @@ def emitted_drafted_bonus(gamma, p, q):
         other = np.sum(q, axis=-1, keepdims=True) - q  # 1 - q(n)
         s = np.where(other > 0, (1.0 - gamma) / np.where(other > 0, other, 1.0), 0.0)
         s = np.where(gamma == q, 1.0, s)  # no bonus: exactly SpS
-        accept = np.where(p > 0, np.minimum(gamma / np.where(p > 0, p, 1.0), 1.0), 1.0)
+        accept = _ratio_acceptance(gamma, p)
         w = p * (1.0 - accept)
         rho = np.where(q > 0, p / np.where(q > 0, q, 1.0), np.inf)
     # Z_n = G(s_n), G(s) = s Q(rho < s) - P(rho < s)
@@ -122,9 +122,7 @@ class Cactus(GeneralizedRule):
 
     def acceptance_all(self, draft_probs, target_probs):
         p, q = _host_pair(draft_probs, target_probs)
-        gamma = np.asarray(self.gamma(q), dtype=np.float64)
-        with np.errstate(all="ignore"):
-            return np.where(p > 0, np.minimum(gamma / np.where(p > 0, p, 1.0), 1.0), 1.0)
+        return _ratio_acceptance(np.asarray(self.gamma(q), dtype=np.float64), p)
 
     def emitted(self, draft_probs, target_probs):
         """Exact emitted distribution in O(V log V) (see ``emitted_drafted_bonus``)."""

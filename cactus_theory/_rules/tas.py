@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ._base import Rule, _host_pair
+from ._base import _NUMPY, Rule, _host_pair
 
 
 @dataclass(frozen=True)
@@ -50,17 +50,12 @@ class TAS(Rule):
         return b.put_last(q * 0.0, b.argmax_last(q), 1.0)
 
     def acceptance_all(self, draft_probs, target_probs):
-        from .._backend import NumpyBackend
-
         _, q = _host_pair(draft_probs, target_probs)
-        return (q > self.threshold(NumpyBackend(), q)[..., None]).astype(np.float64)
+        return (q > self.threshold(_NUMPY, q)[..., None]).astype(np.float64)
 
     def emitted(self, draft_probs, target_probs):
         """pi = p * 1{q > threshold} + (rejected mass) * one-hot(argmax q). O(V), exact."""
-        from .._backend import NumpyBackend
-
         p, q = _host_pair(draft_probs, target_probs)
-        b = NumpyBackend()
-        accept = (q > self.threshold(b, q)[..., None]).astype(np.float64)
+        accept = self.acceptance_all(p, q)
         rejected = np.sum(p * (1.0 - accept), axis=-1)
-        return p * accept + rejected[..., None] * self._correction(b, p, q, None)
+        return p * accept + rejected[..., None] * self._correction(_NUMPY, p, q, None)

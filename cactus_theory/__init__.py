@@ -13,6 +13,7 @@ from ._divergences import (
 from ._dump import dump_trace, load_model
 from ._emitted import StepMetrics, block_statistics, emitted_distribution, expected_accepted_length, step_metrics
 from ._gamma import APPROX_METHODS, GammaResult, approx_gamma, exact_gamma
+from ._plotting import plot_step
 from ._prompts import Prompt, load_prompts, mixed_prompts
 from ._rules import (
     TAS,
@@ -42,6 +43,7 @@ from ._trace import (
     load_trace,
     trace_from_arrays,
 )
+from ._worst_case import WorstCase, worst_case_drift
 
 __version__ = "0.1.0"
 
@@ -74,6 +76,7 @@ __all__ = [
     "TraceError",
     "TraceSequence",
     "TraceWriter",
+    "WorstCase",
     "analyze_trace",
     "approx_gamma",
     "autoregressive_generate",
@@ -96,6 +99,7 @@ __all__ = [
     "mentored_target",
     "mixed_prompts",
     "parse_rules",
+    "plot_step",
     "processed_probs",
     "register_divergence",
     "simulate",
@@ -104,4 +108,5 @@ __all__ = [
     "symbolic_gamma",
     "synthetic_pairs",
     "trace_from_arrays",
+    "worst_case_drift",
 ]

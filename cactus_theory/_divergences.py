@@ -168,6 +168,24 @@ def _reverse_kl_safe(q, delta):
         return np.where(np.isinf(c), 1.0 - q, np.maximum(inc, 0.0))
 
 
+def _hellinger_inverse(q, delta):
+    # With gamma = sin^2 a and q = sin^2 b, B_H = 2 - 2 cos(a - b) = 4 sin^2((a - b) / 2), so
+    # a = b + 2 phi with phi = arcsin(sqrt(delta) / 2), and gamma - q = sin(a - b) sin(a + b)
+    # = sin(2 phi) sin(2 b + 2 phi) without cancellation. b = atan2(sqrt q, sqrt(1 - q)) is
+    # accurate at both ends; a >= pi / 2 means the budget covers gamma = 1.
+    with np.errstate(all="ignore"):
+        b = np.arctan2(np.sqrt(q), np.sqrt(1.0 - q))
+        phi = np.arcsin(np.minimum(0.5 * np.sqrt(delta), 1.0))
+        inc = np.sin(2.0 * phi) * np.sin(2.0 * (b + phi))
+        return np.where(b + 2.0 * phi >= 0.5 * np.pi, np.inf, inc)
+
+
+def _chi2_inverse(q, delta):
+    # B_chi2 = (gamma - q)^2 / (q (1 - q)): three square roots, no overflow or underflow.
+    with np.errstate(all="ignore"):
+        return np.where(q == 0, 0.0, np.sqrt(delta) * np.sqrt(q) * np.sqrt(1.0 - q))
+
+
 @dataclass(frozen=True)
 class FDivergence:
     """An f-divergence D_f(h || q) = sum_x q(x) f(h(x)/q(x)) with what the gamma solvers need.
@@ -189,6 +207,10 @@ class FDivergence:
         Used by the vectorised Newton solver; None falls back to safeguarded secant steps.
     safe_increment_fn : callable (q, delta) -> gamma - q, or None
         A closed form that provably keeps B_f(gamma; q) <= delta (see ``approx_gamma``).
+    inverse_increment_fn : callable (q, delta) -> gamma* - q, or None
+        The exact inverse of B_f in closed form, where one exists (chi2, squared Hellinger,
+        TV): ``exact_gamma`` then evaluates it instead of iterating. May exceed 1 - q (the
+        caller caps it); exact up to a few ulp of rounding.
     slope_at_infinity : float
         lim_{t->inf} f(t)/t, used for 0 f(a/0) = a * slope (KL: inf).
     kink : float
@@ -202,6 +224,7 @@ class FDivergence:
     perspective_fn: Callable | None = field(default=None, repr=False)
     binary_derivative_fn: Callable | None = field(default=None, repr=False)
     safe_increment_fn: Callable | None = field(default=None, repr=False)
+    inverse_increment_fn: Callable | None = field(default=None, repr=False)
     slope_at_infinity: float = math.inf
     kink: float = 0.0
     description: str = ""
@@ -341,6 +364,7 @@ _BUILTINS = (
         perspective_fn=_chi2_perspective,
         binary_derivative_fn=_chi2_dgamma,
         safe_increment_fn=_safe_from_chi2(np.sqrt),  # exact: B = (gamma - q)^2 / (q (1 - q))
+        inverse_increment_fn=_chi2_inverse,
         slope_at_infinity=math.inf,
         description="Pearson chi-squared, f(t) = (t - 1)^2",
     ),
@@ -352,6 +376,7 @@ _BUILTINS = (
         perspective_fn=_hellinger_perspective,
         binary_derivative_fn=_hellinger_dgamma,
         safe_increment_fn=_safe_from_chi2(np.sqrt),  # H^2 <= chi2
+        inverse_increment_fn=_hellinger_inverse,
         slope_at_infinity=1.0,
         description="squared Hellinger sum (sqrt h - sqrt q)^2 (range [0, 2]), f(t) = (sqrt t - 1)^2",
     ),
@@ -363,6 +388,7 @@ _BUILTINS = (
         perspective_fn=_tv_perspective,
         binary_derivative_fn=_tv_dgamma,
         safe_increment_fn=lambda q, delta: np.asarray(delta, dtype=np.float64),  # exact: B = gamma - q
+        inverse_increment_fn=lambda q, delta: np.asarray(delta, dtype=np.float64),
         slope_at_infinity=0.5,
         description="total variation, f(t) = |t - 1| / 2 (B = gamma - q: every closed form is exact)",
     ),

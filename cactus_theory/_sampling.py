@@ -47,6 +47,7 @@ def processed_probs(logits, settings: SamplingSettings | None = None, **kwargs):
     - top-k keeps the k largest logits (ties broken by index);
     - top-p keeps the smallest prefix of the sorted distribution whose mass reaches top_p
       (a token is kept if the mass before it is < top_p).
+
     Exact given the logits. NaN logits raise; -inf logits (masked tokens) are allowed.
     Works on NumPy and torch (float16 / bfloat16 computed in float32, result in float32).
 

@@ -416,6 +416,17 @@ class Trace:
         for i in range(self.n_shards):
             yield from self.shard(i)
 
+    def __getitem__(self, index: int) -> TraceSequence:
+        """Sequence ``index`` in iteration order (shard by shard); reads only its shard."""
+        if not isinstance(index, (int, np.integer)):
+            raise TypeError(f"a trace is indexed by an integer sequence number; got {type(index).__name__}")
+        n = len(self)
+        if not -n <= index < n:
+            raise IndexError(f"sequence index {index} out of range for a trace of {n} sequences")
+        order = sorted(self.manifest["sequences"], key=lambda r: (r["shard"], r["index"]))
+        rec = order[int(index) % n]
+        return next(s for s in self.shard(rec["shard"]) if s.id == rec["id"])
+
 
 def load_trace(path=None, verify: bool = True) -> Trace:
     """Open a trace directory (default: the trace embedded in the package)."""

@@ -24,76 +24,23 @@ import io
 import os
 import time
 
-import numpy as np
-from scipy import optimize, special
-
-from cactus_theory import approx_gamma, exact_gamma
+from cactus_theory import Cactus, ExactCactus, worst_case_drift
 from cactus_theory._io import atomic_write
-from cactus_theory._rules.cactus import emitted_drafted_bonus
 
 DELTAS = (0.001, 0.01, 0.1, 0.5, 1.0, 2.0)
 VOCABS = (2, 4, 8, 16, 32, 64)
-GAMMAS = {
-    "cactus": lambda q, d: approx_gamma(q, d, "kl", method="taylor"),
-    "cactus-exact": lambda q, d: exact_gamma(q, d, "kl"),
-}
-
-
-def _softmax(z):
-    z = z - z.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
-
-
-def ratio(rule, delta, p, q):
-    """KL(pi || q) / delta for rows of (p, q)."""
-    pi = emitted_drafted_bonus(np.asarray(GAMMAS[rule](q, delta), dtype=np.float64), p, q)
-    return np.sum(special.rel_entr(pi, q), axis=-1) / delta
-
-
-def random_pairs(rng, n, vocab):
-    """Pairs from several families: Dirichlet at several concentrations and peaked logits."""
-    out_p, out_q = [], []
-    per = n // 4
-    for alpha in (0.05, 0.3, 1.0):
-        out_p.append(rng.dirichlet(np.full(vocab, alpha), size=per))
-        out_q.append(rng.dirichlet(np.full(vocab, alpha), size=per))
-    scale = rng.uniform(0.5, 8.0, size=(n - 3 * per, 1))
-    out_p.append(_softmax(rng.normal(size=(n - 3 * per, vocab)) * scale))
-    out_q.append(_softmax(rng.normal(size=(n - 3 * per, vocab)) * scale))
-    p, q = np.concatenate(out_p), np.concatenate(out_q)
-    p = np.maximum(p, 1e-300)
-    q = np.maximum(q, 1e-300)
-    return p / p.sum(-1, keepdims=True), q / q.sum(-1, keepdims=True)
-
-
-def worst_case(rule, delta, vocab, rng, n_random, n_starts, maxiter):
-    p, q = random_pairs(rng, n_random, vocab)
-    r = ratio(rule, delta, p, q)
-    best_random = float(np.max(r))
-    best = best_random
-    starts = np.argsort(r)[::-1][:n_starts]
-
-    def objective(z):
-        pp, qq = _softmax(z[:vocab]), _softmax(z[vocab:])
-        return -float(ratio(rule, delta, pp[None], qq[None])[0])
-
-    evaluations = n_random
-    for i in starts:
-        z0 = np.concatenate([np.log(p[i]), np.log(q[i])])
-        z0 = np.clip(z0 - z0.max(), -60, 0)
-        res = optimize.minimize(objective, z0, method="L-BFGS-B", options={"maxiter": maxiter})
-        evaluations += res.nfev
-        best = max(best, -float(res.fun))
-    return best_random, best, evaluations
+GAMMAS = {"cactus": Cactus, "cactus-exact": ExactCactus}
 
 
 def _one(job):
     rule, delta, vocab, seed, n_random, n_starts, maxiter = job
     # one seed per setting: results do not depend on the order or the number of processes
-    rng = np.random.default_rng([seed, list(GAMMAS).index(rule), DELTAS_INDEX.get(delta, 99), vocab])
+    seeds = [seed, list(GAMMAS).index(rule), DELTAS_INDEX.get(delta, 99), vocab]
     start = time.perf_counter()
-    rand, best, evals = worst_case(rule, delta, vocab, rng, n_random, n_starts, maxiter)
+    res = worst_case_drift(
+        GAMMAS[rule](delta), vocab, n_random=n_random, n_starts=n_starts, maxiter=maxiter, seed=seeds
+    )
+    rand, best, evals = res.worst_random, res.worst_ratio, res.evaluations
     return {
         "rule": rule,
         "delta": delta,

@@ -2,7 +2,7 @@
 
 Usage:
     python experiments/fetch_models.py
-    python experiments/real_decoding_table.py [--gsm8k 30] [--humaneval 20] [--m 8] [--dtype float32]
+    python experiments/real_decoding_table.py [--gsm8k 30] [--humaneval 20] [--m 8] [--dtype bfloat16]
         [--cache ~/.cache/cactus_theory/decoding] [--out docs/results/real_decoding.md]
 
 Methods: verifier alone, SpS, TAS, Cactus delta=1, exact Cactus delta=1, mentored delta=1, and on
@@ -89,10 +89,17 @@ def problems(data, n_gsm8k, n_humaneval):
             if i >= n_humaneval:
                 break
             out.append({"task": "humaneval", "index": i, "rec": json.loads(line)})
-    return out
+    # interleave the tasks so that a partial (resumed) run covers both
+    gsm = [p for p in out if p["task"] == "gsm8k"]
+    hum = [p for p in out if p["task"] == "humaneval"]
+    mixed = [p for pair in zip(gsm, hum, strict=False) for p in pair]
+    k = min(len(gsm), len(hum))
+    return mixed + gsm[k:] + hum[k:]
 
 
 def run(args):
+    import torch
+
     from cactus_theory import (
         TAS,
         Cactus,
@@ -149,6 +156,10 @@ def run(args):
                     "accepted": out.accepted,
                     "drafted": out.drafted,
                     "seconds": out.total_seconds,
+                    "draft_seconds": out.draft_seconds,
+                    "verify_seconds": out.verify_seconds,
+                    "dtype": args.dtype,
+                    "threads": torch.get_num_threads(),
                     "correct": bool(correct),
                     "completion": completion,
                 },
@@ -193,7 +204,7 @@ def main(argv=None):
     parser.add_argument("--humaneval", type=int, default=20)
     parser.add_argument("--m", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=512)
-    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--out", default=None)
     parser.add_argument("--table-only", action="store_true")
     args = parser.parse_args(argv)

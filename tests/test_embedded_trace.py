@@ -3,6 +3,7 @@
 import pathlib
 
 import numpy as np
+import pytest
 
 from cactus_theory import SamplingSettings, load_prompts, load_trace
 
@@ -49,3 +50,14 @@ def test_embedded_distributions_are_exact_for_the_recorded_settings():
     ids = np.concatenate([seq.topk_ids["target"], seq.topk_ids["draft"]], axis=-1)
     tok_prob = np.array([q[i][ids[i] == t].sum() for i, t in enumerate(seq.tokens)])
     assert np.all(tok_prob > 0)
+
+
+def test_indexing_matches_iteration_order():
+    trace = load_trace()
+    ids = [seq.id for seq in trace]
+    assert [trace[i].id for i in (0, 1, len(trace) - 1)] == [ids[0], ids[1], ids[-1]]
+    assert trace[-1].id == ids[-1]
+    with pytest.raises(IndexError, match="out of range"):
+        trace[len(trace)]
+    with pytest.raises(TypeError, match="integer"):
+        trace["a"]

@@ -13,7 +13,7 @@ from strategies import budgets, interior_probabilities, probabilities
 from cactus_theory import approx_gamma, exact_gamma
 
 EPS = np.finfo(np.float64).eps
-METHODS = ("newton", "brentq", "toms748")
+METHODS = ("auto", "newton", "brentq", "toms748")
 
 
 def assert_gamma_contract(name, q, delta, gamma):

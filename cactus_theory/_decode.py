@@ -8,6 +8,8 @@ to the accepted prefix.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
 from dataclasses import dataclass, field
 
@@ -71,6 +73,22 @@ def _device(model):
     return next(model.parameters()).device
 
 
+@functools.cache
+def _takes_cache(model_class) -> bool:
+    return "cache" in inspect.signature(model_class.forward).parameters
+
+
+def _forward(model, ids, cache):
+    """One cached forward pass: (logits, new cache). transformers >= 5.x names the cache
+    argument and output ``cache``; earlier versions ``past_key_values`` (kept where needed)."""
+    if _takes_cache(type(model)):
+        out = model(input_ids=ids, cache=cache, use_cache=True)
+    else:
+        out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+    new = getattr(out, "cache", None)
+    return out.logits, new if new is not None else out.past_key_values
+
+
 class _Cached:
     """A model with a KV cache over a growing token list."""
 
@@ -86,10 +104,9 @@ class _Cached:
         torch = self.torch
         ids = torch.tensor([list(tokens)], device=_device(self.model))
         with torch.no_grad():
-            out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True)
-        self.cache = out.past_key_values
+            logits, self.cache = _forward(self.model, ids, self.cache)
         self.length += len(tokens)
-        return out.logits[0].float()
+        return logits[0].float()
 
     def crop(self, length):
         """Keep the first ``length`` cached tokens (transformers 5: crop takes a negative count)."""

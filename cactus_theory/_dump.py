@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from ._decode import _forward
 from ._io import sha256_file
 from ._sampling import SamplingSettings, processed_probs
 from ._trace import DEFAULT_TOP_K, TraceError, TraceWriter
@@ -103,9 +104,8 @@ def generate_with_logits(model, prompt_ids, settings, max_new_tokens, generator,
     ids = torch.tensor([prompt_ids], device=device)
     tokens, rows = [], []
     with torch.no_grad():
-        out = model(input_ids=ids, use_cache=True)
-        past = out.past_key_values
-        logits = out.logits[0, -1].float()
+        logits, past = _forward(model, ids, None)
+        logits = logits[0, -1].float()
         for _ in range(max_new_tokens):
             rows.append(logits.cpu())
             probs = processed_probs(logits[None], settings)[0]
@@ -113,9 +113,8 @@ def generate_with_logits(model, prompt_ids, settings, max_new_tokens, generator,
             tokens.append(token)
             if token in eos_ids:
                 break
-            out = model(input_ids=torch.tensor([[token]], device=device), past_key_values=past, use_cache=True)
-            past = out.past_key_values
-            logits = out.logits[0, -1].float()
+            logits, past = _forward(model, torch.tensor([[token]], device=device), past)
+            logits = logits[0, -1].float()
     return tokens, torch.stack(rows).numpy()
 
 

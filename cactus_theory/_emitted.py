@@ -113,15 +113,50 @@ def expected_accepted_length(acceptance_rates, m: int):
     beta = np.asarray(acceptance_rates, dtype=np.float64)
     if beta.ndim == 0:
         raise ValueError("acceptance_rates must have a position axis (last axis)")
-    if np.any(np.isnan(beta)) or np.any((beta < 0) | (beta > 1)):
+    if beta.size and not (beta.min() >= 0 and beta.max() <= 1):  # NaN fails both comparisons
         raise ValueError("acceptance_rates must be probabilities in [0, 1] without NaN")
     if not (isinstance(m, (int, np.integer)) and m >= 1):
         raise ValueError(f"m (drafted tokens per verification) must be an integer >= 1; got {m!r}")
-    al = np.zeros_like(beta)
-    for _ in range(m):
-        shifted = np.concatenate([al[..., 1:], np.zeros_like(al[..., :1])], axis=-1)
-        al = beta * (1.0 + shifted)
-    return al
+    return _windowed_prefix_sums(beta, int(m))
+
+
+def _windowed_prefix_sums(beta, m):
+    """S_t = sum_{k=1}^{m} prod_{j<k} beta_{t+j} (beta = 0 past the end) by doubling windows:
+    S_{2k,t} = S_{k,t} + P_{k,t} S_{k,t+k}, P_{2k,t} = P_{k,t} P_{k,t+k}; the windows of the set
+    bits of m are chained. About 3 log2(m) array passes (7 for m = 8) instead of 2 m (Horner)."""
+    n = beta.shape[-1]
+
+    def shifted_product(left, right, k):  # left_t * right_{t+k}, 0 where t + k is past the end
+        out = np.empty_like(left)
+        if k < n:
+            np.multiply(left[..., : n - k], right[..., k:], out=out[..., : n - k])
+        out[..., max(n - k, 0) :] = 0.0
+        return out
+
+    def shifted_sum(base, left, right, k):  # base_t + left_t * right_{t+k}
+        out = shifted_product(left, right, k)
+        out += base
+        return out
+
+    win_s = win_p = beta  # window of size k = 1: S_1 = P_1 = beta (never written to)
+    acc_s = acc_p = None  # the chained windows so far, of total length `length`
+    length, k = 0, 1
+    while True:
+        if m & k:
+            if acc_s is None:
+                acc_s, acc_p = win_s, win_p
+            else:
+                new_s = shifted_sum(acc_s, acc_p, win_s, length)
+                acc_p = shifted_product(acc_p, win_p, length) if 2 * k <= m else None
+                acc_s = new_s
+            length += k
+        if 2 * k > m:
+            return np.array(acc_s, copy=True) if acc_s is beta else acc_s
+        new_p = shifted_product(win_p, win_p, k) if 4 * k <= m or k == 1 else None
+        # S_2 = beta + P_2 (S_1 = P_1 = beta): one pass instead of two
+        win_s = (new_p + beta) if k == 1 else shifted_sum(win_s, win_p, win_s, k)
+        win_p = new_p
+        k *= 2
 
 
 def block_statistics(acceptance_rates, m: int):

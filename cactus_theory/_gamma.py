@@ -417,7 +417,19 @@ def approx_gamma(target_prob, delta, divergence="kl", method="taylor"):
     div = get_divergence(divergence)
     if method not in APPROX_METHODS:
         raise ValueError(f"method must be one of {APPROX_METHODS}; got {method!r}")
+    scalar_delta = np.ndim(delta) == 0
     q, delta = _inputs(target_prob, delta)
+    if method == "taylor" and div.f_second_at_one is not None and scalar_delta and q.ndim >= 1 and delta.size:
+        delta = float(delta.flat[0])
+    if method == "taylor" and isinstance(delta, float) and np.isfinite(delta):
+        # Fast path (same formula, no edge cases to patch: q (1 - q) >= 0, delta finite, and
+        # q + inc >= q): five array passes, the floor for this closed form.
+        inc = 1.0 - q
+        inc *= q
+        inc *= 2.0 * delta / div.f_second_at_one
+        np.sqrt(inc, out=inc)
+        inc += q
+        return _scalar_out(np.minimum(inc, 1.0, out=inc))
     with np.errstate(all="ignore"):
         if method == "safe":
             if div.safe_increment_fn is None:

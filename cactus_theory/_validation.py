@@ -31,6 +31,8 @@ def as_probability(value, name: str) -> np.ndarray:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{name} must be a real number or array of probabilities in [0, 1]; got {value!r}") from exc
+    if arr.size == 0 or (arr.min() >= 0 and arr.max() <= 1):  # fast path: NaN fails both comparisons
+        return arr
     bad = np.isnan(arr)
     if bad.any():
         raise ValueError(f"{name} must be a probability in [0, 1]; it contains NaN{_first_bad(bad)}")
@@ -46,6 +48,8 @@ def as_delta(value, name: str = "delta") -> np.ndarray:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{name} must be a real number >= 0; got {value!r}") from exc
+    if arr.size == 0 or arr.min() >= 0:  # fast path: a NaN minimum fails the comparison
+        return arr
     bad = np.isnan(arr)
     if bad.any():
         raise ValueError(f"{name} must be a divergence budget >= 0; it contains NaN{_first_bad(bad)}")

@@ -344,3 +344,18 @@ def test_gamma_worst_case_experiment_runs(tmp_path):
     with open(tmp_path / "gamma_worst_case.csv") as fh:
         assert len(list(csv.DictReader(fh))) == 8
     assert (tmp_path / "gamma_worst_case.png").stat().st_size > 1000
+
+
+@given(
+    beta=st.lists(st.floats(0, 1), min_size=1, max_size=30).map(np.array),
+    m=st.integers(1, 40),
+)
+def test_accepted_length_matches_the_definition(beta, m):
+    # AL_t = sum_{k=1}^{m} prod_{j<k} beta_{t+j}, windows truncated at the end (brute force).
+    expected = [
+        sum(np.prod(beta[t : t + k]) if t + k <= beta.size else 0.0 for k in range(1, m + 1))
+        for t in range(beta.size)
+    ]
+    np.testing.assert_allclose(expected_accepted_length(beta, m), expected, rtol=1e-12, atol=1e-300)
+    batched = expected_accepted_length(np.stack([beta, beta[::-1]]), m)
+    np.testing.assert_allclose(batched[1], expected_accepted_length(beta[::-1], m), rtol=1e-15)

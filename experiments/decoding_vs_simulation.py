@@ -1,0 +1,134 @@
+"""Simulation against reality: the AL each rule reached in real decoding vs what the trace predicts.
+
+Usage:
+    python experiments/decoding_vs_simulation.py [--cache ~/.cache/cactus_theory/decoding] [--m 8]
+        [--runs 400] [--out docs/results/decoding_vs_simulation.md]
+
+Reads the per-problem results of experiments/real_decoding_table.py and the embedded trace (same
+pair, same sampling settings; its GSM8K and HumanEval prompts are the first 22 problems of each,
+so the comparison uses the problems present in both). Two predictions per rule and task:
+
+- position-average: AL(m) of a block started at every position, averaged over positions
+  (``block_statistics``; what ``cactus-theory analyze`` reports);
+- renewal: ``simulate`` walks each trace sequence block by block as real decoding does (the next
+  block starts after the accepted drafts and the correction), pooled as real decoding pools
+  (total accepted / total verification steps).
+
+Relative error = prediction / measured - 1, per task and over both tasks pooled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from cactus_theory import TAS, Cactus, ExactCactus, Mentored, SamplingSettings, SpS, load_trace, simulate, step_metrics
+from cactus_theory._emitted import block_statistics
+from cactus_theory._io import atomic_write
+
+RULES = {
+    "sps": SpS(),
+    "tas": TAS(),
+    "cactus": Cactus(1.0),
+    "cactus-exact": ExactCactus(1.0),
+    "mentored": Mentored(1.0),
+}
+TASKS = ("gsm8k", "humaneval")
+
+
+def measured(cache, method, keys, horizon=None):
+    """Pooled real AL (accepted drafts per verification step) over the given problem keys; with
+    ``horizon``, only the steps that start within the first ``horizon`` generated tokens."""
+    acc, steps, n = 0, 0, 0
+    for key in keys:
+        path = os.path.join(cache, method, f"{key}.json")
+        if not os.path.exists(path):
+            continue
+        rec = json.load(open(path))
+        start = 0
+        for a in rec["accepted"]:
+            if horizon is not None and start >= horizon:
+                break
+            acc += a
+            steps += 1
+            start += a + 1  # accepted drafts, then a correction or bonus token
+        n += 1
+    return (acc / steps if steps else float("nan")), steps, n
+
+
+def predicted(trace_seqs, rule, m, settings, runs, seed=0):
+    """(position-average AL(m), renewal-simulation AL) pooled over the sequences."""
+    pos_sum, pos_n, sim_acc, sim_blocks = 0.0, 0, 0, 0
+    for i, seq in enumerate(trace_seqs):
+        draft_probs, target_probs = seq.distributions(settings)
+        beta = step_metrics(rule, draft_probs, target_probs).acceptance
+        stats = block_statistics(beta, m)
+        starts = max(beta.shape[-1] - m + 1, 1)
+        pos_sum += float(stats["accepted_length"]) * starts
+        pos_n += starts
+        sim = simulate(rule, draft_probs, target_probs, m=m, n_runs=runs, seed=seed + i)
+        sim_acc += int(sim.accepted.sum())
+        sim_blocks += int(sim.accepted.size)
+    return pos_sum / pos_n, sim_acc / sim_blocks
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cache", default=os.path.expanduser("~/.cache/cactus_theory/decoding"))
+    parser.add_argument("--m", type=int, default=8)
+    parser.add_argument("--runs", type=int, default=400)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    trace = load_trace()
+    settings = SamplingSettings(**trace.metadata["sampling"])
+    seqs = {seq.id: seq for seq in trace if seq.task in TASKS}
+    horizon = int(trace.metadata["max_new_tokens"])  # the trace covers the first `horizon` generated tokens
+    lines = [
+        f"m = {args.m}; real decoding results from `{args.cache}` (problems present in both the run and the "
+        "embedded trace); renewal simulation with "
+        f"{args.runs} runs per sequence.",
+        "",
+        f"| rule | task | problems | real steps | real AL | real AL, first {horizon} tokens | position-average AL "
+        f"| error | renewal AL | error | error vs first {horizon} |",
+        "|---" * 11 + "|",
+    ]
+    out = []
+    for method, rule in RULES.items():
+        for task in (*TASKS, "both"):
+            tasks = TASKS if task == "both" else (task,)
+            keys = [
+                k
+                for k in seqs
+                if seqs[k].task in tasks and os.path.exists(os.path.join(args.cache, method, f"{k}.json"))
+            ]
+            if not keys:
+                continue
+            real, steps, n = measured(args.cache, method, keys)
+            early, _, _ = measured(args.cache, method, keys, horizon)
+            pos, sim = predicted([seqs[k] for k in keys], rule, args.m, settings, args.runs)
+            out.append(
+                {
+                    "rule": method,
+                    "task": task,
+                    "problems": n,
+                    "steps": steps,
+                    "real": real,
+                    f"real_first_{horizon}": early,
+                    "position": pos,
+                    "renewal": sim,
+                }
+            )
+            lines.append(
+                f"| {rule.describe()} | {task} | {n} | {steps} | {real:.2f} | {early:.2f} | {pos:.2f} "
+                f"| {pos / real - 1:+.1%} | {sim:.2f} | {sim / real - 1:+.1%} | {sim / early - 1:+.1%} |"
+            )
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        atomic_write(args.out, text + "\n")
+        atomic_write(os.path.splitext(args.out)[0] + ".json", json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -353,8 +353,7 @@ def test_gamma_worst_case_experiment_runs(tmp_path):
 def test_accepted_length_matches_the_definition(beta, m):
     # AL_t = sum_{k=1}^{m} prod_{j<k} beta_{t+j}, windows truncated at the end (brute force).
     expected = [
-        sum(np.prod(beta[t : t + k]) if t + k <= beta.size else 0.0 for k in range(1, m + 1))
-        for t in range(beta.size)
+        sum(np.prod(beta[t : t + k]) if t + k <= beta.size else 0.0 for k in range(1, m + 1)) for t in range(beta.size)
     ]
     np.testing.assert_allclose(expected_accepted_length(beta, m), expected, rtol=1e-12, atol=1e-300)
     batched = expected_accepted_length(np.stack([beta, beta[::-1]]), m)

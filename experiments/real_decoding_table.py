@@ -172,7 +172,9 @@ def run(args):
 
 
 def table(cache):
-    rows = []
+    """(Markdown table, rows as dicts) from whatever is cached; speedups against the verifier's
+    tokens/s on the same task (summed tokens over summed seconds)."""
+    rows, lines = [], []
     for task in ("gsm8k", "humaneval"):
         base = None
         for method in METHODS:
@@ -188,12 +190,24 @@ def table(cache):
             rate = tokens / seconds
             if method == "verifier":
                 base = rate
-            rows.append(
-                f"| {task} | {method} | {len(recs)} | {100 * sum(r['correct'] for r in recs) / len(recs):.1f} "
-                f"| {al:.2f} | {1 + al:.2f} | {rate:.2f} | {rate / base if base else float('nan'):.2f} |"
+            row = {
+                "task": task,
+                "method": method,
+                "problems": len(recs),
+                "accuracy": 100 * sum(r["correct"] for r in recs) / len(recs),
+                "al": al,
+                "mean_acceptance_length": 1 + al,
+                "tokens_per_second": rate,
+                "speedup": rate / base if base else float("nan"),
+                "tokens": tokens,
+            }
+            rows.append(row)
+            lines.append(
+                f"| {task} | {method} | {row['problems']} | {row['accuracy']:.1f} | {al:.2f} | {1 + al:.2f} "
+                f"| {rate:.2f} | {row['speedup']:.2f} |"
             )
     head = ["| task | method | problems | accuracy % | AL | vLLM MAL | tok/s | speedup |", "|---" * 8 + "|"]
-    return "\n".join(head + rows)
+    return "\n".join(head + lines), rows
 
 
 def main(argv=None):
@@ -211,10 +225,10 @@ def main(argv=None):
     start = time.perf_counter()
     if not args.table_only:
         run(args)
-    text = table(args.cache)
+    text, rows = table(args.cache)
     print(text)
     if args.out:
-        _atomic_json(args.out + ".json", {"table": text, "seconds": time.perf_counter() - start})
+        _atomic_json(os.path.splitext(args.out)[0] + ".json", {"rows": rows, "seconds": time.perf_counter() - start})
         from cactus_theory._io import atomic_write
 
         atomic_write(args.out, text + "\n")

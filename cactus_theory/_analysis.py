@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._emitted import expected_accepted_length, step_metrics
+from ._emitted import block_statistics, step_metrics
 from ._io import atomic_write
 from ._rules import TAS, Cactus, ExactCactus, Interpolation, Lenience, Mentored, SpS, TopK
 from ._sampling import SamplingSettings
@@ -65,10 +65,9 @@ def _shard_stats(args):
             sm = step_metrics(rule, p, q)
             per = {name: float(np.sum(getattr(sm, name))) for name in METRICS}
             for m in ms:
-                al = expected_accepted_length(sm.acceptance, m)
-                starts = max(seq.n_positions - m + 1, 1)
-                per[f"al_sum_{m}"] = float(np.sum(al[:starts]))
-                per[f"al_n_{m}"] = starts
+                block = block_statistics(sm.acceptance, m)
+                per[f"al_sum_{m}"] = float(np.sum(block["per_start"][: block["starts"]]))
+                per[f"al_n_{m}"] = block["starts"]
             rec["rules"][_rule_label(rule)] = per
         out.append(rec)
     return out

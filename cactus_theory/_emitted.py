@@ -161,7 +161,8 @@ def _windowed_prefix_sums(beta, m):
 
 def block_statistics(acceptance_rates, m: int):
     """AL(m) and vLLM's mean acceptance length (1 + AL), averaged over block starts whose m
-    drafts all lie inside the sequence; also the per-start values. Exact for independent positions.
+    drafts all lie inside the sequence (``starts`` of them); also the per-start values. Exact for
+    independent positions.
     """
     beta = np.asarray(acceptance_rates, dtype=np.float64)
     al = expected_accepted_length(beta, m)
@@ -169,6 +170,7 @@ def block_statistics(acceptance_rates, m: int):
     mean_al = al[..., :starts].mean(axis=-1)
     return {
         "m": m,
+        "starts": starts,
         "accepted_length": mean_al,
         "mean_acceptance_length": 1.0 + mean_al,
         "per_start": al,

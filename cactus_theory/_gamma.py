@@ -67,11 +67,14 @@ def _scalar_out(arr):
 
 
 def _taylor_increment(div: FDivergence, q, delta):
-    """Second-order (Corollary 5) increment gamma - q, unclipped; first order for a kinked f."""
+    """Second-order (Corollary 5) increment gamma - q, unclipped; first order for a kinked f.
+    ``q`` and ``delta`` share one shape (or ``delta`` is a scalar): three passes, one array."""
     with np.errstate(all="ignore"):
         if div.f_second_at_one is None:
             return delta / div.kink
-        return np.sqrt(2.0 * delta * q * (1.0 - q) / div.f_second_at_one)
+        inc = (1.0 - q) * q
+        inc *= 2.0 * delta / div.f_second_at_one
+        return np.sqrt(inc, out=inc) if isinstance(inc, np.ndarray) else np.sqrt(inc)
 
 
 def _safe_increment(div: FDivergence, q, delta):
@@ -417,19 +420,14 @@ def approx_gamma(target_prob, delta, divergence="kl", method="taylor"):
     div = get_divergence(divergence)
     if method not in APPROX_METHODS:
         raise ValueError(f"method must be one of {APPROX_METHODS}; got {method!r}")
-    scalar_delta = np.ndim(delta) == 0
+    scalar = np.ndim(delta) == 0
     q, delta = _inputs(target_prob, delta)
-    if method == "taylor" and div.f_second_at_one is not None and scalar_delta and q.ndim >= 1 and delta.size:
-        delta = float(delta.flat[0])
-    if method == "taylor" and isinstance(delta, float) and np.isfinite(delta):
-        # Fast path (same formula, no edge cases to patch: q (1 - q) >= 0, delta finite, and
-        # q + inc >= q): five array passes, the floor for this closed form.
-        inc = 1.0 - q
-        inc *= q
-        inc *= 2.0 * delta / div.f_second_at_one
-        np.sqrt(inc, out=inc)
-        inc += q
-        return _scalar_out(np.minimum(inc, 1.0, out=inc))
+    if method == "taylor" and div.f_second_at_one is not None and scalar and q.size and math.isfinite(delta.flat[0]):
+        # Fast path for one finite delta: nothing below needs patching (q (1 - q) >= 0 and
+        # q + inc >= q), so the closed form takes five array passes.
+        gamma = _taylor_increment(div, q, float(delta.flat[0]))
+        gamma += q
+        return _scalar_out(np.minimum(gamma, 1.0, out=gamma) if q.ndim else np.minimum(gamma, 1.0))
     with np.errstate(all="ignore"):
         if method == "safe":
             if div.safe_increment_fn is None:

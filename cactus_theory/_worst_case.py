@@ -16,6 +16,7 @@ from scipy import optimize, special
 from ._divergences import divergence as _divergence
 from ._divergences import get_divergence
 from ._rules._base import as_rule
+from ._synthetic import _softmax
 
 __all__ = ["WorstCase", "worst_case_drift"]
 
@@ -45,12 +46,6 @@ class WorstCase:
     draft_probs: np.ndarray
     target_probs: np.ndarray
     evaluations: int
-
-
-def _softmax(z):
-    z = z - z.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
 
 
 def random_pairs(rng, n, vocab):

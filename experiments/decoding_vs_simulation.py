@@ -64,9 +64,8 @@ def predicted(trace_seqs, rule, m, settings, runs, seed=0):
         draft_probs, target_probs = seq.distributions(settings)
         beta = step_metrics(rule, draft_probs, target_probs).acceptance
         stats = block_statistics(beta, m)
-        starts = max(beta.shape[-1] - m + 1, 1)
-        pos_sum += float(stats["accepted_length"]) * starts
-        pos_n += starts
+        pos_sum += float(stats["accepted_length"]) * stats["starts"]
+        pos_n += stats["starts"]
         sim = simulate(rule, draft_probs, target_probs, m=m, n_runs=runs, seed=seed + i)
         sim_acc += int(sim.accepted.sum())
         sim_blocks += int(sim.accepted.size)

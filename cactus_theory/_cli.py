@@ -92,19 +92,34 @@ def _ints(text: str):
 
 
 def _cmd_dump(args) -> int:
-    from ._dump import dump_trace
+    from ._dump import dump_trace, load_completions
     from ._prompts import load_prompts
     from ._sampling import SamplingSettings
 
     prompts = []
     for path in args.prompts:
         prompts.extend(load_prompts(path, limit=args.per_file))
+    completions = None
+    if args.completions:
+        completions = load_completions(args.completions)
+        known = {p.id for p in prompts}
+        unknown = sorted(set(completions) - known)
+        if unknown:
+            raise ValueError(
+                f"--completions: {len(unknown)} id(s) match no prompt, e.g. {unknown[:3]}; prompt ids look like "
+                f"{sorted(known)[:3]}"
+            )
+        skipped = len(prompts) - len(completions)
+        prompts = [p for p in prompts if p.id in completions]
+        if skipped:
+            print(f"{skipped} prompt(s) without a completion skipped")
     settings = SamplingSettings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     n = dump_trace(
         args.verifier,
         args.draft,
         prompts,
         args.out,
+        completions=completions,
         settings=settings,
         max_new_tokens=args.max_new_tokens,
         device=args.device,
@@ -235,6 +250,12 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--top-p", type=float, default=0.95)
     d.add_argument("--top-logits", type=int, default=64, help="logits kept per row (K)")
     d.add_argument("--full-rows", action="store_true", help="also store full logit rows")
+    d.add_argument(
+        "--completions",
+        default=None,
+        help="JSON Lines of {id, token_ids}: teacher-force both models on these outputs instead of sampling "
+        "(--max-new-tokens: the limit they were generated with)",
+    )
     d.set_defaults(func=_cmd_dump)
 
     a = sub.add_parser("analyze", help="acceptance, AL and emitted drift of rules on a trace")

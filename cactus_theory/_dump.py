@@ -1,14 +1,17 @@
 """Dump logit traces from real models (Hugging Face ids, local directories or GGUF files).
 
 The verifier generates with the given sampling settings (KV cache, one token at a time); the
-draft's next-token logits on the same prefixes come from one forward pass per sequence. Both
-raw logit rows are compressed into the trace (top-K + log-sum-exp). Resumes: prompts already in
-the trace are skipped.
+draft's next-token logits on the same prefixes come from one forward pass per sequence. Or, with
+``completions``, both models are teacher-forced on token sequences you already have (outputs you
+served, the verifier-alone run of a benchmark): one forward pass per model and sequence, nothing
+generated. Both raw logit rows are compressed into the trace (top-K + log-sum-exp). Resumes:
+prompts already in the trace are skipped.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import platform
 import sys
@@ -21,7 +24,7 @@ from ._io import sha256_file
 from ._sampling import SamplingSettings, processed_probs
 from ._trace import DEFAULT_TOP_K, TraceError, TraceWriter
 
-__all__ = ["dump_trace", "load_model"]
+__all__ = ["dump_trace", "load_completions", "load_model"]
 
 
 def _file_sha256(path: str) -> str:
@@ -118,8 +121,9 @@ def generate_with_logits(model, prompt_ids, settings, max_new_tokens, generator,
     return tokens, torch.stack(rows).numpy()
 
 
-def draft_logits_on(model, prompt_ids, tokens):
-    """The draft's raw next-token logits at every generated position, one forward pass."""
+def teacher_forced_logits(model, prompt_ids, tokens):
+    """``model``'s raw next-token logits (T, V) float32 before each of the T ``tokens`` after the
+    prompt, from one forward pass over prompt + tokens[:-1]."""
     import torch
 
     device = next(model.parameters()).device
@@ -129,12 +133,63 @@ def draft_logits_on(model, prompt_ids, tokens):
     return logits[len(prompt_ids) - 1 :].cpu().numpy()
 
 
+def load_completions(path) -> dict[str, list[int]]:
+    """{prompt id: token ids} from a JSON Lines file of ``{"id": ..., "token_ids": [...]}`` records
+    (ids as the prompt loaders make them: ``"gsm8k-0"``, ``"humaneval-3"``, ...)."""
+    out = {}
+    with open(path) as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                key, tokens = rec["id"], rec["token_ids"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise ValueError(
+                    f"{path}, line {n}: expected a JSON object with 'id' and 'token_ids' (a list of token ids)"
+                ) from None
+            if key in out:
+                raise ValueError(f"{path}, line {n}: prompt id {key!r} appears twice")
+            out[key] = tokens
+    if not out:
+        raise ValueError(f"{path} holds no completions")
+    return out
+
+
+def _check_completions(completions, prompts, max_new_tokens):
+    """{prompt id: list of int token ids} for every prompt, or a ValueError naming the problem."""
+    if not hasattr(completions, "keys"):
+        raise TypeError(f"completions must map prompt ids to token-id lists; got {type(completions).__name__}")
+    missing = [p.id for p in prompts if p.id not in completions]
+    if missing:
+        raise ValueError(
+            f"completions has no tokens for {len(missing)} prompt(s), e.g. {missing[:3]}: give every prompt's "
+            "token ids, or pass only the prompts you have completions for"
+        )
+    out = {}
+    for p in prompts:
+        tokens = np.asarray(completions[p.id])
+        if tokens.ndim != 1 or tokens.size == 0 or not np.issubdtype(tokens.dtype, np.integer) or tokens.min() < 0:
+            raise ValueError(
+                f"completions[{p.id!r}] must be a non-empty 1-D sequence of non-negative integer token ids "
+                "(tokenize text with the verifier's tokenizer first)"
+            )
+        if tokens.size > max_new_tokens:
+            raise ValueError(
+                f"completions[{p.id!r}] has {tokens.size} tokens, more than max_new_tokens={max_new_tokens}: "
+                "pass the max_new_tokens the completions were generated with"
+            )
+        out[p.id] = [int(t) for t in tokens]
+    return out
+
+
 def dump_trace(
     verifier,
     draft,
     prompts,
     out,
     *,
+    completions=None,
     settings=None,
     max_new_tokens=128,
     device="cpu",
@@ -148,11 +203,22 @@ def dump_trace(
 ):
     """Dump a trace of ``prompts`` (``Prompt`` objects) into directory ``out``; resumable.
 
+    Without ``completions`` the verifier samples each continuation (``settings``, at most
+    ``max_new_tokens``, seeded by ``seed`` and the prompt). With ``completions`` (a mapping from
+    each prompt's id to the token ids generated after it, end-of-sequence token included if the
+    output ended with one) nothing is sampled: the verifier and the draft are teacher-forced on
+    those tokens, one forward pass each; the metadata records ``"teacher_forced": true``. Use it to
+    trace outputs you already have, as long as they are: a trace predicts acceptance only over
+    the positions it holds. ``max_new_tokens`` is then the limit the completions were generated
+    with (recorded as the trace's horizon).
+
     Returns the number of positions written by this call.
     """
     import torch
 
     settings = settings or SamplingSettings()
+    if completions is not None:
+        completions = _check_completions(completions, prompts, max_new_tokens)
     v_model, v_tok, v_info = load_model(verifier, device, dtype)
     d_model, _d_tok, d_info = load_model(draft, device, dtype)
     vocab = v_model.config.vocab_size if hasattr(v_model.config, "vocab_size") else None
@@ -171,6 +237,7 @@ def dump_trace(
         "device": str(device),
         "seed": int(seed),
         "max_new_tokens": int(max_new_tokens),
+        "teacher_forced": completions is not None,
         "versions": {
             "python": platform.python_version(),
             "torch": torch.__version__,
@@ -197,9 +264,20 @@ def dump_trace(
     written, start = 0, time.perf_counter()
     for k, prompt in enumerate(todo, 1):
         prompt_ids = encode_chat(v_tok, prompt.text)
-        gen = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, prompt.index, k]).generate_state(1)[0]))
-        tokens, target_rows = generate_with_logits(v_model, prompt_ids, settings, max_new_tokens, gen, eos)
-        draft_rows = draft_logits_on(d_model, prompt_ids, tokens)
+        if completions is None:
+            gen = torch.Generator().manual_seed(
+                int(np.random.SeedSequence([seed, prompt.index, k]).generate_state(1)[0])
+            )
+            tokens, target_rows = generate_with_logits(v_model, prompt_ids, settings, max_new_tokens, gen, eos)
+        else:
+            tokens = completions[prompt.id]
+            if vocab is not None and max(tokens) >= vocab:
+                raise ValueError(
+                    f"completions[{prompt.id!r}] holds token id {max(tokens)}, outside the verifier's "
+                    f"vocabulary of {vocab}: tokenize the completions with the verifier's tokenizer"
+                )
+            target_rows = teacher_forced_logits(v_model, prompt_ids, tokens)
+        draft_rows = teacher_forced_logits(d_model, prompt_ids, tokens)
         writer.add(
             prompt.id,
             prompt.task,

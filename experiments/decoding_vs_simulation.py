@@ -2,11 +2,13 @@
 
 Usage:
     python experiments/decoding_vs_simulation.py [--cache ~/.cache/cactus_theory/decoding] [--m 8]
-        [--runs 400] [--out docs/results/decoding_vs_simulation.md]
+        [--runs 400] [--trace DIR] [--out docs/results/decoding_vs_simulation.md]
 
-Reads the per-problem results of experiments/real_decoding_table.py and the embedded trace (same
-pair, same sampling settings; its GSM8K and HumanEval prompts are the first 22 problems of each,
-so the comparison uses the problems present in both). Two predictions per rule and task:
+Reads the per-problem results of experiments/real_decoding_table.py and a trace of the same pair
+with the same sampling settings: by default the embedded one (its GSM8K and HumanEval prompts are
+the first 22 problems of each, 128 generated tokens each), or --trace, e.g. the full-length trace
+of the verifier-alone outputs written by experiments/dump_output_trace.py. The comparison uses
+the problems present in both. Two predictions per rule and task:
 
 - position-average: AL(m) of a block started at every position, averaged over positions
   (``block_statistics``; what ``cactus-theory analyze`` reports);
@@ -77,15 +79,18 @@ def main(argv=None):
     parser.add_argument("--cache", default=os.path.expanduser("~/.cache/cactus_theory/decoding"))
     parser.add_argument("--m", type=int, default=8)
     parser.add_argument("--runs", type=int, default=400)
+    parser.add_argument("--trace", default=None, help="trace directory (default: the embedded trace)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    trace = load_trace()
+    trace = load_trace(args.trace)
     settings = SamplingSettings(**trace.metadata["sampling"])
     seqs = {seq.id: seq for seq in trace if seq.task in TASKS}
     horizon = int(trace.metadata["max_new_tokens"])  # the trace covers the first `horizon` generated tokens
+    name = "embedded trace" if args.trace is None else f"trace `{os.path.basename(os.path.normpath(args.trace))}`"
+    forced = " (teacher-forced on given outputs)" if trace.metadata.get("teacher_forced") else ""
     lines = [
         f"m = {args.m}; real decoding results from `{args.cache}` (problems present in both the run and the "
-        "embedded trace); renewal simulation with "
+        f"{name}{forced}, whose sequences stop at {horizon} generated tokens); renewal simulation with "
         f"{args.runs} runs per sequence.",
         "",
         f"| rule | task | problems | real steps | real AL | real AL, first {horizon} tokens | position-average AL "

@@ -162,6 +162,7 @@ def run(args):
                     "threads": torch.get_num_threads(),
                     "correct": bool(correct),
                     "completion": completion,
+                    "token_ids": [int(t) for t in out.tokens],
                 },
             )
             print(

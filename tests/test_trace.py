@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tiny_models import tiny_model, tiny_tokenizer
 
 from cactus_theory import Cactus, SpS, step_metrics
-from cactus_theory._dump import draft_logits_on, dump_trace
+from cactus_theory._dump import dump_trace
 from cactus_theory._prompts import Prompt, load_prompts, mixed_prompts
 from cactus_theory._sampling import SamplingSettings, processed_probs
 from cactus_theory._trace import (
@@ -278,12 +278,63 @@ def test_dump_with_tiny_models_is_consistent_and_resumes(tmp_path):
         with torch.no_grad():
             fresh = verifier(input_ids=torch.tensor([ids + list(seq.tokens[:-1])])).logits[0, len(ids) - 1 :].float()
         np.testing.assert_allclose(seq.full_logits["target"], fresh.numpy(), rtol=1e-4, atol=1e-4)
-        np.testing.assert_allclose(seq.full_logits["draft"], draft_logits_on(draft, ids, list(seq.tokens)), atol=1e-5)
+        with torch.no_grad():
+            fresh = draft(input_ids=torch.tensor([ids + list(seq.tokens[:-1])])).logits[0, len(ids) - 1 :].float()
+        np.testing.assert_allclose(seq.full_logits["draft"], fresh.numpy(), atol=1e-5)
         assert seq.meta["source"]["dataset"] == "toy"
     more = dump(prompts)
     assert len(Trace(out)) == 3 and more == Trace(out).n_positions - n  # only the new prompt was dumped
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["metadata"]["versions"]["torch"] == torch.__version__
+    assert manifest["metadata"]["teacher_forced"] is False
+
+    # teacher-forced on the sampled tokens: nothing is sampled, and both models' logits equal the
+    # sampled trace's (KV-cache generation vs one forward pass over the whole sequence)
+    sampled = {seq.id: seq for seq in Trace(out)}
+    forced = tmp_path / "forced"
+    dump_trace(
+        (verifier, tokenizer),
+        (draft, tokenizer),
+        prompts,
+        forced,
+        completions={k: list(seq.tokens) for k, seq in sampled.items()},
+        settings=settings,
+        max_new_tokens=6,
+        top_k=16,
+        store_full=True,
+        progress=False,
+    )
+    forced_trace = Trace(forced)
+    assert forced_trace.metadata["teacher_forced"] is True
+    for seq in forced_trace:
+        np.testing.assert_array_equal(seq.tokens, sampled[seq.id].tokens)
+        for side in ("target", "draft"):
+            np.testing.assert_allclose(seq.full_logits[side], sampled[seq.id].full_logits[side], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "completions, message",
+    [
+        ({"p0": [3, 4]}, "no tokens for 1 prompt"),
+        ({"p0": [3, 4], "p1": []}, "non-empty 1-D"),
+        ({"p0": [3, 4], "p1": [2.5]}, "integer token ids"),
+        ({"p0": [3, 4], "p1": [5] * 7}, "more than max_new_tokens=6"),
+        ({"p0": [3, 4], "p1": [10**6]}, "outside the verifier's vocabulary"),
+    ],
+)
+def test_dump_rejects_bad_completions(tmp_path, completions, message):
+    tokenizer = tiny_tokenizer()
+    prompts = [Prompt(id=f"p{i}", task="toy", text="t2 t3", index=i) for i in range(2)]
+    with pytest.raises(ValueError, match=message):
+        dump_trace(
+            (tiny_model(0), tokenizer),
+            (tiny_model(1, layers=1), tokenizer),
+            prompts,
+            tmp_path / "t",
+            completions=completions,
+            max_new_tokens=6,
+            progress=False,
+        )
 
 
 def test_analysis_matches_a_direct_computation_and_the_cli(tmp_path, capsys):
@@ -358,6 +409,49 @@ def test_dump_from_gguf_files_written_with_the_gguf_package(tmp_path):
     with torch.no_grad():  # the GGUF weights are the HF model's: same logits as the original
         fresh = verifier(input_ids=torch.tensor([ids + list(seq.tokens[:-1])])).logits[0, len(ids) - 1 :]
     np.testing.assert_allclose(seq.full_logits["target"], fresh.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_cli_dump_teacher_forced_on_a_completions_file(tmp_path, capsys):
+    from tiny_models import write_tiny_gguf
+
+    from cactus_theory._cli import main
+    from cactus_theory._dump import encode_chat, load_model
+
+    verifier, draft = tiny_model(4), tiny_model(5, layers=1)
+    v_path = write_tiny_gguf(verifier, tmp_path / "verifier.gguf")
+    d_path = write_tiny_gguf(draft, tmp_path / "draft.gguf")
+    questions = tmp_path / "gsm8k.jsonl"
+    questions.write_text('{"question": "ab cd"}\n{"question": "ef gh ab"}\n{"question": "cd"}\n')
+    forced_tokens = {"gsm8k-0": [5, 9, 1], "gsm8k-2": [7, 7, 7, 3]}
+    completions = tmp_path / "completions.jsonl"
+    completions.write_text("".join(json.dumps({"id": k, "token_ids": v}) + "\n" for k, v in forced_tokens.items()))
+    args = ["dump", "--verifier", str(v_path), "--draft", str(d_path), "--prompts", str(questions)]
+    args += ["--completions", str(completions), "--max-new-tokens", "8", "--full-rows", "--out", str(tmp_path / "t")]
+    assert main(args) == 0
+    assert "1 prompt(s) without a completion skipped" in capsys.readouterr().out
+    trace = Trace(tmp_path / "t")
+    assert trace.metadata["teacher_forced"] is True and trace.metadata["max_new_tokens"] == 8
+    _, tok, _ = load_model(str(v_path))
+    texts = {"gsm8k-0": "ab cd", "gsm8k-2": "cd"}
+    assert sorted(seq.id for seq in trace) == sorted(forced_tokens)
+    for seq in trace:
+        assert list(seq.tokens) == forced_tokens[seq.id]
+        ids = encode_chat(tok, load_prompts(questions)[int(seq.id[-1])].text)
+        assert load_prompts(questions)[int(seq.id[-1])].text.startswith(texts[seq.id])
+        for side, model in (("target", verifier), ("draft", draft)):
+            with torch.no_grad():
+                fresh = model(input_ids=torch.tensor([ids + forced_tokens[seq.id][:-1]])).logits[0, len(ids) - 1 :]
+            np.testing.assert_allclose(seq.full_logits[side], fresh.numpy(), rtol=1e-4, atol=1e-4)
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "gsm8k-0", "token_ids": [1]}\n{"id": "gsm8k-0"}\n')
+    base = args[:7]  # dump --verifier V --draft D --prompts FILE
+    assert main([*base, "--completions", str(bad), "--out", str(tmp_path / "t2")]) != 0
+    assert "bad.jsonl, line 2: expected a JSON object with 'id' and 'token_ids'" in capsys.readouterr().err
+    unknown = tmp_path / "unknown.jsonl"
+    unknown.write_text('{"id": "mbpp-0", "token_ids": [1]}\n')
+    assert main([*base, "--completions", str(unknown), "--out", str(tmp_path / "t3")]) != 0
+    assert "--completions: 1 id(s) match no prompt, e.g. ['mbpp-0']" in capsys.readouterr().err
 
 
 def test_report_on_a_small_trace(tmp_path):

@@ -40,9 +40,10 @@ TASKS = ("gsm8k", "humaneval")
 
 
 def measured(cache, method, keys, horizon=None):
-    """Pooled real AL (accepted drafts per verification step) over the given problem keys; with
-    ``horizon``, only the steps that start within the first ``horizon`` generated tokens."""
-    acc, steps, n = 0, 0, 0
+    """(pooled real AL (accepted drafts per verification step), steps, problems, longest output in
+    tokens) over the given problem keys; with ``horizon``, only the steps that start within the
+    first ``horizon`` generated tokens."""
+    acc, steps, n, longest = 0, 0, 0, 0
     for key in keys:
         path = os.path.join(cache, method, f"{key}.json")
         if not os.path.exists(path):
@@ -56,7 +57,8 @@ def measured(cache, method, keys, horizon=None):
             steps += 1
             start += a + 1  # accepted drafts, then a correction or bonus token
         n += 1
-    return (acc / steps if steps else float("nan")), steps, n
+        longest = max(longest, rec["tokens"])
+    return (acc / steps if steps else float("nan")), steps, n, longest
 
 
 def predicted(trace_seqs, rule, m, settings, runs, seed=0):
@@ -88,15 +90,6 @@ def main(argv=None):
     horizon = int(trace.metadata["max_new_tokens"])  # the trace covers the first `horizon` generated tokens
     name = "embedded trace" if args.trace is None else f"trace `{os.path.basename(os.path.normpath(args.trace))}`"
     forced = " (teacher-forced on given outputs)" if trace.metadata.get("teacher_forced") else ""
-    lines = [
-        f"m = {args.m}; real decoding results from `{args.cache}` (problems present in both the run and the "
-        f"{name}{forced}, whose sequences stop at {horizon} generated tokens); renewal simulation with "
-        f"{args.runs} runs per sequence.",
-        "",
-        f"| rule | task | problems | real steps | real AL | real AL, first {horizon} tokens | position-average AL "
-        f"| error | error vs first {horizon} | renewal AL | error | error vs first {horizon} |",
-        "|---" * 12 + "|",
-    ]
     out = []
     for method, rule in RULES.items():
         for task in (*TASKS, "both"):
@@ -108,26 +101,45 @@ def main(argv=None):
             ]
             if not keys:
                 continue
-            real, steps, n = measured(args.cache, method, keys)
-            early, _, _ = measured(args.cache, method, keys, horizon)
+            real, steps, n, longest = measured(args.cache, method, keys)
+            early, _, _, _ = measured(args.cache, method, keys, horizon)
             pos, sim = predicted([seqs[k] for k in keys], rule, args.m, settings, args.runs)
             out.append(
                 {
                     "rule": method,
+                    "describe": rule.describe(),
                     "task": task,
                     "problems": n,
                     "steps": steps,
+                    "longest_output": longest,
                     "real": real,
                     f"real_first_{horizon}": early,
                     "position": pos,
                     "renewal": sim,
                 }
             )
-            lines.append(
-                f"| {rule.describe()} | {task} | {n} | {steps} | {real:.2f} | {early:.2f} | {pos:.2f} "
-                f"| {pos / real - 1:+.1%} | {pos / early - 1:+.1%} | {sim:.2f} | {sim / real - 1:+.1%} "
-                f"| {sim / early - 1:+.1%} |"
-            )
+    # the horizon columns only when the trace stops before some real output does
+    short = any(r["longest_output"] > horizon for r in out)
+    cols = ["rule", "task", "problems", "real steps", "real AL"]
+    cols += [f"real AL, first {horizon} tokens"] if short else []
+    for kind in ("position-average AL", "renewal AL"):
+        cols += [kind, "error"] + ([f"error vs first {horizon}"] if short else [])
+    lines = [
+        f"m = {args.m}; real decoding results from `{args.cache}` (problems present in both the run and the "
+        f"{name}{forced}, whose sequences stop at {horizon} generated tokens); renewal simulation with "
+        f"{args.runs} runs per sequence.",
+        "",
+        "| " + " | ".join(cols) + " |",
+        "|---" * len(cols) + "|",
+    ]
+    for r in out:
+        early = r[f"real_first_{horizon}"]
+        cells = [r["describe"], r["task"], str(r["problems"]), str(r["steps"]), f"{r['real']:.2f}"]
+        cells += [f"{early:.2f}"] if short else []
+        for pred in (r["position"], r["renewal"]):
+            cells += [f"{pred:.2f}", f"{pred / r['real'] - 1:+.1%}"]
+            cells += [f"{pred / early - 1:+.1%}"] if short else []
+        lines.append("| " + " | ".join(cells) + " |")
     text = "\n".join(lines)
     print(text)
     if args.out:

@@ -172,6 +172,16 @@ def run(args):
             )
 
 
+def wilson_interval(successes, n, z=1.959963984540054):
+    """Wilson score interval (95% by default) for a binomial proportion, in percent."""
+    if n == 0:
+        return float("nan"), float("nan")
+    phat = successes / n
+    centre = (phat + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * (phat * (1 - phat) / n + z * z / (4 * n * n)) ** 0.5
+    return 100 * max(centre - half, 0.0), 100 * min(centre + half, 1.0)
+
+
 def table(cache):
     """(Markdown table, rows as dicts) from whatever is cached; speedups against the verifier's
     tokens/s on the same task (summed tokens over summed seconds)."""
@@ -191,11 +201,13 @@ def table(cache):
             rate = tokens / seconds
             if method == "verifier":
                 base = rate
+            solved = sum(r["correct"] for r in recs)
             row = {
                 "task": task,
                 "method": method,
                 "problems": len(recs),
-                "accuracy": 100 * sum(r["correct"] for r in recs) / len(recs),
+                "accuracy": 100 * solved / len(recs),
+                "accuracy_ci95": wilson_interval(solved, len(recs)),
                 "al": al,
                 "mean_acceptance_length": 1 + al,
                 "tokens_per_second": rate,
@@ -204,10 +216,14 @@ def table(cache):
             }
             rows.append(row)
             lines.append(
-                f"| {task} | {method} | {row['problems']} | {row['accuracy']:.1f} | {al:.2f} | {1 + al:.2f} "
+                f"| {task} | {method} | {row['problems']} | {row['accuracy']:.1f} "
+                f"| {row['accuracy_ci95'][0]:.0f}–{row['accuracy_ci95'][1]:.0f} | {al:.2f} | {1 + al:.2f} "
                 f"| {rate:.2f} | {row['speedup']:.2f} |"
             )
-    head = ["| task | method | problems | accuracy % | AL | vLLM MAL | tok/s | speedup |", "|---" * 8 + "|"]
+    head = [
+        "| task | method | problems | accuracy % | 95% CI (Wilson) | AL | vLLM MAL | tok/s | speedup |",
+        "|---" * 9 + "|",
+    ]
     return "\n".join(head + lines), rows
 
 

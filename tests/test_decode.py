@@ -117,6 +117,17 @@ def _table_module():
     return module
 
 
+def test_wilson_interval_closed_forms():
+    table = _table_module()
+    z2 = 1.959963984540054**2
+    # k = 0: [0, z^2 / (n + z^2)]; k = n: [n / (n + z^2), 1]; symmetric about 1/2 when k = n / 2
+    assert table.wilson_interval(0, 10) == pytest.approx((0.0, 100 * z2 / (10 + z2)), abs=1e-12)
+    assert table.wilson_interval(30, 30) == pytest.approx((100 * 30 / (30 + z2), 100.0), abs=1e-12)
+    lo, hi = table.wilson_interval(10, 20)
+    # statsmodels' proportion_confint(10, 20, method="wilson") gives (0.29929, 0.70071)
+    assert lo + hi == pytest.approx(100.0) and lo == pytest.approx(29.929, abs=1e-3)
+
+
 def test_answer_extraction_and_humaneval_execution():
     import gzip
     import json

@@ -13,62 +13,81 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._emitted import block_statistics, step_metrics
+from ._emitted import block_statistics, block_sums, step_metrics
 from ._io import atomic_write
-from ._rules import TAS, Cactus, ExactCactus, Interpolation, Lenience, Mentored, SpS, TopK
+from ._rules import BONUS_POLICIES, make_rules
 from ._sampling import SamplingSettings
 from ._trace import Trace
 
-__all__ = ["METRICS", "RULE_NAMES", "AnalysisResult", "analyze_trace", "parse_rules"]
+__all__ = ["METRICS", "AnalysisResult", "analyze_trace", "parse_rules"]
 
-RULE_NAMES = ("sps", "tas", "topk", "cactus", "cactus-exact", "mentored", "interpolation", "lenience")
-_WITH_DELTA = {"cactus": Cactus, "cactus-exact": ExactCactus, "mentored": Mentored}
-METRICS = ("acceptance", "kl_emitted_target", "tv", "entropy_change")
+#: Per-position metrics (means over positions); ``logits_exact`` is the share of positions whose
+#: result the stored logits determine exactly (1 unless a rule needs logits a trace lacks).
+METRICS = ("acceptance", "acceptance_outside_support", "kl_emitted_target", "tv", "entropy_change", "logits_exact")
+#: Per-m block metrics: drift per emitted token (bonus position included under the relaxed policy).
+BLOCK_METRICS = ("kl", "tv")
 
 
-def parse_rules(names, deltas=(1.0,), alpha=0.5, leniency=0.5, k=5):
-    """Rule objects from names; budgeted rules (cactus, cactus-exact, mentored) once per delta."""
-    if isinstance(names, str):
-        names = [n.strip() for n in names.split(",") if n.strip()]
-    rules = []
-    for name in names:
-        if name not in RULE_NAMES:
-            raise ValueError(f"unknown rule {name!r}; choose from {RULE_NAMES}")
-        if name in _WITH_DELTA:
-            rules.extend(_WITH_DELTA[name](float(d)) for d in deltas)
-        elif name == "sps":
-            rules.append(SpS())
-        elif name == "tas":
-            rules.append(TAS())
-        elif name == "topk":
-            rules.append(TopK(k))
-        elif name == "interpolation":
-            rules.append(Interpolation(alpha))
-        else:
-            rules.append(Lenience(leniency))
-    return rules
+def parse_rules(specs, deltas=(1.0,)):
+    """Rules from spec strings (``make_rules``), each rule with a ``delta`` it does not set built
+    once per value of ``deltas``: ``parse_rules("sps,cactus,mentored", (0.25, 1))``."""
+    return make_rules(specs, {"delta": [float(d) for d in deltas]} if deltas is not None else None)
 
 
 def _rule_label(rule):
     return rule.describe() if hasattr(rule, "describe") else type(rule).__name__
 
 
+def _sequence_stats(rule, p, q, lg, ms, bonus_policy):
+    """Per-sequence sums of one rule: per-position metrics, and per m the AL and block drift."""
+    logits = lg if rule.needs_logits else None
+    sm = step_metrics(rule, p, q, logits=logits)
+    per = {name: float(np.sum(getattr(sm, name))) for name in METRICS if name != "logits_exact"}
+    per["logits_exact"] = float(np.sum(rule.logits_exact(p, q, logits=logits))) if logits is not None else p.shape[0]
+    top = max(ms)
+    if rule.slot_dependent:  # acceptance and drift per slot of the block (the bonus at slot m)
+        slots = [step_metrics(rule.at_slot(j), p, q, logits=logits) for j in range(top + 1)]
+        beta = np.stack([x.acceptance for x in slots])
+        drift = {"kl": np.stack([x.kl_emitted_target for x in slots]), "tv": np.stack([x.tv for x in slots])}
+    else:
+        beta, drift = sm.acceptance, {"kl": sm.kl_emitted_target, "tv": sm.tv}
+    for m in ms:
+        starts = max(p.shape[0] - m + 1, 1)
+        if rule.slot_dependent:
+            al = block_sums(beta[:m], beta[:m], m, per_slot=True)
+        else:
+            al = block_statistics(beta, m)["per_start"]
+        per[f"al_sum_{m}"] = float(np.sum(al[:starts]))
+        per[f"al_n_{m}"] = starts
+        for name, values in drift.items():
+            bonus = None
+            if bonus_policy == "relaxed":
+                bonus = values[m] if rule.slot_dependent else values
+            sums = block_sums(
+                beta[:m] if rule.slot_dependent else beta,
+                values[:m] if rule.slot_dependent else values,
+                m,
+                bonus,
+                per_slot=rule.slot_dependent,
+            )
+            per[f"{name}_block_{m}"] = float(np.sum(sums[:starts]))
+    return per
+
+
 def _shard_stats(args):
     """Per-sequence sums for one shard (runs in a worker process)."""
-    directory, index, rules, ms, settings = args
+    directory, index, rules, ms, settings, bonus_policy = args
     trace = Trace(directory, verify=False)
+    need_logits = any(rule.needs_logits for rule in rules)
     out = []
     for seq in trace.shard(index):
-        p, q = seq.distributions(settings)
+        if need_logits:
+            p, q, lg = seq.distributions(settings, with_logits=True)
+        else:
+            (p, q), lg = seq.distributions(settings), None
         rec = {"id": seq.id, "task": seq.task, "positions": seq.n_positions, "rules": {}}
         for rule in rules:
-            sm = step_metrics(rule, p, q)
-            per = {name: float(np.sum(getattr(sm, name))) for name in METRICS}
-            for m in ms:
-                block = block_statistics(sm.acceptance, m)
-                per[f"al_sum_{m}"] = float(np.sum(block["per_start"][: block["starts"]]))
-                per[f"al_n_{m}"] = block["starts"]
-            rec["rules"][_rule_label(rule)] = per
+            rec["rules"][_rule_label(rule)] = _sequence_stats(rule, p, q, lg, ms, bonus_policy)
         out.append(rec)
     return out
 
@@ -93,17 +112,18 @@ class AnalysisResult:
         return json.dumps({"settings": self.settings, "seconds": self.seconds, "rows": self.rows}, indent=1)
 
     def table(self, task="all") -> str:
+        """The rows of one task as a fixed-width text table."""
         lines = [
-            f"{'rule':<28} {'m':>3} {'accept':>8} {'AL':>7} {'AL 95% CI':>15} {'vLLM MAL':>9} "
-            f"{'KL(pi||q)':>10} {'TV':>7} {'dH':>8}"
+            f"{'rule':<34} {'m':>3} {'accept':>7} {'outside':>7} {'AL':>7} {'AL 95% CI':>15} {'vLLM MAL':>8} "
+            f"{'KL(pi||q)':>9} {'KL/token':>9} {'TV':>6} {'dH':>7}"
         ]
         for r in self.rows:
             if r["task"] != task:
                 continue
             lines.append(
-                f"{r['rule']:<28} {r['m']:>3} {r['acceptance']:>8.4f} {r['al']:>7.3f} "
-                f"[{r['al_lo']:>6.3f},{r['al_hi']:>6.3f}] {r['mean_acceptance_length']:>9.3f} "
-                f"{r['kl_emitted_target']:>10.5f} {r['tv']:>7.4f} {r['entropy_change']:>8.4f}"
+                f"{r['rule']:<34} {r['m']:>3} {r['acceptance']:>7.4f} {r['acceptance_outside_support']:>7.4f} "
+                f"{r['al']:>7.3f} [{r['al_lo']:>6.3f},{r['al_hi']:>6.3f}] {r['mean_acceptance_length']:>8.3f} "
+                f"{r['kl_emitted_target']:>9.5f} {r['kl_per_token']:>9.5f} {r['tv']:>6.4f} {r['entropy_change']:>7.4f}"
             )
         return "\n".join(lines)
 
@@ -112,7 +132,7 @@ def _ratio_ci(num, den, rng, n_boot):
     """Ratio of sums over sequences and its percentile bootstrap 95% interval (resampling sequences)."""
     num, den = np.asarray(num, float), np.asarray(den, float)
     value = num.sum() / den.sum()
-    if len(num) < 2 or n_boot == 0:
+    if len(num) < 2 or n_boot == 0 or not np.isfinite(value):  # an infinite drift stays infinite
         return value, value, value
     idx = rng.integers(len(num), size=(n_boot, len(num)))
     boot = num[idx].sum(axis=1) / den[idx].sum(axis=1)
@@ -120,15 +140,37 @@ def _ratio_ci(num, den, rng, n_boot):
     return value, float(lo), float(hi)
 
 
-def analyze_trace(trace, rules, ms=(4, 8, 20), settings=None, n_boot=1000, seed=0, processes=1, progress=True):
-    """Statistics of ``rules`` on ``trace`` (a Trace or a directory).
+def analyze_trace(
+    trace,
+    rules,
+    ms=(4, 8, 20),
+    settings=None,
+    n_boot=1000,
+    seed=0,
+    processes=1,
+    progress=True,
+    bonus_policy="verifier",
+):
+    """Statistics of ``rules`` (Rule objects or spec strings) on ``trace`` (a Trace or a directory).
 
-    Per rule, m and task (plus 'all'): mean acceptance (per position), AL(m) (expected accepted
-    drafts per verification, averaged over block starts; exact for the recorded positions),
-    vLLM's mean acceptance length 1 + AL, and the per-position means of KL(pi || q), TV(pi, q) and
-    H(pi) - H(q) of the exact emitted distribution; each with a bootstrap 95% interval over
-    sequences. Shards are processed in ``processes`` worker processes.
+    Per rule, m and task (plus 'all'): mean acceptance (per position) and the part of it from
+    tokens the verifier excludes, AL(m) (expected accepted drafts per verification, averaged over
+    block starts; exact for the recorded positions), vLLM's mean acceptance length 1 + AL, the
+    per-position means of KL(pi || q), TV(pi, q) and H(pi) - H(q) of the exact emitted
+    distribution, and per m the drift per emitted token of a block, ``kl_per_token`` and
+    ``tv_per_token`` (the block's drafted positions weighted by the chance of reaching them, per
+    token emitted; under ``bonus_policy="relaxed"`` the bonus position counts with the rule's
+    emitted law, under "verifier" it emits q and adds nothing); each with a bootstrap 95%
+    interval over sequences. ``logits_exact`` is the share of positions whose result the stored
+    logits determine exactly (below 1 only for rules that need logits a top-K trace lacks).
+    Shards are processed in ``processes`` worker processes.
     """
+    if bonus_policy not in BONUS_POLICIES:
+        raise ValueError(f"bonus_policy must be one of {BONUS_POLICIES}; got {bonus_policy!r}")
+    rules = make_rules(list(rules)) if not isinstance(rules, str) else make_rules(rules)
+    labels = [_rule_label(r) for r in rules]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"rules must be distinct; got {labels}")
     start = time.perf_counter()
     trace = trace if isinstance(trace, Trace) else Trace(trace)
     if settings is None:
@@ -137,7 +179,7 @@ def analyze_trace(trace, rules, ms=(4, 8, 20), settings=None, n_boot=1000, seed=
             if trace.metadata.get("sampling")
             else (SamplingSettings())
         )
-    jobs = [(trace.directory, i, list(rules), tuple(ms), settings) for i in range(trace.n_shards)]
+    jobs = [(trace.directory, i, list(rules), tuple(ms), settings, bonus_policy) for i in range(trace.n_shards)]
     sequences = []
     pool = None
     if processes > 1 and len(jobs) > 1:
@@ -176,7 +218,9 @@ def analyze_trace(trace, rules, ms=(4, 8, 20), settings=None, n_boot=1000, seed=
                 )
                 row = {
                     "rule": label,
+                    "family": rule.family,
                     "delta": getattr(rule, "delta", ""),
+                    "bonus_policy": bonus_policy,
                     "m": m,
                     "task": task,
                     "sequences": len(sel),
@@ -186,6 +230,11 @@ def analyze_trace(trace, rules, ms=(4, 8, 20), settings=None, n_boot=1000, seed=
                     "al_hi": al[2],
                     "mean_acceptance_length": 1 + al[0],
                 }
+                tokens = [s["rules"][label][f"al_sum_{m}"] + s["rules"][label][f"al_n_{m}"] for s in sel]
+                for name in BLOCK_METRICS:
+                    stats[f"{name}_per_token"] = _ratio_ci(
+                        [s["rules"][label][f"{name}_block_{m}"] for s in sel], tokens, rng, n_boot
+                    )
                 for name, (v, lo, hi) in stats.items():
                     row[name], row[f"{name}_lo"], row[f"{name}_hi"] = v, lo, hi
                 rows.append(row)
@@ -223,8 +272,7 @@ def analysis_figures(result: AnalysisResult) -> dict:
     for r in rows:
         if r["m"] != m:
             continue
-        family = r["rule"].split("(")[0]
-        families.setdefault(family, []).append(r)
+        families.setdefault(r["family"], []).append(r)
     out = {}
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     deltas = sorted({r["delta"] for r in rows if r["delta"] != ""})

@@ -151,6 +151,7 @@ def _cmd_analyze(args) -> int:
         n_boot=args.bootstrap,
         processes=args.processes,
         progress=not args.quiet,
+        bonus_policy=args.bonus_policy,
     )
     print(f"trace {trace.directory}: {len(trace)} sequences, {trace.n_positions} positions; settings {result.settings}")
     print(result.table())
@@ -168,7 +169,10 @@ def _cmd_decode(args) -> int:
 
     verifier, tokenizer, _ = load_model(args.verifier, args.device, args.dtype)
     draft = NgramDrafter() if args.draft == "ngram" else load_model(args.draft, args.device, args.dtype)[0]
-    (rule,) = parse_rules([args.rule], [args.delta])
+    rules = parse_rules([args.rule], [args.delta])
+    if len(rules) != 1:
+        raise ValueError(f"--rule must name one rule; {args.rule!r} gives {len(rules)}")
+    (rule,) = rules
     settings = SamplingSettings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     eos = {tokenizer.eos_token_id} - {None}
     out = speculative_generate(
@@ -181,6 +185,7 @@ def _cmd_decode(args) -> int:
         args.seed,
         encode_chat(tokenizer, args.prompt),
         eos,
+        bonus_policy=args.bonus_policy,
     )
     print(tokenizer.decode(out.tokens, skip_special_tokens=True))
     print(
@@ -189,6 +194,46 @@ def _cmd_decode(args) -> int:
         f"{out.tokens_per_second:.2f} tok/s (draft {out.draft_seconds:.1f} s, verify {out.verify_seconds:.1f} s)"
     )
     return 0
+
+
+def _cmd_rules(args) -> int:
+    from ._rules import available_rules
+
+    infos = available_rules()
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    name: {
+                        "parameters": {k: _jsonable(v) for k, v in i.parameters.items()},
+                        "fixed": i.fixed,
+                        "summary": i.summary,
+                    }
+                    for name, i in infos.items()
+                },
+                indent=1,
+            )
+        )
+        return 0
+    width = max(len(i.signature()) for i in infos.values())
+    for info in infos.values():
+        print(f"{info.signature():<{width}}  {info.summary}")
+    return 0
+
+
+def _jsonable(value):
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _rules_epilog() -> str:
+    from ._rules import available_rules
+
+    names = ", ".join(available_rules())
+    return (
+        "Rules are spec strings 'name(key=value, ...)', comma-separated, e.g. "
+        "'sps,cactus(delta=1),rfsd(divergence=js, threshold=0.2)'; rules with a delta they do not set are "
+        f"built once per --delta value. Registered: {names}. 'cactus-theory rules' lists their parameters."
+    )
 
 
 def _cmd_report(args) -> int:
@@ -258,9 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     d.set_defaults(func=_cmd_dump)
 
-    a = sub.add_parser("analyze", help="acceptance, AL and emitted drift of rules on a trace")
+    a = sub.add_parser("analyze", help="acceptance, AL and emitted drift of rules on a trace", epilog=_rules_epilog())
     a.add_argument("trace", nargs="?", default=None, help="trace directory (default: the embedded trace)")
-    a.add_argument("--rules", default="sps,tas,cactus,cactus-exact,mentored")
+    a.add_argument("--rules", default="sps,tas,cactus,cactus-exact,mentored", help="rule specs (see below)")
     a.add_argument("--delta", type=_floats, default=[0.25, 0.5, 1.0, 2.0])
     a.add_argument("--m", type=_ints, default=[4, 8, 20])
     a.add_argument("--temperature", type=float, default=None, help="override the trace's sampling settings")
@@ -270,14 +315,26 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--processes", type=int, default=1)
     a.add_argument("--out", default=None, help="write analysis.csv, analysis.json and figures here")
     a.add_argument("--no-figures", action="store_true")
+    a.add_argument(
+        "--bonus-policy",
+        choices=("verifier", "relaxed"),
+        default="verifier",
+        help="bonus token after m accepted drafts: from q (verifier) or one more step of the rule (relaxed)",
+    )
     a.add_argument("--quiet", action="store_true")
     a.set_defaults(func=_cmd_analyze)
 
-    c = sub.add_parser("decode", help="speculative decoding with real models and any rule")
+    c = sub.add_parser("decode", help="speculative decoding with real models and any rule", epilog=_rules_epilog())
     c.add_argument("--verifier", required=True)
     c.add_argument("--draft", required=True, help="a model, or 'ngram' for prompt lookup")
-    c.add_argument("--rule", default="cactus")
-    c.add_argument("--delta", type=float, default=1.0)
+    c.add_argument("--rule", default="cactus", help="one rule spec, e.g. 'cactus(delta=1)' or 'lossy(alpha=0.7)'")
+    c.add_argument("--delta", type=float, default=1.0, help="delta of a rule spec that does not set one")
+    c.add_argument(
+        "--bonus-policy",
+        choices=("verifier", "relaxed"),
+        default="verifier",
+        help="bonus token after m accepted drafts: from q (verifier) or one more step of the rule (relaxed)",
+    )
     c.add_argument("-m", type=int, default=8, help="drafted tokens per verification")
     c.add_argument("--prompt", required=True)
     c.add_argument("--max-new-tokens", type=int, default=128)
@@ -288,6 +345,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--device", default="cpu")
     c.add_argument("--dtype", default="float32")
     c.set_defaults(func=_cmd_decode)
+
+    rl = sub.add_parser("rules", help="list the registered acceptance rules with their parameters and defaults")
+    rl.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    rl.set_defaults(func=_cmd_rules)
 
     r = sub.add_parser("report", help="the main job: a report from the embedded trace and a synthetic suite")
     r.add_argument("--trace", default=None, help="trace directory (default: the embedded trace)")

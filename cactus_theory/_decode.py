@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._rules._base import as_rule
+from ._rules._base import BONUS_POLICIES, RuleLogits, as_rule
 from ._sampling import SamplingSettings, processed_probs
 
 __all__ = ["DecodeResult", "NgramDrafter", "autoregressive_generate", "speculative_generate"]
@@ -124,6 +124,16 @@ def _sample(probs, generator):
     return int(torch.multinomial(probs.double().cpu(), 1, generator=generator)[0])
 
 
+def _rule_step(rule, p_row, q_row, token, logits, coin, gen):
+    """Accept ``token`` with the rule's probability, else sample its correction: (accepted?, token)."""
+    if coin.random() < float(rule.acceptance(p_row, q_row, token, logits=logits)):
+        return True, token
+    r = np.asarray(rule.correction(p_row, q_row, token, logits=logits), dtype=np.float64)
+    import torch
+
+    return False, _sample(torch.as_tensor(r), gen)
+
+
 def autoregressive_generate(model, prompt_ids, sampling=None, max_new_tokens=128, seed=0, eos_ids=()):
     """The verifier alone: the baseline for accuracy and wall time (same sampling code path)."""
     import torch
@@ -145,14 +155,28 @@ def autoregressive_generate(model, prompt_ids, sampling=None, max_new_tokens=128
 
 
 def speculative_generate(
-    verifier, draft, rule, m, sampling=None, max_new_tokens=128, seed=0, prompt_ids=(), eos_ids=()
+    verifier,
+    draft,
+    rule,
+    m,
+    sampling=None,
+    max_new_tokens=128,
+    seed=0,
+    prompt_ids=(),
+    eos_ids=(),
+    *,
+    bonus_policy="verifier",
 ):
     """Speculative decoding of ``prompt_ids`` with ``rule``; ``draft`` is a causal LM or an ``NgramDrafter``.
 
     Per step: draft m tokens (sampling from the processed draft distribution p), verify them in
     one forward pass of the verifier (processed q), accept in order with the rule's acceptance
-    probability, sample the rule's correction token after the first rejection, or a bonus token
-    from q when all m are accepted. Returns a ``DecodeResult`` with timings.
+    probability (the draft at slot j judged by ``rule.at_slot(j)``), sample the rule's
+    correction token after the first rejection, or a bonus token when all m are accepted: from
+    q (``bonus_policy="verifier"``) or, under ``"relaxed"``, by one more step of the rule with
+    the drafter's distribution at the bonus position (one extra draft forward pass; needs a
+    draft model). Rules that need raw logits get both models' full rows. Returns a
+    ``DecodeResult`` with timings.
     """
     import torch
 
@@ -160,6 +184,14 @@ def speculative_generate(
     sampling = sampling or SamplingSettings()
     if not (isinstance(m, int) and m >= 1):
         raise ValueError(f"m (drafted tokens per verification) must be an integer >= 1; got {m!r}")
+    if bonus_policy not in BONUS_POLICIES:
+        raise ValueError(f"bonus_policy must be one of {BONUS_POLICIES}; got {bonus_policy!r}")
+    if isinstance(draft, NgramDrafter) and (bonus_policy == "relaxed" or "draft" in rule.needs_logits):
+        raise ValueError(
+            f"{rule.describe()} with bonus_policy={bonus_policy!r} needs a draft model with probabilities and "
+            "logits; the n-gram drafter has none"
+        )
+    need_logits = bool(rule.needs_logits)
     gen = torch.Generator().manual_seed(seed)
     coin = np.random.default_rng(seed)
     ver = _Cached(verifier)
@@ -178,35 +210,51 @@ def speculative_generate(
     while len(result.tokens) < max_new_tokens:
         budget = min(m, max_new_tokens - len(result.tokens))
         t0 = time.perf_counter()
-        drafted, draft_rows = [], []
+        drafted, draft_rows, draft_raw = [], [], []
         if ngram:
             drafted = draft.propose(context, budget)
         else:
             feed = [context[-1]]
             for _ in range(budget):
-                p = processed_probs(drf.feed(feed)[-1][None], sampling)[0]
+                raw = drf.feed(feed)[-1]
+                p = processed_probs(raw[None], sampling)[0]
                 token = _sample(p, gen)
                 drafted.append(token)
                 draft_rows.append(p.double().cpu().numpy())
+                if need_logits:
+                    draft_raw.append(raw.double().cpu().numpy())
                 feed = [token]
         t1 = time.perf_counter()
-        q_rows = processed_probs(ver.feed([context[-1], *drafted]), sampling).double().cpu().numpy()
+        q_raw = ver.feed([context[-1], *drafted])
+        q_rows = processed_probs(q_raw, sampling).double().cpu().numpy()
+        q_raw = q_raw.double().cpu().numpy() if need_logits else None
         t2 = time.perf_counter()
+
+        def step(slot, p_row, token, p_raw, q_rows=q_rows, q_raw=q_raw):
+            """The rule at slot ``slot``: (accepted?, the token emitted)."""
+            logits = None
+            if need_logits:
+                logits = RuleLogits(target=q_raw[slot], draft=p_raw, temperature=sampling.temperature)
+            return _rule_step(rule.at_slot(slot), p_row, q_rows[slot], token, logits, coin, gen)
+
         n_acc, emitted = 0, []
         for j, token in enumerate(drafted):
-            p_j = draft_rows[j] if draft_rows else None
-            a = float(rule.acceptance(p_j, q_rows[j], token))
-            if coin.random() < a:
-                n_acc += 1
-                emitted.append(token)
-                if token in eos_ids:
-                    break
-                continue
-            r = np.asarray(rule.correction(p_j, q_rows[j], token), dtype=np.float64)
-            emitted.append(_sample(torch.as_tensor(r), gen))
-            break
+            ok, out = step(j, draft_rows[j] if draft_rows else None, token, draft_raw[j] if draft_raw else None)
+            emitted.append(out)
+            if not ok:
+                break
+            n_acc += 1
+            if token in eos_ids:
+                break
         else:
-            emitted.append(_sample(torch.as_tensor(q_rows[len(drafted)]), gen))  # bonus from q
+            if bonus_policy == "verifier" or not drafted:
+                emitted.append(_sample(torch.as_tensor(q_rows[len(drafted)]), gen))  # bonus from q
+            else:  # relaxed: the drafter drafts at the bonus position, the rule judges once more
+                raw = drf.feed([drafted[-1]])[-1]
+                p = processed_probs(raw[None], sampling)[0]
+                token = _sample(p, gen)
+                p_raw = raw.double().cpu().numpy() if need_logits else None
+                emitted.append(step(len(drafted), p.double().cpu().numpy(), token, p_raw)[1])
         result.drafted.append(len(drafted))
         result.accepted.append(n_acc)
         result.draft_seconds += t1 - t0

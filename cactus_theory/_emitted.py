@@ -8,18 +8,19 @@ import numpy as np
 from scipy import special
 
 from ._backend import namespace
-from ._rules._base import _host_pair, as_rule
+from ._rules._base import as_rule
 
 __all__ = [
     "StepMetrics",
     "block_statistics",
+    "block_sums",
     "emitted_distribution",
     "expected_accepted_length",
     "step_metrics",
 ]
 
 
-def emitted_distribution(rule, draft_probs, target_probs):
+def emitted_distribution(rule, draft_probs, target_probs, *, logits=None):
     """Exact distribution pi of the token a rule emits at one position, n ~ p marginalised.
 
         pi(x) = p(x) a_x + sum_n p(n) (1 - a_n) r_n(x)          (PAPER.md section 3)
@@ -28,7 +29,8 @@ def emitted_distribution(rule, draft_probs, target_probs):
     axes. SpS gives q (to rounding); rules whose target does not depend on n emit their target
     (O(V)); Cactus and exact Cactus use an O(V log V) algorithm (sorted ratios and prefix sums);
     other rules fall back to an O(V^2) loop. Computed in float64 on the host: NumPy in gives
-    NumPy out, torch in gives a float64 tensor on the input's device.
+    NumPy out, torch in gives a float64 tensor on the input's device. ``logits`` (a
+    ``RuleLogits``) for the rules that need the raw logits.
 
     Examples
     --------
@@ -39,11 +41,11 @@ def emitted_distribution(rule, draft_probs, target_probs):
     True
     """
     rule = as_rule(rule)
-    pi = np.asarray(rule.emitted(draft_probs, target_probs), dtype=np.float64)
+    pi = np.asarray(rule.emitted(draft_probs, target_probs, logits=logits), dtype=np.float64)
     b = namespace(draft_probs, target_probs)
     if b.name == "numpy":
         return pi
-    return b.asarray(pi, like=b.asarray(target_probs)).to(dtype=b.torch.float64)
+    return b.asarray(pi, like=b.asarray(target_probs), dtype=b.torch.float64)
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,8 @@ class StepMetrics:
     Attributes
     ----------
     acceptance : expected acceptance of one draft, sum_n p(n) a_n (or a_n of ``drafted_token``)
+    acceptance_outside_support : the part of it from tokens the verifier excludes,
+        sum_n p(n) a_n 1{q(n) = 0} (or a_n 1{q(n) = 0} of ``drafted_token``)
     kl_emitted_target : KL(pi || q)
     kl_target_emitted : KL(q || pi) (inf where pi drops mass q keeps, e.g. TAS)
     tv : total variation between pi and q
@@ -61,6 +65,7 @@ class StepMetrics:
     """
 
     acceptance: np.ndarray
+    acceptance_outside_support: np.ndarray
     kl_emitted_target: np.ndarray
     kl_target_emitted: np.ndarray
     tv: np.ndarray
@@ -72,20 +77,26 @@ def _entropy(x):
     return -np.sum(special.xlogy(x, x), axis=-1)
 
 
-def step_metrics(rule, draft_probs, target_probs, drafted_token=None):
+def step_metrics(rule, draft_probs, target_probs, drafted_token=None, *, logits=None):
     """Acceptance and the drift of the emitted distribution from the verifier, per position.
 
-    All exact (from ``emitted_distribution``); NumPy float64 out.
+    All exact (from ``emitted_distribution``); NumPy float64 out. ``logits`` (a ``RuleLogits``)
+    for the rules that need the raw logits.
     """
     rule = as_rule(rule)
-    p, q = _host_pair(draft_probs, target_probs)
-    pi = np.asarray(rule.emitted(p, q), dtype=np.float64)
+    p, q, lg = rule._host(draft_probs, target_probs, logits)
+    pi = np.asarray(rule.emitted(p, q, logits=lg), dtype=np.float64)
     if drafted_token is None:
-        acceptance = np.clip(np.sum(p * rule.acceptance_all(p, q), axis=-1), 0.0, 1.0)
+        per_token = p * rule.acceptance_all(p, q, logits=lg)
+        acceptance = np.clip(np.sum(per_token, axis=-1), 0.0, 1.0)
+        outside = np.clip(np.sum(np.where(q > 0, 0.0, per_token), axis=-1), 0.0, 1.0)
     else:
-        acceptance = np.asarray(rule.acceptance(p, q, drafted_token), dtype=np.float64)
+        acceptance = np.asarray(rule.acceptance(p, q, drafted_token, logits=lg), dtype=np.float64)
+        qn = np.take_along_axis(q, np.asarray(drafted_token)[..., None] + np.zeros((*q.shape[:-1], 1), int), -1)
+        outside = np.where(qn[..., 0] > 0, 0.0, acceptance)
     return StepMetrics(
         acceptance=acceptance,
+        acceptance_outside_support=outside,
         kl_emitted_target=np.maximum(np.sum(special.rel_entr(pi, q), axis=-1), 0.0),
         kl_target_emitted=np.maximum(np.sum(special.rel_entr(q, pi), axis=-1), 0.0),
         tv=0.5 * np.sum(np.abs(pi - q), axis=-1),
@@ -157,6 +168,52 @@ def _windowed_prefix_sums(beta, m):
         win_s = (new_p + beta) if k == 1 else shifted_sum(win_s, win_p, win_s, k)
         win_p = new_p
         k *= 2
+
+
+def _shifted(x, k):
+    """x_{t+k} along the last axis, 0 past the end."""
+    out = np.zeros_like(x)
+    if k < x.shape[-1]:
+        out[..., : x.shape[-1] - k] = x[..., k:]
+    return out
+
+
+def block_sums(acceptance_rates, values, m: int, bonus_values=None, *, per_slot=False):
+    """Per block start t, the expected sum of ``values`` over the tokens one block emits:
+
+        S_t = sum_{k=0}^{m-1} R_k(t) values_{t+k}  +  R_m(t) bonus_values_{t+m},
+        R_k(t) = prod_{i<k} beta^{(i)}_{t+i}
+
+    (R_k(t): the probability that the block reaches slot k). ``values = acceptance_rates`` gives
+    AL_t; ``values`` = KL(pi || q) per position gives the expected drift of the block's drafted
+    positions, and ``bonus_values`` adds its bonus position (the relaxed bonus policy). With
+    ``per_slot=True`` the acceptance rates are given per slot, shape (m, ..., T), for rules whose
+    acceptance depends on the draft's place in the block (``Rule.at_slot``), and so may
+    ``values`` (then one more axis than per position). Exact for independent positions; positions
+    past the end count as rejections. Horner's scheme from the last slot: m array passes.
+
+    Examples
+    --------
+    >>> block_sums([0.5, 0.5, 0.5], [0.5, 0.5, 0.5], 2)   # = expected_accepted_length
+    array([0.75, 0.75, 0.5 ])
+    """
+    beta = np.asarray(acceptance_rates, dtype=np.float64)
+    vals = np.asarray(values, dtype=np.float64)
+    if not (isinstance(m, (int, np.integer)) and m >= 1):
+        raise ValueError(f"m (drafted tokens per verification) must be an integer >= 1; got {m!r}")
+
+    vals_slots = per_slot and vals.ndim == beta.ndim
+    if per_slot and beta.shape[0] < m:
+        raise ValueError(f"per-slot acceptance rates cover {beta.shape[0]} slots; m = {m} needs {m}")
+    acc = np.zeros(beta.shape[1:] if per_slot else beta.shape)
+    if bonus_values is not None:
+        acc = _shifted(np.asarray(bonus_values, dtype=np.float64), m)
+    for k in range(m - 1, -1, -1):
+        reach = _shifted(beta[k] if per_slot else beta, k)
+        with np.errstate(invalid="ignore"):
+            step = np.where(reach > 0, reach * acc, 0.0)  # an unreachable slot adds nothing (0 * inf = 0)
+        acc = _shifted(vals[k] if vals_slots else vals, k) + step
+    return acc
 
 
 def block_statistics(acceptance_rates, m: int):

@@ -83,15 +83,20 @@ def _family_rows(result, m=None):
 
 def worst_case_curve(deltas, vocabs=(8, 32), n_random=1500, n_starts=1, maxiter=15, seed=0):
     """Gamma(delta) lower bounds for Cactus (Taylor) and exact Cactus: (deltas, {(rule, vocab): [ratio per delta]})."""
-    from ._rules import Cactus, ExactCactus
+    from ._rules import make_rule
     from ._worst_case import worst_case_drift
 
     out = {}
-    for name, cls in (("cactus", Cactus), ("cactus-exact", ExactCactus)):
+    for name in ("cactus", "cactus-exact"):
         for vocab in vocabs:
             out[name, vocab] = [
                 worst_case_drift(
-                    cls(delta), vocab, n_random=n_random, n_starts=n_starts, maxiter=maxiter, seed=[seed, vocab, i]
+                    make_rule(f"{name}(delta={delta!r})"),
+                    vocab,
+                    n_random=n_random,
+                    n_starts=n_starts,
+                    maxiter=maxiter,
+                    seed=[seed, vocab, i],
                 ).worst_ratio
                 for i, delta in enumerate(deltas)
             ]
@@ -105,7 +110,7 @@ def _fig_emitted_kl(result, worst=None):
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     families = {}
     for r in rows:
-        families.setdefault(r["rule"].split("(")[0], []).append(r)
+        families.setdefault(r["family"], []).append(r)
     deltas = sorted({r["delta"] for r in rows if r["delta"] != ""})
     for idx, (family, rs) in enumerate(families.items()):
         if rs[0]["delta"] == "":
@@ -219,6 +224,21 @@ def build_report(
                 caption + f" Trace: {len(tr)} sequences, {tr.n_positions} positions; settings {result.settings}.",
             )
         )
+    say("      every rule at the paper grid's parameters")
+    from ._plotting import plot_rule_front
+    from ._zoo import compare_rules, comparison_markdown
+
+    comparison = compare_rules(tr, n_boot=200, progress=progress)
+    zoo_md = comparison_markdown(comparison)
+    figures.append(
+        (
+            "rules_front.png",
+            _png(plot_rule_front(comparison, m=8)),
+            "Every rule at the paper grid's parameters (RULES_ZOO.md section 2, plus this package's rules): AL at "
+            "m = 8 against the mean emitted KL(pi || q) (left; rules that emit tokens the verifier excludes sit at "
+            "KL = inf) and TV(pi, q) (right), with the front of rules no other dominates.",
+        )
+    )
     say("      Gamma(delta): worst-case search on synthetic pairs")
     worst = worst_case_curve(sorted(deltas))
     figures.append(("emitted_kl_vs_delta.png", *_fig_emitted_kl(result, worst)))
@@ -238,12 +258,19 @@ def build_report(
         table,
         "```",
         "",
+        "## Every rule at the paper grid's parameters",
+        "",
+        zoo_md,
+        "",
     ]
     for name, _, caption in figures:
         md += [f"![{name}]({name})", "", caption, ""]
     md.append(f"Generated in {time.perf_counter() - start:.0f} s.")
     atomic_write(os.path.join(out_dir, "report.md"), "\n".join(md))
-    body = [f"<h1>cactus_theory report</h1><pre>{html.escape(table)}</pre>"]
+    body = [
+        f"<h1>cactus_theory report</h1><pre>{html.escape(table)}</pre>",
+        f"<h2>Every rule at the paper grid's parameters</h2><pre>{html.escape(zoo_md)}</pre>",
+    ]
     for _name, data, caption in figures:
         b64 = base64.b64encode(data).decode()
         body.append(

@@ -44,7 +44,8 @@ def processed_probs(logits, settings: SamplingSettings | None = None, **kwargs):
     """Probabilities after temperature, then top-k, then top-p (vLLM order), over the last axis.
 
     - temperature 0: one-hot on the argmax (greedy);
-    - top-k keeps the k largest logits (ties broken by index);
+    - top-k keeps every logit >= the k-th largest, so ties with the k-th are all kept and more
+      than k tokens may remain (vLLM's ``apply_top_k_top_p``);
     - top-p keeps the smallest prefix of the sorted distribution whose mass reaches top_p
       (a token is kept if the mass before it is < top_p).
 
@@ -71,8 +72,7 @@ def processed_probs(logits, settings: SamplingSettings | None = None, **kwargs):
     values, idx = b.sort_desc_last(x)
     keep = b.mask_to(values > -np.inf, values)
     if 0 < s.top_k < vocab:
-        rank = b.cumsum_last(b.mask_to(values == values, values) + 0.0 * keep) - 1.0
-        keep = keep * b.mask_to(rank < s.top_k, values)
+        keep = keep * b.mask_to(values >= values[..., s.top_k - 1 : s.top_k], values)
     top = values[..., :1]
     weights = b.exp(b.where(keep > 0, values - top, -np.inf)) * keep
     probs_sorted = weights / b.sum_last(weights, keepdims=True)

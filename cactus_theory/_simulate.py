@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._rules._base import _host_pair, as_rule
+from ._rules._base import BONUS_POLICIES, as_rule
 
 __all__ = ["SimulationResult", "simulate"]
 
@@ -26,7 +26,8 @@ class SimulationResult:
     emitted_counts : int array (T, V)
         Tokens emitted by the rule at each position (accepted drafts and corrections).
     bonus_counts : int array (T, V)
-        Bonus tokens (sampled from q after m accepted drafts) at each position.
+        Bonus tokens (after m accepted drafts) at each position: from q under the verifier bonus
+        policy, from one more step of the rule under the relaxed one.
     m : int
     """
 
@@ -62,13 +63,26 @@ def _sample_rows(rng, probs):
     return np.minimum((cdf < u[:, None]).sum(axis=-1), probs.shape[-1] - 1)
 
 
-def simulate(rule, draft_probs, target_probs, m: int, n_runs: int = 1000, seed=0) -> SimulationResult:
+def simulate(
+    rule,
+    draft_probs,
+    target_probs,
+    m: int,
+    n_runs: int = 1000,
+    seed=0,
+    *,
+    logits=None,
+    bonus_policy: str = "verifier",
+) -> SimulationResult:
     """Seeded Monte Carlo of speculative decoding along fixed positions, vectorised over runs.
 
     Each of ``n_runs`` independent runs walks the sequence of positions 0..T-1: at position t
     it drafts m tokens (n ~ p at t, t+1, ...), verifies them in order with ``rule`` (accept with
     the rule's probability, else emit a correction token and end the block), and after m
-    acceptances emits a bonus token from q at t+m. The (p, q) of a position do not depend on
+    acceptances emits a bonus token at t+m: from q (``bonus_policy="verifier"``) or by one more
+    step of the rule there (``"relaxed"``: draft n ~ p, accept or correct; its law is the rule's
+    emitted law). The draft at slot j of a block is judged by ``rule.at_slot(j)`` (the bonus
+    by ``rule.at_slot(m)``). The (p, q) of a position do not depend on
     what was emitted before (trace-driven, teacher-forced), which is also what makes the exact
     ``block_statistics`` and ``emitted_distribution`` apply. A run stops when a block would need
     a position past T - 1. Acceptance probabilities come from ``rule.acceptance_all`` (once per
@@ -82,9 +96,13 @@ def simulate(rule, draft_probs, target_probs, m: int, n_runs: int = 1000, seed=0
     m : int >= 1, drafted tokens per verification
     n_runs : int >= 1
     seed : int or numpy Generator
+    logits : RuleLogits with (T, V) rows, for the rules that need raw logits
+    bonus_policy : "verifier" or "relaxed"
     """
     rule = as_rule(rule)
-    p, q = _host_pair(draft_probs, target_probs)
+    if bonus_policy not in BONUS_POLICIES:
+        raise ValueError(f"bonus_policy must be one of {BONUS_POLICIES}; got {bonus_policy!r}")
+    p, q, lg = rule._host(draft_probs, target_probs, logits)
     if p.ndim != 2:
         raise ValueError(f"draft_probs and target_probs must be (positions, vocabulary); got shape {p.shape}")
     if not (isinstance(m, (int, np.integer)) and m >= 1):
@@ -95,17 +113,37 @@ def simulate(rule, draft_probs, target_probs, m: int, n_runs: int = 1000, seed=0
     if n_positions < m + 1:
         raise ValueError(f"a block of m = {m} drafts needs m + 1 = {m + 1} positions; got {n_positions}")
     rng = np.random.default_rng(seed)
-    # Acceptance of every (position, token) once; corrections per distinct rejected pair.
-    accept_table = np.clip(np.asarray(rule.acceptance_all(p, q), dtype=np.float64), 0.0, 1.0)
-    corrections: dict[int, np.ndarray] = {}
+    # Acceptance of every (slot, position, token) once; corrections per distinct rejected pair.
+    n_slots = m + 1 if rule.slot_dependent else 1
+    slot_rules = [rule.at_slot(j) for j in range(n_slots)]
+    accept_tables = [
+        np.clip(np.asarray(r.acceptance_all(p, q, logits=lg), dtype=np.float64), 0.0, 1.0) for r in slot_rules
+    ]
+    corrections: dict[tuple, np.ndarray] = {}
 
-    def correction_rows(t, token):
-        keys = t * vocab + token
-        missing = np.setdiff1d(np.unique(keys), np.fromiter(corrections, dtype=np.int64, count=len(corrections)))
-        if missing.size:
-            rows = np.asarray(rule.correction(p[missing // vocab], q[missing // vocab], missing % vocab))
-            corrections.update(zip(missing.tolist(), rows, strict=True))
-        return np.stack([corrections[k] for k in keys.tolist()])
+    def slot_of(j):
+        return min(j, n_slots - 1)
+
+    def correction_rows(j, t, token):
+        keys = (t * vocab + token).tolist()
+        missing = sorted({k for k in keys if (slot_of(j), k) not in corrections})
+        if missing:
+            missing = np.asarray(missing, dtype=np.int64)
+            rows_t = missing // vocab
+            part = lg.rows(rows_t) if lg is not None else None
+            rows = np.asarray(slot_rules[slot_of(j)].correction(p[rows_t], q[rows_t], missing % vocab, logits=part))
+            corrections.update(zip([(slot_of(j), k) for k in missing.tolist()], rows, strict=True))
+        return np.stack([corrections[slot_of(j), k] for k in keys])
+
+    def rule_step(j, t):
+        """One draft at slot j on positions t: (token, accepted, emitted token)."""
+        token = _sample_rows(rng, p[t])
+        ok = rng.random(t.size) < accept_tables[slot_of(j)][t, token]
+        out = token.copy()
+        bad = ~ok
+        if bad.any():
+            out[bad] = _sample_rows(rng, correction_rows(j, t[bad], token[bad]))
+        return token, ok, out
 
     position = np.zeros(n_runs, dtype=np.int64)
     drafts = np.zeros(n_positions, dtype=np.int64)
@@ -125,21 +163,17 @@ def simulate(rule, draft_probs, target_probs, m: int, n_runs: int = 1000, seed=0
             if live.size == 0:
                 break
             t = start[live] + j
-            token = _sample_rows(rng, p[t])
-            ok = rng.random(live.size) < accept_table[t, token]
+            _, ok, out = rule_step(j, t)
             np.add.at(drafts, t, 1)
             np.add.at(accepts, t[ok], 1)
-            np.add.at(emitted, (t[ok], token[ok]), 1)
+            np.add.at(emitted, (t, out), 1)
             count[live[ok]] += 1
-            bad = ~ok
-            if bad.any():
-                corr = _sample_rows(rng, correction_rows(t[bad], token[bad]))
-                np.add.at(emitted, (t[bad], corr), 1)
-                in_block[live[bad]] = False
+            in_block[live[~ok]] = False
         full = np.flatnonzero(in_block)
         if full.size:
             t = start[full] + m
-            np.add.at(bonus, (t, _sample_rows(rng, q[t])), 1)
+            token = _sample_rows(rng, q[t]) if bonus_policy == "verifier" else rule_step(m, t)[2]
+            np.add.at(bonus, (t, token), 1)
         accepted_blocks.append(count)
         starts.append(start)
         position[runs] = start + count + 1

@@ -88,20 +88,31 @@ class TraceSequence:
     def n_positions(self) -> int:
         return int(self.tokens.shape[0])
 
-    def distributions(self, settings: SamplingSettings | None = None, **kwargs):
+    def distributions(self, settings: SamplingSettings | None = None, *, with_logits: bool = False, **kwargs):
         """(draft_probs, target_probs) on a shared support, shape (positions, S).
 
         The support is the union of both models' stored token ids (each id once), plus one
         lumped tail bucket when the settings do not truncate inside the stored top-K. Exact
         when 0 < top_k <= K or temperature = 0 (or when full rows are stored); see the module
         docstring otherwise.
+
+        ``with_logits=True`` also returns a ``RuleLogits`` on the same support, for the rules
+        that need the raw logits: each model's stored logits, its full-vocabulary log-sum-exp,
+        which entries it stores (``*_known``), and in place of the others an upper bound (the
+        smaller of its K-th stored logit and lse + log(tail mass), also given as ``*_floor`` for
+        every token outside the support). Needs exact settings (0 < top_k <= K) or full rows.
         """
+        from ._rules import RuleLogits
+
         if settings is not None and kwargs:
             raise ValueError("give either settings or keyword settings, not both")
         s = settings if settings is not None else SamplingSettings(**kwargs)
         if self.full_logits is not None:
             rows = {role: np.asarray(self.full_logits[role], dtype=np.float64) for role in _ROLES}
-            return processed_probs(rows["draft"], s), processed_probs(rows["target"], s)
+            probs = processed_probs(rows["draft"], s), processed_probs(rows["target"], s)
+            if not with_logits:
+                return probs
+            return (*probs, RuleLogits(target=rows["target"], draft=rows["draft"], temperature=s.temperature))
         k = min(self.topk_ids["target"].shape[-1], self.topk_ids["draft"].shape[-1])
         exact = s.greedy or 0 < s.top_k <= k
         if not exact and not self.manifest_tail_known:
@@ -114,22 +125,50 @@ class TraceSequence:
                 f"settings {s} are not exact on a top-{k} trace (no top-k <= {k}) and need the tail's shape at "
                 f"temperature {s.temperature}: dump with full rows, or analyse at temperature 1 or with top_k <= {k}"
             )
+        if with_logits and not exact:
+            raise TraceError(
+                f"rules that need raw logits need exact settings on a top-{k} trace (0 < top_k <= {k}) or full "
+                f"rows; got {s}"
+            )
         ids = np.concatenate([self.topk_ids["target"], self.topk_ids["draft"]], axis=-1)
         repeat = _repeat_mask(ids)
-        probs = {}
+        probs, raw = {}, {}
         for role in _ROLES:
             own_ids, own_vals = self.topk_ids[role], self.topk_logits[role].astype(np.float64)
             value = np.full(ids.shape, -np.inf)
             for j in range(own_ids.shape[-1]):
                 value = np.where(ids == own_ids[:, j : j + 1], own_vals[:, j : j + 1], value)
             value = np.where(repeat, -np.inf, value)
+            raw[role] = value
             if not exact:
                 head = _logsumexp(own_vals)
                 with np.errstate(divide="ignore"):
                     tail = self.lse[role] + np.log(np.maximum(-np.expm1(head - self.lse[role]), 0.0))
                 value = np.concatenate([value, tail[:, None]], axis=-1)
             probs[role] = processed_probs(value, s)
-        return probs["draft"], probs["target"]
+        if not with_logits:
+            return probs["draft"], probs["target"]
+        fields = {"temperature": s.temperature}
+        for role in _ROLES:
+            own_vals = self.topk_logits[role].astype(np.float64)
+            lse = np.asarray(self.lse[role], dtype=np.float64)
+            with np.errstate(divide="ignore"):
+                tail = lse + np.log(np.maximum(-np.expm1(_logsumexp(own_vals) - lse), 0.0))
+            floor = np.minimum(own_vals[:, -1], tail)
+            known = _row_isin(ids, self.topk_ids[role]) | repeat
+            fields[role] = np.where(known, raw[role], floor[:, None])
+            fields[f"{role}_known"] = known
+            fields[f"{role}_lse"] = lse
+            fields[f"{role}_floor"] = floor
+        return probs["draft"], probs["target"], RuleLogits(**fields)
+
+
+def _row_isin(ids, own_ids):
+    """Per row: which entries of ``ids`` appear in that row of ``own_ids``."""
+    out = np.zeros(ids.shape, dtype=bool)
+    for j in range(own_ids.shape[-1]):
+        out |= ids == own_ids[:, j : j + 1]
+    return out
 
 
 def _repeat_mask(ids):

@@ -62,6 +62,88 @@ if os.path.isdir(_NB_SRC):
         if name.endswith(".ipynb"):
             shutil.copy2(os.path.join(_NB_SRC, name), os.path.join(_NB_DST, name))
 
+# One page per registered rule, generated from the registry (so a new rule gets its page for
+# free): the spec signature, a one-step figure drawn at build time, and the class docstring.
+_RULES_DST = os.path.join(HERE, "rules")
+_RULE_PAGE = """---
+file_format: mystnb
+kernelspec:
+  name: python3
+  display_name: Python 3
+---
+
+# {name}
+
+`{signature}`: {summary}
+
+Build it with `make_rule("{name}")` (or `cactus-theory analyze --rules '{name}'`); class
+`{cls}`{fixed}.{logits}
+
+```{{code-cell}} python
+:tags: [hide-input]
+import matplotlib.pyplot as plt
+import numpy as np
+import cactus_theory as ct
+
+rng = np.random.default_rng(0)
+settings = ct.SamplingSettings(temperature=1.0, top_k=10, top_p=0.95)
+target_logits = rng.normal(size=12) * 2
+draft_logits = 0.3 * target_logits + 1.5 * rng.normal(size=12)
+draft_probs = ct.processed_probs(draft_logits, settings)
+target_probs = ct.processed_probs(target_logits, settings)
+logits = ct.RuleLogits(target=target_logits, draft=draft_logits, temperature=settings.temperature)
+rule = ct.make_rule("{name}")
+fig, ax = plt.subplots(figsize=(7, 3))
+ct.plot_step(rule, draft_probs, target_probs, ax=ax, logits=logits)
+fig.tight_layout()
+m = ct.step_metrics(rule, draft_probs, target_probs, logits=logits)
+sps = ct.step_metrics(ct.SpS(), draft_probs, target_probs)
+print(f"acceptance {{float(m.acceptance):.3f}} (SpS {{float(sps.acceptance):.3f}}), "
+      f"of which outside the verifier's support {{float(m.acceptance_outside_support):.3f}}; "
+      f"KL(pi || q) = {{float(m.kl_emitted_target):.4f}}, TV = {{float(m.tv):.4f}}")
+```
+
+One step at the defaults on 12 tokens (Gaussian raw logits, seed 0, temperature 1, top-k 10,
+top-p 0.95 for both models): the draft $p$, the verifier $q$ and what the rule emits, $\\pi$
+(exact, `emitted_distribution`).
+
+```{{eval-rst}}
+.. autoclass:: cactus_theory.{cls}
+   :members: acceptance, correction, emitted
+   :no-index:
+```
+"""
+
+
+def _write_rule_pages():
+    from cactus_theory import available_rules
+
+    wanted = set()
+    for name, info in available_rules().items():
+        rule = cactus_theory.make_rule(name)
+        fixed = ", ".join(f"{k}={v!r}" for k, v in info.fixed.items())
+        roles = " and ".join(rule.needs_logits)
+        page = _RULE_PAGE.format(
+            name=name,
+            signature=info.signature(),
+            summary=" ".join((info.rule_class.__doc__ or "").strip().split("\n\n")[0].split()),
+            cls=info.rule_class.__name__,
+            fixed=f" with {fixed}" if fixed else "",
+            logits=f" It needs the {roles} logits from before the sampling processing (`RuleLogits`)." if roles else "",
+        )
+        path = os.path.join(_RULES_DST, f"{name}.md")
+        wanted.add(path)
+        if not os.path.exists(path) or open(path).read() != page:
+            with open(path, "w") as fh:
+                fh.write(page)
+    for name in os.listdir(_RULES_DST):  # pages of rules no longer registered
+        path = os.path.join(_RULES_DST, name)
+        if name != "index.md" and name.endswith(".md") and path not in wanted:
+            os.remove(path)
+
+
+_write_rule_pages()
+
 # Dataclass fields named like common words (delta, gamma) exist on several classes; an
 # ambiguous cross-reference from a type annotation is not an error in the text.
 suppress_warnings = ["ref.python"]

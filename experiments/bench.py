@@ -174,7 +174,7 @@ def bench_trace_stats(repeats, positions):
     rules = parse_rules("sps,cactus,cactus-exact,mentored", (1.0,))
     settings = SamplingSettings(**trace.metadata["sampling"])
     tracemalloc.start()
-    _shard_stats((trace.directory, 0, rules, (8,), settings))
+    _shard_stats((trace.directory, 0, rules, (8,), settings, "verifier"))
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     rows.append(

@@ -25,17 +25,11 @@ import argparse
 import json
 import os
 
-from cactus_theory import TAS, Cactus, ExactCactus, Mentored, SamplingSettings, SpS, load_trace, simulate, step_metrics
+from cactus_theory import SamplingSettings, load_trace, parse_rules, simulate, step_metrics
 from cactus_theory._emitted import block_statistics
 from cactus_theory._io import atomic_write
 
-RULES = {
-    "sps": SpS(),
-    "tas": TAS(),
-    "cactus": Cactus(1.0),
-    "cactus-exact": ExactCactus(1.0),
-    "mentored": Mentored(1.0),
-}
+RULES = {rule.family: rule for rule in parse_rules("sps,tas,cactus,cactus-exact,mentored", (1.0,))}
 TASKS = ("gsm8k", "humaneval")
 
 

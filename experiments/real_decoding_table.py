@@ -32,6 +32,15 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 CACHE = os.path.expanduser("~/.cache/cactus_theory")
 METHODS = ("verifier", "sps", "tas", "cactus", "cactus-exact", "mentored", "cactus-ngram")
+#: Rule spec (``make_rule``) of each speculative method; cactus-ngram drafts with prompt lookup.
+RULE_SPECS = {
+    "sps": "sps",
+    "tas": "tas",
+    "cactus": "cactus(delta=1)",
+    "cactus-exact": "cactus-exact(delta=1)",
+    "mentored": "mentored(delta=1)",
+    "cactus-ngram": "cactus(delta=1)",
+}
 
 
 def gsm8k_answer(text):
@@ -101,14 +110,10 @@ def run(args):
     import torch
 
     from cactus_theory import (
-        TAS,
-        Cactus,
-        ExactCactus,
-        Mentored,
         NgramDrafter,
         SamplingSettings,
-        SpS,
         autoregressive_generate,
+        make_rule,
         speculative_generate,
     )
     from cactus_theory._dump import encode_chat, load_model
@@ -118,14 +123,7 @@ def run(args):
     verifier, tok, _ = load_model(os.path.join(models, "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"), dtype=args.dtype)
     draft, _, _ = load_model(os.path.join(models, "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"), dtype=args.dtype)
     settings = SamplingSettings(temperature=0.6, top_k=20, top_p=0.95)
-    rules = {
-        "sps": SpS(),
-        "tas": TAS(),
-        "cactus": Cactus(1.0),
-        "cactus-exact": ExactCactus(1.0),
-        "mentored": Mentored(1.0),
-        "cactus-ngram": Cactus(1.0),
-    }
+    rules = {method: make_rule(spec) for method, spec in RULE_SPECS.items()}
     eos = {tok.eos_token_id} - {None}
     todo = problems(args.data, args.gsm8k, args.humaneval)
     for k, prob in enumerate(todo, 1):

@@ -16,16 +16,17 @@ import argparse
 
 import numpy as np
 
-from cactus_theory import TAS, Cactus, ExactCactus, Mentored, SamplingSettings, SpS, load_trace
+from cactus_theory import SamplingSettings, load_trace, parse_rules
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--delta", type=float, default=1.0)
+    parser.add_argument("--rules", default="sps,tas,cactus,cactus-exact,mentored", help="rule specs (make_rules)")
     args = parser.parse_args(argv)
     trace = load_trace()
     settings = SamplingSettings(**trace.metadata["sampling"])
-    rules = [SpS(), TAS(), Cactus(args.delta), ExactCactus(args.delta), Mentored(args.delta)]
+    rules = parse_rules(args.rules, (args.delta,))
     outside, total = np.zeros(len(rules)), np.zeros(len(rules))
     for seq in trace:
         p, q = seq.distributions(settings)

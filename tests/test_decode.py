@@ -8,7 +8,7 @@ import torch
 from scipy import stats
 from tiny_models import tiny_model
 
-from cactus_theory import TAS, Cactus, SpS
+from cactus_theory import SCD, TAS, Cactus, Lossy, RuleLogits, SpS, SyntheticAcceptance, emitted_distribution
 from cactus_theory._decode import NgramDrafter, _Cached, autoregressive_generate, speculative_generate
 from cactus_theory._sampling import SamplingSettings, processed_probs
 
@@ -33,27 +33,37 @@ def _exact_two_token_law(verifier, settings):
     return law
 
 
-def test_sps_emits_the_verifier_distribution(models):
-    verifier, draft = models
-    settings = SamplingSettings(temperature=1.0, top_k=4, top_p=1.0)
-    law = _exact_two_token_law(verifier, settings)
+def _decode_two_tokens(verifier, draft, rule, settings, law, runs=400, **kwargs):
+    """Counts of the first two emitted tokens over ``runs`` seeds; every one must have probability > 0."""
     counts = dict.fromkeys(law, 0)
-    runs = 400
     for seed in range(runs):
         out = speculative_generate(
-            verifier, draft, SpS(), m=2, sampling=settings, max_new_tokens=2, seed=seed, prompt_ids=PROMPT
+            verifier, draft, rule, sampling=settings, max_new_tokens=2, seed=seed, prompt_ids=PROMPT, **kwargs
         )
         key = tuple(out.tokens[:2])
-        assert key in law, f"emitted {key}, which the verifier gives probability 0"
+        assert key in law, f"emitted {key}, which has probability 0"
         counts[key] += 1
+    return counts
+
+
+def _chi_square_p_value(law, counts):
+    """Chi-square goodness of fit of counts to an exact law (cells expected below 5 pooled)."""
     keys = sorted(law)
-    expected = np.array([law[k] for k in keys]) * runs
+    expected = np.array([law[k] for k in keys]) * sum(counts.values())
     observed = np.array([counts[k] for k in keys])
     big = expected >= 5
     obs = np.append(observed[big], observed[~big].sum())
     exp = np.append(expected[big], expected[~big].sum())
     keep = exp > 0
-    assert stats.chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue > 1e-3
+    return stats.chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue
+
+
+def test_sps_emits_the_verifier_distribution(models):
+    verifier, draft = models
+    settings = SamplingSettings(temperature=1.0, top_k=4, top_p=1.0)
+    law = _exact_two_token_law(verifier, settings)
+    counts = _decode_two_tokens(verifier, draft, SpS(), settings, law, m=2)
+    assert _chi_square_p_value(law, counts) > 1e-3
 
 
 @pytest.mark.parametrize("m", [1, 3, 5])
@@ -92,6 +102,43 @@ def test_relaxed_rules_run_and_count(models, rule):
     assert out.mean_acceptance_length == 1 + out.accepted_length
 
 
+def _emitted_two_token_law(verifier, draft, rule, settings):
+    """P(t1, t2) = pi(t1 | prompt) pi(t2 | prompt, t1) with pi the rule's exact emitted law: the law
+    of two tokens with m = 1 under the relaxed bonus policy (the bonus passes the rule too)."""
+
+    def pi(ids):
+        with torch.no_grad():
+            zq = verifier(input_ids=torch.tensor([ids])).logits[0, -1].double()
+            zp = draft(input_ids=torch.tensor([ids])).logits[0, -1].double()
+        p, q = processed_probs(zp, settings).numpy(), processed_probs(zq, settings).numpy()
+        logits = RuleLogits(target=zq.numpy(), draft=zp.numpy(), temperature=settings.temperature)
+        return emitted_distribution(rule, p, q, logits=logits)
+
+    first = pi(PROMPT)
+    law = {}
+    for t1 in np.flatnonzero(first > 0).tolist():
+        second = pi([*PROMPT, t1])
+        for t2 in np.flatnonzero(second > 0).tolist():
+            law[(t1, t2)] = float(first[t1] * second[t2])
+    return law
+
+
+@pytest.mark.parametrize("rule", [Lossy(0.7), SCD(0.5)], ids=["lossy", "scd-needs-logits"])
+def test_relaxed_bonus_emits_the_rule_law_at_the_bonus_position(models, rule):
+    verifier, draft = models
+    settings = SamplingSettings(temperature=1.0, top_k=4, top_p=1.0)
+    law = _emitted_two_token_law(verifier, draft, rule, settings)
+    counts = _decode_two_tokens(verifier, draft, rule, settings, law, m=1, bonus_policy="relaxed")
+    assert _chi_square_p_value(law, counts) > 1e-3
+
+
+def test_slot_dependent_rule_uses_its_rate_per_slot(models):
+    verifier, draft = models
+    rule = SyntheticAcceptance((1.0, 1.0, 0.0))  # slots 0 and 1 always accepted, slot 2 never
+    out = speculative_generate(verifier, draft, rule, m=4, max_new_tokens=30, seed=0, prompt_ids=PROMPT)
+    assert set(out.accepted[:-1]) == {2}
+
+
 def test_ngram_drafter_proposes_what_followed():
     assert NgramDrafter().propose([1, 2, 3, 9, 9, 1, 2, 3], 3) == [9, 9, 1]
     assert NgramDrafter().propose([4, 5], 3) == []
@@ -104,6 +151,10 @@ def test_bad_arguments(models):
         speculative_generate(verifier, draft, SpS(), m=0, prompt_ids=PROMPT)
     with pytest.raises(ValueError, match="at least one token"):
         speculative_generate(verifier, draft, SpS(), m=2, prompt_ids=[])
+    with pytest.raises(ValueError, match="needs a draft model with probabilities"):
+        speculative_generate(verifier, NgramDrafter(), SpS(), m=2, prompt_ids=PROMPT, bonus_policy="relaxed")
+    with pytest.raises(ValueError, match="bonus_policy must be one of"):
+        speculative_generate(verifier, draft, SpS(), m=2, prompt_ids=PROMPT, bonus_policy="draft")
 
 
 def _table_module():

@@ -1,47 +1,40 @@
-"""The conformance suite every rule passes, then rule-specific laws.
-
-A new rule is one module in cactus_theory/_rules plus one entry in RULES below.
-"""
+"""Rule-specific laws (the conformance suite every registered rule passes is test_conformance.py)."""
 
 import numpy as np
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from scipy import optimize, special, stats
+from scipy import optimize, special
 
 from cactus_theory import (
+    FSD,
+    RFSD,
+    SCD,
     TAS,
     Cactus,
-    ExactCactus,
+    Ensemble,
     Interpolation,
     Lenience,
+    Lossy,
     Mentored,
+    RuleLogits,
+    SamplingSettings,
+    SpecCascadeOpt,
+    SpecCascadeTok3,
     SpS,
+    SyntheticAcceptance,
     TopK,
     emitted_distribution,
     expected_accepted_length,
+    make_rule,
     mentored_target,
-    simulate,
+    processed_probs,
     step_metrics,
     synthetic_pairs,
 )
-from cactus_theory._rules._base import emitted_bruteforce
-
-RULES = [
-    SpS(),
-    TAS(),
-    TAS(epsilon=0.5, alpha=0.7),
-    Cactus(0.5),
-    Cactus(1.0, "hellinger"),
-    ExactCactus(0.5),
-    ExactCactus(0.3, "reverse_kl"),
-    TopK(3),
-    Interpolation(0.4),
-    Lenience(0.6),
-    Mentored(0.2),
-]
-IDS = [f"{r.describe()}-{getattr(r, 'divergence', '')}-{i}" for i, r in enumerate(RULES)]
+from cactus_theory._emitted import block_sums
+from cactus_theory._rules._base import _NUMPY
 
 
 def random_pair(seed, vocab, batch=()):
@@ -58,119 +51,6 @@ def random_pair(seed, vocab, batch=()):
     return p, q
 
 
-# --- conformance: every rule ------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("rule", RULES, ids=IDS)
-@given(seed=st.integers(0, 2**32 - 1), vocab=st.integers(2, 9))
-def test_probabilities_and_distributions(rule, seed, vocab):
-    p, q = random_pair(seed, vocab, batch=(3,))
-    n = np.random.default_rng(seed).integers(vocab, size=3)
-    a = np.asarray(rule.acceptance(p, q, n))
-    assert a.shape == (3,) and np.all((a >= 0) & (a <= 1))
-    if rule.deterministic:
-        assert set(np.unique(a)) <= {0.0, 1.0}
-    r = np.asarray(rule.correction(p, q, n))
-    assert r.shape == (3, vocab) and np.all(r >= 0)
-    np.testing.assert_allclose(r.sum(-1), 1.0, rtol=1e-12)
-    np.testing.assert_array_equal(rule.bonus(q), q)
-    all_a = rule.acceptance_all(p, q)
-    np.testing.assert_allclose(np.take_along_axis(all_a, n[:, None], -1)[:, 0], a, rtol=1e-13, atol=1e-15)
-
-
-@pytest.mark.parametrize("rule", RULES, ids=IDS)
-@given(seed=st.integers(0, 2**32 - 1), vocab=st.integers(2, 12))
-def test_emitted_distribution_matches_brute_force(rule, seed, vocab):
-    p, q = random_pair(seed, vocab, batch=(2,))
-    fast = emitted_distribution(rule, p, q)
-    np.testing.assert_allclose(fast, emitted_bruteforce(rule, p, q), rtol=1e-10, atol=1e-13)
-    assert np.all(fast >= 0)
-    np.testing.assert_allclose(fast.sum(-1), 1.0, rtol=1e-12)
-
-
-def _chi_square_p_value(counts, probs, min_expected=5.0):
-    """Pooled chi-square goodness of fit over positions (small cells lumped together)."""
-    stat, dof = 0.0, 0
-    for obs, pr in zip(counts, probs, strict=True):
-        total = obs.sum()
-        if total < 100:
-            continue
-        expected = total * pr
-        big = expected >= min_expected
-        o = np.append(obs[big], obs[~big].sum())
-        e = np.append(expected[big], expected[~big].sum())
-        keep = e > 0
-        assert np.all(o[~keep] == 0), "a token with zero exact probability was emitted"
-        o, e = o[keep], e[keep]
-        stat += np.sum((o - e) ** 2 / e)
-        dof += len(o) - 1
-    return stats.chi2.sf(stat, max(dof, 1))
-
-
-@pytest.mark.parametrize("rule", RULES, ids=IDS)
-def test_monte_carlo_agrees_with_exact(rule):
-    p, q = synthetic_pairs("noised", n_positions=8, vocab_size=6, seed=3, scale=1.5, noise=1.0)
-    m = 3
-    sim = simulate(rule, p, q, m=m, n_runs=6000, seed=11)
-    # the emitted token at a rule position follows pi exactly
-    pi = emitted_distribution(rule, p, q)
-    assert _chi_square_p_value(sim.emitted_counts, pi) > 1e-4
-    # the accepted length of a block started at t has mean AL_t
-    al = expected_accepted_length(step_metrics(rule, p, q).acceptance, m)
-    diff = sim.accepted - al[sim.block_start]
-    assert abs(diff.mean()) < 4.5 * diff.std() / np.sqrt(diff.size) + 1e-12
-    # per-position acceptance is binomial around the exact expected acceptance
-    beta = step_metrics(rule, p, q).acceptance
-    seen = sim.drafts > 200
-    se = np.sqrt(beta[seen] * (1 - beta[seen]) / sim.drafts[seen]) + 1e-12
-    assert np.all(np.abs(sim.acceptance_rate[seen] - beta[seen]) < 5 * se + 1e-12)
-    # bonus tokens come from q
-    assert _chi_square_p_value(sim.bonus_counts, q) > 1e-4
-
-
-@pytest.mark.parametrize("rule", RULES, ids=IDS)
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_numpy_and_torch_agree(rule, dtype):
-    p, q = random_pair(5, 10, batch=(4,))
-    n = np.array([0, 3, 7, 9])
-    p_t, q_t = torch.as_tensor(p, dtype=dtype), torch.as_tensor(q, dtype=dtype)
-    p_t, q_t = p_t / p_t.sum(-1, keepdim=True), q_t / q_t.sum(-1, keepdim=True)
-    a_t = rule.acceptance(p_t, q_t, torch.as_tensor(n))
-    r_t = rule.correction(p_t, q_t, torch.as_tensor(n))
-    assert a_t.dtype == dtype and r_t.dtype == dtype and isinstance(a_t, torch.Tensor)
-    p_64, q_64 = p_t.double().numpy(), q_t.double().numpy()
-    tol = 1e-12 if dtype == torch.float64 else 2e-5
-    np.testing.assert_allclose(a_t.double().numpy(), rule.acceptance(p_64, q_64, n), rtol=tol, atol=tol)
-    np.testing.assert_allclose(r_t.double().numpy(), rule.correction(p_64, q_64, n), rtol=tol, atol=tol)
-    pi_t = emitted_distribution(rule, p_t, q_t)
-    assert isinstance(pi_t, torch.Tensor) and pi_t.dtype == torch.float64
-
-
-@pytest.mark.parametrize("rule", RULES, ids=IDS)
-def test_drafter_without_probabilities_is_one_hot(rule):
-    _, q = random_pair(9, 6)
-    one_hot = np.eye(6)[2]
-    np.testing.assert_allclose(rule.acceptance(None, q, 2), rule.acceptance(one_hot, q, 2), rtol=1e-15)
-    np.testing.assert_allclose(rule.correction(None, q, 2), rule.correction(one_hot, q, 2), rtol=1e-15)
-
-
-@pytest.mark.parametrize("rule", RULES, ids=IDS)
-def test_bad_input_is_named(rule):
-    p, q = random_pair(1, 4)
-    with pytest.raises(ValueError, match="draft_probs must sum to 1"):
-        rule.acceptance(p * 1.1, q, 0)
-    with pytest.raises(ValueError, match="target_probs must be non-negative"):
-        rule.acceptance(p, q - 0.5, 0)
-    with pytest.raises(ValueError, match="target_probs must be finite"):
-        rule.acceptance(p, np.full(4, np.nan), 0)
-    with pytest.raises(ValueError, match="share one vocabulary"):
-        rule.acceptance(np.full(5, 0.2), q, 0)
-    with pytest.raises(ValueError, match=r"drafted_token must lie in \[0, 4\)"):
-        rule.acceptance(p, q, 4)
-    with pytest.raises(ValueError, match="draft_probs is None"):
-        rule.acceptance(None, q, None)
-
-
 # --- rule-specific laws ---------------------------------------------------------------------
 
 
@@ -180,19 +60,21 @@ def test_sps_emits_the_verifier(seed, vocab):
     np.testing.assert_allclose(emitted_distribution(SpS(), p, q), q, rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("cls", [Cactus, ExactCactus])
+@pytest.mark.parametrize("bonus", ["taylor", "exact", "safe"])
 @given(seed=st.integers(0, 2**32 - 1), vocab=st.integers(2, 12))
-def test_cactus_with_zero_budget_is_sps(cls, seed, vocab):
+def test_cactus_with_zero_budget_is_sps(bonus, seed, vocab):
     p, q = random_pair(seed, vocab, batch=(2,))
     n = np.array([0, vocab - 1])
-    rule = cls(0.0)
+    rule = Cactus(0.0, bonus=bonus)
     assert rule.lossless
     np.testing.assert_array_equal(rule.acceptance(p, q, n), SpS().acceptance(p, q, n))
     np.testing.assert_allclose(rule.correction(p, q, n), SpS().correction(p, q, n), rtol=1e-15, atol=1e-300)
     np.testing.assert_allclose(emitted_distribution(rule, p, q), q, atol=1e-12)
 
 
-@pytest.mark.parametrize("rule", [Cactus(0.01), Cactus(0.5), Cactus(2.0), ExactCactus(0.01), ExactCactus(1.0)])
+@pytest.mark.parametrize(
+    "rule", [Cactus(0.01), Cactus(0.5), Cactus(2.0), Cactus(0.01, bonus="exact"), Cactus(1.0, bonus="exact")]
+)
 @given(seed=st.integers(0, 2**32 - 1), vocab=st.integers(2, 30))
 def test_theorem_3_emitted_kl_at_most_draft_kl(rule, seed, vocab):
     p, q = random_pair(seed, vocab)
@@ -269,7 +151,7 @@ def test_topk_accepts_exactly_the_k_largest():
 
 def test_edge_target_probabilities_zero_and_one():
     p = np.array([0.5, 0.5, 0.0])
-    for rule in (Cactus(1.0), ExactCactus(1.0)):
+    for rule in (Cactus(1.0), Cactus(1.0, bonus="exact")):
         assert rule.acceptance(p, np.array([0.0, 1.0, 0.0]), 0) == 0.0  # q(n) = 0: gamma = 0
         assert rule.acceptance(p, np.array([0.0, 1.0, 0.0]), 1) == 1.0  # q(n) = 1: gamma = 1
         pi = emitted_distribution(rule, p, np.array([0.0, 1.0, 0.0]))
@@ -289,7 +171,7 @@ def test_rule_parameters_are_checked():
     with pytest.raises(ValueError, match="delta must be a number >= 0"):
         Cactus(-1.0)
     with pytest.raises(ValueError, match="divergence must be one of"):
-        ExactCactus(0.5, "kullback")
+        Cactus(0.5, "kullback", bonus="exact")
     with pytest.raises(ValueError, match=r"alpha must lie in \[0, 1\]"):
         Interpolation(1.5)
     with pytest.raises(ValueError, match="k must be an integer >= 1"):
@@ -358,3 +240,188 @@ def test_accepted_length_matches_the_definition(beta, m):
     np.testing.assert_allclose(expected_accepted_length(beta, m), expected, rtol=1e-12, atol=1e-300)
     batched = expected_accepted_length(np.stack([beta, beta[::-1]]), m)
     np.testing.assert_allclose(batched[1], expected_accepted_length(beta[::-1], m), rtol=1e-15)
+
+
+# --- the relaxed rules of RULES_ZOO.md: closed forms ------------------------------------------
+
+
+@given(seed=st.integers(0, 2**32 - 1), vocab=st.integers(2, 20), w=st.floats(0, 1))
+def test_ensemble_emits_its_mixture(seed, vocab, w):
+    p, q = random_pair(seed, vocab)
+    np.testing.assert_allclose(emitted_distribution(Ensemble(w), p, q), (1 - w) * p + w * q, atol=1e-14)
+    # a token the verifier excludes is accepted with probability 1 - w
+    if q[0] == 0 and p[0] > 0:
+        np.testing.assert_allclose(Ensemble(w).acceptance(p, q, 0), 1 - w, atol=1e-15)
+
+
+def test_always_accept_emits_the_drafter():
+    rule = make_rule("always-accept")
+    assert rule == Ensemble(0.0) and rule.describe() == "always-accept"
+    p, q = random_pair(4, 7)
+    np.testing.assert_allclose(emitted_distribution(rule, p, q), p, atol=1e-15)
+    np.testing.assert_array_equal(rule.acceptance_all(p, q)[p > 0], 1.0)
+
+
+def _js(p, q):
+    m = (p + q) / 2
+    return 0.5 * np.sum(special.rel_entr(p, m)) + 0.5 * np.sum(special.rel_entr(q, m))
+
+
+@given(seed=st.integers(0, 2**32 - 1), vocab=st.integers(2, 12), threshold=st.floats(0, 0.7))
+def test_fuzzy_rules_emit_the_drafter_or_the_verifier(seed, vocab, threshold):
+    p, q = random_pair(seed, vocab)
+    d = _js(p, q)  # scipy's rel_entr: an independent JS
+    if abs(d - threshold) < 1e-9:
+        return
+    rfsd, fsd = RFSD("js", threshold), FSD("js", threshold)
+    want = p if d <= threshold else q
+    np.testing.assert_allclose(emitted_distribution(rfsd, p, q), want, atol=1e-14)
+    np.testing.assert_allclose(emitted_distribution(fsd, p, q), want, atol=1e-14)
+    # same law, and FSD never accepts more than RFSD (it rejects everything when its gate fails)
+    a_r, a_f = step_metrics(rfsd, p, q).acceptance, step_metrics(fsd, p, q).acceptance
+    assert a_f <= a_r + 1e-15
+    if d > threshold:
+        assert a_f == 0
+
+
+def test_fuzzy_kl_gate_is_verifier_first_and_finite_where_the_drafter_has_no_mass():
+    # KL(q || p) with float32-tiny clamps: a token with q > 0 = p adds q (log q + 87.34) (RULES_ZOO.md 3.4)
+    p, q = np.array([0.5, 0.5, 0.0]), np.array([0.49, 0.49, 0.02])
+    tiny = float(np.finfo(np.float32).tiny)
+    d = 0.98 * np.log(0.49 / 0.5) + 0.02 * (np.log(0.02) - np.log(tiny))  # 1.6487, finite
+    assert RFSD("kl", d + 1e-9).use_draft(_NUMPY, p, q)
+    assert not RFSD("kl", d - 1e-9).use_draft(_NUMPY, p, q)
+
+
+def test_lossy_example_of_the_spec_emits_the_drafter():
+    # RULES_ZOO.md section 5.8: p = (.7, .25, .05), q = (.4, .4, .2), alpha = 0.7 already gives pi = p
+    p, q = np.array([0.7, 0.25, 0.05]), np.array([0.4, 0.4, 0.2])
+    np.testing.assert_allclose(emitted_distribution(Lossy(0.7), p, q), p, atol=1e-15)
+    np.testing.assert_allclose(emitted_distribution(Lossy(0.0), p, q), q, atol=1e-15)
+
+
+@given(seed=st.integers(0, 2**32 - 1), vocab=st.integers(2, 20), alpha=st.floats(0, 0.99))
+def test_lossy_closed_form(seed, vocab, alpha):
+    p, q = random_pair(seed, vocab)
+    kept = np.minimum(p, q / (1 - alpha))
+    residual = np.maximum(q - p, 0)
+    want = kept + (1 - kept.sum()) * (residual / residual.sum() if residual.sum() > 0 else 0)
+    np.testing.assert_allclose(emitted_distribution(Lossy(alpha), p, q), want, atol=1e-13)
+    assert np.all(Lossy(alpha).acceptance_all(p, q)[q == 0] == 0)  # never outside the verifier's support
+
+
+def test_tok3_keeps_the_drafter_on_the_top_set():
+    p = np.array([0.1, 0.5, 0.3, 0.1])
+    q = np.array([0.6, 0.0, 0.3, 0.1])
+    raw = RuleLogits(target=np.log([0.35, 0.3, 0.25, 0.1]))  # before truncation token 1 is close to the top
+    rule = SpecCascadeTok3(0.35)  # T = {x : softmax(z)(x) >= 0.65 * 0.35}: tokens 0, 1, 2
+    eta = 0.1  # p outside T
+    want = np.array([0.1, 0.5, 0.3, 0.0]) + eta * q
+    np.testing.assert_allclose(emitted_distribution(rule, p, q, logits=raw), want, atol=1e-15)
+    assert rule.acceptance(p, q, 1, logits=raw) == 1.0  # q(1) = 0 but 1 is in T: accepted
+    # alpha = 0 keeps only the argmax, the first index on ties
+    tie = RuleLogits(target=np.log([0.4, 0.4, 0.1, 0.1]))
+    np.testing.assert_allclose(
+        SpecCascadeTok3(0.0).target(p, q, logits=tie), np.array([0.1, 0, 0, 0]) + 0.9 * q, atol=1e-15
+    )
+
+
+def test_cascade_opt_defers_by_its_strict_gate():
+    p, q = np.array([0.7, 0.3, 0.0]), np.array([0.2, 0.3, 0.5])
+    tv = 0.5
+    # max p = 0.7 < max q - alpha tv = 0.5 - alpha 0.5 never holds for alpha >= -0.4
+    assert not SpecCascadeOpt(0.0).defer(_NUMPY, p, q, None)
+    assert SpecCascadeOpt(-0.41).defer(_NUMPY, p, q, None)
+    np.testing.assert_allclose(emitted_distribution(SpecCascadeOpt(-0.41), p, q), q, atol=1e-15)
+    np.testing.assert_allclose(emitted_distribution(SpecCascadeOpt(-0.39), p, q), p, atol=1e-15)
+    assert 0.7 < 0.5 + 0.41 * tv and not 0.7 < 0.5 + 0.39 * tv
+
+
+def test_scd_without_contrast_at_the_sampling_temperature_is_sps():
+    rng = np.random.default_rng(1)
+    zq, zp = rng.normal(size=(3, 9)) * 2, rng.normal(size=(3, 9)) * 2
+    s = SamplingSettings(temperature=0.6, top_k=5, top_p=0.9)
+    p, q = processed_probs(zp, s), processed_probs(zq, s)
+    logits = RuleLogits(target=zq, draft=zp, temperature=0.6)
+    np.testing.assert_allclose(emitted_distribution(SCD(0.0), p, q, logits=logits), q, atol=1e-14)
+    # with contrast: softmax(((1 + b) zq - b zp) / T) on the verifier's support
+    beta = 0.5
+    score = np.where(q > 0, ((1 + beta) * zq - beta * zp) / 0.6, -np.inf)
+    want = special.softmax(score, axis=-1)
+    np.testing.assert_allclose(emitted_distribution(SCD(beta), p, q, logits=logits), want, atol=1e-14)
+
+
+def test_scd_errors_name_what_is_missing():
+    p, q = np.array([0.5, 0.5, 0.0]), np.array([0.3, 0.7, 0.0])
+    with pytest.raises(ValueError, match="needs the sampling temperature"):
+        SCD(0.5).acceptance(p, q, 0, logits=RuleLogits(target=np.zeros(3), draft=np.zeros(3)))
+    bad = RuleLogits(target=np.zeros(3), draft=np.array([0, -np.inf, 0]), temperature=1)
+    with pytest.raises(ValueError, match=r"logits\.draft is not finite on a token of the gate"):
+        SCD(0.5).acceptance(p, q, 0, logits=bad)
+    with pytest.raises(ValueError, match="needs the target and draft logits"):
+        SCD(0.5).acceptance(p, q, 0)
+    with pytest.raises(ValueError, match="beta must be a finite number >= 0"):
+        SCD(-1.0)
+
+
+def test_synthetic_rates_give_the_accepted_length():
+    rule = SyntheticAcceptance((0.9, 0.6, 0.3))
+    assert [rule.at_slot(j).conditional_rate for j in range(4)] == pytest.approx([0.9, 0.6 / 0.9, 0.5, 0.0])
+    p, q = synthetic_pairs("dirichlet", n_positions=12, vocab_size=5, seed=0)
+    beta = np.stack([step_metrics(rule.at_slot(j), p, q).acceptance for j in range(3)])
+    al = block_sums(beta, beta, 3, per_slot=True)
+    np.testing.assert_allclose(al[:10], 0.9 + 0.6 + 0.3, rtol=1e-14)  # AL(m) = sum of the rates
+    # rejecting n when q is one-hot on n: token 0 (vLLM's no-draft-probabilities residual)
+    np.testing.assert_array_equal(rule.correction(np.array([0.5, 0.5]), np.array([0.0, 1.0]), 1), [1.0, 0.0])
+    with pytest.raises(ValueError, match="must not increase"):
+        SyntheticAcceptance((0.5, 0.9))
+
+
+def test_safe_cactus_never_overspends_its_budget():
+    rng = np.random.default_rng(7)
+    q = rng.dirichlet(np.full(30, 0.3), size=200)
+    n = rng.integers(30, size=200)
+    for delta in (1e-3, 0.1, 2.0):
+        h = Cactus(delta, bonus="safe").target(None, q, n)
+        kl = np.sum(special.rel_entr(h, q), axis=-1)
+        assert np.all(kl <= delta * (1 + 1e-12))
+
+
+# --- semantics the cross-check left open --------------------------------------------------------
+
+
+def test_topk_semantics_support_and_authors():
+    # the verifier keeps 2 tokens (after its own top-k / top-p); k = 3 > 2: the k-th largest q is 0
+    q = np.array([0.7, 0.3, 0.0, 0.0])
+    p = np.full(4, 0.25)
+    assert TopK(3).acceptance_all(p, q).tolist() == [1, 1, 0, 0]
+    assert TopK(3, "authors").acceptance_all(p, q).tolist() == [1, 1, 1, 1]  # MANGA-UOFA/Cactus topk.py
+    # ties with the k-th value are all accepted, under both semantics
+    q = np.array([0.4, 0.2, 0.2, 0.2])
+    assert TopK(2).acceptance_all(p, q).tolist() == [1, 1, 1, 1]
+    # the authors' code: accepted = q(n) >= topk(q, k).values[k - 1]
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        q = rng.dirichlet(np.ones(8)) * (rng.random(8) < 0.5)
+        if q.sum() == 0:
+            continue
+        q /= q.sum()
+        kth = np.sort(q)[::-1][2]
+        assert TopK(3, "authors").acceptance_all(np.full(8, 1 / 8), q).tolist() == (q >= kth).tolist()
+
+
+@pytest.mark.parametrize("spec", ["sps", "cactus(delta=1)", "lossy(alpha=0.7)", "mentored(delta=0.01)", "topk(k=2)"])
+def test_a_token_neither_model_proposes_is_never_accepted(spec):
+    # p(n) = q(n) = 0: rejected; p(n) = 0 < q(n): accepted (the limit of min(1, h(n)/p(n)))
+    rule = make_rule(spec)
+    p, q = np.array([0.5, 0.5, 0.0, 0.0]), np.array([0.3, 0.3, 0.4, 0.0])
+    assert rule.acceptance(p, q, 3) == 0.0
+    assert rule.acceptance(p, q, 2) == 1.0
+
+
+def test_processed_probs_keeps_ties_at_the_kth_logit_as_vllm():
+    logits = np.log(np.array([0.4, 0.2, 0.2, 0.2]))
+    probs = processed_probs(logits, temperature=1.0, top_k=2, top_p=1.0)
+    np.testing.assert_allclose(probs, [0.4, 0.2, 0.2, 0.2], atol=1e-15)  # all three tied at the 2nd kept
+    t = processed_probs(torch.as_tensor(logits), temperature=1.0, top_k=2, top_p=1.0)
+    np.testing.assert_allclose(t.numpy(), probs, atol=1e-15)

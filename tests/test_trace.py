@@ -470,5 +470,6 @@ def test_report_on_a_small_trace(tmp_path):
     )
     assert main(["report", "--trace", str(tmp_path / "t"), "--out", str(tmp_path / "r"), "--quiet"]) == 0
     md = (tmp_path / "r" / "report.md").read_text()
-    assert md.count("![") == 6 and "cactus(delta=1)" in md
+    assert md.count("![") == 7 and "cactus(delta=1)" in md
+    assert "Every rule at the paper grid's parameters" in md and "`rfsd(divergence=js, threshold=0.3)`" in md
     assert "data:image/png;base64," in (tmp_path / "r" / "report.html").read_text()

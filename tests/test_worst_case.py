@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import special
 
-from cactus_theory import Cactus, ExactCactus, SpS, TopK, plot_step, worst_case_drift
+from cactus_theory import Cactus, SpS, TopK, plot_step, worst_case_drift
 from cactus_theory._rules._base import emitted_bruteforce
 
 matplotlib.use("Agg")
@@ -31,13 +31,13 @@ def test_reported_pair_attains_the_reported_drift():
 def test_two_tokens_exact_cactus_never_exceeds_delta():
     # With V = 2, pi is a two-point distribution between q and the exact target: KL(pi || q) <= delta.
     for delta in (0.01, 0.5):
-        w = worst_case_drift(ExactCactus(delta), 2, n_random=400, n_starts=1, maxiter=10)
+        w = worst_case_drift(Cactus(delta, bonus="exact"), 2, n_random=400, n_starts=1, maxiter=10)
         assert w.worst_ratio <= 1 + 1e-9
 
 
 def test_small_budget_drifts_more_than_delta_with_a_vocabulary():
     # Theorem 3's point: the per-token budget does not bound what is emitted (found at V = 8).
-    w = worst_case_drift(ExactCactus(0.01), 8, n_random=2000, n_starts=1, maxiter=15)
+    w = worst_case_drift(Cactus(0.01, bonus="exact"), 8, n_random=2000, n_starts=1, maxiter=15)
     assert w.worst_ratio > 2.0
 
 

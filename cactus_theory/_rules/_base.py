@@ -1,4 +1,4 @@
-"""The acceptance-rule protocol and the generalised speculative sampling family.
+"""The acceptance-rule protocol, the rule registry and the generalised speculative sampling family.
 
 A rule acts at one position, batched over leading axes. Given the draft distribution p
 (``draft_probs``, or None for a drafter without probabilities: one-hot on the drafted token),
@@ -6,43 +6,186 @@ the verifier distribution q (``target_probs``) and the drafted token n, it gives
 
 - ``acceptance``: the probability of accepting n,
 - ``correction``: the distribution sampled after a rejection,
-- ``bonus``: the distribution sampled after all m drafts are accepted (q, for every rule here),
-- ``emitted``: the exact distribution of the token emitted at this position, marginalised over
+- ``bonus_distribution``: the law of the bonus token after m accepted drafts, under a bonus
+  policy: ``"verifier"`` (q, the default and vLLM's ``target_p``) or ``"relaxed"`` (the bonus
+  position passes the rule once more, so its law is the rule's emitted law there: the overlay's
+  ``relaxed_T_qp``, RULES_ZOO.md section 3.11),
+- ``emitted``: the exact distribution of the token emitted at one position, marginalised over
   n ~ p (PAPER.md section 3; ``emitted_distribution``).
+
+Rules that need the logits from before the sampling processing (temperature, top-k, top-p)
+receive them as ``logits=RuleLogits(...)``; one that needs them and gets none raises.
 
 Generalised speculative sampling (PAPER.md section 1) covers most rules: a target h (which may
 depend on n, and need not be normalised) gives acceptance min(1, h(n)/p(n)) and correction
-norm(max(0, h - p)). Rules are frozen dataclasses: hashable, comparable, checked when built.
+norm(max(0, h - p)). A drafted token with p(n) = 0 (never proposed by a drafter with these
+probabilities) is accepted iff h(n) > 0, the limit of min(1, h(n)/p(n)) as p(n) -> 0; every rule
+rejects a token that both models exclude (p(n) = q(n) = 0). The overlay's kernel rejects every
+p(n) = 0 token; the two conventions give the same emitted law (such tokens have weight p(n) = 0).
+
+Rules are frozen dataclasses: hashable, comparable, checked when built. Each class registers
+itself under its ``name`` when it is defined; ``make_rule("cactus(delta=1)")`` builds one from a
+spec string and ``available_rules()`` lists them.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
+import types
+import typing
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from .._backend import NumpyBackend, namespace
 from .._validation import NORMALISATION_ATOL, check_distribution, check_token
 
-__all__ = ["GeneralizedRule", "Rule", "as_rule", "prepare"]
+__all__ = [
+    "BONUS_POLICIES",
+    "GeneralizedRule",
+    "Rule",
+    "RuleInfo",
+    "RuleLogits",
+    "as_rule",
+    "available_rules",
+    "make_rule",
+    "make_rules",
+    "prepare",
+]
 
 _NUMPY = NumpyBackend()
+BONUS_POLICIES = ("verifier", "relaxed")
+_ROLES = ("target", "draft")
 
 
-def prepare(draft_probs, target_probs, drafted_token=None, *, atol=NORMALISATION_ATOL):
+# --- raw logits --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RuleLogits:
+    """Logits from before the sampling processing, for the rules that need them.
+
+    Parameters
+    ----------
+    target, draft : arrays (..., V) or None
+        The verifier's and the drafter's logit rows after logits processors (penalties, bad
+        words) and *before* temperature, top-k and top-p ("rule logits" in RULES_ZOO.md), on the
+        same vocabulary as ``target_probs``. Adding a constant to a row changes nothing.
+    temperature : float or None
+        The sampling temperature the probabilities were processed with (SCD's default contrast
+        temperature, and the temperature of its alpha gate; 0 counts as 1 there).
+    target_lse, draft_lse : arrays (...) or None
+        Log-sum-exp of each row over the *full* vocabulary, when a row holds only part of it
+        (a top-K trace); None: the row's own log-sum-exp.
+    target_known, draft_known : bool arrays (..., V) or None
+        Which entries are known exactly; the others hold an upper bound of the true logit
+        (a top-K trace stores K logits per model). None: all known.
+    target_floor, draft_floor : arrays (...) or None
+        An upper bound of every logit *outside* the row (tokens a top-K trace does not list);
+        None: the row is the whole vocabulary.
+
+    Rules state per row whether the logits they saw determine their result exactly
+    (``Rule.logits_exact``); with full rows (decoding, ``import_logits``) everything is exact.
+    """
+
+    target: Any = None
+    draft: Any = None
+    temperature: float | None = None
+    target_lse: Any = None
+    draft_lse: Any = None
+    target_known: Any = None
+    draft_known: Any = None
+    target_floor: Any = None
+    draft_floor: Any = None
+
+    def rows(self, index) -> RuleLogits:
+        """The same logits restricted to rows ``index`` of the leading axis (NumPy indexing)."""
+        changes = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name != "temperature" and value is not None:
+                changes[f.name] = value[index]
+        return dataclasses.replace(self, **changes)
+
+    def lse(self, b, role):
+        """Full-vocabulary log-sum-exp of one role's row, shape (...)."""
+        given = getattr(self, f"{role}_lse")
+        if given is not None:
+            return given
+        z = getattr(self, role)
+        top = b.max_last(z, keepdims=True)
+        top = b.where(b.isfinite(top), top, 0.0)
+        return b.log(b.sum_last(b.exp(z - top))) + top[..., 0]
+
+    def max_prob(self, b, role):
+        """max_x softmax(z)(x) over the full vocabulary, at temperature 1 (exact on a top-K trace)."""
+        z = getattr(self, role)
+        return b.exp(b.max_last(z) - self.lse(b, role))
+
+
+def _prepare_logits(b, logits, shape, required, owner):
+    """Validate ``logits`` against the probabilities' shape; backend arrays, promoted."""
+    if logits is not None and not isinstance(logits, RuleLogits):
+        raise ValueError(f"logits must be a RuleLogits (raw logits before sampling); got {type(logits).__name__}")
+    if not required:
+        return None if logits is None else _checked_logits(b, logits, shape)
+    if logits is None:
+        raise ValueError(
+            f"{owner} needs the {' and '.join(required)} logits from before temperature / top-k / top-p: "
+            f"pass logits=RuleLogits({', '.join(f'{r}=...' for r in required)}, temperature=...) "
+            "(a trace gives them with TraceSequence.distributions(..., with_logits=True))"
+        )
+    missing = [r for r in required if getattr(logits, r) is None]
+    if missing:
+        raise ValueError(f"{owner} needs logits.{' and logits.'.join(missing)} (raw logits before sampling)")
+    return _checked_logits(b, logits, shape)
+
+
+def _checked_logits(b, logits, shape):
+    changes = {}
+    for role in _ROLES:
+        z = getattr(logits, role)
+        if z is None:
+            continue
+        z = b.promote(b.asarray(z))
+        if b.shape(z) != shape:
+            raise ValueError(
+                f"logits.{role} with shape {b.shape(z)} must have the shape {shape} of target_probs "
+                "(one logit per token of the same vocabulary)"
+            )
+        if b.any(b.isnan(z)):
+            raise ValueError(f"logits.{role} contains NaN: check the model's output (overflow in float16?)")
+        changes[role] = z
+        for extra in ("lse", "floor"):
+            value = getattr(logits, f"{role}_{extra}")
+            if value is not None:
+                changes[f"{role}_{extra}"] = b.asarray(value, like=z)
+        known = getattr(logits, f"{role}_known")
+        if known is not None:
+            changes[f"{role}_known"] = b.asarray(known, dtype=bool) if b.name == "numpy" else b.asarray(known).bool()
+    return dataclasses.replace(logits, **changes)
+
+
+# --- input preparation -------------------------------------------------------------------------
+
+
+def prepare(draft_probs, target_probs, drafted_token=None, *, atol=NORMALISATION_ATOL, validate=True):
     """Validate and align inputs: returns (backend, p, q, n, reference for the output dtype).
 
     p and q are promoted (float16 / bfloat16 -> float32); p = one-hot(n) when draft_probs is None.
+    ``validate=False`` skips the value checks (finite, non-negative, normalised, token range)
+    for callers that have already made them; shapes are still aligned.
     """
     b = namespace(draft_probs, target_probs, drafted_token if not isinstance(drafted_token, int) else None)
-    q_in = check_distribution(target_probs, "target_probs", atol, backend=b)
+    q_in = check_distribution(target_probs, "target_probs", atol, backend=b) if validate else b.asarray(target_probs)
     shape = b.shape(q_in)
     vocab = shape[-1]
     q = b.promote(q_in)
     n = None
     if drafted_token is not None:
-        n = check_token(drafted_token, vocab, "drafted_token", b)
+        n = check_token(drafted_token, vocab, "drafted_token", b) if validate else b.asarray(drafted_token)
         try:
             n = b.broadcast_to(n, shape[:-1])
         except (ValueError, RuntimeError):
@@ -54,7 +197,7 @@ def prepare(draft_probs, target_probs, drafted_token=None, *, atol=NORMALISATION
             raise ValueError("draft_probs is None (a drafter without probabilities) needs drafted_token")
         p = b.put_last(q * 0.0, n, 1.0)
     else:
-        p_in = check_distribution(draft_probs, "draft_probs", atol, backend=b)
+        p_in = check_distribution(draft_probs, "draft_probs", atol, backend=b) if validate else b.asarray(draft_probs)
         if b.shape(p_in)[-1] != vocab:
             raise ValueError(
                 f"draft_probs and target_probs must share one vocabulary (last axis); "
@@ -75,6 +218,242 @@ def residual(b, h, p):
     return b.where(z > 0, r / b.where(z > 0, z, 1.0), fallback)
 
 
+def ratio_acceptance(b, h_n, p_n):
+    """min(1, h(n)/p(n)) for p(n) > 0; 1{h(n) > 0} for p(n) = 0 (the limit)."""
+    positive = p_n > 0
+    ratio = b.minimum(h_n / b.where(positive, p_n, 1.0), 1.0)
+    return b.where(positive, ratio, b.where(h_n > 0, 1.0, 0.0) + 0.0 * h_n)
+
+
+def _ratio_acceptance(h, p):
+    with np.errstate(all="ignore"):
+        return ratio_acceptance(_NUMPY, h, p)
+
+
+# --- the registry ------------------------------------------------------------------------------
+
+_REGISTRY: dict[str, tuple[type, dict]] = {}
+
+
+def _register(name: str, cls: type, fixed: dict):
+    if not re.fullmatch(r"[a-z][a-z0-9-]*", name):
+        raise ValueError(f"rule name {name!r} must be lower case letters, digits and '-'")
+    old = _REGISTRY.get(name)
+    if old is not None and (old[0].__module__, old[0].__qualname__) != (cls.__module__, cls.__qualname__):
+        raise ValueError(f"rule name {name!r} is taken by {old[0].__module__}.{old[0].__qualname__}")
+    _REGISTRY[name] = (cls, dict(fixed))
+
+
+@dataclass(frozen=True)
+class RuleInfo:
+    """A registered rule: its spec name, class, parameters with defaults, and fixed parameters."""
+
+    name: str
+    rule_class: type
+    parameters: dict
+    fixed: dict
+    summary: str
+
+    def signature(self) -> str:
+        """``name(param=default, ...)`` as a spec string would write it."""
+        args = ", ".join(f"{k}={_format_value(v)}" for k, v in self.parameters.items())
+        return f"{self.name}({args})" if args else self.name
+
+
+def _fields(cls):
+    return [f for f in dataclasses.fields(cls) if f.init]
+
+
+def _default(f):
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    raise TypeError(f"rule parameter {f.name} needs a default")
+
+
+def available_rules() -> dict[str, RuleInfo]:
+    """Every registered rule by spec name (sorted), with its parameters and their defaults.
+
+    Examples
+    --------
+    >>> info = available_rules()["rfsd"]
+    >>> info.signature()
+    'rfsd(divergence=js, threshold=0.2)'
+    """
+    out = {}
+    for name in sorted(_REGISTRY):
+        cls, fixed = _REGISTRY[name]
+        params = {f.name: _default(f) for f in _fields(cls) if f.name not in fixed}
+        doc = (cls.__doc__ or "").strip().splitlines()
+        out[name] = RuleInfo(name, cls, params, dict(fixed), doc[0] if doc else "")
+    return out
+
+
+def _format_value(value) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (float, np.floating)):
+        return f"{float(value):g}"
+    if isinstance(value, (tuple, list)):
+        return "[" + ";".join(_format_value(v) for v in value) + "]"
+    if hasattr(value, "name") and not isinstance(value, str):  # an FDivergence
+        return str(value.name)
+    return str(value)
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    """Split on ``sep`` outside brackets and parentheses."""
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"unbalanced brackets in rule spec {text!r}")
+        if ch == sep and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if depth != 0:
+        raise ValueError(f"unbalanced brackets in rule spec {text!r}")
+    parts.append("".join(cur))
+    return [p.strip() for p in parts]
+
+
+def _parse_spec(spec: str):
+    """'name(key=value, ...)' -> (name, {key: raw string})."""
+    text = spec.strip()
+    m = re.fullmatch(r"([A-Za-z][A-Za-z0-9_-]*)\s*(?:\((.*)\))?", text, flags=re.S)
+    if not m:
+        raise ValueError(f"rule spec {spec!r} is not of the form name or name(key=value, ...)")
+    name, body = m.group(1).lower().replace("_", "-"), m.group(2)
+    args = {}
+    if body is not None and body.strip():
+        for item in _split_top(body, ","):
+            if "=" not in item:
+                raise ValueError(f"rule spec {spec!r}: argument {item!r} must be key=value")
+            key, value = (s.strip() for s in item.split("=", 1))
+            if key in args:
+                raise ValueError(f"rule spec {spec!r}: {key} is given twice")
+            args[key] = value
+    return name, args
+
+
+def _coerce(raw, hint, name: str, spec: str):
+    """A parameter value from its spec-string text, by the field's type hint."""
+    if not isinstance(raw, str):
+        return raw
+    text = raw.strip().strip("'\"")
+    options = (
+        typing.get_args(hint)
+        if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+        else (hint,)
+    )
+    if type(None) in options and text.lower() in ("none", "null", ""):
+        return None
+    for option in options:
+        origin = typing.get_origin(option) or option
+        try:
+            if origin is tuple:
+                inner = (typing.get_args(option) or (float,))[0]
+                items = [s for s in re.split(r"[;,\s]+", text.strip("[]()")) if s]
+                return tuple(inner(s) for s in items)
+            if origin is bool:
+                if text.lower() in ("true", "1", "yes"):
+                    return True
+                if text.lower() in ("false", "0", "no"):
+                    return False
+                continue
+            if origin is int:
+                return int(text)
+            if origin is float:
+                return float(text)
+            if origin is str:
+                return text
+        except ValueError:
+            continue
+    raise ValueError(f"rule spec {spec!r}: {name}={raw!r} is not a valid {hint}")
+
+
+def make_rule(spec) -> Rule:
+    """A rule from a spec string ``name(key=value, ...)``, e.g. ``cactus(delta=1)``,
+    ``topk(k=3)``, ``rfsd(divergence=js, threshold=0.2)``; a Rule is returned as it is.
+
+    Values are coerced to the parameter's type; lists are written ``[0.9; 0.6; 0.3]``. An
+    unknown name or parameter raises a ValueError that lists the valid ones
+    (``available_rules()``).
+
+    Examples
+    --------
+    >>> make_rule("cactus(delta=0.5)")
+    Cactus(delta=0.5, divergence='kl', bonus='taylor')
+    >>> make_rule("lossy(alpha=0.7)").describe()
+    'lossy(alpha=0.7)'
+    """
+    if isinstance(spec, Rule):
+        return spec
+    if not isinstance(spec, str):
+        raise ValueError(f"a rule spec must be a string like 'cactus(delta=1)' or a Rule; got {spec!r}")
+    name, args = _parse_spec(spec)
+    if name not in _REGISTRY:
+        names = ", ".join(sorted(_REGISTRY))
+        raise ValueError(f"unknown rule {name!r} in {spec!r}; registered rules: {names}")
+    cls, fixed = _REGISTRY[name]
+    hints = typing.get_type_hints(cls)
+    allowed = [f.name for f in _fields(cls) if f.name not in fixed]
+    kwargs = dict(fixed)
+    for key, raw in args.items():
+        if key not in allowed:
+            valid = ", ".join(allowed) if allowed else "none"
+            raise ValueError(f"rule {name!r} has no parameter {key!r} (in {spec!r}); its parameters: {valid}")
+        kwargs[key] = _coerce(raw, hints.get(key, str), key, spec)
+    return cls(**kwargs)
+
+
+def make_rules(specs, grid=None) -> list[Rule]:
+    """Rules from specs (a list, or one string of comma-separated specs), expanded over a grid.
+
+    ``grid`` maps a parameter to values, e.g. ``{"delta": [0.25, 1]}``: every spec whose rule
+    has that parameter and does not set it is built once per value (``--rules cactus,mentored
+    --delta 0.25,1``). Specs that set it, and rules without it, are built once.
+
+    Examples
+    --------
+    >>> [r.describe() for r in make_rules("sps,cactus,lossy(alpha=0.3)", {"delta": [0.25, 1]})]
+    ['sps', 'cactus(delta=0.25)', 'cactus(delta=1)', 'lossy(alpha=0.3)']
+    """
+    if isinstance(specs, str):
+        specs = _split_top(specs, ",")
+    specs = [s for s in specs if not (isinstance(s, str) and not s.strip())]
+    if not specs:
+        raise ValueError(f"no rules given; choose from {', '.join(sorted(_REGISTRY))}")
+    grid = {k: list(v) for k, v in (grid or {}).items()}
+    rules = []
+    for spec in specs:
+        if isinstance(spec, Rule):
+            rules.append(spec)
+            continue
+        name, args = _parse_spec(spec)
+        if name not in _REGISTRY:
+            make_rule(spec)  # raises with the list of names
+        cls, fixed = _REGISTRY[name]
+        fields = {f.name for f in _fields(cls)} - set(fixed) - set(args)
+        expand = [(k, v) for k, v in grid.items() if k in fields]
+        combos = [{}]
+        for key, values in expand:
+            combos = [{**c, key: v} for c in combos for v in values]
+        for combo in combos:
+            rule = make_rule(spec)
+            rules.append(dataclasses.replace(rule, **combo) if combo else rule)
+    return rules
+
+
+# --- the protocol ------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class Rule:
     """Base of every acceptance rule (see the module docstring for the protocol)."""
@@ -83,103 +462,222 @@ class Rule:
     lossless: ClassVar[bool] = False
     #: Acceptance is 0 or 1 given (p, q, n): no coin is flipped.
     deterministic: ClassVar[bool] = False
-    #: Short name used by the CLI and in reports.
-    name: ClassVar[str] = "rule"
+    #: Spec name: the class registers itself under it when defined (None: not registered).
+    name: ClassVar[str | None] = None
+    #: Other spec names with some parameters fixed, e.g. {"cactus-exact": {"bonus": "exact"}}.
+    aliases: ClassVar[dict] = {}
+    #: Parameters always shown by ``describe`` (others only when not at their default).
+    label_fields: ClassVar[tuple | None] = None
+    #: Acceptance depends on the draft's place in the block (``at_slot``).
+    slot_dependent: ClassVar[bool] = False
+    #: Parameter settings the conformance suite tests (besides the defaults).
+    examples: ClassVar[tuple] = ()
 
-    def acceptance(self, draft_probs, target_probs, drafted_token):
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        name = cls.__dict__.get("name")
+        if name:
+            _register(name, cls, {})
+            for alias, fixed in cls.__dict__.get("aliases", {}).items():
+                _register(alias, cls, fixed)
+
+    # -- what a rule needs ------------------------------------------------------------------
+    @property
+    def needs_logits(self) -> tuple:
+        """Roles ("target", "draft") whose raw logits this rule needs; () for none."""
+        return ()
+
+    def at_slot(self, slot: int) -> Rule:
+        """The rule applied to the draft at 0-based place ``slot`` of a block (itself, for most rules)."""
+        return self
+
+    def _prepare(self, draft_probs, target_probs, drafted_token, logits, validate):
+        b, p, q, n, ref = prepare(draft_probs, target_probs, drafted_token, validate=validate)
+        lg = _prepare_logits(b, logits, b.shape(q), self.needs_logits, self.describe())
+        return b, p, q, n, lg, ref
+
+    def _host(self, draft_probs, target_probs, logits=None, validate=True):
+        """(p, q, logits) as float64 NumPy arrays; torch tensors are copied to the host.
+
+        Rows of a lower precision than float64 (accepted within their dtype's tolerance) are
+        renormalised in float64, so that exact computations start from distributions.
+        """
+        b, p, q, _, ref = prepare(draft_probs, target_probs, None, validate=validate)
+        lg = _prepare_logits(b, logits, b.shape(q), self.needs_logits, self.describe())
+        p = np.asarray(b.to_numpy(p), dtype=np.float64)
+        q = np.asarray(b.to_numpy(q), dtype=np.float64)
+        if b.eps(ref) > np.finfo(np.float64).eps:
+            p = p / np.sum(p, axis=-1, keepdims=True)
+            q = q / np.sum(q, axis=-1, keepdims=True)
+        if lg is not None and b.name != "numpy":
+            changes = {}
+            for f in dataclasses.fields(lg):
+                value = getattr(lg, f.name)
+                if f.name != "temperature" and value is not None:
+                    host = np.asarray(b.to_numpy(value))
+                    changes[f.name] = host if host.dtype == bool else host.astype(np.float64)
+            lg = dataclasses.replace(lg, **changes)
+        elif lg is not None:
+            lg = dataclasses.replace(
+                lg,
+                **{r: np.asarray(getattr(lg, r), dtype=np.float64) for r in _ROLES if getattr(lg, r) is not None},
+            )
+        return p, q, lg
+
+    # -- the protocol -----------------------------------------------------------------------
+    def acceptance(self, draft_probs, target_probs, drafted_token, *, logits=None, validate=True):
         """Probability of accepting the drafted token, shape (...)."""
-        b, p, q, n, ref = prepare(draft_probs, target_probs, drafted_token)
-        return b.cast(self._acceptance(b, p, q, n), ref)
+        b, p, q, n, lg, ref = self._prepare(draft_probs, target_probs, drafted_token, logits, validate)
+        a = self._acceptance(b, p, q, n, lg)
+        both_exclude = (b.take_last(p, n) <= 0) & (b.take_last(q, n) <= 0)
+        return b.cast(b.where(both_exclude, 0.0, a), ref)
 
-    def correction(self, draft_probs, target_probs, drafted_token):
+    def correction(self, draft_probs, target_probs, drafted_token, *, logits=None, validate=True):
         """Distribution sampled after rejecting the drafted token, shape (..., V)."""
-        b, p, q, n, ref = prepare(draft_probs, target_probs, drafted_token)
-        return b.cast(self._correction(b, p, q, n), ref)
+        b, p, q, n, lg, ref = self._prepare(draft_probs, target_probs, drafted_token, logits, validate)
+        return b.cast(self._correction(b, p, q, n, lg), ref)
 
-    def bonus(self, target_probs):
-        """Distribution of the bonus token after m accepted drafts: q itself, shape (..., V)."""
-        b = namespace(target_probs)
-        return check_distribution(target_probs, "target_probs", backend=b)
+    def bonus_distribution(self, draft_probs, target_probs, *, policy="verifier", logits=None, validate=True):
+        """Law of the bonus token after m accepted drafts, shape (..., V).
 
-    def emitted(self, draft_probs, target_probs):
+        ``policy="verifier"``: q (vLLM's ``target_p``; ``draft_probs`` may be None).
+        ``policy="relaxed"``: the bonus position passes the rule once more with the drafter's
+        distribution there, so the law is the rule's emitted law ``emitted(p', q')`` (the
+        overlay's ``relaxed_T_qp``; RULES_ZOO.md section 3.11), computed in float64.
+        """
+        if policy not in BONUS_POLICIES:
+            raise ValueError(f"policy must be one of {BONUS_POLICIES}; got {policy!r}")
+        b = namespace(draft_probs, target_probs)
+        if policy == "verifier":
+            return check_distribution(target_probs, "target_probs", backend=b) if validate else target_probs
+        if draft_probs is None:
+            raise ValueError("policy='relaxed' needs draft_probs: the drafter's distribution at the bonus position")
+        pi = self.emitted(draft_probs, target_probs, logits=logits)
+        return pi if b.name == "numpy" else b.asarray(pi, like=b.asarray(target_probs), dtype=b.torch.float64)
+
+    def emitted(self, draft_probs, target_probs, *, logits=None):
         """Exact distribution of the token emitted at one position, n ~ p marginalised (NumPy, float64).
 
         Generic O(V^2) evaluation through the per-token interface; rules with structure
         override it with an O(V) or O(V log V) algorithm.
         """
-        return emitted_bruteforce(self, draft_probs, target_probs)
+        return emitted_bruteforce(self, draft_probs, target_probs, logits=logits)
 
-    def acceptance_all(self, draft_probs, target_probs):
+    def acceptance_all(self, draft_probs, target_probs, *, logits=None):
         """a_n for every token n as the drafted one, shape (..., V) (NumPy, float64).
 
         ``(draft_probs * acceptance_all).sum(-1)`` is the expected acceptance of one draft.
-        Generic loop over tokens; rules with structure override it in O(V).
+        Generic loop over tokens; rules with structure override ``_acceptance_all`` in O(V).
         """
-        p, q = _host_pair(draft_probs, target_probs)
-        out = np.empty(np.broadcast_shapes(p.shape, q.shape))
+        p, q, lg = self._host(draft_probs, target_probs, logits)
+        with np.errstate(all="ignore"):
+            a = self._acceptance_all(p, q, lg)
+        return np.where((p <= 0) & (q <= 0), 0.0, a)
+
+    def _acceptance_all(self, p, q, lg):
+        out = np.empty(q.shape)
         for token in range(q.shape[-1]):
             n = np.full(out.shape[:-1], token)
-            out[..., token] = self.acceptance(p, q, n)
+            out[..., token] = self._acceptance(_NUMPY, p, q, n, lg)
         return out
 
+    def logits_exact(self, draft_probs, target_probs, *, logits=None):
+        """Whether the logits given determine this rule's result exactly, per row, shape (...).
+
+        Always True for rules that need no logits and for full logit rows; on a top-K trace
+        a rule may need a logit the trace does not store (see its docstring).
+        """
+        p, q, lg = self._host(draft_probs, target_probs, logits)
+        if lg is None:
+            return np.ones(q.shape[:-1], dtype=bool)
+        return np.broadcast_to(np.asarray(self._logits_exact(p, q, lg), dtype=bool), q.shape[:-1]).copy()
+
+    def _logits_exact(self, p, q, lg):
+        return True
+
     # -- to implement ------------------------------------------------------------------------
-    def _acceptance(self, b, p, q, n):  # pragma: no cover - abstract
+    def _acceptance(self, b, p, q, n, lg):  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _correction(self, b, p, q, n):  # pragma: no cover - abstract
+    def _correction(self, b, p, q, n, lg):  # pragma: no cover - abstract
         raise NotImplementedError
 
     def describe(self) -> str:
-        return self.name
+        """The canonical spec string (``make_rule(rule.describe()) == rule``)."""
+        cls = type(self)
+        fields = _fields(cls) if dataclasses.is_dataclass(self) else []
+        values = {f.name: getattr(self, f.name) for f in fields}
+        name, shown = cls.name or cls.__name__.lower(), values
+        for alias, fixed in cls.aliases.items():
+            if all(_same(values.get(k), v) for k, v in fixed.items()):
+                name, shown = alias, {k: v for k, v in values.items() if k not in fixed}
+                break
+        always = cls.label_fields if cls.label_fields is not None else tuple(f.name for f in fields[:1])
+        defaults = {f.name: _default(f) for f in fields}
+        args = [f"{k}={_format_value(v)}" for k, v in shown.items() if k in always or not _same(v, defaults[k])]
+        return f"{name}({', '.join(args)})" if args else name
+
+    @property
+    def family(self) -> str:
+        """The spec name without parameters (aliases included): 'cactus', 'cactus-exact', 'sps', ..."""
+        return self.describe().split("(")[0]
+
+
+def _same(a, b) -> bool:
+    if hasattr(a, "name") and not isinstance(a, str):
+        a = a.name
+    if hasattr(b, "name") and not isinstance(b, str):
+        b = b.name
+    if isinstance(a, (int, float, np.number)) and isinstance(b, (int, float, np.number)):
+        return float(a) == float(b)
+    return a == b
 
 
 @dataclass(frozen=True)
 class GeneralizedRule(Rule):
     """Generalised speculative sampling with a target h: accept with min(1, h(n)/p(n)), correct
-    from norm(max(0, h - p)). Subclasses give ``_target(b, p, q, n)``; ``target_depends_on_token``
-    says whether h changes with n (Cactus) or not (SpS, interpolation, lenience, mentored, top-k).
+    from norm(max(0, h - p)). Subclasses give ``_target(b, p, q, n, logits)``;
+    ``target_depends_on_token`` says whether h changes with n (Cactus) or not.
     """
 
     target_depends_on_token: ClassVar[bool] = False
 
-    def target(self, draft_probs, target_probs, drafted_token=None):
+    def target(self, draft_probs, target_probs, drafted_token=None, *, logits=None):
         """The target h this rule plugs into generalised speculative sampling, shape (..., V)."""
-        b, p, q, n, ref = prepare(draft_probs, target_probs, drafted_token)
+        b, p, q, n, lg, ref = self._prepare(draft_probs, target_probs, drafted_token, logits, True)
         if n is None and self.target_depends_on_token:
-            raise ValueError(f"{self.name}: the target depends on the drafted token; pass drafted_token")
-        return b.cast(self._target(b, p, q, n), ref)
+            raise ValueError(f"{self.describe()}: the target depends on the drafted token; pass drafted_token")
+        return b.cast(self._target(b, p, q, n, lg), ref)
 
-    def _target(self, b, p, q, n):  # pragma: no cover - abstract
+    def _target(self, b, p, q, n, lg):  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _acceptance(self, b, p, q, n):
-        h_n = b.take_last(self._target(b, p, q, n), n)
-        p_n = b.take_last(p, n)
-        return b.where(p_n > 0, b.minimum(h_n / b.where(p_n > 0, p_n, 1.0), 1.0), 1.0)
+    def _acceptance(self, b, p, q, n, lg):
+        return ratio_acceptance(b, b.take_last(self._target(b, p, q, n, lg), n), b.take_last(p, n))
 
-    def _correction(self, b, p, q, n):
-        return residual(b, self._target(b, p, q, n), p)
+    def _correction(self, b, p, q, n, lg):
+        return residual(b, self._target(b, p, q, n, lg), p)
 
-    def acceptance_all(self, draft_probs, target_probs):
+    def _acceptance_all(self, p, q, lg):
         if self.target_depends_on_token:
-            return super().acceptance_all(draft_probs, target_probs)
-        p, q = _host_pair(draft_probs, target_probs)
-        return _ratio_acceptance(self._target(_NUMPY, p, q, None), p)
+            return super()._acceptance_all(p, q, lg)
+        return _ratio_acceptance(self._target(_NUMPY, p, q, None, lg), p)
 
-    def emitted(self, draft_probs, target_probs):
+    def emitted(self, draft_probs, target_probs, *, logits=None):
         """Exact emitted distribution: h does not depend on n, so pi = p a + (1 - sum p a) r. O(V)."""
         if self.target_depends_on_token:
-            return super().emitted(draft_probs, target_probs)
-        p, q = _host_pair(draft_probs, target_probs)
-        h = self._target(_NUMPY, p, q, None)
-        accept = _ratio_acceptance(h, p)
-        rejected = np.sum(p * (1.0 - accept), axis=-1, keepdims=True)
-        return p * accept + rejected * residual(_NUMPY, h, p)
+            return super().emitted(draft_probs, target_probs, logits=logits)
+        p, q, lg = self._host(draft_probs, target_probs, logits)
+        with np.errstate(all="ignore"):
+            h = self._target(_NUMPY, p, q, None, lg)
+            return gss_emitted(h, p)
 
 
-def _ratio_acceptance(h, p):
-    with np.errstate(all="ignore"):
-        return np.where(p > 0, np.minimum(h / np.where(p > 0, p, 1.0), 1.0), 1.0)
+def gss_emitted(h, p):
+    """pi = min(p, h) + (1 - sum min(p, h)) norm((h - p)+): generalised SpS with an n-independent h."""
+    accept = _ratio_acceptance(h, p)
+    rejected = np.sum(p * (1.0 - accept), axis=-1, keepdims=True)
+    return p * accept + rejected * residual(_NUMPY, h, p)
 
 
 def _host_pair(draft_probs, target_probs):
@@ -188,29 +686,36 @@ def _host_pair(draft_probs, target_probs):
     return np.asarray(b.to_numpy(p), dtype=np.float64), np.asarray(b.to_numpy(q), dtype=np.float64)
 
 
-def emitted_bruteforce(rule: Rule, draft_probs, target_probs):
+def emitted_bruteforce(rule: Rule, draft_probs, target_probs, *, logits=None):
     """pi(x) = sum_n p(n) [a_n 1{x = n} + (1 - a_n) r_n(x)] by looping over every drafted token n.
 
     O(V^2) time: the independent reference for the fast algorithms (tests, small V).
     """
-    p, q = _host_pair(draft_probs, target_probs)
+    p, q, lg = rule._host(draft_probs, target_probs, logits)
     vocab = q.shape[-1]
     out = np.zeros(np.broadcast_shapes(p.shape, q.shape))
     for token in range(vocab):
         n = np.full(out.shape[:-1], token)
-        a = np.asarray(rule.acceptance(p, q, n), dtype=np.float64)
-        r = np.asarray(rule.correction(p, q, n), dtype=np.float64)
+        a = np.asarray(rule.acceptance(p, q, n, logits=lg), dtype=np.float64)
         w = p[..., token]
         out[..., token] += w * a
-        out += (w * (1.0 - a))[..., None] * r
+        if np.any(w * (1.0 - a) > 0):
+            r = np.asarray(rule.correction(p, q, n, logits=lg), dtype=np.float64)
+            out += (w * (1.0 - a))[..., None] * r
     return out
 
 
 def as_rule(rule) -> Rule:
-    """Check that ``rule`` implements the protocol."""
+    """A rule from a Rule, a spec string (``make_rule``) or an object implementing the protocol."""
     if isinstance(rule, Rule):
         return rule
-    missing = [m for m in ("acceptance", "correction", "bonus", "emitted") if not callable(getattr(rule, m, None))]
+    if isinstance(rule, str):
+        return make_rule(rule)
+    missing = [
+        m for m in ("acceptance", "correction", "bonus_distribution", "emitted") if not callable(getattr(rule, m, None))
+    ]
     if missing:
-        raise ValueError(f"rule must implement acceptance, correction, bonus and emitted; {rule!r} lacks {missing}")
+        raise ValueError(
+            f"rule must implement acceptance, correction, bonus_distribution and emitted; {rule!r} lacks {missing}"
+        )
     return rule

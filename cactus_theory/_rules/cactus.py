@@ -1,4 +1,4 @@
-"""Cactus: constrained acceptance speculative sampling (Taylor bonus and exact bonus)."""
+"""Cactus: constrained acceptance speculative sampling (Taylor, exact or safe bonus)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 from .._divergences import FDivergence, get_divergence
 from .._gamma import approx_gamma, exact_gamma
 from .._target import target_core
-from ._base import GeneralizedRule, _host_pair, _ratio_acceptance
+from ._base import GeneralizedRule, _ratio_acceptance, ratio_acceptance
 
 
 def _batched_searchsorted(sorted_rows, values, side):
@@ -71,16 +71,17 @@ def emitted_drafted_bonus(gamma, p, q):
     return np.maximum(np.where(np.isfinite(pi), pi, 0.0), 0.0)
 
 
+BONUS_FORMS = ("taylor", "exact", "safe")
+
+
 @dataclass(frozen=True)
 class Cactus(GeneralizedRule):
-    """Cactus with the closed-form (Taylor) bonus, as in the authors' code.
+    """Cactus: raise the drafted token to a bonus gamma, scale the others of q (Theorem 2).
 
-    Target for drafted token n (Theorem 2): h(n) = gamma, h(x) = q(x)(1 - gamma)/(1 - q(n)),
-    gamma = min(q(n) + sqrt(2 delta q(n)(1 - q(n)) / f''(1)), 1) (Corollary 5, ``approx_gamma``).
-    Accept with min(1, gamma / p(n)); correct from norm(max(0, h - p)). The draft distribution
-    does not enter gamma. delta = 0 is SpS (lossless); delta > 0 is **not lossless**: the
-    emitted distribution is the mixture of PAPER.md section 3, not h.
-    Hao & Mou, "Cactus", ICLR 2026.
+    Target for drafted token n: h(n) = gamma, h(x) = q(x)(1 - gamma)/(1 - q(n)). Accept with
+    min(1, gamma / p(n)); correct from norm(max(0, h - p)). The draft distribution does not
+    enter gamma. delta = 0 is SpS (lossless); delta > 0 is **not lossless**: the emitted
+    distribution is the mixture of PAPER.md section 3, not h. Hao & Mou, "Cactus", ICLR 2026.
 
     Parameters
     ----------
@@ -88,17 +89,39 @@ class Cactus(GeneralizedRule):
         Divergence budget per position.
     divergence : str or FDivergence
         f-divergence of the constraint (default "kl", the paper's).
+    bonus : "taylor", "exact" or "safe"
+        How gamma is computed from q(n) and delta:
+
+        - "taylor" (default, the authors' code and the overlay): the closed form of Corollary 5,
+          gamma = min(q(n) + sqrt(2 delta q(n)(1 - q(n)) / f''(1)), 1) (``approx_gamma``). An
+          approximation: h may overspend delta.
+        - "exact": gamma* = the largest gamma with B_f(gamma; q(n)) <= delta (``exact_gamma``),
+          so every per-token target satisfies D_f(h || q) <= delta. Spec name ``cactus-exact``.
+        - "safe": the provably delta-safe closed form (``approx_gamma(method="safe")``).
+
+        Whatever the bonus, the emitted distribution drifts beyond delta (PAPER.md section 3).
     """
 
     delta: float = 1.0
     divergence: str | FDivergence = "kl"
+    bonus: str = "taylor"
     target_depends_on_token: ClassVar[bool] = True
     name: ClassVar[str] = "cactus"
+    aliases: ClassVar[dict] = {"cactus-exact": {"bonus": "exact"}}
+    examples: ClassVar[tuple] = (
+        {"delta": 0.5},
+        {"delta": 1.0, "divergence": "hellinger"},
+        {"delta": 0.5, "bonus": "exact"},
+        {"delta": 0.3, "divergence": "reverse_kl", "bonus": "exact"},
+        {"delta": 0.4, "bonus": "safe"},
+    )
 
     def __post_init__(self):
         if not (isinstance(self.delta, (int, float, np.floating, np.integer)) and self.delta >= 0):
             raise ValueError(f"{type(self).__name__} delta must be a number >= 0; got {self.delta!r}")
         get_divergence(self.divergence)  # raises for an unknown name
+        if self.bonus not in BONUS_FORMS:
+            raise ValueError(f"Cactus bonus must be one of {BONUS_FORMS}; got {self.bonus!r}")
 
     @property
     def lossless(self) -> bool:  # delta = 0 reduces to SpS
@@ -106,45 +129,24 @@ class Cactus(GeneralizedRule):
 
     def gamma(self, target_prob):
         """The bonus for drafted tokens with verifier probability ``target_prob`` (NumPy)."""
-        return approx_gamma(target_prob, self.delta, self.divergence, method="taylor")
+        if self.bonus == "exact":
+            return exact_gamma(target_prob, self.delta, self.divergence)
+        return approx_gamma(target_prob, self.delta, self.divergence, method=self.bonus)
 
     def _gamma_on(self, b, qn):
         return b.asarray(np.asarray(self.gamma(b.to_numpy(qn)), dtype=np.float64), like=qn)
 
-    def _target(self, b, p, q, n):
+    def _target(self, b, p, q, n, lg):
         return target_core(b, q, n, self._gamma_on(b, b.take_last(q, n)))
 
-    def _acceptance(self, b, p, q, n):
+    def _acceptance(self, b, p, q, n, lg):
         # Only gamma is needed: h(n) = gamma (one-hot edge: q(n) = 1 gives gamma = 1).
-        g = self._gamma_on(b, b.take_last(q, n))
-        p_n = b.take_last(p, n)
-        return b.where(p_n > 0, b.minimum(g / b.where(p_n > 0, p_n, 1.0), 1.0), 1.0)
+        return ratio_acceptance(b, self._gamma_on(b, b.take_last(q, n)), b.take_last(p, n))
 
-    def acceptance_all(self, draft_probs, target_probs):
-        p, q = _host_pair(draft_probs, target_probs)
+    def _acceptance_all(self, p, q, lg):
         return _ratio_acceptance(np.asarray(self.gamma(q), dtype=np.float64), p)
 
-    def emitted(self, draft_probs, target_probs):
+    def emitted(self, draft_probs, target_probs, *, logits=None):
         """Exact emitted distribution in O(V log V) (see ``emitted_drafted_bonus``)."""
-        p, q = _host_pair(draft_probs, target_probs)
+        p, q, _ = self._host(draft_probs, target_probs, logits)
         return emitted_drafted_bonus(np.asarray(self.gamma(q), dtype=np.float64), p, q)
-
-    def describe(self) -> str:
-        div = get_divergence(self.divergence).name
-        return f"{self.name}(delta={self.delta:g}{'' if div == 'kl' else ', ' + div})"
-
-
-@dataclass(frozen=True)
-class ExactCactus(Cactus):
-    """Cactus with the exact bonus gamma* (``exact_gamma``) for any f-divergence.
-
-    Same target and acceptance as ``Cactus`` but gamma* is the root of B_f(gamma; q(n)) = delta,
-    so every per-token target h satisfies D_f(h || q) <= delta exactly (the Taylor gamma may
-    overspend). The emitted distribution still drifts (PAPER.md section 3). **Not lossless**
-    unless delta = 0.
-    """
-
-    name: ClassVar[str] = "cactus-exact"
-
-    def gamma(self, target_prob):
-        return exact_gamma(target_prob, self.delta, self.divergence)

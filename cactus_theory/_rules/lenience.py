@@ -20,10 +20,11 @@ class Lenience(GeneralizedRule):
 
     leniency: float = 0.5
     name: ClassVar[str] = "lenience"
+    examples: ClassVar[tuple] = ({"leniency": 0.6},)
 
     def __post_init__(self):
         if not (0 < self.leniency <= 1 and np.isfinite(self.leniency)):
             raise ValueError(f"Lenience leniency must lie in (0, 1]; got {self.leniency!r}")
 
-    def _target(self, b, p, q, n):
+    def _target(self, b, p, q, n, lg):
         return q / self.leniency

@@ -94,11 +94,17 @@ def mentored_target(draft_probs, target_probs, delta):
     b, p, q, _, ref = prepare(draft_probs, target_probs, None)
     if not (delta >= 0):
         raise ValueError(f"delta must be a divergence budget >= 0; got {delta!r}")
+    return b.cast(b.asarray(_mentored_rows(b, p, q, float(delta)), like=q), ref)
+
+
+def _mentored_rows(b, p, q, delta):
+    """The target row by row on the host in float64 (rows renormalised there), NumPy out."""
     p_h = np.asarray(b.to_numpy(p), dtype=np.float64)
     q_h = np.asarray(b.to_numpy(q), dtype=np.float64)
+    p_h, q_h = p_h / p_h.sum(axis=-1, keepdims=True), q_h / q_h.sum(axis=-1, keepdims=True)
     flat_p, flat_q = p_h.reshape(-1, p_h.shape[-1]), q_h.reshape(-1, q_h.shape[-1])
-    h = np.stack([_mentored_row(pr, qr, float(delta)) for pr, qr in zip(flat_p, flat_q, strict=True)])
-    return b.cast(b.asarray(h.reshape(p_h.shape), like=q), ref)
+    h = np.stack([_mentored_row(pr, qr, delta) for pr, qr in zip(flat_p, flat_q, strict=True)])
+    return h.reshape(p_h.shape)
 
 
 @dataclass(frozen=True)
@@ -108,11 +114,14 @@ class Mentored(GeneralizedRule):
 
     h does not depend on the drafted token, so the emitted distribution IS h and the budget
     holds for what is emitted: KL(pi || q) <= delta. Needs the full vocabulary of both
-    distributions. delta = 0 is SpS (lossless); otherwise **not lossless**.
+    distributions. delta = 0 is SpS (lossless); otherwise **not lossless**. Not the overlay's
+    "mentored-dec" grid label, which is ``lossy`` (a boosted acceptance with the vanilla residual
+    and no budget).
     """
 
     delta: float = 1.0
     name: ClassVar[str] = "mentored"
+    examples: ClassVar[tuple] = ({"delta": 0.2},)
 
     def __post_init__(self):
         if not (isinstance(self.delta, (int, float, np.floating, np.integer)) and self.delta >= 0):
@@ -122,9 +131,5 @@ class Mentored(GeneralizedRule):
     def lossless(self) -> bool:
         return self.delta == 0
 
-    def _target(self, b, p, q, n):
-        h = mentored_target(b.to_numpy(p), b.to_numpy(q), self.delta)
-        return b.asarray(h, like=q)
-
-    def describe(self) -> str:
-        return f"{self.name}(delta={self.delta:g})"
+    def _target(self, b, p, q, n, lg):
+        return b.asarray(_mentored_rows(b, p, q, float(self.delta)), like=q)

@@ -13,7 +13,8 @@ class SpS(GeneralizedRule):
     """Standard speculative sampling: accept with min(1, q(n)/p(n)), correct from norm(max(0, q - p)).
 
     Generalised speculative sampling with h = q (PAPER.md section 1). **Lossless**: the emitted
-    distribution is exactly q for every draft p. Leviathan et al., ICML 2023; Chen et al. 2023.
+    distribution is exactly q for every draft p. The overlay's ``strict`` (RULES_ZOO.md 3.0).
+    Leviathan et al., ICML 2023; Chen et al. 2023.
 
     Examples
     --------
@@ -25,5 +26,5 @@ class SpS(GeneralizedRule):
     lossless: ClassVar[bool] = True
     name: ClassVar[str] = "sps"
 
-    def _target(self, b, p, q, n):
+    def _target(self, b, p, q, n, lg):
         return q

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ._base import _NUMPY, Rule, _host_pair
+from ._base import _NUMPY, Rule
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,8 @@ class TAS(Rule):
     alpha: float = 0.3
     deterministic: ClassVar[bool] = True
     name: ClassVar[str] = "tas"
+    label_fields: ClassVar[tuple] = ()
+    examples: ClassVar[tuple] = ({"epsilon": 0.5, "alpha": 0.7},)
 
     def __post_init__(self):
         if not (0 < self.epsilon <= 1):
@@ -42,20 +44,19 @@ class TAS(Rule):
         entropy = -b.sum_last(q * b.log(q + 1e-5))
         return b.minimum(b.exp(-entropy) * self.alpha, self.epsilon)
 
-    def _acceptance(self, b, p, q, n):
+    def _acceptance(self, b, p, q, n, lg):
         accept = b.take_last(q, n) > self.threshold(b, q)
         return b.where(accept, 1.0, 0.0) + 0.0 * b.take_last(q, n)
 
-    def _correction(self, b, p, q, n):
+    def _correction(self, b, p, q, n, lg):
         return b.put_last(q * 0.0, b.argmax_last(q), 1.0)
 
-    def acceptance_all(self, draft_probs, target_probs):
-        _, q = _host_pair(draft_probs, target_probs)
+    def _acceptance_all(self, p, q, lg):
         return (q > self.threshold(_NUMPY, q)[..., None]).astype(np.float64)
 
-    def emitted(self, draft_probs, target_probs):
+    def emitted(self, draft_probs, target_probs, *, logits=None):
         """pi = p * 1{q > threshold} + (rejected mass) * one-hot(argmax q). O(V), exact."""
-        p, q = _host_pair(draft_probs, target_probs)
+        p, q, lg = self._host(draft_probs, target_probs, logits)
         accept = self.acceptance_all(p, q)
         rejected = np.sum(p * (1.0 - accept), axis=-1)
-        return p * accept + rejected[..., None] * self._correction(_NUMPY, p, q, None)
+        return p * accept + rejected[..., None] * self._correction(_NUMPY, p, q, None, lg)

@@ -7,24 +7,41 @@ from typing import ClassVar
 
 from ._base import GeneralizedRule
 
+SEMANTICS = ("support", "authors")
+
 
 @dataclass(frozen=True)
 class TopK(GeneralizedRule):
-    """Top-k acceptance: accept n iff q(n) is among the k largest values of q (ties included).
+    """Top-k acceptance: accept n iff q(n) >= q_(k), the k-th largest value of q, and q(n) > 0.
 
-    Generalised speculative sampling with the unnormalised target h = 1{q >= q_(k)}, so the
-    correction is norm(max(0, 1{q >= q_(k)} - p)) (PAPER.md section 4). Deterministic.
-    **Not lossless.**
+    Every token tied with the k-th largest value is accepted, so more than k tokens may be.
+    Generalised speculative sampling with the unnormalised target h = 1{q >= q_(k), q > 0}, so
+    the correction is norm(max(0, h - p)) (PAPER.md section 4). Deterministic. **Not lossless.**
+
+    Parameters
+    ----------
+    k : int >= 1
+    semantics : "support" or "authors"
+        "support" (default): only tokens the verifier keeps (q(n) > 0) are accepted.
+        "authors": the authors' baseline (MANGA-UOFA/Cactus, ``cactus/topk.py``), h = 1{q >= q_(k)}
+        without the support condition; when the verifier keeps fewer than k tokens (after its
+        top-k / top-p), q_(k) = 0 and every token is accepted, those it excludes included.
     """
 
     k: int = 5
+    semantics: str = "support"
     deterministic: ClassVar[bool] = True
     name: ClassVar[str] = "topk"
+    examples: ClassVar[tuple] = ({"k": 3}, {"k": 3, "semantics": "authors"})
 
     def __post_init__(self):
         if not (isinstance(self.k, int) and self.k >= 1):
             raise ValueError(f"TopK k must be an integer >= 1; got {self.k!r}")
+        if self.semantics not in SEMANTICS:
+            raise ValueError(f"TopK semantics must be one of {SEMANTICS}; got {self.semantics!r}")
 
-    def _target(self, b, p, q, n):
-        kth = b.topk_threshold(q, self.k)
-        return b.where((q >= kth[..., None]) & (q > 0), 1.0, 0.0) + 0.0 * q
+    def _target(self, b, p, q, n, lg):
+        keep = q >= b.topk_threshold(q, self.k)[..., None]
+        if self.semantics == "support":
+            keep = keep & (q > 0)
+        return b.where(keep, 1.0, 0.0) + 0.0 * q

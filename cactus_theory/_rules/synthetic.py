@@ -1,0 +1,92 @@
+"""Synthetic acceptance (vLLM's benchmarking mode): a fixed acceptance rate per draft slot."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from ._base import Rule
+
+
+def _others(x):
+    """sum_{y != x} over the last axis, as exclusive prefix plus suffix sums (no cancellation)."""
+    zero = np.zeros((*x.shape[:-1], 1))
+    before = np.concatenate([zero, np.cumsum(x, axis=-1)[..., :-1]], axis=-1)
+    after = np.concatenate([zero, np.cumsum(x[..., ::-1], axis=-1)[..., :-1]], axis=-1)[..., ::-1]
+    return before + after
+
+
+@dataclass(frozen=True)
+class SyntheticAcceptance(Rule):
+    """Accept the draft at block slot i with a fixed probability, whatever p, q and n.
+
+    ``rates`` are unconditional: r_i = P(the first i + 1 drafts of a block are accepted),
+    non-increasing, so the draft at slot i is accepted with the conditional rate
+    c_i = r_i / r_{i-1} (r_{-1} = 1; 0 past the list or after a zero rate) and AL(m) = sum_{i<m} r_i.
+    After a rejection the token is drawn from q without the drafted token, norm(q 1{x != n})
+    (vLLM's no-draft-probabilities residual); if q is one-hot on n that is token 0, a token the
+    verifier may exclude. Emitted law at slot i:
+    pi = c_i p + (1 - c_i) [q sum_{n != x, q(n) < 1} p(n) / (1 - q(n)) + 1{x = 0} sum_{q(n) = 1} p(n)].
+    **Not lossless.** vLLM ``synthetic`` rejection sampling; RULES_ZOO.md 3.10.
+
+    Parameters
+    ----------
+    rates : tuple of floats in [0, 1], non-increasing
+    slot : int >= 0
+        The block slot this instance applies to (``at_slot``); per-position statistics (acceptance,
+        emitted law) are those of this slot; accepted lengths use every slot.
+    """
+
+    rates: tuple[float, ...] = (0.9, 0.6, 0.3)
+    slot: int = 0
+    name: ClassVar[str] = "synthetic"
+    slot_dependent: ClassVar[bool] = True
+    examples: ClassVar[tuple] = ({"rates": (0.7,)}, {"rates": (0.9, 0.6, 0.3), "slot": 1})
+
+    def __post_init__(self):
+        rates = tuple(float(r) for r in np.atleast_1d(np.asarray(self.rates, dtype=np.float64)))
+        object.__setattr__(self, "rates", rates)
+        if not rates or not all(0 <= r <= 1 for r in rates):
+            raise ValueError(f"synthetic rates must be a non-empty list of probabilities in [0, 1]; got {self.rates!r}")
+        if any(b > a for a, b in itertools.pairwise(rates)):
+            raise ValueError(f"synthetic rates are unconditional and must not increase; got {rates!r}")
+        if not (isinstance(self.slot, (int, np.integer)) and self.slot >= 0):
+            raise ValueError(f"synthetic slot must be an integer >= 0; got {self.slot!r}")
+
+    def at_slot(self, slot: int) -> SyntheticAcceptance:
+        return dataclasses.replace(self, slot=int(slot))
+
+    @property
+    def conditional_rate(self) -> float:
+        """c_slot = r_slot / r_{slot - 1} (0 past the list or after a zero rate)."""
+        if self.slot >= len(self.rates):
+            return 0.0
+        before = self.rates[self.slot - 1] if self.slot > 0 else 1.0
+        return self.rates[self.slot] / before if before > 0 else 0.0
+
+    def _acceptance(self, b, p, q, n, lg):
+        return 0.0 * b.take_last(q, n) + self.conditional_rate
+
+    def _correction(self, b, p, q, n, lg):
+        w = b.put_last(q, n, 0.0)
+        z = b.sum_last(w, keepdims=True)
+        token0 = b.put_last(q * 0.0, 0 * b.argmax_last(q), 1.0)
+        return b.where(z > 0, w / b.where(z > 0, z, 1.0), token0)
+
+    def _acceptance_all(self, p, q, lg):
+        return np.full(q.shape, self.conditional_rate)
+
+    def emitted(self, draft_probs, target_probs, *, logits=None):
+        """The closed form in the class docstring, O(V), exact up to rounding."""
+        p, q, _ = self._host(draft_probs, target_probs, logits)
+        c = self.conditional_rate
+        rest = _others(q)  # 1 - q(n) as the others' mass
+        with np.errstate(all="ignore"):
+            w = np.where(rest > 0, p / np.where(rest > 0, rest, 1.0), 0.0)
+        out = q * _others(w)
+        out[..., 0] += np.sum(np.where(rest > 0, 0.0, p), axis=-1)
+        return c * p + (1.0 - c) * out

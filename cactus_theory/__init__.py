@@ -19,7 +19,7 @@ from ._emitted import (
     expected_accepted_length,
     step_metrics,
 )
-from ._gamma import APPROX_METHODS, GammaResult, approx_gamma, exact_gamma
+from ._gamma import APPROX_METHODS, GammaConvergenceWarning, GammaResult, approx_gamma, exact_gamma
 from ._plotting import plot_step
 from ._prompts import Prompt, load_prompts, mixed_prompts
 from ._rules import (
@@ -81,6 +81,7 @@ __all__ = [
     "DecodeResult",
     "Ensemble",
     "FDivergence",
+    "GammaConvergenceWarning",
     "GammaResult",
     "GeneralizedRule",
     "GeneratorFacts",

@@ -128,6 +128,7 @@ def _cmd_dump(args) -> int:
         top_k=args.top_logits,
         limit=args.limit,
         store_full=args.full_rows,
+        shard_positions=args.shard_positions,
     )
     print(f"wrote {n} positions to {args.out}")
     return 0
@@ -295,6 +296,13 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--top-p", type=float, default=0.95)
     d.add_argument("--top-logits", type=int, default=64, help="logits kept per row (K)")
     d.add_argument("--full-rows", action="store_true", help="also store full logit rows")
+    d.add_argument(
+        "--shard-positions",
+        type=int,
+        default=2048,
+        help="positions per shard: a SIGKILL loses at most the completed sequences not yet in a shard "
+        "(Ctrl-C and SIGTERM lose nothing complete)",
+    )
     d.add_argument(
         "--completions",
         default=None,

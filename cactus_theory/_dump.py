@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from ._decode import _forward
-from ._io import sha256_file
+from ._io import sha256_file, termination_as_exception
 from ._sampling import SamplingSettings, processed_probs
 from ._trace import DEFAULT_TOP_K, TraceError, TraceWriter
 
@@ -183,6 +183,14 @@ def _check_completions(completions, prompts, max_new_tokens):
     return out
 
 
+def prompt_seed(seed: int, prompt_id: str) -> int:
+    """The sampling seed of one prompt: from the user's seed and the prompt's id only (sha256 of
+    the id), so a resumed, limited or reordered dump samples every prompt exactly as a full one."""
+    digest = hashlib.sha256(str(prompt_id).encode("utf-8")).digest()
+    words = [int.from_bytes(digest[i : i + 4], "little") for i in range(0, 16, 4)]
+    return int(np.random.SeedSequence([int(seed), *words]).generate_state(1, dtype=np.uint64)[0] >> 1)
+
+
 def dump_trace(
     verifier,
     draft,
@@ -212,6 +220,14 @@ def dump_trace(
     the positions it holds. ``max_new_tokens`` is then the limit the completions were generated
     with (recorded as the trace's horizon).
 
+    Each prompt's sampling seed derives from ``seed`` and the prompt's id (``prompt_seed``), so
+    an interrupted and resumed dump, or one split with ``limit``, gives the same trace as one
+    run straight through. The directory is locked while the dump runs; the completed sequences
+    held in memory are written out on Ctrl-C, SIGTERM or an error before it stops
+    (``shard_positions`` bounds what a SIGKILL can lose). Resuming checks the models (file
+    hashes), tokenizer, chat template, sampling settings, dtype, seed, K and max_new_tokens
+    against the trace and refuses a mismatch naming the field.
+
     Returns the number of positions written by this call.
     """
     import torch
@@ -236,6 +252,7 @@ def dump_trace(
         "dtype": str(dtype),
         "device": str(device),
         "seed": int(seed),
+        "seeding": "per prompt: sha256 of the prompt id with the seed (prompt_seed)",
         "max_new_tokens": int(max_new_tokens),
         "teacher_forced": completions is not None,
         "versions": {
@@ -246,10 +263,8 @@ def dump_trace(
         },
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    writer = TraceWriter(
-        out, vocab, top_k=top_k, metadata=metadata, store_full=store_full, shard_positions=shard_positions
-    )
-    todo = [p for p in prompts if p.id not in writer.done_ids][: limit if limit is not None else None]
+    if limit is not None and not (isinstance(limit, (int, np.integer)) and limit >= 0):
+        raise ValueError(f"limit must be an integer >= 0 (prompts to dump in this run); got {limit!r}")
     eos = (
         {
             i
@@ -262,40 +277,44 @@ def dump_trace(
         }
     )
     written, start = 0, time.perf_counter()
-    for k, prompt in enumerate(todo, 1):
-        prompt_ids = encode_chat(v_tok, prompt.text)
-        if completions is None:
-            gen = torch.Generator().manual_seed(
-                int(np.random.SeedSequence([seed, prompt.index, k]).generate_state(1)[0])
+    with (
+        termination_as_exception(),
+        TraceWriter(
+            out, vocab, top_k=top_k, metadata=metadata, store_full=store_full, shard_positions=shard_positions
+        ) as writer,
+    ):
+        todo = [p for p in prompts if p.id not in writer.done_ids][: limit if limit is not None else None]
+        for k, prompt in enumerate(todo, 1):
+            prompt_ids = encode_chat(v_tok, prompt.text)
+            if completions is None:
+                gen = torch.Generator().manual_seed(prompt_seed(seed, prompt.id))
+                tokens, target_rows = generate_with_logits(v_model, prompt_ids, settings, max_new_tokens, gen, eos)
+            else:
+                tokens = completions[prompt.id]
+                if vocab is not None and max(tokens) >= vocab:
+                    raise ValueError(
+                        f"completions[{prompt.id!r}] holds token id {max(tokens)}, outside the verifier's "
+                        f"vocabulary of {vocab}: tokenize the completions with the verifier's tokenizer"
+                    )
+                target_rows = teacher_forced_logits(v_model, prompt_ids, tokens)
+            draft_rows = teacher_forced_logits(d_model, prompt_ids, tokens)
+            writer.add(
+                prompt.id,
+                prompt.task,
+                tokens,
+                target_rows,
+                draft_rows,
+                meta={"source": prompt.source, "prompt_tokens": len(prompt_ids)},
             )
-            tokens, target_rows = generate_with_logits(v_model, prompt_ids, settings, max_new_tokens, gen, eos)
-        else:
-            tokens = completions[prompt.id]
-            if vocab is not None and max(tokens) >= vocab:
-                raise ValueError(
-                    f"completions[{prompt.id!r}] holds token id {max(tokens)}, outside the verifier's "
-                    f"vocabulary of {vocab}: tokenize the completions with the verifier's tokenizer"
+            written += len(tokens)
+            if progress:
+                rate = written / max(time.perf_counter() - start, 1e-9)
+                print(
+                    f"\r[{k}/{len(todo)}] {prompt.id}: {len(tokens)} tokens, {written} total, {rate:.1f} tok/s",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
                 )
-            target_rows = teacher_forced_logits(v_model, prompt_ids, tokens)
-        draft_rows = teacher_forced_logits(d_model, prompt_ids, tokens)
-        writer.add(
-            prompt.id,
-            prompt.task,
-            tokens,
-            target_rows,
-            draft_rows,
-            meta={"source": prompt.source, "prompt_tokens": len(prompt_ids)},
-        )
-        written += len(tokens)
-        if progress:
-            rate = written / max(time.perf_counter() - start, 1e-9)
-            print(
-                f"\r[{k}/{len(todo)}] {prompt.id}: {len(tokens)} tokens, {written} total, {rate:.1f} tok/s",
-                end="",
-                file=sys.stderr,
-                flush=True,
-            )
-    writer.close()
     if progress:
         print(file=sys.stderr)
     return written

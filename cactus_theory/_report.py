@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import base64
 import html
-import os
 import sys
 import time
 
 import numpy as np
 
 from ._analysis import _png
-from ._io import atomic_write
+from ._io import publish_directory
 
 __all__ = ["build_report"]
 
@@ -194,7 +193,13 @@ def build_report(
     progress=True,
     max_positions=None,
 ):
-    """Write ``report.md``, ``report.html`` and PNG figures into ``out_dir``; return the summary table."""
+    """Write ``report.md``, ``report.html`` and PNG figures into ``out_dir``; return the summary table.
+
+    Nothing is written until every part is computed; then the files are published through a
+    staging directory, the index files last (``publish_directory``), so a report killed midway
+    leaves either the old report or the new one, and no temporary files (a killed process's
+    staging directory is removed by the next run). Other files in ``out_dir`` are left alone.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -203,7 +208,6 @@ def build_report(
 
     start = time.perf_counter()
     say = (lambda msg: print(msg, file=sys.stderr, flush=True)) if progress else (lambda msg: None)
-    os.makedirs(out_dir, exist_ok=True)
     figures = []
     say("[1/3] gamma solvers and closed forms")
     figures.append(("gamma_forms.png", *_fig_gamma()))
@@ -245,8 +249,6 @@ def build_report(
     figures.append(("entropy_change.png", *_fig_entropy(result)))
     say("[3/3] writing")
     table = result.table()
-    for name, data, _ in figures:
-        atomic_write(os.path.join(out_dir, name), data)
     md = [
         "# cactus_theory report",
         "",
@@ -266,7 +268,8 @@ def build_report(
     for name, _, caption in figures:
         md += [f"![{name}]({name})", "", caption, ""]
     md.append(f"Generated in {time.perf_counter() - start:.0f} s.")
-    atomic_write(os.path.join(out_dir, "report.md"), "\n".join(md))
+    files = {name: data for name, data, _ in figures}
+    files["report.md"] = "\n".join(md)
     body = [
         f"<h1>cactus_theory report</h1><pre>{html.escape(table)}</pre>",
         f"<h2>Every rule at the paper grid's parameters</h2><pre>{html.escape(zoo_md)}</pre>",
@@ -276,5 +279,7 @@ def build_report(
         body.append(
             f'<figure><img src="data:image/png;base64,{b64}"/><figcaption>{html.escape(caption)}</figcaption></figure>'
         )
-    atomic_write(os.path.join(out_dir, "report.html"), "<html><body>" + "\n".join(body) + "</body></html>")
+    files["report.html"] = "<html><body>" + "\n".join(body) + "</body></html>"
+    # everything is built before anything is published; the index files go last
+    publish_directory(files, out_dir, last=("report.md", "report.html"))
     return table

@@ -49,8 +49,11 @@ def processed_probs(logits, settings: SamplingSettings | None = None, **kwargs):
     - top-p keeps the smallest prefix of the sorted distribution whose mass reaches top_p
       (a token is kept if the mass before it is < top_p).
 
-    Exact given the logits. NaN logits raise; -inf logits (masked tokens) are allowed.
-    Works on NumPy and torch (float16 / bfloat16 computed in float32, result in float32).
+    Exact given the logits. -inf logits (masked tokens) are allowed; +inf logits take all the
+    mass, shared equally (the limit of the softmax); any temperature > 0 works (a tiny one tends
+    to greedy without overflow). NaN logits, and a row with every token at -inf, raise a
+    ValueError. Works on NumPy and torch (float16 / bfloat16 computed in float32, result in
+    float32).
 
     Examples
     --------
@@ -63,18 +66,31 @@ def processed_probs(logits, settings: SamplingSettings | None = None, **kwargs):
         raise ValueError("give either settings or keyword settings, not both")
     b = namespace(logits)
     x = b.promote(b.asarray(logits))
+    if b.shape(x)[-1] == 0:
+        raise ValueError("logits have an empty vocabulary axis")
     if b.any(b.isnan(x)):
         raise ValueError("logits contain NaN: check the model's output (overflow in float16?)")
+    if b.any(b.max_last(x) == -np.inf):
+        bad = np.argwhere(b.to_numpy(b.max_last(x)) == -np.inf)[0]
+        raise ValueError(
+            f"logits row {tuple(int(i) for i in bad)} is -inf everywhere (every token masked): there is no "
+            "distribution to sample; check the logits processors"
+        )
+    zeros = b.mask_to(x != x, x)
+    top_is_inf = b.max_last(x, keepdims=True) == np.inf
+    if b.any(top_is_inf):  # the +inf entries share the mass
+        x = b.where(top_is_inf, b.where(x == np.inf, zeros, zeros - np.inf), x)
     vocab = b.shape(x)[-1]
     if s.greedy:
-        return b.put_last(x * 0.0 + 0.0, b.argmax_last(x), 1.0)
-    x = x / s.temperature
+        return b.put_last(zeros, b.argmax_last(x), 1.0)
     values, idx = b.sort_desc_last(x)
     keep = b.mask_to(values > -np.inf, values)
     if 0 < s.top_k < vocab:
         keep = keep * b.mask_to(values >= values[..., s.top_k - 1 : s.top_k], values)
-    top = values[..., :1]
-    weights = b.exp(b.where(keep > 0, values - top, -np.inf)) * keep
+    # (z - max z) / T <= 0: a tiny temperature sends the others to -inf instead of overflowing
+    with np.errstate(over="ignore"):
+        scaled = (values - values[..., :1]) / s.temperature
+    weights = b.exp(b.where(keep > 0, scaled, -np.inf)) * keep
     probs_sorted = weights / b.sum_last(weights, keepdims=True)
     if s.top_p < 1:
         before = b.cumsum_last(probs_sorted) - probs_sorted

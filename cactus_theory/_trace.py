@@ -15,7 +15,9 @@ a top-k inside K need full rows.
 Files: ``manifest.json`` (format, K, vocabulary, metadata, per-shard sha256, per-sequence
 records) and ``shard-NNNNN.safetensors``. Every file is written to a temporary name and renamed;
 the manifest is rewritten after each shard, so a killed dump resumes from its last complete
-shard and loses nothing. Shards are read lazily and memory-mapped (``safetensors.safe_open``).
+shard. Shards are read lazily and memory-mapped (``safetensors.safe_open``). The guarantees
+(locking, atomicity, what is validated on writing and reading) are on ``TraceWriter`` and
+``Trace``.
 """
 
 from __future__ import annotations
@@ -23,14 +25,15 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import tempfile
+import re
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._io import atomic_write, sha256_file
+from ._io import DirectoryLock, LockError, atomic_path, atomic_write, remove_stale_temporaries, sha256_file
 from ._sampling import SamplingSettings, processed_probs
 
 __all__ = ["Trace", "TraceError", "TraceSequence", "TraceWriter", "load_trace", "trace_from_arrays"]
@@ -186,13 +189,34 @@ def _shard_name(index: int) -> str:
     return f"shard-{index:05d}.safetensors"
 
 
-def _blank_manifest(top_k, vocab_size, metadata, tail_known):
+_SHARD_RE = re.compile(r"^shard-\d{5,}\.safetensors$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+#: Metadata a resumed dump must share with the trace it extends (the model entries by file hashes).
+RESUME_FIELDS = (
+    "verifier",
+    "draft",
+    "tokenizer_sha256",
+    "chat_template",
+    "sampling",
+    "dtype",
+    "seed",
+    "seeding",
+    "max_new_tokens",
+    "teacher_forced",
+)
+#: Resume fields compared even when the stored trace lacks them (an older scheme).
+_RESUME_REQUIRED = ("seeding",)
+_MANIFEST_MAX_BYTES = 1 << 30
+
+
+def _blank_manifest(top_k, vocab_size, metadata, tail_known, store_full=False):
     return {
         "format": FORMAT,
         "version": VERSION,
         "top_k": int(top_k),
         "vocab_size": int(vocab_size),
         "tail_known": bool(tail_known),
+        "store_full": bool(store_full),
         "metadata": metadata or {},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "shards": [],
@@ -200,22 +224,140 @@ def _blank_manifest(top_k, vocab_size, metadata, tail_known):
     }
 
 
-def _read_manifest(directory):
-    path = os.path.join(directory, "manifest.json")
-    if not os.path.isdir(directory):
-        raise TraceError(f"trace directory {directory!r} does not exist")
-    if not os.path.exists(path):
-        raise TraceError(f"{directory!r} has no manifest.json: not a trace (or a dump that never completed a shard)")
-    try:
-        with open(path) as fh:
-            manifest = json.load(fh)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TraceError(f"{path} is not valid JSON ({exc}): the manifest is corrupt") from None
+def _is_int(x, low=0):
+    return isinstance(x, int) and not isinstance(x, bool) and x >= low
+
+
+def _check_manifest(manifest, path):
+    """Refuse a manifest of the wrong shape with a TraceError naming the entry (not a KeyError)."""
+
+    def fail(what):
+        raise TraceError(f"{path}: {what}: the manifest is corrupt")
+
+    if not isinstance(manifest, dict):
+        fail(f"expected a JSON object, got {type(manifest).__name__}")
     if manifest.get("format") != FORMAT:
         raise TraceError(f"{path}: format is {manifest.get('format')!r}, expected {FORMAT!r}")
     if manifest.get("version") != VERSION:
         raise TraceError(f"{path}: version {manifest.get('version')!r} is not supported (expected {VERSION})")
+    for key, low in (("top_k", 1), ("vocab_size", 2)):
+        if not _is_int(manifest.get(key), low):
+            fail(f"{key} must be an integer >= {low}; got {manifest.get(key)!r}")
+    if not isinstance(manifest.get("metadata", {}), dict):
+        fail("metadata must be an object")
+    shards, sequences = manifest.get("shards"), manifest.get("sequences")
+    if not isinstance(shards, list) or not isinstance(sequences, list):
+        fail("shards and sequences must be lists")
+    for i, shard in enumerate(shards):
+        if not isinstance(shard, dict):
+            fail(f"shards[{i}] must be an object")
+        name = shard.get("file")
+        if not isinstance(name, str) or not _SHARD_RE.match(name):
+            fail(
+                f"shards[{i}].file must be the basename of a shard inside the trace directory "
+                f"(shard-NNNNN.safetensors); got {name!r}"
+            )
+        if not isinstance(shard.get("sha256"), str) or not _HEX64.match(shard["sha256"]):
+            fail(f"shards[{i}].sha256 must be 64 hex digits")
+        for key in ("bytes", "positions"):
+            if not _is_int(shard.get(key)):
+                fail(f"shards[{i}].{key} must be an integer >= 0; got {shard.get(key)!r}")
+    if len({s["file"] for s in shards}) != len(shards):
+        fail("a shard file is listed twice")
+    seen, per_shard = set(), {}
+    for i, seq in enumerate(sequences):
+        if not isinstance(seq, dict):
+            fail(f"sequences[{i}] must be an object")
+        if not isinstance(seq.get("id"), str) or not isinstance(seq.get("task"), str):
+            fail(f"sequences[{i}] needs a string id and task")
+        if seq["id"] in seen:
+            fail(f"sequence id {seq['id']!r} appears twice")
+        seen.add(seq["id"])
+        if not (_is_int(seq.get("shard")) and seq["shard"] < len(shards)):
+            fail(f"sequences[{i}].shard must index one of the {len(shards)} shards; got {seq.get('shard')!r}")
+        for key in ("index", "positions"):
+            if not _is_int(seq.get(key)):
+                fail(f"sequences[{i}].{key} must be an integer >= 0; got {seq.get(key)!r}")
+        if not isinstance(seq.get("meta", {}), dict):
+            fail(f"sequences[{i}].meta must be an object")
+        per_shard.setdefault(seq["shard"], []).append(seq)
+    for index, shard in enumerate(shards):
+        members = sorted(per_shard.get(index, []), key=lambda r: r["index"])
+        if [r["index"] for r in members] != list(range(len(members))):
+            fail(f"the sequences of {shard['file']} must be numbered 0..{len(members) - 1}")
+        if sum(r["positions"] for r in members) != shard["positions"]:
+            fail(f"the sequences of {shard['file']} do not add up to its {shard['positions']} positions")
     return manifest
+
+
+def _read_manifest(directory):
+    path = os.path.join(directory, "manifest.json")
+    if not os.path.isdir(directory):
+        raise TraceError(f"trace directory {directory!r} does not exist")
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        raise TraceError(
+            f"{directory!r} has no manifest.json: not a trace (or a dump that never completed a shard)"
+        ) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise TraceError(f"{path} is not a regular file (a link or device): refusing to read it")
+    if info.st_size > _MANIFEST_MAX_BYTES:
+        raise TraceError(f"{path} has {info.st_size} bytes, more than a manifest can: refusing to read it")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            manifest = json.load(fh)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TraceError(f"{path} is not valid JSON ({exc}): the manifest is corrupt") from None
+    except RecursionError:
+        raise TraceError(f"{path} is nested too deeply: the manifest is corrupt") from None
+    return _check_manifest(manifest, path)
+
+
+def _shard_path(directory, record):
+    """The path of a listed shard: its basename inside ``directory``, a regular file (not a link)
+    of the size the manifest gives; checked before anything is read."""
+    path = os.path.join(directory, record["file"])
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        raise TraceError(f"shard {record['file']} listed in the manifest is missing from {directory!r}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise TraceError(f"shard {record['file']} in {directory!r} is not a regular file (a link or device)")
+    if info.st_size != record["bytes"]:
+        raise TraceError(
+            f"shard {record['file']} has {info.st_size} bytes, the manifest says {record['bytes']}: truncated"
+        )
+    return path
+
+
+def _check_tokens(tokens, vocab_size, what):
+    """Integer token ids in [0, vocab_size), as int32 (ids are never wrapped)."""
+    arr = np.asarray(tokens)
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        if np.issubdtype(arr.dtype, np.floating) and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+            arr = arr.astype(np.int64)
+        else:
+            raise TraceError(f"{what} must be integer token ids; got dtype {arr.dtype}")
+    arr = arr.astype(np.int64, copy=False).reshape(-1) if arr.size else np.zeros(0, dtype=np.int64)
+    bad = (arr < 0) | (arr >= vocab_size)
+    if bad.any():
+        raise TraceError(f"{what} holds token id {int(arr[bad][0])}, outside the vocabulary [0, {vocab_size})")
+    return arr.astype(np.int32)
+
+
+def _fields_differ(old, new):
+    """The resume fields whose values differ between two metadata dicts (model entries by hashes)."""
+    out = []
+    for key in RESUME_FIELDS:
+        if key not in new or (key not in old and key not in _RESUME_REQUIRED):
+            continue
+        a, b = old.get(key), new[key]
+        if isinstance(a, dict) and isinstance(b, dict) and "files" in a and "files" in b:
+            a, b = a["files"], b["files"]
+        if json.dumps(a, sort_keys=True, default=str) != json.dumps(b, sort_keys=True, default=str):
+            out.append((key, a, b))
+    return out
 
 
 class TraceWriter:
@@ -237,8 +379,15 @@ class TraceWriter:
     tail_known : bool
         False for imports whose log-sum-exp is unknown (e.g. top-k log-prob lists).
 
-    An existing trace in ``directory`` is resumed (same top_k and vocab_size required):
-    ``done_ids`` lists the sequences already stored, stray temporary files are removed.
+    Guarantees. The writer locks the directory for its lifetime (a second writer gets a
+    TraceError; the lock of a dead process is taken over). It writes every file under a
+    temporary name only it makes, then renames it, and removes only those names (its own, or a
+    dead writer's); nothing else in the directory is touched. Used as a context manager (or
+    with ``close``), it writes the sequences it holds when the block ends, on an exception, on
+    Ctrl-C, or on SIGTERM inside ``termination_as_exception``. An existing trace is resumed
+    when its top_k, vocab_size, full-row setting and the ``RESUME_FIELDS`` of its metadata
+    agree with the new ones (a mismatch raises a TraceError naming the field); ``done_ids``
+    lists the sequences already stored. Token ids are checked to lie in the vocabulary.
     """
 
     def __init__(
@@ -254,27 +403,45 @@ class TraceWriter:
     ):
         if not (isinstance(top_k, (int, np.integer)) and top_k >= 1):
             raise ValueError(f"top_k must be an integer >= 1; got {top_k!r}")
-        if not (isinstance(vocab_size, (int, np.integer)) and vocab_size >= 2):
-            raise ValueError(f"vocab_size must be an integer >= 2; got {vocab_size!r}")
+        if not (isinstance(vocab_size, (int, np.integer)) and 2 <= vocab_size < 2**31):
+            raise ValueError(f"vocab_size must be an integer in [2, 2**31); got {vocab_size!r}")
+        if not (isinstance(shard_positions, (int, np.integer)) and shard_positions >= 1):
+            raise ValueError(f"shard_positions must be an integer >= 1; got {shard_positions!r}")
         self.directory = str(directory)
-        self.store_full = store_full
+        self.store_full = bool(store_full)
         self.shard_positions = int(shard_positions)
-        os.makedirs(self.directory, exist_ok=True)
-        for name in os.listdir(self.directory):
-            if name.endswith(".tmp"):
-                os.remove(os.path.join(self.directory, name))
-        if os.path.exists(os.path.join(self.directory, "manifest.json")):
-            self.manifest = _read_manifest(self.directory)
-            if self.manifest["top_k"] != top_k or self.manifest["vocab_size"] != vocab_size:
-                raise TraceError(
-                    f"cannot resume {self.directory!r}: it has top_k={self.manifest['top_k']}, "
-                    f"vocab_size={self.manifest['vocab_size']}; asked for top_k={top_k}, vocab_size={vocab_size}"
-                )
-            Trace(self.directory, verify=True)  # every listed shard present and intact
-        else:
-            self.manifest = _blank_manifest(top_k, vocab_size, metadata, tail_known)
-            self._write_manifest()
         self._buffer: list[dict] = []
+        try:
+            self._lock = DirectoryLock(self.directory, "trace writer").acquire()
+        except LockError as exc:
+            raise TraceError(str(exc)) from None
+        try:
+            remove_stale_temporaries(self.directory)
+            if os.path.lexists(os.path.join(self.directory, "manifest.json")):
+                self.manifest = _read_manifest(self.directory)
+                self._check_resume(top_k, vocab_size, metadata)
+                Trace(self.directory, verify=True)  # every listed shard present and intact
+            else:
+                self.manifest = _blank_manifest(top_k, vocab_size, metadata, tail_known, self.store_full)
+                self._write_manifest()
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _check_resume(self, top_k, vocab_size, metadata):
+        m = self.manifest
+        fields = [("top_k", m["top_k"], top_k), ("vocab_size", m["vocab_size"], vocab_size)]
+        fields.append(("store_full", m.get("store_full", False), self.store_full))
+        bad = [(k, a, b) for k, a, b in fields if a != b]
+        bad += _fields_differ(m.get("metadata", {}), metadata or {})
+        if bad:
+            key, old, new = bad[0]
+            show = lambda v: (repr(v)[:120] + "...") if len(repr(v)) > 120 else repr(v)  # noqa: E731
+            raise TraceError(
+                f"cannot resume {self.directory!r}: its {key} is {show(old)}, this run has {show(new)}"
+                + (f" (and {len(bad) - 1} more field(s) differ)" if len(bad) > 1 else "")
+                + ": resume with the same settings, or write a new trace directory"
+            )
 
     @property
     def done_ids(self) -> set[str]:
@@ -283,8 +450,13 @@ class TraceWriter:
     def _write_manifest(self):
         atomic_write(os.path.join(self.directory, "manifest.json"), json.dumps(self.manifest, indent=1).encode())
 
+    def _check_open(self):
+        if not self._lock.held:
+            raise TraceError(f"the writer of {self.directory!r} is closed")
+
     def add(self, seq_id: str, task: str, tokens, target_logits, draft_logits, meta=None):
         """Add one sequence from full logit rows (positions, V) of verifier and draft."""
+        self._check_open()
         rows = {"target": target_logits, "draft": draft_logits}
         compressed, full = {}, {}
         for role, logits in rows.items():
@@ -303,12 +475,17 @@ class TraceWriter:
 
     def add_compressed(self, seq_id, task, tokens, compressed, full=None, meta=None):
         """Add one sequence from {role: (top-K logits, top-K ids, lse)}."""
+        self._check_open()
+        if not isinstance(seq_id, str) or not seq_id:
+            raise TraceError(f"a sequence id must be a non-empty string; got {seq_id!r}")
         if seq_id in self.done_ids:
             raise TraceError(f"sequence {seq_id!r} is already in the trace")
-        tokens = np.asarray(tokens.cpu() if hasattr(tokens, "cpu") else tokens, dtype=np.int32).reshape(-1)
+        vocab = self.manifest["vocab_size"]
+        tokens = _check_tokens(tokens.cpu() if hasattr(tokens, "cpu") else tokens, vocab, f"sequence {seq_id!r}")
         for role, (vals, ids, lse) in compressed.items():
             if vals.shape[0] != tokens.shape[0] or ids.shape != vals.shape or np.shape(lse) != (tokens.shape[0],):
                 raise TraceError(f"{role} rows do not match the {tokens.shape[0]} generated tokens of {seq_id!r}")
+            _check_tokens(ids, vocab, f"the {role} top-K ids of {seq_id!r}")
         self._buffer.append(
             {"id": seq_id, "task": task, "tokens": tokens, "compressed": compressed, "full": full, "meta": meta or {}}
         )
@@ -319,6 +496,7 @@ class TraceWriter:
         """Write the buffered sequences as one shard and record it in the manifest."""
         if not self._buffer:
             return
+        self._check_open()
         from safetensors.numpy import save_file
 
         index = len(self.manifest["shards"])
@@ -335,10 +513,8 @@ class TraceWriter:
                 tensors[f"{role}_full"] = np.concatenate([b["full"][role] for b in self._buffer])
         tensors = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
         path = os.path.join(self.directory, name)
-        with tempfile.NamedTemporaryFile(dir=self.directory, delete=False, suffix=".tmp") as fh:
-            tmp = fh.name
-        save_file(tensors, tmp)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            save_file(tensors, tmp)
         self.manifest["shards"].append(
             {
                 "file": name,
@@ -362,35 +538,42 @@ class TraceWriter:
         self._write_manifest()
 
     def close(self):
-        self.flush()
+        """Write what is buffered and release the directory."""
+        if not self._lock.held:
+            return
+        try:
+            self.flush()
+        finally:
+            self._lock.release()
 
     def __enter__(self):
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        if exc_type is None:
-            self.close()
-        # on an exception the buffer is dropped: the trace stays at its last complete shard
+        # on an exception too (Ctrl-C, SIGTERM turned into an exception, a failed model call):
+        # the completed sequences held in memory are written before the error propagates
+        self.close()
+
+    def __del__(self):  # a writer dropped without close still releases its lock
+        lock = getattr(self, "_lock", None)
+        if lock is not None:
+            lock.release()
 
 
 class Trace:
     """A trace on disk, read lazily shard by shard (memory-mapped).
 
-    ``verify=True`` checks every shard's size and sha256 when the trace is opened.
+    Opening checks the manifest's shape (a TraceError names the bad entry), that every shard is
+    a regular file of the listed size inside the directory, and with ``verify=True`` its sha256.
+    Reading a shard checks its arrays against the manifest (offsets, lengths, token ids within
+    the vocabulary).
     """
 
     def __init__(self, directory, verify: bool = True):
         self.directory = str(directory)
         self.manifest = _read_manifest(self.directory)
         for shard in self.manifest["shards"]:
-            path = os.path.join(self.directory, shard["file"])
-            if not os.path.exists(path):
-                raise TraceError(f"shard {shard['file']} listed in the manifest is missing from {self.directory!r}")
-            size = os.path.getsize(path)
-            if size != shard["bytes"]:
-                raise TraceError(
-                    f"shard {shard['file']} has {size} bytes, the manifest says {shard['bytes']}: truncated"
-                )
+            path = _shard_path(self.directory, shard)
             if verify and sha256_file(path) != shard["sha256"]:
                 raise TraceError(f"shard {shard['file']} fails its sha256 checksum: the file is corrupt")
 
@@ -418,20 +601,21 @@ class Trace:
         return len(self.manifest["sequences"])
 
     def shard(self, index: int) -> list[TraceSequence]:
-        """The sequences of one shard (its tensors memory-mapped by safetensors)."""
+        """The sequences of one shard (its tensors memory-mapped by safetensors), checked."""
         from safetensors import SafetensorError, safe_open
 
         record = self.manifest["shards"][index]
-        path = os.path.join(self.directory, record["file"])
+        path = _shard_path(self.directory, record)
         try:
             with safe_open(path, framework="np") as fh:
                 data = {k: fh.get_tensor(k) for k in fh.keys()}
         except (SafetensorError, OSError, ValueError) as exc:
             raise TraceError(f"shard {record['file']} cannot be read ({exc}): truncated or corrupt") from None
+        seqs = sorted((s for s in self.manifest["sequences"] if s["shard"] == index), key=lambda r: r["index"])
+        self._check_shard(record, data, seqs)
         offsets = data["offsets"]
-        seqs = [s for s in self.manifest["sequences"] if s["shard"] == index]
         out = []
-        for rec in sorted(seqs, key=lambda r: r["index"]):
+        for rec in seqs:
             lo, hi = int(offsets[rec["index"]]), int(offsets[rec["index"] + 1])
             full = None
             if "target_full" in data:
@@ -450,6 +634,36 @@ class Trace:
                 )
             )
         return out
+
+    def _check_shard(self, record, data, seqs):
+        def fail(what):
+            raise TraceError(f"shard {record['file']} of {self.directory!r}: {what}: the trace is corrupt")
+
+        needed = ["tokens", "offsets"] + [f"{r}_{k}" for r in _ROLES for k in ("topk_logits", "topk_ids", "lse")]
+        missing = [k for k in needed if k not in data]
+        if missing:
+            fail(f"missing arrays {missing}")
+        n = record["positions"]
+        offsets = np.asarray(data["offsets"])
+        if offsets.ndim != 1 or offsets.size != len(seqs) + 1 or offsets[0] != 0 or offsets[-1] != n:
+            fail(f"offsets must run from 0 to {n} over {len(seqs)} sequences")
+        if np.any(np.diff(offsets) < 0):
+            fail("offsets must not decrease")
+        if [int(x) for x in np.diff(offsets)] != [r["positions"] for r in seqs]:
+            fail("offsets disagree with the sequences' positions in the manifest")
+        k = self.manifest["top_k"]
+        for key, shape in (("tokens", (n,)), *((f"{r}_lse", (n,)) for r in _ROLES)):
+            if data[key].shape != shape:
+                fail(f"{key} has shape {data[key].shape}, expected {shape}")
+        for r in _ROLES:
+            for key in (f"{r}_topk_logits", f"{r}_topk_ids"):
+                if data[key].ndim != 2 or data[key].shape[0] != n or data[key].shape[1] > k:
+                    fail(f"{key} has shape {data[key].shape}, expected ({n}, <= {k})")
+        vocab = self.manifest["vocab_size"]
+        for key in ("tokens", "target_topk_ids", "draft_topk_ids"):
+            ids = data[key]
+            if ids.size and (ids.min() < 0 or ids.max() >= vocab):
+                fail(f"{key} holds ids outside the vocabulary [0, {vocab})")
 
     def __iter__(self) -> Iterator[TraceSequence]:
         for i in range(self.n_shards):
@@ -517,10 +731,11 @@ def trace_from_arrays(
             raise TraceError(f"sequence {i}: draft vocabulary {d.shape[-1]} != verifier vocabulary {t.shape[-1]}")
         if d.shape[0] != t.shape[0] or d.shape[0] != len(k):
             raise ValueError(f"sequence {i}: {d.shape[0]} draft rows, {t.shape[0]} verifier rows, {len(k)} tokens")
-    writer = TraceWriter(directory, vocab, top_k=top_k, metadata=metadata, store_full=store_full)
-    for i, (d, t, k) in enumerate(zip(drafts, targets, toks, strict=True)):
-        writer.add(ids[i] if ids else f"seq-{i}", tasks[i] if tasks else "unknown", k, t, d)
-    writer.close()
+    if ids is not None and len(set(ids)) != len(ids):
+        raise ValueError("ids must be distinct: each names one sequence")
+    with TraceWriter(directory, vocab, top_k=top_k, metadata=metadata, store_full=store_full) as writer:
+        for i, (d, t, k) in enumerate(zip(drafts, targets, toks, strict=True)):
+            writer.add(ids[i] if ids else f"seq-{i}", tasks[i] if tasks else "unknown", k, t, d)
     return Trace(directory)
 
 
@@ -563,7 +778,12 @@ def import_topk_logprobs(
     {token_id: logprob}. The tail mass beyond the listed tokens is unknown, so the trace is
     flagged ``tail_known = False``; it is exact only for settings with top_k <= the list length."""
     width = min(min(len(pos) for seq in draft_topk for pos in seq), min(len(pos) for seq in target_topk for pos in seq))
-    writer = TraceWriter(directory, vocab_size, top_k=width, metadata=metadata, tail_known=False)
+    with TraceWriter(directory, vocab_size, top_k=width, metadata=metadata, tail_known=False) as writer:
+        _add_logprob_lists(writer, draft_topk, target_topk, tokens, vocab_size, width, ids, tasks)
+    return Trace(directory)
+
+
+def _add_logprob_lists(writer, draft_topk, target_topk, tokens, vocab_size, width, ids, tasks):
     for i, (dseq, tseq, toks) in enumerate(zip(draft_topk, target_topk, tokens, strict=True)):
         compressed = {}
         for role, seq in (("draft", dseq), ("target", tseq)):
@@ -579,5 +799,3 @@ def import_topk_logprobs(
                     idx[j, c], vals[j, c] = int(tok), float(lp)
             compressed[role] = (vals, idx, np.full(len(seq), np.nan))
         writer.add_compressed(ids[i] if ids else f"seq-{i}", tasks[i] if tasks else "unknown", toks, compressed)
-    writer.close()
-    return Trace(directory)

@@ -1,7 +1,14 @@
 """cactus_theory: theory and simulation of speculative-decoding acceptance rules (Cactus, ICLR 2026)."""
 
 from ._analysis import AnalysisResult, analyze_trace, parse_rules
-from ._decode import DecodeResult, NgramDrafter, autoregressive_generate, speculative_generate
+from ._decode import (
+    DecodeResult,
+    NgramDrafter,
+    autoregressive_generate,
+    decode_prompts,
+    decoding_summary,
+    speculative_generate,
+)
 from ._divergences import (
     FDivergence,
     available_divergences,
@@ -10,7 +17,7 @@ from ._divergences import (
     get_divergence,
     register_divergence,
 )
-from ._dump import dump_trace, load_model
+from ._dump import dump_trace
 from ._emitted import (
     StepMetrics,
     block_statistics,
@@ -20,8 +27,9 @@ from ._emitted import (
     step_metrics,
 )
 from ._gamma import APPROX_METHODS, GammaConvergenceWarning, GammaResult, approx_gamma, exact_gamma
-from ._plotting import plot_step
-from ._prompts import Prompt, load_prompts, mixed_prompts
+from ._hf import load_model
+from ._plotting import plot_al_vs_kl, plot_delta_sweep, plot_delta_sweep_by_task, plot_rule_front, plot_step
+from ._prompts import Prompt, load_prompts, mixed_prompts, prompt_seed
 from ._rules import (
     BONUS_POLICIES,
     FSD,
@@ -117,6 +125,8 @@ __all__ = [
     "block_statistics",
     "block_sums",
     "cactus_target",
+    "decode_prompts",
+    "decoding_summary",
     "divergence",
     "dump_trace",
     "emitted_distribution",
@@ -134,8 +144,13 @@ __all__ = [
     "mentored_target",
     "mixed_prompts",
     "parse_rules",
+    "plot_al_vs_kl",
+    "plot_delta_sweep",
+    "plot_delta_sweep_by_task",
+    "plot_rule_front",
     "plot_step",
     "processed_probs",
+    "prompt_seed",
     "register_divergence",
     "simulate",
     "speculative_generate",

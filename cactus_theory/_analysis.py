@@ -7,7 +7,6 @@ import csv
 import io
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass
 
@@ -15,6 +14,7 @@ import numpy as np
 
 from ._emitted import block_statistics, block_sums, step_metrics
 from ._io import atomic_write
+from ._progress import progress_bar
 from ._rules import BONUS_POLICIES, make_rules
 from ._sampling import SamplingSettings
 from ._trace import Trace
@@ -76,11 +76,13 @@ def _sequence_stats(rule, p, q, lg, ms, bonus_policy):
 
 def _shard_stats(args):
     """Per-sequence sums for one shard (runs in a worker process)."""
-    directory, index, rules, ms, settings, bonus_policy = args
+    directory, index, rules, ms, settings, bonus_policy, tasks = args
     trace = Trace(directory, verify=False)
     need_logits = any(rule.needs_logits for rule in rules)
     out = []
     for seq in trace.shard(index):
+        if tasks is not None and seq.task not in tasks:
+            continue
         if need_logits:
             p, q, lg = seq.distributions(settings, with_logits=True)
         else:
@@ -148,8 +150,9 @@ def analyze_trace(
     n_boot=1000,
     seed=0,
     processes=1,
-    progress=True,
+    progress=None,
     bonus_policy="verifier",
+    tasks=None,
 ):
     """Statistics of ``rules`` (Rule objects or spec strings) on ``trace`` (a Trace or a directory).
 
@@ -163,7 +166,9 @@ def analyze_trace(
     emitted law, under "verifier" it emits q and adds nothing); each with a bootstrap 95%
     interval over sequences. ``logits_exact`` is the share of positions whose result the stored
     logits determine exactly (below 1 only for rules that need logits a top-K trace lacks).
-    Shards are processed in ``processes`` worker processes.
+    Shards are processed in ``processes`` worker processes. ``tasks`` restricts the analysis to
+    the sequences of those tasks. ``progress``: a bar on stderr (True, False, or None: only on a
+    terminal).
     """
     if bonus_policy not in BONUS_POLICIES:
         raise ValueError(f"bonus_policy must be one of {BONUS_POLICIES}; got {bonus_policy!r}")
@@ -179,25 +184,33 @@ def analyze_trace(
             if trace.metadata.get("sampling")
             else (SamplingSettings())
         )
-    jobs = [(trace.directory, i, list(rules), tuple(ms), settings, bonus_policy) for i in range(trace.n_shards)]
+    known = sorted({s["task"] for s in trace.manifest["sequences"]})
+    if not known:
+        raise ValueError(f"trace {trace.directory!r} holds no sequences: nothing to analyse")
+    if tasks is not None:
+        tasks = [tasks] if isinstance(tasks, str) else list(tasks)
+        unknown = sorted(set(tasks) - set(known))
+        if unknown:
+            raise ValueError(f"task(s) {unknown} are not in the trace; its tasks: {', '.join(known)}")
+    wanted = None if tasks is None else tuple(tasks)
+    shards = sorted({s["shard"] for s in trace.manifest["sequences"] if wanted is None or s["task"] in wanted})
+    jobs = [(trace.directory, i, list(rules), tuple(ms), settings, bonus_policy, wanted) for i in shards]
     sequences = []
     pool = None
     if processes > 1 and len(jobs) > 1:
         from multiprocessing import get_context
 
         pool = get_context("spawn").Pool(processes)
+    total = sum(trace.manifest["shards"][i]["positions"] for i in shards)
     try:
-        for i, part in enumerate(pool.imap(_shard_stats, jobs) if pool else map(_shard_stats, jobs), 1):
-            sequences.extend(part)
-            if progress:
-                done = sum(s["positions"] for s in sequences)
-                print(f"\r[{i}/{len(jobs)} shards] {done} positions", end="", file=sys.stderr, flush=True)
+        with progress_bar(total=total, desc="analyse", unit="pos", enabled=progress) as bar:
+            for part in pool.imap(_shard_stats, jobs) if pool else map(_shard_stats, jobs):
+                sequences.extend(part)
+                bar.update(sum(s["positions"] for s in part))
     finally:
         if pool:
             pool.close()
             pool.join()
-    if progress:
-        print(file=sys.stderr)
     rng = np.random.default_rng(seed)
     rows = []
     tasks = ["all", *sorted({s["task"] for s in sequences})]
@@ -259,65 +272,19 @@ def write_outputs(result: AnalysisResult, out_dir: str, figures: bool = True) ->
 
 
 def analysis_figures(result: AnalysisResult) -> dict:
-    """PNG bytes: acceptance and AL vs delta per rule; AL vs emitted KL (the trade-off front)."""
+    """PNG bytes of the analysis figures (``_plotting``): acceptance and AL against delta per
+    rule, AL against emitted KL, and AL against delta per task when the trace has several."""
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from ._plotting import plot_al_vs_kl, plot_delta_sweep, plot_delta_sweep_by_task
 
-    rows = [r for r in result.rows if r["task"] == "all"]
-    ms = sorted({r["m"] for r in rows})
-    m = ms[len(ms) // 2]
-    families = {}
-    for r in rows:
-        if r["m"] != m:
-            continue
-        families.setdefault(r["family"], []).append(r)
-    out = {}
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    deltas = sorted({r["delta"] for r in rows if r["delta"] != ""})
-    for idx, (family, rs) in enumerate(families.items()):
-        color = f"C{idx}"
-        budgeted = [r for r in rs if r["delta"] != ""]
-        if budgeted:
-            budgeted.sort(key=lambda r: r["delta"])
-            d = [r["delta"] for r in budgeted]
-            axes[0].plot(d, [r["acceptance"] for r in budgeted], marker="o", label=family, color=color)
-            axes[1].errorbar(
-                d,
-                [r["al"] for r in budgeted],
-                yerr=[[r["al"] - r["al_lo"] for r in budgeted], [r["al_hi"] - r["al"] for r in budgeted]],
-                marker="o",
-                capsize=3,
-                label=family,
-                color=color,
-            )
-        else:
-            axes[0].axhline(rs[0]["acceptance"], ls="--", lw=1, label=family, color=color)
-            axes[1].axhline(rs[0]["al"], ls="--", lw=1, label=family, color=color)
-    for ax, what in zip(
-        axes, ("mean acceptance per draft", f"AL (accepted drafts per verification), m = {m}"), strict=True
-    ):
-        ax.set_xscale("log")
-        if deltas:
-            ax.set_xticks(deltas, [f"{d:g}" for d in deltas])
-            ax.minorticks_off()
-        ax.set_xlabel("delta")
-        ax.set_ylabel(what)
-        ax.legend(fontsize=8)
-    fig.suptitle(f"Acceptance and AL vs delta (settings {result.settings})", fontsize=9)
-    fig.tight_layout()
-    out["acceptance_al_vs_delta.png"] = _png(fig)
-    fig, ax = plt.subplots(figsize=(5.5, 4))
-    for family, rs in families.items():
-        ax.plot([r["kl_emitted_target"] for r in rs], [r["al"] for r in rs], marker="o", ls="-", label=family)
-    ax.set_xscale("symlog", linthresh=1e-4)
-    ax.set_xlabel("mean KL(pi || q) of the emitted distribution (nats / position)")
-    ax.set_ylabel(f"AL, m = {m}")
-    ax.set_title("Trade-off: accepted length vs drift", fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    out["al_vs_kl.png"] = _png(fig)
+    out = {
+        "acceptance_al_vs_delta.png": _png(plot_delta_sweep(result.rows, result.settings)),
+        "al_vs_kl.png": _png(plot_al_vs_kl(result.rows)),
+    }
+    if len({r["task"] for r in result.rows} - {"all"}) > 1:
+        out["al_vs_delta_by_task.png"] = _png(plot_delta_sweep_by_task(result.rows))
     return out
 
 

@@ -79,26 +79,76 @@ def _cmd_gamma(args) -> int:
 
 def _floats(text: str):
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
+        values = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be comma-separated numbers; got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("needs at least one number")
+    return values
 
 
 def _ints(text: str):
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
+        values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be comma-separated integers; got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"must be integers >= 1; got {text!r}")
+    return values
+
+
+def _int_at_least(low):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer; got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}; got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def _probability(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0 or np.isnan(value):
+        raise argparse.ArgumentTypeError(f"must be a probability in [0, 1]; got {text}")
+    return value
+
+
+def _budget(text: str) -> float:
+    value = float(text)
+    if np.isnan(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a divergence budget >= 0; got {text}")
+    return value
+
+
+def _progress(args):
+    """--progress forces the bars, --quiet silences them; otherwise only on a terminal."""
+    return False if getattr(args, "quiet", False) else (True if getattr(args, "progress", False) else None)
+
+
+def _prompts_from(args):
+    from ._prompts import load_prompts
+
+    prompts = []
+    for path in args.prompts:
+        prompts.extend(load_prompts(path, dataset=args.dataset, limit=args.per_file, field=args.field, task=args.task))
+    ids = [p.id for p in prompts]
+    if len(set(ids)) != len(ids):
+        raise ValueError("two prompt files give the same prompt ids: label them with --task, one run per task")
+    if not prompts:
+        raise ValueError(f"no prompts in {', '.join(args.prompts)}")
+    return prompts
 
 
 def _cmd_dump(args) -> int:
     from ._dump import dump_trace, load_completions
-    from ._prompts import load_prompts
     from ._sampling import SamplingSettings
 
-    prompts = []
-    for path in args.prompts:
-        prompts.extend(load_prompts(path, limit=args.per_file))
+    prompts = _prompts_from(args)
     completions = None
     if args.completions:
         completions = load_completions(args.completions)
@@ -129,6 +179,8 @@ def _cmd_dump(args) -> int:
         limit=args.limit,
         store_full=args.full_rows,
         shard_positions=args.shard_positions,
+        progress=_progress(args),
+        cache=not args.no_model_cache,
     )
     print(f"wrote {n} positions to {args.out}")
     return 0
@@ -151,11 +203,17 @@ def _cmd_analyze(args) -> int:
         settings=settings,
         n_boot=args.bootstrap,
         processes=args.processes,
-        progress=not args.quiet,
+        progress=_progress(args),
         bonus_policy=args.bonus_policy,
+        tasks=args.task,
     )
     print(f"trace {trace.directory}: {len(trace)} sequences, {trace.n_positions} positions; settings {result.settings}")
-    print(result.table())
+    tasks = sorted({r["task"] for r in result.rows} - {"all"})
+    for task in ["all", *tasks] if len(tasks) > 1 else tasks:
+        label = "all tasks" if task == "all" else f"task {task}"
+        positions = next(r["positions"] for r in result.rows if r["task"] == task)
+        print(f"\n{label} ({positions} positions)")
+        print(result.table(task))
     if args.out:
         for path in write_outputs(result, args.out, figures=not args.no_figures):
             print(f"wrote {path}")
@@ -164,36 +222,56 @@ def _cmd_analyze(args) -> int:
 
 def _cmd_decode(args) -> int:
     from ._analysis import parse_rules
-    from ._decode import NgramDrafter, speculative_generate
-    from ._dump import encode_chat, load_model
+    from ._decode import NgramDrafter, decode_prompts, decoding_summary
+    from ._hf import load_model
+    from ._prompts import Prompt
     from ._sampling import SamplingSettings
 
-    verifier, tokenizer, _ = load_model(args.verifier, args.device, args.dtype)
-    draft = NgramDrafter() if args.draft == "ngram" else load_model(args.draft, args.device, args.dtype)[0]
     rules = parse_rules([args.rule], [args.delta])
     if len(rules) != 1:
         raise ValueError(f"--rule must name one rule; {args.rule!r} gives {len(rules)}")
     (rule,) = rules
+    if args.prompt is not None:
+        prompts = [Prompt(id="prompt-0", task=args.task or "prompt", text=args.prompt, index=0)]
+    else:
+        prompts = _prompts_from(args)[: args.limit]
     settings = SamplingSettings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
-    eos = {tokenizer.eos_token_id} - {None}
-    out = speculative_generate(
+    opts = {"cache": not args.no_model_cache, "progress": _progress(args)}
+    verifier = load_model(args.verifier, args.device, args.dtype, **opts)
+    draft = NgramDrafter() if args.draft == "ngram" else load_model(args.draft, args.device, args.dtype, **opts)[0]
+    records = decode_prompts(
         verifier,
         draft,
         rule,
-        args.m,
-        settings,
-        args.max_new_tokens,
-        args.seed,
-        encode_chat(tokenizer, args.prompt),
-        eos,
+        prompts,
+        m=args.m,
+        settings=settings,
+        max_new_tokens=args.max_new_tokens,
+        seed=args.seed,
+        baseline=args.baseline,
         bonus_policy=args.bonus_policy,
+        out=args.out,
+        progress=_progress(args),
     )
-    print(tokenizer.decode(out.tokens, skip_special_tokens=True))
-    print(
-        f"[{rule.describe()} m={args.m}] {len(out.tokens)} tokens, {len(out.accepted)} verifications, "
-        f"AL {out.accepted_length:.2f}, vLLM mean acceptance length {out.mean_acceptance_length:.2f}, "
-        f"{out.tokens_per_second:.2f} tok/s (draft {out.draft_seconds:.1f} s, verify {out.verify_seconds:.1f} s)"
-    )
+    if args.prompt is not None:
+        rec = records[0]
+        print(rec["text"])
+        print(
+            f"[{rule.describe()} m={args.m}] {rec['tokens']} tokens, {len(rec['accepted'])} verifications, "
+            f"AL {rec['al']:.2f}, vLLM mean acceptance length {1 + rec['al']:.2f}, "
+            f"{rec['tokens_per_second']:.2f} tok/s "
+            f"(draft {rec['draft_seconds']:.1f} s, verify {rec['verify_seconds']:.1f} s)"
+        )
+        if args.baseline:
+            base = rec["baseline"]
+            print(
+                f"[verifier alone] {base['tokens']} tokens, {base['tokens_per_second']:.2f} tok/s: speedup "
+                f"{rec['tokens_per_second'] / base['tokens_per_second']:.2f}x"
+            )
+        return 0
+    print(decoding_summary(records, seed=args.seed))
+    if args.out:
+        print(f"records in {args.out}")
     return 0
 
 
@@ -231,74 +309,119 @@ def _rules_epilog() -> str:
 
     names = ", ".join(available_rules())
     return (
-        "Rules are spec strings 'name(key=value, ...)', comma-separated, e.g. "
-        "'sps,cactus(delta=1),rfsd(divergence=js, threshold=0.2)'; rules with a delta they do not set are "
-        f"built once per --delta value. Registered: {names}. 'cactus-theory rules' lists their parameters."
+        "Rules are spec strings 'name(key=value, ...)', comma-separated, e.g.\n"
+        "  'sps,cactus(delta=1),rfsd(divergence=js, threshold=0.2)';\n"
+        "a rule with a delta it does not set is built once per --delta value.\n"
+        f"Registered: {names}.\n'cactus-theory rules' lists their parameters and defaults."
     )
 
 
 def _cmd_report(args) -> int:
     from ._report import build_report
 
-    table = build_report(args.out, trace=args.trace, progress=not args.quiet)
+    table = build_report(args.out, trace=args.trace, progress=_progress(args))
     print(table)
     print(f"report written to {os.path.join(args.out, 'report.md')} and report.html")
     return 0
 
 
-def _probability(text: str) -> float:
-    value = float(text)
-    if not 0.0 <= value <= 1.0 or np.isnan(value):
-        raise argparse.ArgumentTypeError(f"must be a probability in [0, 1]; got {text}")
-    return value
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults in every option's help (but not an absent one: None or a flag's False), and
+    epilogs as written."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
 
 
-def _budget(text: str) -> float:
-    value = float(text)
-    if np.isnan(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a divergence budget >= 0; got {text}")
-    return value
+def _progress_options(parser):
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--quiet", action="store_true", help="no progress bars")
+    group.add_argument("--progress", action="store_true", help="progress bars even when stderr is not a terminal")
+
+
+def _sampling_options(parser, temperature=0.6):
+    parser.add_argument("--temperature", type=float, default=temperature, help="sampling temperature (0 = greedy)")
+    parser.add_argument("--top-k", type=_int_at_least(0), default=20, help="top-k of both models (0 = off)")
+    parser.add_argument("--top-p", type=float, default=0.95, help="top-p of both models (1 = off)")
+
+
+def _model_options(parser):
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), help="model dtype")
+    parser.add_argument(
+        "--no-model-cache",
+        action="store_true",
+        help="dequantise GGUF files on every load instead of caching the weights (in $CACTUS_THEORY_CACHE or "
+        "~/.cache/cactus_theory)",
+    )
+
+
+def _prompt_file_options(parser, required):
+    from ._prompts import DATASETS
+
+    parser.add_argument("--prompts", nargs="+", required=required, help="prompt files (formats below)")
+    parser.add_argument(
+        "--dataset", choices=DATASETS, default=None, help="read the files as this benchmark, with its instruction"
+    )
+    parser.add_argument("--field", default=None, help="JSON key or CSV column of the prompt text")
+    parser.add_argument("--task", default=None, help="task label of the prompts (default: the file's name)")
+    parser.add_argument("--per-file", type=_int_at_least(0), default=None, help="first N prompts of each file")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from ._prompts import RECORD_FORMATS
+
     parser = argparse.ArgumentParser(
         prog="cactus-theory",
         description="Theory and simulation of speculative-decoding acceptance rules (Cactus, ICLR 2026).",
+        formatter_class=_Formatter,
     )
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
-    g = sub.add_parser("gamma", help="exact and approximate Cactus bonus gamma for one q(n) and delta")
+    g = sub.add_parser(
+        "gamma", help="exact and approximate Cactus bonus gamma for one q(n) and delta", formatter_class=_Formatter
+    )
     g.add_argument(
         "--target-prob", type=_probability, required=True, help="verifier probability q(n) of the drafted token"
     )
     g.add_argument("--delta", type=_budget, required=True, help="divergence budget delta >= 0")
-    g.add_argument("--divergence", default="kl", choices=available_divergences(), help="f-divergence (default kl)")
+    g.add_argument("--divergence", default="kl", choices=available_divergences(), help="f-divergence")
     g.add_argument(
         "--draft-prob", type=_probability, default=None, help="draft probability p(n): also print min(1, gamma/p(n))"
     )
     g.add_argument("--json", action="store_true", help="print JSON instead of a table")
     g.set_defaults(func=_cmd_gamma)
 
-    d = sub.add_parser("dump", help="dump a logit trace from a verifier and a draft model")
-    d.add_argument("--verifier", required=True, help="Hugging Face id, local directory or .gguf file")
-    d.add_argument("--draft", required=True, help="Hugging Face id, local directory or .gguf file")
-    d.add_argument(
-        "--prompts", required=True, nargs="+", help="benchmark files (GSM8K, HumanEval, MBPP, MT-Bench, ...)"
+    rl = sub.add_parser(
+        "rules",
+        help="list the registered acceptance rules with their parameters and defaults",
+        formatter_class=_Formatter,
     )
+    rl.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    rl.set_defaults(func=_cmd_rules)
+
+    d = sub.add_parser(
+        "dump",
+        help="dump a logit trace from a verifier and a draft model",
+        formatter_class=_Formatter,
+        epilog=RECORD_FORMATS + "\nModels: a Hugging Face id, a local directory, or a .gguf file.",
+    )
+    d.add_argument("--verifier", required=True, help="verifier: Hugging Face id, local directory or .gguf file")
+    d.add_argument("--draft", required=True, help="draft model: Hugging Face id, local directory or .gguf file")
+    _prompt_file_options(d, required=True)
     d.add_argument("--out", required=True, help="trace directory (resumed if it exists)")
-    d.add_argument("--device", default="cpu", help="cpu or cuda")
-    d.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
-    d.add_argument("--max-new-tokens", type=int, default=128)
-    d.add_argument("--limit", type=int, default=None, help="at most this many prompts in this run")
-    d.add_argument("--per-file", type=int, default=None, help="first N prompts of each file")
-    d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--temperature", type=float, default=0.6)
-    d.add_argument("--top-k", type=int, default=20)
-    d.add_argument("--top-p", type=float, default=0.95)
-    d.add_argument("--top-logits", type=int, default=64, help="logits kept per row (K)")
+    _model_options(d)
+    d.add_argument("--max-new-tokens", type=_int_at_least(1), default=128, help="tokens generated per prompt")
+    d.add_argument("--limit", type=_int_at_least(0), default=None, help="at most this many prompts in this run")
+    d.add_argument("--seed", type=int, default=0, help="sampling seed (each prompt's comes from it and its id)")
+    _sampling_options(d)
+    d.add_argument("--top-logits", type=_int_at_least(1), default=64, help="logits kept per row (K)")
     d.add_argument("--full-rows", action="store_true", help="also store full logit rows")
     d.add_argument(
         "--shard-positions",
-        type=int,
+        type=_int_at_least(1),
         default=2048,
         help="positions per shard: a SIGKILL loses at most the completed sequences not yet in a shard "
         "(Ctrl-C and SIGTERM lose nothing complete)",
@@ -309,61 +432,108 @@ def build_parser() -> argparse.ArgumentParser:
         help="JSON Lines of {id, token_ids}: teacher-force both models on these outputs instead of sampling "
         "(--max-new-tokens: the limit they were generated with)",
     )
+    _progress_options(d)
     d.set_defaults(func=_cmd_dump)
 
-    a = sub.add_parser("analyze", help="acceptance, AL and emitted drift of rules on a trace", epilog=_rules_epilog())
+    a = sub.add_parser(
+        "analyze",
+        help="acceptance, AL and emitted drift of rules on a trace",
+        epilog=_rules_epilog(),
+        formatter_class=_Formatter,
+    )
     a.add_argument("trace", nargs="?", default=None, help="trace directory (default: the embedded trace)")
     a.add_argument("--rules", default="sps,tas,cactus,cactus-exact,mentored", help="rule specs (see below)")
-    a.add_argument("--delta", type=_floats, default=[0.25, 0.5, 1.0, 2.0])
-    a.add_argument("--m", type=_ints, default=[4, 8, 20])
-    a.add_argument("--temperature", type=float, default=None, help="override the trace's sampling settings")
-    a.add_argument("--top-k", type=int, default=20)
-    a.add_argument("--top-p", type=float, default=0.95)
-    a.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the 95%% intervals")
-    a.add_argument("--processes", type=int, default=1)
+    a.add_argument("--delta", type=_floats, default=[0.25, 0.5, 1.0, 2.0], help="deltas of rules that set none")
+    a.add_argument("--m", type=_ints, default=[4, 8, 20], help="drafted tokens per verification")
+    a.add_argument("--task", action="append", default=None, help="analyse only this task (repeatable)")
+    a.add_argument(
+        "--temperature", type=float, default=None, help="override the trace's sampling settings (with --top-k/--top-p)"
+    )
+    a.add_argument("--top-k", type=_int_at_least(0), default=20, help="top-k with --temperature")
+    a.add_argument("--top-p", type=float, default=0.95, help="top-p with --temperature")
+    a.add_argument(
+        "--bootstrap", type=_int_at_least(0), default=1000, help="bootstrap resamples for the 95%% intervals"
+    )
+    a.add_argument("--processes", type=_int_at_least(1), default=1, help="worker processes over shards")
     a.add_argument("--out", default=None, help="write analysis.csv, analysis.json and figures here")
-    a.add_argument("--no-figures", action="store_true")
+    a.add_argument("--no-figures", action="store_true", help="with --out: tables only")
     a.add_argument(
         "--bonus-policy",
         choices=("verifier", "relaxed"),
         default="verifier",
         help="bonus token after m accepted drafts: from q (verifier) or one more step of the rule (relaxed)",
     )
-    a.add_argument("--quiet", action="store_true")
+    _progress_options(a)
     a.set_defaults(func=_cmd_analyze)
 
-    c = sub.add_parser("decode", help="speculative decoding with real models and any rule", epilog=_rules_epilog())
-    c.add_argument("--verifier", required=True)
-    c.add_argument("--draft", required=True, help="a model, or 'ngram' for prompt lookup")
+    c = sub.add_parser(
+        "decode",
+        help="speculative decoding with real models and any rule, on one prompt or a file of them",
+        epilog=_rules_epilog() + "\n\n" + RECORD_FORMATS,
+        formatter_class=_Formatter,
+    )
+    c.add_argument("--verifier", required=True, help="verifier: Hugging Face id, local directory or .gguf file")
+    c.add_argument("--draft", required=True, help="draft model (as --verifier), or 'ngram' for prompt lookup")
     c.add_argument("--rule", default="cactus", help="one rule spec, e.g. 'cactus(delta=1)' or 'lossy(alpha=0.7)'")
     c.add_argument("--delta", type=float, default=1.0, help="delta of a rule spec that does not set one")
+    c.add_argument("-m", type=_int_at_least(1), default=8, help="drafted tokens per verification")
+    one = c.add_mutually_exclusive_group(required=True)
+    one.add_argument("--prompt", default=None, help="one prompt's text")
+    one.add_argument("--prompts", nargs="+", default=None, help="prompt files (formats below)")
+    from ._prompts import DATASETS
+
+    c.add_argument("--dataset", choices=DATASETS, default=None, help="with --prompts: read them as this benchmark")
+    c.add_argument("--field", default=None, help="with --prompts: JSON key or CSV column of the prompt text")
+    c.add_argument("--task", default=None, help="task label (default: the file's name)")
+    c.add_argument("--per-file", type=_int_at_least(0), default=None, help="first N prompts of each file")
+    c.add_argument("--limit", type=_int_at_least(0), default=None, help="at most this many prompts")
+    c.add_argument("--baseline", action="store_true", help="also decode every prompt with the verifier alone: speedups")
+    c.add_argument("--out", default=None, help="JSON Lines of per-prompt records (appended; a rerun skips done ones)")
+    c.add_argument("--max-new-tokens", type=_int_at_least(1), default=128, help="tokens generated per prompt")
+    _sampling_options(c)
+    c.add_argument("--seed", type=int, default=0, help="sampling seed")
+    _model_options(c)
     c.add_argument(
         "--bonus-policy",
         choices=("verifier", "relaxed"),
         default="verifier",
         help="bonus token after m accepted drafts: from q (verifier) or one more step of the rule (relaxed)",
     )
-    c.add_argument("-m", type=int, default=8, help="drafted tokens per verification")
-    c.add_argument("--prompt", required=True)
-    c.add_argument("--max-new-tokens", type=int, default=128)
-    c.add_argument("--temperature", type=float, default=0.6)
-    c.add_argument("--top-k", type=int, default=20)
-    c.add_argument("--top-p", type=float, default=0.95)
-    c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--device", default="cpu")
-    c.add_argument("--dtype", default="float32")
+    _progress_options(c)
     c.set_defaults(func=_cmd_decode)
 
-    rl = sub.add_parser("rules", help="list the registered acceptance rules with their parameters and defaults")
-    rl.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    rl.set_defaults(func=_cmd_rules)
-
-    r = sub.add_parser("report", help="the main job: a report from the embedded trace and a synthetic suite")
+    r = sub.add_parser(
+        "report",
+        help="the main job: a report from the embedded trace and a synthetic suite",
+        formatter_class=_Formatter,
+    )
     r.add_argument("--trace", default=None, help="trace directory (default: the embedded trace)")
     r.add_argument("--out", default="cactus_report", help="output directory")
-    r.add_argument("--quiet", action="store_true")
+    _progress_options(r)
     r.set_defaults(func=_cmd_report)
     return parser
+
+
+def _explain(exc: BaseException):
+    """(exit code, one line) for an expected failure: 2 for bad arguments or input, 1 for the rest."""
+    from ._trace import TraceError
+
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if isinstance(exc, (ValueError, TraceError, TypeError)):
+        return 2, first
+    if isinstance(exc, OSError):
+        what = exc.strerror or first
+        where = f": {exc.filename}" if exc.filename else ""
+        hint = {
+            FileNotFoundError: "check the path",
+            PermissionError: "choose a directory you can write to",
+            NotADirectoryError: "a parent of that path is a file",
+            IsADirectoryError: "give a file, not a directory",
+        }.get(type(exc), "check the path and the disk")
+        return 1, f"{what}{where} ({hint})"
+    if isinstance(exc, ImportError):
+        return 1, f"{first}: install the models extra, pip install 'cactus_theory[models]'"
+    return 1, f"{type(exc).__name__}: {first} (run with --debug for the traceback)"
 
 
 def main(argv=None) -> int:
@@ -371,9 +541,17 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except ValueError as exc:
-        print(f"cactus-theory: error: {exc}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print("cactus-theory: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.debug:
+            raise
+        code, line = _explain(exc)
+        print(f"cactus-theory: error: {line}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,17 +8,25 @@ to the accepted prefix.
 
 from __future__ import annotations
 
-import functools
-import inspect
+import json
+import os
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._hf import CachedModel, generate, sample_token
 from ._rules._base import BONUS_POLICIES, RuleLogits, as_rule
 from ._sampling import SamplingSettings, processed_probs
 
-__all__ = ["DecodeResult", "NgramDrafter", "autoregressive_generate", "speculative_generate"]
+__all__ = [
+    "DecodeResult",
+    "NgramDrafter",
+    "autoregressive_generate",
+    "decode_prompts",
+    "decoding_summary",
+    "speculative_generate",
+]
 
 
 @dataclass
@@ -69,61 +77,6 @@ class NgramDrafter:
         return []
 
 
-def _device(model):
-    return next(model.parameters()).device
-
-
-@functools.cache
-def _takes_cache(model_class) -> bool:
-    return "cache" in inspect.signature(model_class.forward).parameters
-
-
-def _forward(model, ids, cache):
-    """One cached forward pass: (logits, new cache). transformers >= 5.x names the cache
-    argument and output ``cache``; earlier versions ``past_key_values`` (kept where needed)."""
-    if _takes_cache(type(model)):
-        out = model(input_ids=ids, cache=cache, use_cache=True)
-    else:
-        out = model(input_ids=ids, past_key_values=cache, use_cache=True)
-    new = getattr(out, "cache", None)
-    return out.logits, new if new is not None else out.past_key_values
-
-
-class _Cached:
-    """A model with a KV cache over a growing token list."""
-
-    def __init__(self, model):
-        import torch
-
-        self.model, self.torch = model, torch
-        self.cache = None
-        self.length = 0  # tokens in the cache
-
-    def feed(self, tokens):
-        """Run the model on ``tokens`` after the cached prefix; logits (len, V) float32."""
-        torch = self.torch
-        ids = torch.tensor([list(tokens)], device=_device(self.model))
-        with torch.no_grad():
-            logits, self.cache = _forward(self.model, ids, self.cache)
-        self.length += len(tokens)
-        return logits[0].float()
-
-    def crop(self, length):
-        """Keep the first ``length`` cached tokens (transformers 5: crop takes a negative count)."""
-        if length < self.length:
-            try:
-                self.cache.crop(length - self.length)
-            except ValueError:  # transformers 4.x: crop(max_length) keeps that many
-                self.cache.crop(length)
-            self.length = length
-
-
-def _sample(probs, generator):
-    import torch
-
-    return int(torch.multinomial(probs.double().cpu(), 1, generator=generator)[0])
-
-
 def _rule_step(rule, p_row, q_row, token, logits, coin, gen):
     """Accept ``token`` with the rule's probability, else sample its correction: (accepted?, token)."""
     if coin.random() < float(rule.acceptance(p_row, q_row, token, logits=logits)):
@@ -131,27 +84,16 @@ def _rule_step(rule, p_row, q_row, token, logits, coin, gen):
     r = np.asarray(rule.correction(p_row, q_row, token, logits=logits), dtype=np.float64)
     import torch
 
-    return False, _sample(torch.as_tensor(r), gen)
+    return False, sample_token(torch.as_tensor(r), gen)
 
 
 def autoregressive_generate(model, prompt_ids, sampling=None, max_new_tokens=128, seed=0, eos_ids=()):
-    """The verifier alone: the baseline for accuracy and wall time (same sampling code path)."""
+    """The verifier alone: the baseline for accuracy and wall time (the same sampling loop as the dumper)."""
     import torch
 
-    sampling = sampling or SamplingSettings()
     gen = torch.Generator().manual_seed(seed)
-    runner = _Cached(model)
-    start = time.perf_counter()
-    logits = runner.feed(prompt_ids)[-1]
-    tokens = []
-    for _ in range(max_new_tokens):
-        token = _sample(processed_probs(logits[None], sampling)[0], gen)
-        tokens.append(token)
-        if token in eos_ids:
-            break
-        logits = runner.feed([token])[-1]
-    elapsed = time.perf_counter() - start
-    return DecodeResult(tokens=tokens, verify_seconds=elapsed, total_seconds=elapsed)
+    tokens, _, seconds = generate(model, prompt_ids, sampling or SamplingSettings(), max_new_tokens, gen, set(eos_ids))
+    return DecodeResult(tokens=tokens, verify_seconds=seconds, total_seconds=seconds)
 
 
 def speculative_generate(
@@ -194,9 +136,9 @@ def speculative_generate(
     need_logits = bool(rule.needs_logits)
     gen = torch.Generator().manual_seed(seed)
     coin = np.random.default_rng(seed)
-    ver = _Cached(verifier)
+    ver = CachedModel(verifier)
     ngram = isinstance(draft, NgramDrafter)
-    drf = None if ngram else _Cached(draft)
+    drf = None if ngram else CachedModel(draft)
     context = list(prompt_ids)
     result = DecodeResult(tokens=[])
     start = time.perf_counter()
@@ -218,7 +160,7 @@ def speculative_generate(
             for _ in range(budget):
                 raw = drf.feed(feed)[-1]
                 p = processed_probs(raw[None], sampling)[0]
-                token = _sample(p, gen)
+                token = sample_token(p, gen)
                 drafted.append(token)
                 draft_rows.append(p.double().cpu().numpy())
                 if need_logits:
@@ -248,11 +190,11 @@ def speculative_generate(
                 break
         else:
             if bonus_policy == "verifier" or not drafted:
-                emitted.append(_sample(torch.as_tensor(q_rows[len(drafted)]), gen))  # bonus from q
+                emitted.append(sample_token(torch.as_tensor(q_rows[len(drafted)]), gen))  # bonus from q
             else:  # relaxed: the drafter drafts at the bonus position, the rule judges once more
                 raw = drf.feed([drafted[-1]])[-1]
                 p = processed_probs(raw[None], sampling)[0]
-                token = _sample(p, gen)
+                token = sample_token(p, gen)
                 p_raw = raw.double().cpu().numpy() if need_logits else None
                 emitted.append(step(len(drafted), p.double().cpu().numpy(), token, p_raw)[1])
         result.drafted.append(len(drafted))
@@ -274,3 +216,141 @@ def speculative_generate(
             break
     result.total_seconds = time.perf_counter() - start
     return result
+
+
+def _record_key(rec):
+    return (rec["id"], rec["rule"], rec["m"], rec["seed"], rec["bonus_policy"], rec["baseline"] is not None)
+
+
+def decode_prompts(
+    verifier,
+    draft,
+    rule,
+    prompts,
+    *,
+    m=8,
+    settings=None,
+    max_new_tokens=128,
+    seed=0,
+    baseline=False,
+    bonus_policy="verifier",
+    out=None,
+    progress=None,
+):
+    """Speculative decoding of many prompts with the models loaded once: one record per prompt.
+
+    ``verifier`` is a (model, tokenizer, identity) triple as ``load_model`` returns it; ``draft``
+    a model or an ``NgramDrafter``. Each prompt goes through the chat template and is seeded by
+    ``prompt_seed(seed, prompt.id)``; with ``baseline`` the verifier alone decodes it too, with
+    the same seed (for the speedup). Records (dicts: id, task, rule, m, token ids, text, accepted
+    and drafted counts per step, AL, timings, tokens per second, and the baseline's) are
+    returned; with ``out`` they are also appended to that JSON Lines file as each prompt
+    finishes, and prompts already recorded there with the same rule, m, seed, bonus policy and
+    baseline setting are not decoded again (their records are read back).
+    """
+    from ._hf import encode_chat, eos_ids
+    from ._progress import progress_bar
+    from ._prompts import prompt_seed
+
+    rule = as_rule(rule)
+    model, tokenizer = verifier[0], verifier[1]
+    settings = settings or SamplingSettings()
+    eos = eos_ids(model, tokenizer)
+    label = rule.describe()
+    done = {}
+    if out is not None and os.path.exists(out):
+        with open(out, encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                if line.strip():
+                    try:
+                        rec = json.loads(line)
+                        done[_record_key(rec)] = rec
+                    except (json.JSONDecodeError, KeyError, TypeError):
+                        raise ValueError(f"{out}, line {n}: not a decoding record; write to another --out") from None
+    records = []
+    sink = open(out, "a", encoding="utf-8") if out is not None else None
+    try:
+        for prompt in progress_bar(prompts, desc="decode", unit="prompt", enabled=progress):
+            key = (prompt.id, label, m, seed, bonus_policy, bool(baseline))
+            if key in done:
+                records.append(done[key])
+                continue
+            ids = encode_chat(tokenizer, prompt.text, f"prompt {prompt.id!r}")
+            prompt_seed_value = prompt_seed(seed, prompt.id)
+            res = speculative_generate(
+                model, draft, rule, m, settings, max_new_tokens, prompt_seed_value, ids, eos, bonus_policy=bonus_policy
+            )
+            rec = {
+                "id": prompt.id,
+                "task": prompt.task,
+                "rule": label,
+                "m": m,
+                "seed": seed,
+                "bonus_policy": bonus_policy,
+                "token_ids": [int(t) for t in res.tokens],
+                "text": tokenizer.decode(res.tokens, skip_special_tokens=True),
+                "tokens": len(res.tokens),
+                "accepted": [int(a) for a in res.accepted],
+                "drafted": [int(d) for d in res.drafted],
+                "al": res.accepted_length,
+                "seconds": res.total_seconds,
+                "draft_seconds": res.draft_seconds,
+                "verify_seconds": res.verify_seconds,
+                "tokens_per_second": res.tokens_per_second,
+                "baseline": None,
+            }
+            if baseline:
+                alone = autoregressive_generate(model, ids, settings, max_new_tokens, prompt_seed_value, eos)
+                rec["baseline"] = {
+                    "token_ids": [int(t) for t in alone.tokens],
+                    "tokens": len(alone.tokens),
+                    "seconds": alone.total_seconds,
+                    "tokens_per_second": alone.tokens_per_second,
+                }
+            records.append(rec)
+            if sink is not None:
+                sink.write(json.dumps(rec) + "\n")
+                sink.flush()
+    finally:
+        if sink is not None:
+            sink.close()
+    return records
+
+
+def _speedup(columns, idx):
+    """(sum tokens / sum seconds) speculative over the verifier alone, on the prompts ``idx``."""
+    tokens, seconds, b_tokens, b_seconds = (c[idx] for c in columns)
+    return (tokens.sum() / seconds.sum()) / (b_tokens.sum() / b_seconds.sum())
+
+
+def decoding_summary(records, seed=0, n_boot=1000) -> str:
+    """A table per task (and all) of decoding records: prompts, tokens, AL, vLLM MAL, tokens per
+    second, and with baselines the verifier alone's tokens per second and the speedup
+    (sum of tokens over sum of seconds, speculative over alone) with a bootstrap 95% interval
+    over prompts (paired resampling)."""
+    rng = np.random.default_rng(seed)
+    tasks = sorted({r["task"] for r in records})
+    lines = [
+        f"{'task':<14} {'prompts':>7} {'tokens':>7} {'AL':>6} {'MAL':>6} {'tok/s':>7} "
+        f"{'alone tok/s':>11} {'speedup':>8} {'95% CI':>15}"
+    ]
+    for task in ["all", *tasks] if len(tasks) > 1 else tasks:
+        sel = [r for r in records if task in ("all", r["task"])]
+        tokens = np.array([r["tokens"] for r in sel], dtype=float)
+        seconds = np.array([r["seconds"] for r in sel], dtype=float)
+        steps = sum(len(r["accepted"]) for r in sel)
+        al = sum(sum(r["accepted"]) for r in sel) / max(steps, 1)
+        rate = tokens.sum() / seconds.sum()
+        row = f"{task:<14} {len(sel):>7} {int(tokens.sum()):>7} {al:>6.2f} {1 + al:>6.2f} {rate:>7.2f}"
+        if all(r.get("baseline") for r in sel):
+            b_tokens = np.array([r["baseline"]["tokens"] for r in sel], dtype=float)
+            b_seconds = np.array([r["baseline"]["seconds"] for r in sel], dtype=float)
+            columns = (tokens, seconds, b_tokens, b_seconds)
+            value = _speedup(columns, np.arange(len(sel)))
+            lo = hi = value
+            if len(sel) > 1:
+                boots = [_speedup(columns, rng.integers(len(sel), size=len(sel))) for _ in range(n_boot)]
+                lo, hi = np.percentile(boots, [2.5, 97.5])
+            row += f" {b_tokens.sum() / b_seconds.sum():>11.2f} {value:>7.2f}x [{lo:5.2f}, {hi:5.2f}]"
+        lines.append(row)
+    return "\n".join(lines)

@@ -10,132 +10,28 @@ prompts already in the trace are skipped.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
-import sys
 import time
 
 import numpy as np
 
-from ._decode import _forward
-from ._io import sha256_file, termination_as_exception
-from ._sampling import SamplingSettings, processed_probs
+from ._hf import encode_chat, eos_ids, generate, load_model, teacher_forced_logits, tokenizer_hash
+from ._io import termination_as_exception
+from ._progress import progress_bar
+from ._prompts import prompt_seed
+from ._sampling import SamplingSettings
 from ._trace import DEFAULT_TOP_K, TraceError, TraceWriter
 
-__all__ = ["dump_trace", "load_completions", "load_model"]
-
-
-def _file_sha256(path: str) -> str:
-    """sha256 of a model file, from its ``.sha256`` sidecar when experiments/fetch_models.py wrote one."""
-    sidecar = path + ".sha256"
-    if os.path.exists(sidecar):
-        with open(sidecar) as fh:
-            return fh.read().split()[0]
-    return sha256_file(path)
-
-
-def _torch_dtype(dtype):
-    import torch
-
-    if not isinstance(dtype, str):
-        return dtype
-    table = {
-        "float32": torch.float32,
-        "fp32": torch.float32,
-        "bfloat16": torch.bfloat16,
-        "bf16": torch.bfloat16,
-        "float16": torch.float16,
-        "fp16": torch.float16,
-    }
-    if dtype not in table:
-        raise ValueError(f"dtype must be one of {sorted(table)}; got {dtype!r}")
-    return table[dtype]
-
-
-def load_model(spec, device="cpu", dtype="float32"):
-    """(model, tokenizer, info) from a Hugging Face id, a local directory, a GGUF file, or an
-    already built model (then ``spec`` is a (model, tokenizer) pair)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    if isinstance(spec, tuple):
-        model, tokenizer = spec
-        return model.to(device).eval(), tokenizer, {"spec": type(model).__name__, "files": {}}
-    spec = str(spec)
-    torch_dtype = _torch_dtype(dtype)
-    if spec.endswith(".gguf"):
-        if not os.path.exists(spec):
-            raise ValueError(f"GGUF file {spec!r} does not exist (experiments/fetch_models.py builds them)")
-        directory, name = os.path.split(os.path.abspath(spec))
-        tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
-        model = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch_dtype)
-        files = {name: _file_sha256(spec)}
-    else:
-        tokenizer = AutoTokenizer.from_pretrained(spec)
-        model = AutoModelForCausalLM.from_pretrained(spec, dtype=torch_dtype)
-        files = {}
-        if os.path.isdir(spec):
-            for fname in sorted(os.listdir(spec)):
-                if fname.endswith((".safetensors", ".bin", ".json")):
-                    files[fname] = _file_sha256(os.path.join(spec, fname))
-    return model.to(device).eval(), tokenizer, {"spec": spec, "files": files}
-
-
-def tokenizer_hash(tokenizer) -> str:
-    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
-    return hashlib.sha256("\n".join(f"{t}\t{i}" for t, i in vocab).encode()).hexdigest()
-
-
-def encode_chat(tokenizer, text: str):
-    """Token ids of a single user turn with the generation prompt (the model's chat template)."""
-    if getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
-        )
-        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-            ids = ids["input_ids"]
-        return list(ids)
-    return tokenizer(text)["input_ids"]
-
-
-def generate_with_logits(model, prompt_ids, settings, max_new_tokens, generator, eos_ids):
-    """Sample from ``model`` with a KV cache; returns (tokens, raw logit rows (T, V) float32)."""
-    import torch
-
-    device = next(model.parameters()).device
-    ids = torch.tensor([prompt_ids], device=device)
-    tokens, rows = [], []
-    with torch.no_grad():
-        logits, past = _forward(model, ids, None)
-        logits = logits[0, -1].float()
-        for _ in range(max_new_tokens):
-            rows.append(logits.cpu())
-            probs = processed_probs(logits[None], settings)[0]
-            token = int(torch.multinomial(probs.cpu(), 1, generator=generator)[0])
-            tokens.append(token)
-            if token in eos_ids:
-                break
-            logits, past = _forward(model, torch.tensor([[token]], device=device), past)
-            logits = logits[0, -1].float()
-    return tokens, torch.stack(rows).numpy()
-
-
-def teacher_forced_logits(model, prompt_ids, tokens):
-    """``model``'s raw next-token logits (T, V) float32 before each of the T ``tokens`` after the
-    prompt, from one forward pass over prompt + tokens[:-1]."""
-    import torch
-
-    device = next(model.parameters()).device
-    full = torch.tensor([list(prompt_ids) + list(tokens[:-1])], device=device)
-    with torch.no_grad():
-        logits = model(input_ids=full).logits[0].float()
-    return logits[len(prompt_ids) - 1 :].cpu().numpy()
+__all__ = ["dump_trace", "load_completions"]
 
 
 def load_completions(path) -> dict[str, list[int]]:
     """{prompt id: token ids} from a JSON Lines file of ``{"id": ..., "token_ids": [...]}`` records
     (ids as the prompt loaders make them: ``"gsm8k-0"``, ``"humaneval-3"``, ...)."""
+    if not os.path.isfile(path):
+        raise ValueError(f"completions file {str(path)!r} does not exist")
     out = {}
     with open(path) as fh:
         for n, line in enumerate(fh, 1):
@@ -183,14 +79,6 @@ def _check_completions(completions, prompts, max_new_tokens):
     return out
 
 
-def prompt_seed(seed: int, prompt_id: str) -> int:
-    """The sampling seed of one prompt: from the user's seed and the prompt's id only (sha256 of
-    the id), so a resumed, limited or reordered dump samples every prompt exactly as a full one."""
-    digest = hashlib.sha256(str(prompt_id).encode("utf-8")).digest()
-    words = [int.from_bytes(digest[i : i + 4], "little") for i in range(0, 16, 4)]
-    return int(np.random.SeedSequence([int(seed), *words]).generate_state(1, dtype=np.uint64)[0] >> 1)
-
-
 def dump_trace(
     verifier,
     draft,
@@ -207,7 +95,8 @@ def dump_trace(
     limit=None,
     store_full=False,
     shard_positions=2048,
-    progress=True,
+    progress=None,
+    cache=True,
 ):
     """Dump a trace of ``prompts`` (``Prompt`` objects) into directory ``out``; resumable.
 
@@ -228,6 +117,9 @@ def dump_trace(
     hashes), tokenizer, chat template, sampling settings, dtype, seed, K and max_new_tokens
     against the trace and refuses a mismatch naming the field.
 
+    GGUF models are dequantised once and cached (``load_model``; ``cache=False`` skips it).
+    Models are recorded by identity (name, source, file sha256 and size), never by local path.
+
     Returns the number of positions written by this call.
     """
     import torch
@@ -235,8 +127,8 @@ def dump_trace(
     settings = settings or SamplingSettings()
     if completions is not None:
         completions = _check_completions(completions, prompts, max_new_tokens)
-    v_model, v_tok, v_info = load_model(verifier, device, dtype)
-    d_model, _d_tok, d_info = load_model(draft, device, dtype)
+    v_model, v_tok, v_info = load_model(verifier, device, dtype, cache=cache, progress=progress)
+    d_model, _d_tok, d_info = load_model(draft, device, dtype, cache=cache, progress=progress)
     vocab = v_model.config.vocab_size if hasattr(v_model.config, "vocab_size") else None
     d_vocab = d_model.config.vocab_size if hasattr(d_model.config, "vocab_size") else None
     if vocab != d_vocab:
@@ -265,17 +157,7 @@ def dump_trace(
     }
     if limit is not None and not (isinstance(limit, (int, np.integer)) and limit >= 0):
         raise ValueError(f"limit must be an integer >= 0 (prompts to dump in this run); got {limit!r}")
-    eos = (
-        {
-            i
-            for i in [v_tok.eos_token_id, *(getattr(v_model.generation_config, "eos_token_id", None) or [])]
-            if i is not None
-        }
-        if isinstance(getattr(v_model.generation_config, "eos_token_id", None), list)
-        else {
-            i for i in (v_tok.eos_token_id, getattr(v_model.generation_config, "eos_token_id", None)) if i is not None
-        }
-    )
+    eos = eos_ids(v_model, v_tok)
     written, start = 0, time.perf_counter()
     with (
         termination_as_exception(),
@@ -284,11 +166,14 @@ def dump_trace(
         ) as writer,
     ):
         todo = [p for p in prompts if p.id not in writer.done_ids][: limit if limit is not None else None]
-        for k, prompt in enumerate(todo, 1):
-            prompt_ids = encode_chat(v_tok, prompt.text)
+        bar = progress_bar(todo, desc="dump", unit="prompt", enabled=progress)
+        for prompt in bar:
+            prompt_ids = encode_chat(v_tok, prompt.text, f"prompt {prompt.id!r}")
             if completions is None:
                 gen = torch.Generator().manual_seed(prompt_seed(seed, prompt.id))
-                tokens, target_rows = generate_with_logits(v_model, prompt_ids, settings, max_new_tokens, gen, eos)
+                tokens, target_rows, _ = generate(
+                    v_model, prompt_ids, settings, max_new_tokens, gen, eos, keep_logits=True
+                )
             else:
                 tokens = completions[prompt.id]
                 if vocab is not None and max(tokens) >= vocab:
@@ -307,14 +192,6 @@ def dump_trace(
                 meta={"source": prompt.source, "prompt_tokens": len(prompt_ids)},
             )
             written += len(tokens)
-            if progress:
-                rate = written / max(time.perf_counter() - start, 1e-9)
-                print(
-                    f"\r[{k}/{len(todo)}] {prompt.id}: {len(tokens)} tokens, {written} total, {rate:.1f} tok/s",
-                    end="",
-                    file=sys.stderr,
-                    flush=True,
-                )
-    if progress:
-        print(file=sys.stderr)
+            bar.set_postfix(prompt=prompt.id, tokens=written, tok_s=f"{written / (time.perf_counter() - start):.1f}")
+        bar.close()
     return written

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["plot_rule_front", "plot_step"]
+__all__ = ["plot_al_vs_kl", "plot_delta_sweep", "plot_delta_sweep_by_task", "plot_rule_front", "plot_step"]
 
 
 def plot_step(rule, draft_probs, target_probs, ax=None, top=None, *, logits=None):
@@ -82,5 +82,129 @@ def plot_rule_front(comparison, m=8, axes=None):
             ax.axvline(edge, color="grey", ls=":", lw=1)
             ax.text(edge, ax.get_ylim()[0], " KL = inf", rotation=90, va="bottom", ha="right", fontsize=7, color="grey")
     axes[0].legend(fontsize=7, ncol=2, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def _middle_m(rows):
+    ms = sorted({r["m"] for r in rows})
+    return ms[len(ms) // 2]
+
+
+def _by_family(rows, m, task="all"):
+    families = {}
+    for r in rows:
+        if r["m"] == m and r["task"] == task:
+            families.setdefault(r["family"], []).append(r)
+    return families
+
+
+def _delta_axis(ax, deltas):
+    """Log delta axis with a tick (and only one) at every delta analysed."""
+    ax.set_xscale("log")
+    if deltas:
+        ax.set_xticks(deltas, [f"{d:g}" for d in deltas])
+        ax.minorticks_off()
+        lo, hi = min(deltas), max(deltas)
+        ax.set_xlim(lo / 1.25, hi * 1.25)
+    ax.set_xlabel("delta")
+
+
+def _pad_y(ax, values):
+    """y limits with room around every value, reference lines included (none sits on the frame)."""
+    values = [v for v in values if np.isfinite(v)]
+    if values:
+        lo, hi = min(values), max(values)
+        pad = 0.08 * (hi - lo) if hi > lo else 0.05 * max(abs(hi), 1e-3)
+        ax.set_ylim(lo - pad, hi + pad)
+
+
+def _sweep(ax, families, key, deltas, errors):
+    """One panel: budgeted families as lines over delta (dodged error bars), others as dashed references."""
+    values = []
+    budgeted = [f for f, rs in families.items() if any(r["delta"] not in ("", None) for r in rs)]
+    for idx, (family, rs) in enumerate(families.items()):
+        color = f"C{idx % 10}"
+        with_delta = sorted((r for r in rs if r["delta"] not in ("", None)), key=lambda r: r["delta"])
+        if with_delta:
+            shift = 1.04 ** (budgeted.index(family) - (len(budgeted) - 1) / 2)  # dodge the error bars
+            x = [r["delta"] * shift for r in with_delta]
+            y = [r[key] for r in with_delta]
+            if errors and f"{key}_lo" in with_delta[0]:
+                err = [[r[key] - r[f"{key}_lo"] for r in with_delta], [r[f"{key}_hi"] - r[key] for r in with_delta]]
+                ax.errorbar(x, y, yerr=err, marker="o", ms=4, capsize=2, lw=1.5, label=family, color=color)
+                values += [r[f"{key}_lo"] for r in with_delta] + [r[f"{key}_hi"] for r in with_delta]
+            else:
+                ax.plot(x, y, marker="o", ms=4, label=family, color=color)
+            values += y
+        else:
+            ax.axhline(rs[0][key], ls="--", lw=1.5, label=family, color=color)
+            values.append(rs[0][key])
+    _delta_axis(ax, deltas)
+    _pad_y(ax, values)
+
+
+def plot_delta_sweep(rows, settings=None, m=None):
+    """Mean acceptance (left) and AL(m) with its bootstrap interval (right) against delta, per
+    rule family, over all tasks (analysis rows, ``AnalysisResult.rows``); rules without a delta
+    are dashed reference lines. Returns the Figure."""
+    import matplotlib.pyplot as plt
+
+    m = m or _middle_m(rows)
+    families = _by_family(rows, m)
+    deltas = sorted({r["delta"] for r in rows if r["delta"] not in ("", None)})
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    _sweep(axes[0], families, "acceptance", deltas, errors=False)
+    _sweep(axes[1], families, "al", deltas, errors=True)
+    axes[0].set_ylabel("mean acceptance per draft")
+    axes[1].set_ylabel(f"AL (accepted drafts per verification), m = {m}")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    axes[1].legend(fontsize=7, loc="best")
+    if settings:
+        fig.suptitle(f"Acceptance and AL against delta (sampling {settings})", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def plot_delta_sweep_by_task(rows, m=None):
+    """AL(m) against delta per rule family, one panel per task, on one y scale. Returns the Figure."""
+    import matplotlib.pyplot as plt
+
+    m = m or _middle_m(rows)
+    tasks = sorted({r["task"] for r in rows} - {"all"})
+    deltas = sorted({r["delta"] for r in rows if r["delta"] not in ("", None)})
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.8), sharey=True, squeeze=False)
+    for ax, task in zip(axes[0], tasks, strict=True):
+        _sweep(ax, _by_family(rows, m, task), "al", deltas, errors=True)
+        ax.set_title(f"{task} ({next(r['sequences'] for r in rows if r['task'] == task)} sequences)", fontsize=9)
+        ax.grid(alpha=0.3)
+    values = [v for r in rows if r["m"] == m and r["task"] != "all" for v in (r["al_lo"], r["al_hi"])]
+    _pad_y(axes[0][0], values)
+    axes[0][0].set_ylabel(f"AL, m = {m}")
+    axes[0][-1].legend(fontsize=7, loc="best")
+    fig.suptitle("AL against delta per task", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def plot_al_vs_kl(rows, m=None):
+    """AL(m) against the mean emitted KL(pi || q) per rule family (all tasks): the trade-off. Returns the Figure."""
+    import matplotlib.pyplot as plt
+
+    m = m or _middle_m(rows)
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    for idx, (family, rs) in enumerate(_by_family(rows, m).items()):
+        rs = sorted(rs, key=lambda r: r["kl_emitted_target"])
+        ax.plot(
+            [r["kl_emitted_target"] for r in rs], [r["al"] for r in rs], marker="o", ms=4, label=family,
+            color=f"C{idx % 10}",
+        )  # fmt: skip
+    ax.set_xscale("symlog", linthresh=1e-3)
+    ax.set_xlabel("mean KL(pi || q) of the emitted distribution (nats / position)")
+    ax.set_ylabel(f"AL, m = {m}")
+    ax.set_title("Trade-off: accepted length against drift", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     return fig

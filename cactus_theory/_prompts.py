@@ -1,16 +1,31 @@
-"""Prompt loaders for the benchmark files in ``shared/data`` (GSM8K, HumanEval, MBPP, MT-Bench,
-Spec-Bench). A prompt keeps a reference to its source (dataset, index, sha256 of the text), so a
-trace can point at it without carrying the text or its token ids."""
+"""Prompts from any file (JSON Lines, JSON, CSV / TSV, plain text) and the benchmark loaders for
+the files in ``shared/data`` (GSM8K, HumanEval, MBPP, MT-Bench, Spec-Bench), chosen explicitly.
+A prompt keeps a reference to its source (task, index, sha256 of the text), so a trace can
+point at it without carrying the text or its token ids."""
 
 from __future__ import annotations
 
+import csv
 import gzip
 import hashlib
 import json
 import os
 from dataclasses import dataclass
 
-__all__ = ["DATASETS", "Prompt", "load_prompts", "mixed_prompts"]
+import numpy as np
+
+__all__ = ["DATASETS", "PROMPT_FIELDS", "RECORD_FORMATS", "Prompt", "load_prompts", "mixed_prompts", "prompt_seed"]
+
+#: Fields (JSON keys, CSV columns) tried in order when ``field`` is not given.
+PROMPT_FIELDS = ("prompt", "text", "question", "turns")
+RECORD_FORMATS = """\
+Prompt files: JSON Lines (.jsonl, .jsonl.gz: one object or string per line), JSON (.json: a
+list of objects or strings), CSV / TSV (.csv, .tsv: a header row) or plain text (any other
+extension: one prompt per line, blank lines skipped). The text is the field --field (JSON key
+or CSV column); by default the first of prompt, text, question, turns that a record has
+("turns": its first element). Tasks are labelled --task (default: the file's name without its
+extensions); prompt ids are TASK-INDEX. --dataset gsm8k|humaneval|mbpp|mt_bench|spec_bench
+reads a benchmark file in its own format, with the instruction the paper's setup uses."""
 
 DATASETS = ("gsm8k", "humaneval", "mbpp", "mt_bench", "spec_bench")
 
@@ -41,20 +56,23 @@ class Prompt:
         return {"dataset": self.task, "index": self.index, "sha256": self.sha256}
 
 
-def _infer(path: str) -> str:
-    low = path.lower()
-    for name in DATASETS:
-        if name.replace("_", "") in low.replace("_", "").replace("-", ""):
-            return name
-    raise ValueError(f"cannot tell the dataset of {path!r}: pass dataset= one of {DATASETS}")
+def prompt_seed(seed: int, prompt_id: str) -> int:
+    """The sampling seed of one prompt: from the user's seed and the prompt's id only (sha256 of
+    the id), so a resumed, limited or reordered dump samples every prompt exactly as a full one."""
+    digest = hashlib.sha256(str(prompt_id).encode("utf-8")).digest()
+    words = [int.from_bytes(digest[i : i + 4], "little") for i in range(0, 16, 4)]
+    return int(np.random.SeedSequence([int(seed), *words]).generate_state(1, dtype=np.uint64)[0] >> 1)
 
 
 def _records(path: str):
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as fh:
-        for line in fh:
+        for n, line in enumerate(fh, 1):
             if line.strip():
-                yield json.loads(line)
+                try:
+                    yield n, json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}, line {n}: not valid JSON ({exc.msg}): one record per line") from None
 
 
 def _text(dataset: str, rec: dict) -> str:
@@ -71,21 +89,104 @@ def _text(dataset: str, rec: dict) -> str:
     return rec["turns"][0]  # mt_bench, spec_bench: the first turn
 
 
-def load_prompts(path, dataset: str | None = None, limit: int | None = None, start: int = 0) -> list[Prompt]:
-    """Prompts from one benchmark file (dataset inferred from the path unless given)."""
+def _stem(path: str) -> str:
+    name = os.path.basename(path)
+    for ext in (".gz", ".jsonl", ".json", ".csv", ".tsv", ".txt"):
+        if name.lower().endswith(ext):
+            name = name[: -len(ext)]
+    return name or "prompts"
+
+
+def _pick(record, field, where):
+    """The prompt text of one record (a string, or a mapping with ``field`` or a default field)."""
+    if isinstance(record, str):
+        if field is not None:
+            raise ValueError(f"{where}: a plain string, so --field {field!r} does not apply")
+        value = record
+    elif isinstance(record, dict):
+        names = (field,) if field is not None else PROMPT_FIELDS
+        key = next((k for k in names if k in record), None)
+        if key is None:
+            wanted = f"field {field!r}" if field is not None else f"any of the fields {', '.join(PROMPT_FIELDS)}"
+            raise ValueError(
+                f"{where}: no {wanted}; the record has {', '.join(map(str, record)) or 'no fields'}: "
+                "pass --field NAME (field= in Python)"
+            )
+        value = record[key]
+        if isinstance(value, list):  # a conversation: its first turn
+            value = value[0] if value else ""
+    else:
+        raise ValueError(f"{where}: expected a JSON object or string, got {type(record).__name__}")
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{where}: the prompt text is empty or not a string ({value!r})")
+    return value
+
+
+def _generic_records(path, field):
+    """(index, text) of every record of a prompt file in any of the RECORD_FORMATS."""
+    low = path.lower()
+    if low.endswith((".jsonl", ".jsonl.gz")):
+        return [(i, _pick(rec, field, f"{path}, line {n}")) for i, (n, rec) in enumerate(_records(path))]
+    if low.endswith(".json"):
+        with open(path, encoding="utf-8") as fh:
+            try:
+                data = json.load(fh)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}: not valid JSON ({exc.msg}); a .json prompt file is one list") from None
+        if not isinstance(data, list):
+            raise ValueError(f"{path}: a .json prompt file must hold a list of records or strings")
+        return [(i, _pick(rec, field, f"{path}, record {i}")) for i, rec in enumerate(data)]
+    if low.endswith((".csv", ".tsv")):
+        with open(path, encoding="utf-8", newline="") as fh:
+            reader = csv.DictReader(fh, delimiter="\t" if low.endswith(".tsv") else ",")
+            return [(i, _pick(dict(row), field, f"{path}, row {i + 2}")) for i, row in enumerate(reader)]
+    if field is not None:
+        raise ValueError(f"{path}: a plain text file has one prompt per line; --field applies to JSON and CSV")
+    with open(path, encoding="utf-8") as fh:
+        lines = [line.rstrip("\n") for line in fh]
+    return list(enumerate(line for line in lines if line.strip()))
+
+
+def load_prompts(
+    path, dataset: str | None = None, limit: int | None = None, start: int = 0, *, field=None, task=None
+) -> list[Prompt]:
+    """Prompts from one file.
+
+    Without ``dataset``, any file in the ``RECORD_FORMATS``: JSON Lines, JSON, CSV / TSV or plain
+    text, the text from ``field`` (default: the first of ``PROMPT_FIELDS`` present), labelled
+    ``task`` (default: the file's stem). With ``dataset`` (one of ``DATASETS``), the benchmark's own
+    format and instruction (e.g. GSM8K's "Solve the problem step by step ..."); the dataset is
+    never guessed from the path. A record without the field, invalid JSON or an empty prompt
+    raise a ValueError naming the file and line.
+    """
     path = str(path)
-    if not os.path.exists(path):
+    if not os.path.isfile(path):
         raise ValueError(f"prompt file {path!r} does not exist")
-    dataset = dataset or _infer(path)
-    if dataset not in DATASETS:
-        raise ValueError(f"dataset must be one of {DATASETS}; got {dataset!r}")
+    if limit is not None and not (isinstance(limit, int) and limit >= 0):
+        raise ValueError(f"limit must be an integer >= 0; got {limit!r}")
+    if dataset is not None:
+        if dataset not in DATASETS:
+            raise ValueError(f"dataset must be one of {DATASETS} (or None for any prompt file); got {dataset!r}")
+        label = task or dataset
+        records = []
+        for i, (n, rec) in enumerate(_records(path)):
+            try:
+                records.append((i, _text(dataset, rec)))
+            except (KeyError, TypeError, IndexError):
+                raise ValueError(
+                    f"{path}, line {n}: not a {dataset} record (see its loader in cactus_theory._prompts); "
+                    "for a file of your own prompts leave out --dataset"
+                ) from None
+    else:
+        label = task or _stem(path)
+        records = _generic_records(path, field)
     out = []
-    for i, rec in enumerate(_records(path)):
+    for i, text in records:
         if i < start:
             continue
         if limit is not None and len(out) >= limit:
             break
-        out.append(Prompt(id=f"{dataset}-{i}", task=dataset, text=_text(dataset, rec), index=i))
+        out.append(Prompt(id=f"{label}-{i}", task=label, text=text, index=i))
     return out
 
 

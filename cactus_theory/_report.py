@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import base64
 import html
-import sys
 import time
 
 import numpy as np
 
 from ._analysis import _png
 from ._io import publish_directory
+from ._plotting import _delta_axis
+from ._progress import say as _say
 
 __all__ = ["build_report"]
 
@@ -130,10 +131,9 @@ def _fig_emitted_kl(result, worst=None):
         )
     if deltas:
         ax.plot(deltas, deltas, color="grey", lw=1, label="KL = delta")
-    ax.set_xscale("log")
+    _delta_axis(ax, deltas)
     ax.set_yscale("symlog", linthresh=1e-3)
     ax.set_ylim(bottom=0)
-    ax.set_xlabel("delta")
     ax.set_ylabel("mean KL(pi || q) per position (nats)")
     ax.legend(fontsize=7)
     ax.set_title("real positions: mean drift")
@@ -142,9 +142,8 @@ def _fig_emitted_kl(result, worst=None):
         ls = "-" if name == "cactus" else "--"
         ax2.plot(worst_deltas, ratios, marker="o", ls=ls, label=f"{name}, V={vocab}")
     ax2.axhline(1.0, color="grey", lw=1)
-    ax2.set_xscale("log")
+    _delta_axis(ax2, list(worst_deltas))
     ax2.set_yscale("log")
-    ax2.set_xlabel("delta")
     ax2.set_ylabel("Gamma(delta) >= worst KL(pi || q) / delta found")
     ax2.set_title("worst case over (p, q): Gamma(delta)")
     if worst:
@@ -184,13 +183,23 @@ def _fig_entropy(result):
     return _png(fig), caption
 
 
+def _model_name(entry) -> str:
+    """A model as a report names it: its name and the sha256 prefix of its first file."""
+    if not isinstance(entry, dict):
+        return "?"
+    files = entry.get("files") or {}
+    first = next(iter(files.values()), None)
+    sha = first.get("sha256") if isinstance(first, dict) else first
+    return f"{entry.get('name', '?')}" + (f" (sha256 {sha[:12]}...)" if isinstance(sha, str) else "")
+
+
 def build_report(
     out_dir="cactus_report",
     trace=None,
     deltas=(0.25, 0.5, 1.0, 2.0),
     ms=(4, 8, 20),
     rules="sps,tas,topk,cactus,cactus-exact,mentored",
-    progress=True,
+    progress=None,
     max_positions=None,
 ):
     """Write ``report.md``, ``report.html`` and PNG figures into ``out_dir``; return the summary table.
@@ -207,7 +216,10 @@ def build_report(
     from ._trace import load_trace
 
     start = time.perf_counter()
-    say = (lambda msg: print(msg, file=sys.stderr, flush=True)) if progress else (lambda msg: None)
+
+    def say(message):
+        _say(message, progress)
+
     figures = []
     say("[1/3] gamma solvers and closed forms")
     figures.append(("gamma_forms.png", *_fig_gamma()))
@@ -220,6 +232,8 @@ def build_report(
             "acceptance_al_vs_delta.png": "Mean acceptance and AL (with bootstrap 95% intervals over sequences) "
             "against delta per rule on the trace; dashed lines: rules without a budget.",
             "al_vs_kl.png": "The trade-off front: AL against the mean KL(pi || q) of what each rule emits.",
+            "al_vs_delta_by_task.png": "AL against delta per task (bootstrap 95% intervals over that task's "
+            "sequences): where the tasks differ, the all-task averages hide it.",
         }[name]
         figures.append(
             (
@@ -253,8 +267,7 @@ def build_report(
         "# cactus_theory report",
         "",
         f"Trace: `{tr.directory}` ({len(tr)} sequences, {tr.n_positions} positions). "
-        f"Verifier: {tr.metadata.get('verifier', {}).get('spec', '?')}; draft: "
-        f"{tr.metadata.get('draft', {}).get('spec', '?')}.",
+        f"Verifier: {_model_name(tr.metadata.get('verifier'))}; draft: {_model_name(tr.metadata.get('draft'))}.",
         "",
         "```",
         table,

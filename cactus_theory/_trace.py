@@ -346,6 +346,11 @@ def _check_tokens(tokens, vocab_size, what):
     return arr.astype(np.int32)
 
 
+def _file_hashes(files):
+    """The sha256 sums of a model's files, from {name: sha256} or {name: {"sha256": ..., "bytes": ...}}."""
+    return sorted(v["sha256"] if isinstance(v, dict) else str(v) for v in files.values())
+
+
 def _fields_differ(old, new):
     """The resume fields whose values differ between two metadata dicts (model entries by hashes)."""
     out = []
@@ -354,7 +359,7 @@ def _fields_differ(old, new):
             continue
         a, b = old.get(key), new[key]
         if isinstance(a, dict) and isinstance(b, dict) and "files" in a and "files" in b:
-            a, b = a["files"], b["files"]
+            a, b = _file_hashes(a["files"]), _file_hashes(b["files"])
         if json.dumps(a, sort_keys=True, default=str) != json.dumps(b, sort_keys=True, default=str):
             out.append((key, a, b))
     return out

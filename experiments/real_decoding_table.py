@@ -116,7 +116,7 @@ def run(args):
         make_rule,
         speculative_generate,
     )
-    from cactus_theory._dump import encode_chat, load_model
+    from cactus_theory._hf import encode_chat, eos_ids, load_model
     from cactus_theory._prompts import _text
 
     models = os.path.join(CACHE, "models")
@@ -124,7 +124,7 @@ def run(args):
     draft, _, _ = load_model(os.path.join(models, "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"), dtype=args.dtype)
     settings = SamplingSettings(temperature=0.6, top_k=20, top_p=0.95)
     rules = {method: make_rule(spec) for method, spec in RULE_SPECS.items()}
-    eos = {tok.eos_token_id} - {None}
+    eos = eos_ids(verifier, tok)  # the one set of end-of-sequence ids (the committed run used the tokenizer's)
     todo = problems(args.data, args.gsm8k, args.humaneval)
     for k, prob in enumerate(todo, 1):
         text = _text(prob["task"], prob["rec"])

@@ -6,6 +6,7 @@ import sys
 
 import mpmath as mp
 import mpref
+import numpy as np
 
 from cactus_theory._cli import main
 
@@ -37,3 +38,125 @@ def test_module_entry_point_and_bad_input():
     assert bad.returncode == 2 and "must be a probability in [0, 1]" in bad.stderr
     bad = _run("gamma", "--target-prob", "0.3", "--delta", "-1")
     assert bad.returncode == 2 and "budget >= 0" in bad.stderr
+
+
+# --- the command line as a new user meets it (issue 14) -------------------------------------------
+
+import argparse  # noqa: E402
+
+import pytest  # noqa: E402
+from tiny_models import tiny_model, write_tiny_gguf  # noqa: E402
+
+from cactus_theory import Trace, TraceWriter, trace_from_arrays  # noqa: E402
+from cactus_theory._cli import build_parser  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def gguf_pair(tmp_path_factory):
+    d = tmp_path_factory.mktemp("models")
+    return str(write_tiny_gguf(tiny_model(4), d / "verifier.gguf")), str(
+        write_tiny_gguf(tiny_model(5, layers=1), d / "draft.gguf")
+    )
+
+
+@pytest.fixture(scope="module")
+def own_prompts(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prompts") / "my_prompts.jsonl"
+    path.write_text("".join(json.dumps({"instruction": t}) + "\n" for t in ("ab cd", "ef gh ab", "cd ef", "gh")))
+    return str(path)
+
+
+def test_every_option_has_help_and_help_shows_defaults():
+    parser = build_parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for name, sub in subs.items():
+        for action in sub._actions:
+            if action.dest != "help":
+                assert action.help, f"{name} {action.option_strings} has no help"
+    text = " ".join(subs["analyze"].format_help().split())
+    assert "(default: sps,tas,cactus,cactus-exact,mentored)" in text and "rfsd" in text and "spec-cascade-tok3" in text
+    assert "(default: None)" not in text
+    assert "(default: 128)" in subs["dump"].format_help() and "JSON Lines" in subs["dump"].format_help()
+    assert "(default: 8)" in subs["decode"].format_help() and "lossy" in subs["decode"].format_help()
+
+
+def _error(capsys, argv, code):
+    assert main(argv) == code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("cactus-theory: error: "), err
+    return err[0]
+
+
+def test_expected_failures_print_one_line(tmp_path, capsys, gguf_pair, own_prompts):
+    v, d = gguf_pair
+    dump = ["dump", "--verifier", v, "--draft", d, "--prompts", own_prompts, "--field", "instruction", "--quiet"]
+    assert "file" in _error(capsys, [*dump, "--out", "/etc/passwd/trace"], 1).lower()  # unwritable --out
+    line = _error(capsys, [*dump, "--out", str(tmp_path / "t"), "--completions", str(tmp_path / "none.jsonl")], 2)
+    assert "does not exist" in line
+    line = _error(capsys, ["dump", "--verifier", "./nowhere", "--draft", d, "--prompts", own_prompts,
+                           "--field", "instruction", "--out", str(tmp_path / "u")], 2)  # fmt: skip
+    assert "'./nowhere' does not exist" in line
+    line = _error(
+        capsys, ["dump", "--verifier", v, "--draft", d, "--prompts", own_prompts, "--out", str(tmp_path / "v")], 2
+    )
+    assert "pass --field NAME" in line
+    TraceWriter(tmp_path / "empty", 64).close()
+    assert "holds no sequences" in _error(capsys, ["analyze", str(tmp_path / "empty"), "--quiet"], 2)
+    (tmp_path / "corrupt").mkdir()
+    (tmp_path / "corrupt" / "manifest.json").write_text("[1, 2]")
+    assert "corrupt" in _error(capsys, ["analyze", str(tmp_path / "corrupt"), "--quiet"], 2)
+    assert "no rules given" in _error(capsys, ["analyze", "--rules", "", "--quiet"], 2)
+    decode = ["decode", "--verifier", v, "--draft", d, "--quiet"]
+    assert "tokenises to nothing" in _error(capsys, [*decode, "--prompt", ""], 2)
+    for argv in ([*dump, "--out", "x", "--max-new-tokens", "0"], [*dump, "--out", "x", "--limit", "-1"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+    assert "must be an integer >= 1" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="holds no sequences"):
+        main(["--debug", "analyze", str(tmp_path / "empty"), "--quiet"])
+
+
+def test_analyze_prints_per_task_tables_and_filters_tasks(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    target = rng.normal(size=(60, 80)) * 3
+    trace_from_arrays(
+        tmp_path / "t", target + rng.normal(size=(60, 80)), target, rng.integers(80, size=60),
+        sequence_lengths=[20, 20, 20], tasks=["gsm8k", "chat", "gsm8k"], top_k=32,
+    )  # fmt: skip
+    assert main(["analyze", str(tmp_path / "t"), "--rules", "sps", "--m", "4", "--bootstrap", "0", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "all tasks (60 positions)" in out and "task chat (20 positions)" in out and "task gsm8k (40 positions)" in out
+    )
+    assert (
+        main(["analyze", str(tmp_path / "t"), "--rules", "sps", "--task", "chat", "--bootstrap", "0", "--quiet"]) == 0
+    )
+    out = capsys.readouterr().out
+    assert "task chat (20 positions)" in out and "gsm8k" not in out
+    line = _error(capsys, ["analyze", str(tmp_path / "t"), "--task", "math", "--quiet"], 2)
+    assert "not in the trace; its tasks: chat, gsm8k" in line
+
+
+def test_own_prompts_dumped_decoded_and_analysed(tmp_path, capsys, gguf_pair, own_prompts):
+    """The walkthrough of docs/walkthrough.md with tiny GGUF models instead of the Qwen pair."""
+    v, d = gguf_pair
+    common = ["--verifier", v, "--draft", d, "--prompts", own_prompts, "--field", "instruction", "--quiet"]
+    assert main(["dump", *common, "--task", "instructions", "--max-new-tokens", "6", "--out", str(tmp_path / "t")]) == 0
+    trace = Trace(tmp_path / "t")
+    assert sorted(s.id for s in trace) == [f"instructions-{i}" for i in range(4)]
+    manifest = (tmp_path / "t" / "manifest.json").read_text()
+    assert str(tmp_path) not in manifest and '"name": "verifier"' in manifest  # identity, not a path
+    capsys.readouterr()
+    assert main(["analyze", str(tmp_path / "t"), "--rules", "sps,cactus(delta=1)", "--bootstrap", "0", "--quiet"]) == 0
+    assert "cactus(delta=1)" in capsys.readouterr().out
+    records = tmp_path / "records.jsonl"
+    argv = ["decode", *common, "--rule", "cactus(delta=1)", "-m", "4", "--max-new-tokens", "6", "--baseline",
+            "--out", str(records)]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "speedup" in out and "my_prompts" in out
+    lines = records.read_text().splitlines()
+    assert len(lines) == 4 and all(json.loads(x)["baseline"]["tokens"] > 0 for x in lines)
+    assert main(argv) == 0  # a rerun reads the records back instead of decoding again
+    assert len(records.read_text().splitlines()) == 4

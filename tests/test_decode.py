@@ -9,7 +9,8 @@ from scipy import stats
 from tiny_models import tiny_model
 
 from cactus_theory import SCD, TAS, Cactus, Lossy, RuleLogits, SpS, SyntheticAcceptance, emitted_distribution
-from cactus_theory._decode import NgramDrafter, _Cached, autoregressive_generate, speculative_generate
+from cactus_theory._decode import NgramDrafter, autoregressive_generate, speculative_generate
+from cactus_theory._hf import CachedModel
 from cactus_theory._sampling import SamplingSettings, processed_probs
 
 PROMPT = [5, 9, 14, 3, 27]
@@ -82,7 +83,7 @@ def test_greedy_sps_equals_greedy_verifier(models, m):
 
 def test_cropped_cache_matches_a_fresh_forward_pass(models):
     verifier, _ = models
-    runner = _Cached(verifier)
+    runner = CachedModel(verifier)
     runner.feed([*PROMPT, 7, 8, 9, 10])
     runner.crop(len(PROMPT) + 1)  # drop 8, 9, 10
     cached = runner.feed([11, 12])

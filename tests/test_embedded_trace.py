@@ -22,6 +22,12 @@ def test_embedded_trace_is_intact_and_large_enough():
     meta = trace.metadata
     assert meta["sampling"] == SamplingSettings(temperature=0.6, top_k=20, top_p=0.95).as_dict()
     assert meta["verifier"]["files"] and meta["draft"]["files"] and meta["tokenizer_sha256"]
+    # models are recorded by identity (name, source, sha256 and size), never by a local path
+    for role in ("verifier", "draft"):
+        assert set(meta[role]) == {"name", "source", "files"} and "spec" not in meta[role]
+        for entry in meta[role]["files"].values():
+            assert len(entry["sha256"]) == 64 and entry["bytes"] > 10**8
+    assert "/root" not in (pathlib.Path(trace.directory) / "manifest.json").read_text()
     assert trace.vocab_size == 151_936 and trace.top_k == 64
     size = sum((pathlib.Path(trace.directory) / s["file"]).stat().st_size for s in trace.manifest["shards"])
     assert size <= 10 * 2**20
@@ -30,8 +36,8 @@ def test_embedded_trace_is_intact_and_large_enough():
 def test_embedded_trace_refers_to_prompts_by_hash_only():
     trace = load_trace(verify=False)
     prompts = {}
-    for rel in FILES.values():
-        for p in load_prompts(DATA / rel, limit=40):
+    for name, rel in FILES.items():
+        for p in load_prompts(DATA / rel, dataset=name, limit=40):
             prompts[p.id] = p
     for rec in trace.manifest["sequences"]:
         source = rec["meta"]["source"]

@@ -227,7 +227,7 @@ def test_prompt_loaders_read_every_benchmark():
         "spec_bench": "spec_bench/question.jsonl",
     }
     for name, rel in files.items():
-        prompts = load_prompts(DATA / rel, limit=3)
+        prompts = load_prompts(DATA / rel, dataset=name, limit=3)
         assert [p.id for p in prompts] == [f"{name}-{i}" for i in range(3)]
         assert all(len(p.text) > 10 and len(p.source["sha256"]) == 64 for p in prompts)
     mixed = mixed_prompts(DATA, {"gsm8k": 2, "humaneval": 2})
@@ -236,12 +236,14 @@ def test_prompt_loaders_read_every_benchmark():
         load_prompts(DATA / "nowhere.jsonl")
 
 
-def test_unknown_dataset_is_named(tmp_path):
-    path = tmp_path / "questions.jsonl"
+def test_the_dataset_is_chosen_never_guessed(tmp_path):
+    path = tmp_path / "humaneval_questions.jsonl"  # a path naming a benchmark no longer wraps the prompts
     path.write_text('{"question": "1 + 1?"}\n')
-    with pytest.raises(ValueError, match="cannot tell the dataset"):
-        load_prompts(path)
-    assert load_prompts(path, dataset="gsm8k")[0].text.startswith("1 + 1?")
+    (prompt,) = load_prompts(path)
+    assert prompt.text == "1 + 1?" and prompt.task == "humaneval_questions" and prompt.id == "humaneval_questions-0"
+    assert load_prompts(path, dataset="gsm8k")[0].text.startswith("1 + 1?\nSolve the problem")
+    with pytest.raises(ValueError, match=r"line 1: not a mt_bench record .* leave out --dataset"):
+        load_prompts(path, dataset="mt_bench")
 
 
 def test_dump_with_tiny_models_is_consistent_and_resumes(tmp_path):
@@ -373,7 +375,7 @@ def test_analysis_matches_a_direct_computation_and_the_cli(tmp_path, capsys):
     sps = next(r for r in result.rows if r["rule"] == "sps" and r["task"] == "all")
     assert abs(sps["kl_emitted_target"]) < 1e-12  # lossless
     paths = write_outputs(result, str(tmp_path / "out"))
-    assert len(paths) == 4
+    assert len(paths) == 5  # csv, json, three figures (two tasks: the per-task one too)
     assert main(["analyze", str(tmp_path / "t"), "--rules", "sps,tas", "--m", "4", "--quiet", "--bootstrap", "50"]) == 0
     assert "tas" in capsys.readouterr().out
     with pytest.raises(ValueError, match="unknown rule"):
@@ -402,7 +404,7 @@ def test_dump_from_gguf_files_written_with_the_gguf_package(tmp_path):
     trace = Trace(tmp_path / "trace")
     (seq,) = list(trace)
     assert n == seq.n_positions and trace.metadata["verifier"]["files"]["verifier.gguf"]
-    from cactus_theory._dump import encode_chat, load_model
+    from cactus_theory._hf import encode_chat, load_model
 
     _, tok, _ = load_model(str(v_path))
     ids = encode_chat(tok, prompt.text)
@@ -415,7 +417,7 @@ def test_cli_dump_teacher_forced_on_a_completions_file(tmp_path, capsys):
     from tiny_models import write_tiny_gguf
 
     from cactus_theory._cli import main
-    from cactus_theory._dump import encode_chat, load_model
+    from cactus_theory._hf import encode_chat, load_model
 
     verifier, draft = tiny_model(4), tiny_model(5, layers=1)
     v_path = write_tiny_gguf(verifier, tmp_path / "verifier.gguf")
@@ -470,6 +472,6 @@ def test_report_on_a_small_trace(tmp_path):
     )
     assert main(["report", "--trace", str(tmp_path / "t"), "--out", str(tmp_path / "r"), "--quiet"]) == 0
     md = (tmp_path / "r" / "report.md").read_text()
-    assert md.count("![") == 7 and "cactus(delta=1)" in md
+    assert md.count("![") == 8 and "cactus(delta=1)" in md  # the per-task figure too: two tasks
     assert "Every rule at the paper grid's parameters" in md and "`rfsd(divergence=js, threshold=0.3)`" in md
     assert "data:image/png;base64," in (tmp_path / "r" / "report.html").read_text()

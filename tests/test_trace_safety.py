@@ -16,9 +16,8 @@ from safetensors.numpy import save_file
 from tiny_models import tiny_model, tiny_tokenizer
 
 from cactus_theory import SamplingSettings, Trace, TraceError, TraceWriter, dump_trace, trace_from_arrays
-from cactus_theory._dump import prompt_seed
 from cactus_theory._io import DirectoryLock, atomic_write, sha256_file
-from cactus_theory._prompts import Prompt
+from cactus_theory._prompts import Prompt, prompt_seed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -278,6 +277,10 @@ sys.path.insert(0, {tests!r}); sys.path.insert(0, {root!r})
 from tiny_models import tiny_model, tiny_tokenizer
 from cactus_theory import SamplingSettings, dump_trace
 from cactus_theory._prompts import Prompt
+import time, cactus_theory._dump as dm
+if {slow}:  # a slow model, so that a signal lands while a prompt is in progress
+    forced = dm.teacher_forced_logits
+    dm.teacher_forced_logits = lambda *a: (time.sleep(0.5), forced(*a))[1]
 prompts = [Prompt(id=f"p{{i}}", task="toy", text=" ".join(f"t{{(5 * i + j) % 60 + 2}}" for j in range(4)), index=i)
            for i in range(6)]
 dump_trace((tiny_model(0), tiny_tokenizer()), (tiny_model(1, layers=1), tiny_tokenizer()), prompts, {out!r},
@@ -286,8 +289,8 @@ dump_trace((tiny_model(0), tiny_tokenizer()), (tiny_model(1, layers=1), tiny_tok
 """
 
 
-def _start_dump(out, shard_positions):
-    script = _DUMP_SCRIPT.format(tests=HERE, root=ROOT, out=str(out), shard_positions=shard_positions)
+def _start_dump(out, shard_positions, slow=False):
+    script = _DUMP_SCRIPT.format(tests=HERE, root=ROOT, out=str(out), shard_positions=shard_positions, slow=slow)
     return subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE)
 
 
@@ -323,9 +326,9 @@ def test_sigkill_at_several_moments_then_resume_gives_the_uninterrupted_trace(tm
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_sigterm_or_ctrl_c_keeps_every_completed_sequence(tmp_path, signum):
     out = tmp_path / "t"
-    child = _start_dump(out, shard_positions=100_000)  # nothing would reach a shard by size
+    child = _start_dump(out, shard_positions=100_000, slow=True)  # nothing would reach a shard by size
     seen = b""
-    while b"[3/" not in seen:
+    while b"prompt=p2" not in seen:  # three prompts done
         chunk = os.read(child.stderr.fileno(), 4096)
         assert chunk, seen.decode()[-2000:]
         seen += chunk

@@ -1,0 +1,338 @@
+"""The Hugging Face side, shared by the dumper and the decoder: loading models (Hugging Face ids,
+local directories, GGUF files) with a cache of dequantised GGUF weights, what identifies a model
+in a manifest, the chat template, one set of end-of-sequence ids, a KV-cached forward pass and
+the one sampling loop."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import inspect
+import json
+import os
+import shutil
+import tempfile
+import time
+
+from ._io import TEMP_PREFIX, _umask, remove_stale_temporaries, sha256_file
+from ._sampling import processed_probs
+
+__all__ = [
+    "CachedModel",
+    "cache_root",
+    "encode_chat",
+    "eos_ids",
+    "generate",
+    "load_model",
+    "model_identity",
+    "sample_token",
+    "teacher_forced_logits",
+    "tokenizer_hash",
+]
+
+_DTYPES = ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
+
+
+def cache_root() -> str:
+    """The user cache: ``$CACTUS_THEORY_CACHE``, else ``~/.cache/cactus_theory``."""
+    return os.environ.get("CACTUS_THEORY_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "cactus_theory")
+
+
+def torch_dtype(dtype):
+    import torch
+
+    if not isinstance(dtype, str):
+        return dtype
+    table = {
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+    }
+    if dtype not in table:
+        raise ValueError(f"dtype must be one of {sorted(table)}; got {dtype!r}")
+    return table[dtype]
+
+
+def file_sha256(path: str) -> str:
+    """sha256 of a model file, from its ``.sha256`` sidecar (experiments/fetch_models.py writes one
+    after checking the pinned sum) when it is newer than the file, else computed."""
+    sidecar = path + ".sha256"
+    if os.path.exists(sidecar) and os.path.getmtime(sidecar) >= os.path.getmtime(path):
+        with open(sidecar) as fh:
+            value = fh.read().split()
+        if value and len(value[0]) == 64:
+            return value[0]
+    return sha256_file(path)
+
+
+def model_identity(name: str, source: str, files: dict) -> dict:
+    """What a manifest and a report record of a model: a name, where it came from, and each
+    file's sha256 and size. Never a path on the machine that dumped it."""
+    return {"name": name, "source": source, "files": files}
+
+
+def _file_entry(path):
+    return {"sha256": file_sha256(path), "bytes": os.path.getsize(path)}
+
+
+def _source_of_gguf(path):
+    sidecar = path + ".source.json"
+    if os.path.exists(sidecar):
+        with contextlib.suppress(OSError, ValueError), open(sidecar) as fh:
+            return str(json.load(fh).get("source", "local GGUF file"))
+    return "local GGUF file"
+
+
+def _looks_like_path(spec: str) -> bool:
+    return spec.startswith(("/", "./", "../", "~", "\\")) or (len(spec) > 1 and spec[1] == ":") or os.path.exists(spec)
+
+
+@contextlib.contextmanager
+def _transformers_bars(enabled):
+    """transformers' own progress bars (dequantising, loading weights) follow ``enabled``."""
+    import sys
+
+    show = enabled or (enabled is None and sys.stderr.isatty())
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # pragma: no cover - the models extra is missing; the caller says so
+        yield
+        return
+    before = hf_logging.is_progress_bar_enabled()
+    (hf_logging.enable_progress_bar if show else hf_logging.disable_progress_bar)()
+    try:
+        if show:
+            yield
+        else:  # the GGUF dequantiser's bar is a bare tqdm on sys.stderr: point that at /dev/null
+            with open(os.devnull, "w") as sink, contextlib.redirect_stderr(sink):
+                yield
+    finally:
+        (hf_logging.enable_progress_bar if before else hf_logging.disable_progress_bar)()
+
+
+def load_model(spec, device="cpu", dtype="float32", *, cache=True, progress=None):
+    """(model, tokenizer, identity); see ``_load_model``. ``progress``: transformers' loading bars
+    (True, False, or None: only on a terminal)."""
+    with _transformers_bars(progress):
+        return _load_model(spec, device, dtype, cache)
+
+
+def _load_model(spec, device="cpu", dtype="float32", cache=True):
+    """(model, tokenizer, identity) from a Hugging Face id, a local directory, a GGUF file, or an
+    already built (model, tokenizer) pair.
+
+    A GGUF file is dequantised by transformers (slow: about a minute for 1.5B parameters); with
+    ``cache=True`` the dequantised float32 weights and the tokenizer are kept as safetensors in
+    ``cache_root()/dequantised/<sha256 of the GGUF>`` the first time, and later loads read them
+    from there (``docs/walkthrough.md`` gives the measured times). ``identity`` is
+    ``model_identity``'s record. Errors: a local path that does not exist, or an id that is
+    neither a local path nor reachable, raise a ValueError saying so.
+    """
+    if isinstance(spec, tuple):
+        model, tokenizer = spec
+        return model.to(device).eval(), tokenizer, model_identity(type(model).__name__, "in-memory model", {})
+    spec = os.path.expanduser(str(spec))
+    tdtype = torch_dtype(dtype)
+    if spec.endswith(".gguf"):
+        if not os.path.isfile(spec):
+            raise ValueError(f"GGUF file {spec!r} does not exist (experiments/fetch_models.py builds the Qwen pair)")
+        model, tokenizer = _load_gguf(spec, tdtype, cache)
+        name = os.path.basename(spec)
+        identity = model_identity(name[: -len(".gguf")], _source_of_gguf(spec), {name: _file_entry(spec)})
+    elif _looks_like_path(spec):
+        if not os.path.isdir(spec):
+            raise ValueError(f"model directory {spec!r} does not exist: give a Hugging Face id, a directory or a .gguf")
+        model, tokenizer = _from_pretrained(spec, tdtype)
+        files = {
+            f: _file_entry(os.path.join(spec, f))
+            for f in sorted(os.listdir(spec))
+            if f.endswith((".safetensors", ".bin", ".json", ".model", ".txt"))
+        }
+        identity = model_identity(os.path.basename(os.path.normpath(spec)), "local directory", files)
+    else:
+        model, tokenizer = _from_pretrained(spec, tdtype)
+        identity = model_identity(spec, "huggingface.co", {})
+    return model.to(device).eval(), tokenizer, identity
+
+
+def _from_pretrained(spec, tdtype, **kwargs):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(spec, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(spec, dtype=tdtype, **kwargs)
+    except OSError as exc:
+        raise ValueError(
+            f"cannot load model {spec!r}: not a local directory, and not reachable as a Hugging Face id "
+            f"({str(exc).splitlines()[0][:200]})"
+        ) from None
+    return model, tokenizer
+
+
+def _load_gguf(path, tdtype, cache):
+    import torch
+
+    directory, name = os.path.split(os.path.abspath(path))
+    if not cache:
+        return _from_pretrained(directory, tdtype, gguf_file=name)
+    root = os.path.join(cache_root(), "dequantised")
+    target = os.path.join(root, file_sha256(path))
+    if os.path.exists(os.path.join(target, "COMPLETE")):
+        return _from_pretrained(target, tdtype)
+    model, tokenizer = _from_pretrained(directory, torch.float32, gguf_file=name)
+    os.makedirs(root, exist_ok=True)
+    remove_stale_temporaries(root)
+    staging = tempfile.mkdtemp(dir=root, prefix=f"{TEMP_PREFIX}{os.getpid()}-", suffix=".tmp")
+    try:
+        _save_dequantised(model, tokenizer, staging)
+        with open(os.path.join(staging, "COMPLETE"), "w") as fh:
+            json.dump({"gguf": name, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, fh)
+        os.chmod(staging, 0o777 & ~_umask())
+        try:
+            os.replace(staging, target)
+        except OSError:  # another process cached it first
+            shutil.rmtree(staging, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return model.to(tdtype), tokenizer
+
+
+def _save_dequantised(model, tokenizer, directory):
+    """Save a model loaded from GGUF (its weights are plain float32 tensors by now) as an ordinary
+    checkpoint: transformers refuses ``save_pretrained`` for it, so the config is written without
+    its GGUF quantization entry and the tensors with safetensors."""
+    import copy
+
+    from safetensors.torch import save_model
+
+    config = copy.deepcopy(model.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.save_pretrained(directory)
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.save_pretrained(directory)
+    save_model(model, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
+    tokenizer.save_pretrained(directory)
+
+
+def tokenizer_hash(tokenizer) -> str:
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    return hashlib.sha256("\n".join(f"{t}\t{i}" for t, i in vocab).encode()).hexdigest()
+
+
+def encode_chat(tokenizer, text: str, what: str = "the prompt"):
+    """Token ids of a single user turn with the generation prompt (the model's chat template).
+    A prompt that tokenises to nothing raises a ValueError naming ``what``."""
+    if getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+        )
+        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+            ids = ids["input_ids"]
+        ids = list(ids)
+    else:
+        ids = list(tokenizer(text)["input_ids"])
+    if not ids:
+        raise ValueError(f"{what} tokenises to nothing ({text[:60]!r}): give it some text")
+    return ids
+
+
+def eos_ids(model, tokenizer) -> set[int]:
+    """The end-of-sequence ids: the tokenizer's and every one in the model's generation config."""
+    ids = {tokenizer.eos_token_id}
+    config = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(config if isinstance(config, (list, tuple, set)) else [config])
+    return {int(i) for i in ids if i is not None}
+
+
+@functools.cache
+def _takes_cache(model_class) -> bool:
+    return "cache" in inspect.signature(model_class.forward).parameters
+
+
+def forward(model, ids, cache):
+    """One cached forward pass: (logits, new cache). transformers >= 5.x names the cache
+    argument and output ``cache``; earlier versions ``past_key_values`` (kept where needed)."""
+    if _takes_cache(type(model)):
+        out = model(input_ids=ids, cache=cache, use_cache=True)
+    else:
+        out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+    new = getattr(out, "cache", None)
+    return out.logits, new if new is not None else out.past_key_values
+
+
+class CachedModel:
+    """A model with a KV cache over a growing token list."""
+
+    def __init__(self, model):
+        import torch
+
+        self.model, self.torch = model, torch
+        self.cache = None
+        self.length = 0  # tokens in the cache
+
+    def feed(self, tokens):
+        """Run the model on ``tokens`` after the cached prefix; logits (len, V) float32."""
+        torch = self.torch
+        ids = torch.tensor([list(tokens)], device=next(self.model.parameters()).device)
+        with torch.no_grad():
+            logits, self.cache = forward(self.model, ids, self.cache)
+        self.length += len(tokens)
+        return logits[0].float()
+
+    def crop(self, length):
+        """Keep the first ``length`` cached tokens (transformers 5: crop takes a negative count)."""
+        if length < self.length:
+            try:
+                self.cache.crop(length - self.length)
+            except ValueError:  # transformers 4.x: crop(max_length) keeps that many
+                self.cache.crop(length)
+            self.length = length
+
+
+def sample_token(probs, generator) -> int:
+    """One token from a probability row (torch), in float64 on the host, with ``generator``."""
+    import torch
+
+    return int(torch.multinomial(probs.double().cpu(), 1, generator=generator)[0])
+
+
+def generate(model, prompt_ids, settings, max_new_tokens, generator, eos, keep_logits=False):
+    """The one sampling loop: sample from ``model`` with a KV cache after ``prompt_ids``, until an
+    end-of-sequence id or ``max_new_tokens``. Returns (tokens, raw logit rows (T, V) float32 as
+    NumPy or None, seconds)."""
+    runner = CachedModel(model)
+    start = time.perf_counter()
+    logits = runner.feed(prompt_ids)[-1]
+    tokens, rows = [], []
+    for _ in range(max_new_tokens):
+        if keep_logits:
+            rows.append(logits.cpu())
+        token = sample_token(processed_probs(logits[None], settings)[0], generator)
+        tokens.append(token)
+        if token in eos:
+            break
+        logits = runner.feed([token])[-1]
+    seconds = time.perf_counter() - start
+    if not keep_logits:
+        return tokens, None, seconds
+    import torch
+
+    return tokens, torch.stack(rows).numpy(), seconds
+
+
+def teacher_forced_logits(model, prompt_ids, tokens):
+    """``model``'s raw next-token logits (T, V) float32 before each of the T ``tokens`` after the
+    prompt, from one forward pass over prompt + tokens[:-1]."""
+    import torch
+
+    device = next(model.parameters()).device
+    full = torch.tensor([list(prompt_ids) + list(tokens[:-1])], device=device)
+    with torch.no_grad():
+        logits = model(input_ids=full).logits[0].float()
+    return logits[len(prompt_ids) - 1 :].cpu().numpy()

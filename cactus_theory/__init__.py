@@ -58,7 +58,6 @@ from ._rules import (
 )
 from ._sampling import SamplingSettings, processed_probs
 from ._simulate import SimulationResult, simulate
-from ._symbolic import SYMPY_GENERATORS, GeneratorFacts, SymbolicGamma, generator_facts, symbolic_gamma
 from ._synthetic import SYNTHETIC_KINDS, synthetic_pairs
 from ._target import cactus_target
 from ._trace import (
@@ -160,3 +159,19 @@ __all__ = [
     "trace_from_arrays",
     "worst_case_drift",
 ]
+
+_SYMBOLIC = ("SYMPY_GENERATORS", "GeneratorFacts", "SymbolicGamma", "generator_facts", "symbolic_gamma")
+
+
+def __getattr__(name):
+    # SymPy takes a third of a second to import: the symbolic API loads on first use, so that
+    # worker processes and the CLI start without it.
+    if name in _SYMBOLIC:
+        from . import _symbolic
+
+        return getattr(_symbolic, name)
+    raise AttributeError(f"module 'cactus_theory' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_SYMBOLIC))

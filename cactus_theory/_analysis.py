@@ -142,6 +142,14 @@ def _ratio_ci(num, den, rng, n_boot):
     return value, float(lo), float(hi)
 
 
+def _limit_threads(threads):
+    """Worker initialiser: processes x threads stays within the machine's cores (the compiled
+    exact-gamma kernel and torch would otherwise each start one thread per core in every worker)."""
+    from . import _kernels
+
+    _kernels.set_threads(threads)
+
+
 def analyze_trace(
     trace,
     rules,
@@ -200,7 +208,8 @@ def analyze_trace(
     if processes > 1 and len(jobs) > 1:
         from multiprocessing import get_context
 
-        pool = get_context("spawn").Pool(processes)
+        threads = max(1, (os.cpu_count() or 1) // processes)
+        pool = get_context("spawn").Pool(processes, initializer=_limit_threads, initargs=(threads,))
     total = sum(trace.manifest["shards"][i]["positions"] for i in shards)
     try:
         with progress_bar(total=total, desc="analyse", unit="pos", enabled=progress) as bar:

@@ -66,6 +66,12 @@ class NumpyBackend:
         return out
 
     @staticmethod
+    def put_last_(x, index, values):
+        """x[..., index] = values in place (one index per row); returns x."""
+        np.put_along_axis(x, np.asarray(index)[..., None], np.asarray(values, dtype=x.dtype)[..., None], axis=-1)
+        return x
+
+    @staticmethod
     def sum_last(x, keepdims=False):
         return np.sum(x, axis=-1, keepdims=keepdims)
 
@@ -104,6 +110,23 @@ class NumpyBackend:
         """The k-th largest value of each row (ties kept), shape (...)."""
         k = min(k, x.shape[-1])
         return np.partition(x, x.shape[-1] - k, axis=-1)[..., x.shape[-1] - k]
+
+    @staticmethod
+    def min_all(x):
+        return np.min(x) if np.size(x) else np.inf
+
+    @staticmethod
+    def positive_part_of_difference(a, b):
+        """max(a - b, 0) as a new array, in two in-place passes."""
+        out = np.subtract(a, b)
+        np.maximum(out, 0.0, out=out)
+        return out
+
+    @staticmethod
+    def divide_rows_(x, z):
+        """x /= z (z shaped (..., 1)), in place; returns x."""
+        x /= z
+        return x
 
     where = staticmethod(np.where)
     minimum = staticmethod(np.minimum)
@@ -183,6 +206,12 @@ class TorchBackend:
         values = self.asarray(values, like=x).expand(x.shape[:-1])
         return x.scatter(-1, index.unsqueeze(-1), values.unsqueeze(-1))
 
+    def put_last_(self, x, index, values):
+        index = self.asarray(index).to(device=x.device, dtype=self.torch.int64)
+        index = index.expand(x.shape[:-1]) if index.dim() < x.dim() - 1 else index
+        values = self.asarray(values, like=x).expand(x.shape[:-1])
+        return x.scatter_(-1, index.unsqueeze(-1), values.unsqueeze(-1))
+
     def sum_last(self, x, keepdims=False):
         return x.sum(dim=-1, keepdim=keepdims)
 
@@ -208,6 +237,15 @@ class TorchBackend:
     def topk_threshold(self, x, k):
         k = min(k, x.shape[-1])
         return self.torch.topk(x, k, dim=-1).values[..., -1]
+
+    def min_all(self, x):
+        return x.min() if x.numel() else float("inf")
+
+    def positive_part_of_difference(self, a, b):
+        return self.torch.sub(a, b).clamp_(min=0.0)
+
+    def divide_rows_(self, x, z):
+        return x.div_(z)
 
     def where(self, cond, a, b):
         ref = a if _is_torch(a) else b if _is_torch(b) else cond

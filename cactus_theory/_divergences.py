@@ -65,21 +65,24 @@ def _finish(out):
 # The built-in ones are written for any floating dtype: float64, and long double for the
 # certification step of exact_gamma.
 def _kl_perspective(a, b, d):
-    """a log(a/b) - a + b >= 0, with 0 log 0 = 0 and a log(a/0) = inf; accurate when a ~ b."""
+    """a log(a/b) - a + b >= 0, with 0 log 0 = 0 and a log(a/0) = inf; accurate when a ~ b.
+
+    Each branch is evaluated only where it applies (the 20-term series dominates the cost).
+    """
+    a, b, d = np.broadcast_arrays(a, b, d)
     with np.errstate(all="ignore"):
         u = d / b
+        out = np.empty(u.shape, dtype=u.dtype)
+        near = np.abs(u) < _SERIES_RADIUS
+        un = u[near]
+        out[near] = b[near] * un * un * np.polyval(_H_COEFFS.get(u.dtype, _H_COEFFS[np.dtype(np.float64)]), un)
         # log1p(d/b) keeps digits for moderate u; log a - log b survives a/b overflowing
         # (subnormal b); a log(a/b) is right when a << b, where the caller's d may be -b rounded.
-        direct = (
-            np.where(
-                u > -0.5,
-                np.where(u > 1.0, a * _log_ratio(a, b), a * np.log1p(u)),
-                np.where(a > 0, a * _log_ratio(a, b), 0.0),
-            )
-            - d
-        )
-        series = b * u * u * np.polyval(_H_COEFFS.get(u.dtype, _H_COEFFS[np.dtype(np.float64)]), u)
-    out = np.where(np.abs(u) < _SERIES_RADIUS, series, direct)
+        mid = ~near & (u > -0.5) & (u <= 1.0)
+        out[mid] = a[mid] * np.log1p(u[mid]) - d[mid]
+        far = ~near & ~mid
+        af, bf = a[far], b[far]
+        out[far] = np.where(af > 0, af * _log_ratio(af, bf), 0.0) - d[far]
     out = np.where(a == 0, b, out)
     out = np.where(b == 0, np.where(a > 0, np.inf, 0.0), out)
     return out

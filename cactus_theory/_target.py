@@ -55,15 +55,24 @@ def cactus_target(target_probs, drafted_token, gamma, *, atol=NORMALISATION_ATOL
 
 
 def target_core(b, q, n, g):
-    """Cactus target on validated, promoted backend arrays (no checks)."""
-    rest = b.sum_last(b.put_last(q, n, 0.0))
+    """Cactus target on validated, promoted backend arrays (no checks).
+
+    1 - q(n) is the other tokens' summed mass: the row total minus q(n), recomputed as the sum of
+    the others where that difference would cancel (q(n) within 1e-4 of the total), so h sums to
+    1 to rounding even when q(n) is near 1. About three passes over q in the common case.
+    """
+    total = b.sum_last(q)
+    qn = b.take_last(q, n)
+    rest = total - qn
+    close = rest < 1e-4 * total
+    if b.any(close):
+        rest = b.where(close, b.sum_last(b.put_last(q, n, 0.0)), rest)
     has_rest = rest > 0
     # (1 - gamma) / (1 - q(n)) with 1 - q(n) taken as the other tokens' summed mass: written
     # 1 - (gamma - q(n)) / rest below gamma = 1/2 (no cancellation there) and (1 - gamma) / rest
     # above (1 - gamma is exact there); exactly 1 when gamma = q(n), so delta = 0 is SpS to the bit.
-    qn = b.take_last(q, n)
     safe_rest = b.where(has_rest, rest, 1.0)
     scale = b.where(g < 0.5, 1.0 - (g - qn) / safe_rest, (1.0 - g) / safe_rest)
     scale = b.where(g == qn, 1.0, scale)
     scale = b.maximum(b.where(has_rest, scale, 0.0), 0.0)
-    return b.put_last(q * scale[..., None], n, b.where(has_rest, g, 1.0))
+    return b.put_last_(q * scale[..., None], n, b.where(has_rest, g, 1.0))

@@ -92,8 +92,9 @@ def check_distribution(arr, name: str, atol: float = NORMALISATION_ATOL, backend
     """Check distributions over the last axis: finite, >= 0, each row sums to 1 within the
     tolerance of its dtype and vocabulary size (``normalisation_tolerance``; ``atol`` at least).
 
-    Works on NumPy arrays and (with ``backend``) torch tensors; the sums are taken in float64
-    (float32 on devices without it is not an issue: the check is on the host copy's dtype).
+    Works on NumPy arrays and (with ``backend``) torch tensors. Costs two read-only passes (row
+    sums in the input's dtype, with pairwise / cascade summation, and the minimum); a failing
+    input is then scanned for the first bad entry, which the error quotes.
     """
     if backend is None:
         from ._backend import namespace
@@ -107,6 +108,25 @@ def check_distribution(arr, name: str, atol: float = NORMALISATION_ATOL, backend
         raise ValueError(f"{name} has an empty vocabulary axis (shape {shape})")
     if not backend.is_floating(arr):
         raise ValueError(f"{name} must be a floating-point array of probabilities; got dtype {arr.dtype}")
+    atol = normalisation_tolerance(backend.eps(arr), shape[-1], atol)
+    # Two read-only passes: the row sums (NaN and +-inf propagate into them) and the minimum.
+    # Only a failing input pays for the detailed diagnosis below.
+    summed = arr if backend.eps(arr) <= _EPS32 else backend.promote(arr)  # half precision: sum in float32
+    sums = backend.to_numpy(backend.sum_last(summed)).astype(np.float64)
+    if np.all(np.isfinite(sums)) and float(backend.min_all(arr)) >= 0:
+        bad = np.abs(sums - 1.0) > atol
+        if bad.any():
+            raise ValueError(
+                f"{name} must sum to 1 over its last axis (tolerance {atol:g}); a row sums to "
+                f"{sums[bad].flat[0].item()!r}{_first_bad(bad)}: normalise it (e.g. softmax of logits) first"
+            )
+        return arr
+    _diagnose(arr, name, backend)
+    raise ValueError(f"{name} must be finite probabilities; its row sums overflow")  # pragma: no cover
+
+
+def _diagnose(arr, name, backend):
+    """The first non-finite or negative entry of ``arr``, as a ValueError."""
     bad = ~backend.isfinite(arr)
     if backend.any(bad):
         bad = backend.to_numpy(bad)
@@ -117,15 +137,6 @@ def check_distribution(arr, name: str, atol: float = NORMALISATION_ATOL, backend
         bad = backend.to_numpy(bad)
         value = backend.to_numpy(arr)[bad].flat[0].item()
         raise ValueError(f"{name} must be non-negative; got {value!r}{_first_bad(bad)}")
-    atol = normalisation_tolerance(backend.eps(arr), shape[-1], atol)
-    sums = backend.to_numpy(backend.sum_last(backend.promote(arr))).astype(np.float64)
-    bad = np.abs(sums - 1.0) > atol
-    if bad.any():
-        raise ValueError(
-            f"{name} must sum to 1 over its last axis (tolerance {atol:g}); a row sums to "
-            f"{sums[bad].flat[0].item()!r}{_first_bad(bad)}: normalise it (e.g. softmax of logits) first"
-        )
-    return arr
 
 
 def check_token(token, vocab_size: int, name: str, backend):

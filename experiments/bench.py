@@ -1,26 +1,39 @@
-"""Benchmarks as ratios measured in one process (medians over repeats; never a lone absolute time).
+"""Benchmarks as ratios against fair baselines measured in the same process (medians over repeats).
 
 Usage:
-    python experiments/bench.py [--repeats 5] [--quick]
+    python experiments/bench.py [--repeats 5] [--quick] [--cuda-only]
 
-Prints a table of ratios:
-- exact gamma (KL, chi2, Hellinger) on 1,000,000 (q, delta) pairs: vectorised `exact_gamma` vs a
-  Python loop of `scipy.optimize.brentq` (timed on 10,000 pairs and scaled) vs the Taylor closed
-  form on the same arrays, and the max relative difference from the scalar path;
-- emitted distribution of a Cactus step: O(V log V) vs the O(V^2) brute force at V = 2,048, and at
-  V = 151,936 vs one `np.sort` of V floats (brute force extrapolated as V^2);
-- q(n)-only trace statistics (SpS / Cactus acceptance and AL over positions) vs one plain NumPy
-  pass over the same arrays;
-- the rules batched in torch vs NumPy on CPU (and cuda when present);
-- peak memory (tracemalloc) of the V = 151,936 emitted-distribution step.
+Every ratio divides our time by the time of what a user or a serving engine would write, run on
+the same arrays in the same process:
+
+- rules: SpS and Cactus acceptance + correction at 256 x 151,936 (torch CPU float32, NumPy
+  float64; cuda float32 and bfloat16 when a GPU is present) against the plain formula written
+  directly in torch / NumPy without checks (gather p(n), q(n); min(1, ratio); residual
+  max(h - p, 0) normalised), ours with validation on and off;
+- exact gamma (KL) on 10^6 pairs, q in (1e-6, 1 - 1e-6) uniform, delta in (1e-4, 10) log-uniform,
+  against the Taylor closed form and against the loop a user writes: scipy.optimize.brentq on a
+  math.log expression with xtol = 1e-14 (timed on 20,000 pairs, scaled); numba's first-call
+  compile time (fresh cache) and cached load time;
+- trace statistics: SpS / Cactus acceptance and AL(8) for every block start from q(n), p(n)
+  against one plain NumPy pass over the same arrays (the embedded trace's values, tiled);
+- the emitted distribution of Cactus at V = 151,936 against one np.sort (and np.argsort) of V
+  floats, and batched over 7,577 rows of 100 tokens;
+- analysis throughput: positions per second per core for the default rule set on the embedded
+  trace, against only reading and processing the shards, with 1 and 2 processes, and where the
+  time goes (reading, rules, bootstrap).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import platform
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
-import tracemalloc
 
 import numpy as np
 from scipy import optimize
@@ -29,19 +42,21 @@ from cactus_theory import (
     Cactus,
     SamplingSettings,
     SpS,
+    Trace,
+    TraceWriter,
+    analyze_trace,
     approx_gamma,
-    binary_divergence,
     exact_gamma,
-    expected_accepted_length,
-    get_divergence,
     load_trace,
     parse_rules,
 )
-from cactus_theory._analysis import _shard_stats
-from cactus_theory._rules._base import emitted_bruteforce
+from cactus_theory._kernels import HAVE_NUMBA, windowed_accepted_length_of_ratio
+
+ROWS, VOCAB = 256, 151_936
 
 
 def median_time(fn, repeats):
+    fn()  # warm-up: first-touch page faults, lazy imports, compiled kernels
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -50,100 +65,197 @@ def median_time(fn, repeats):
     return statistics.median(times)
 
 
-SAMPLE = 10_000
+# --- rules ---------------------------------------------------------------------------------------
+
+
+def plain_torch(rule, delta=1.0):
+    """The plain formula as a serving engine writes it in torch (MANGA-UOFA/Cactus style), no checks."""
+    import torch
+
+    def run(p, q, n):
+        pn, qn = p.gather(-1, n[:, None])[:, 0], q.gather(-1, n[:, None])[:, 0]
+        if rule == "sps":
+            a = torch.clamp(qn / pn, max=1.0)
+            r = torch.clamp(q - p, min=0.0)
+        else:
+            g = torch.clamp(qn + torch.sqrt(2 * delta * qn * (1 - qn)), max=1.0)
+            a = torch.clamp(g / pn, max=1.0)
+            h = q * ((1 - g) / (1 - qn))[:, None]
+            h.scatter_(-1, n[:, None], g[:, None])
+            r = torch.clamp(h - p, min=0.0)
+        return a, r / r.sum(-1, keepdim=True)
+
+    return run
+
+
+def plain_numpy(rule, delta=1.0):
+    def run(p, q, n):
+        pn = np.take_along_axis(p, n[:, None], -1)[:, 0]
+        qn = np.take_along_axis(q, n[:, None], -1)[:, 0]
+        if rule == "sps":
+            a = np.minimum(qn / pn, 1.0)
+            r = np.maximum(q - p, 0.0)
+        else:
+            g = np.minimum(qn + np.sqrt(2 * delta * qn * (1 - qn)), 1.0)
+            a = np.minimum(g / pn, 1.0)
+            h = q * ((1 - g) / (1 - qn))[:, None]
+            np.put_along_axis(h, n[:, None], g[:, None], -1)
+            r = np.maximum(h - p, 0.0)
+        r /= r.sum(-1, keepdims=True)
+        return a, r
+
+    return run
+
+
+def rule_inputs(device="cpu", dtype="float32", rows=ROWS, vocab=VOCAB):
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    zq = torch.randn(rows, vocab, generator=gen) * 3
+    zp = zq + torch.randn(rows, vocab, generator=gen)
+    p, q = torch.softmax(zp, -1), torch.softmax(zq, -1)
+    n = torch.multinomial(p, 1, generator=gen)[:, 0]
+    if dtype == "numpy":
+        p64, q64 = p.double().numpy(), q.double().numpy()
+        return p64 / p64.sum(-1, keepdims=True), q64 / q64.sum(-1, keepdims=True), n.numpy()
+    tdtype = getattr(torch, dtype)
+    return p.to(device=device, dtype=tdtype), q.to(device=device, dtype=tdtype), n.to(device)
+
+
+def bench_rules(repeats, devices=(("cpu", "float32"), ("numpy", "float64")), rows=ROWS, vocab=VOCAB):
+    out = []
+    for device, dtype in devices:
+        if device == "numpy":
+            p, q, n = rule_inputs(dtype="numpy", rows=rows, vocab=vocab)
+            label = "NumPy float64"
+        else:
+            p, q, n = rule_inputs(device, dtype, rows, vocab)
+            label = f"torch {device} {dtype}"
+        out += [_rule_row(name, rule, p, q, n, device, label, repeats, rows, vocab) for name, rule in RULES]
+    return out
+
+
+RULES = (("sps", SpS()), ("cactus", Cactus(1.0)))
+
+
+def _rule_row(name, rule, p, q, n, device, label, repeats, rows, vocab):
+    sync = _sync(device)
+    plain = (plain_numpy if device == "numpy" else plain_torch)(name)
+    base = median_time(lambda: sync(plain(p, q, n)), repeats)
+    ours = median_time(lambda: sync(rule.acceptance_and_correction(p, q, n)), repeats)
+    fast = median_time(lambda: sync(rule.acceptance_and_correction(p, q, n, validate=False)), repeats)
+    two = median_time(lambda: sync((rule.acceptance(p, q, n), rule.correction(p, q, n))), repeats)
+    return (
+        f"{rule.describe()} acceptance + correction, {rows} x {vocab:,}, {label}",
+        f"{ours / base:.2f}x the plain formula (validated)",
+        f"{fast / base:.2f}x with validate=False",
+        f"plain {base * 1e3:.0f} ms; as two calls (each validated) {two / base:.2f}x",
+    )
+
+
+def _sync(device):
+    if device == "cuda":
+        import torch
+
+        def sync(result):
+            torch.cuda.synchronize()
+            return result
+
+        return sync
+    return lambda result: result
+
+
+# --- exact gamma ---------------------------------------------------------------------------------
+
+
+def user_brentq_loop(q, delta):
+    """What a user writes: scipy's brentq on the KL expression, math.log, xtol = 1e-14."""
+    out = np.empty(q.size)
+    for i in range(q.size):
+        qi, di = float(q[i]), float(delta[i])
+        if -math.log(qi) <= di:
+            out[i] = 1.0
+            continue
+
+        def f(g, qi=qi, di=di):
+            if g >= 1.0:
+                return -math.log(qi) - di
+            return g * math.log(g / qi) + (1 - g) * math.log((1 - g) / (1 - qi)) - di
+
+        out[i] = optimize.brentq(f, qi, 1.0, xtol=1e-14)
+    return out
+
+
+def compile_times():
+    """numba's first-call compile time with an empty cache, then the load time from the cache."""
+    if not HAVE_NUMBA:
+        return "numba not installed"
+    code = (
+        "import time, numpy as np; t = time.perf_counter(); "
+        "from cactus_theory._kernels import exact_kl_gamma, windowed_accepted_length; "
+        "exact_kl_gamma(np.array([0.3]), np.array([1.0])); windowed_accepted_length(np.ones((1, 9)), 8); "
+        "print(time.perf_counter() - t)"
+    )
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+        first = float(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout)
+        second = float(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout)
+    return f"numba kernels: first call {first:.1f} s (compiling), then {second:.2f} s (on-disk cache)"
 
 
 def bench_gamma(repeats, n):
     rng = np.random.default_rng(0)
     q = rng.uniform(1e-6, 1 - 1e-6, n)
-    delta = 10.0 ** rng.uniform(-4, 0.5, n)
-    rows = []
-    for name in ("kl", "chi2", "hellinger"):
-        vec = median_time(lambda name=name: exact_gamma(q, delta, name), repeats)
-        taylor = median_time(lambda name=name: approx_gamma(q, delta, name), repeats)
-        sample = SAMPLE
-
-        def loop(name=name, sample=SAMPLE):
-            out = np.empty(sample)
-            for i in range(sample):
-                qi, di = q[i], delta[i]
-                if float(binary_divergence(1.0, qi, name)) <= di:
-                    out[i] = 1.0
-                    continue
-                out[i] = optimize.brentq(lambda g, qi=qi, di=di: float(binary_divergence(g, qi, name)) - di, qi, 1.0)
-            return out
-
-        loop_time = median_time(loop, 1) * n / sample
-        err = np.max(
-            np.abs(
-                exact_gamma(q[:2000], delta[:2000], name) / exact_gamma(q[:2000], delta[:2000], name, method="brentq")
-                - 1
-            )
-        )
-        _, info = exact_gamma(q, delta, name, full_output=True)
-        div = get_divergence(name)
-        inc = approx_gamma(q, delta, name) - q
-        one_b = median_time(lambda div=div, inc=inc: div.binary_increment(inc, q), repeats)
-        rows.append(
-            (
-                f"exact_gamma {name}, {n:,} pairs",
-                f"{loop_time / vec:,.0f}x faster than a brentq loop",
-                f"{vec / taylor:,.1f}x the Taylor closed form",
-                f"max rel. diff vs scalar path {err:.1e}; {info.method}: {info.iterations.mean():.2f} iterations "
-                f"per pair; one B_f evaluation = {one_b / taylor:.1f}x the Taylor form",
-            )
-        )
-    return rows
-
-
-def bench_emitted(repeats, big):
-    rng = np.random.default_rng(1)
-    rows = []
-    v = 2048
-    p, q = rng.dirichlet(np.full(v, 0.1)), rng.dirichlet(np.full(v, 0.1))
-    fast = median_time(lambda: Cactus(1.0).emitted(p, q), repeats)
-    small_v = 256  # the brute force is timed at a size it finishes, then scaled as V^2
-    ps, qs = rng.dirichlet(np.full(small_v, 0.1)), rng.dirichlet(np.full(small_v, 0.1))
-    brute_small = median_time(lambda: emitted_bruteforce(Cactus(1.0), ps, qs), 1)
-    brute = brute_small * (v / small_v) ** 2
-    rows.append((f"emitted Cactus V={v:,}", f"{brute / fast:,.0f}x faster than brute force (V^2-scaled)", "", ""))
-    p, q = rng.dirichlet(np.full(big, 0.05)), rng.dirichlet(np.full(big, 0.05))
-    fast_big = median_time(lambda: Cactus(1.0).emitted(p, q), repeats)
-    sort = median_time(lambda: np.sort(p), repeats)
-    brute_big = brute_small * (big / small_v) ** 2
-    tracemalloc.start()
-    Cactus(1.0).emitted(p, q)
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    rows.append(
+    delta = 10.0 ** rng.uniform(-4, 1, n)
+    taylor = median_time(lambda: approx_gamma(q, delta), repeats)
+    tight = median_time(lambda: exact_gamma(q, delta), repeats)
+    fast = median_time(lambda: exact_gamma(q, delta, tight=False), repeats)
+    sample = min(20_000, n)
+    loop = median_time(lambda: user_brentq_loop(q[:sample], delta[:sample]), 1) * n / sample
+    _, info = exact_gamma(q, delta, full_output=True)
+    ref = user_brentq_loop(q[:2000], delta[:2000])
+    diff = np.max(np.abs(exact_gamma(q[:2000], delta[:2000]) / ref - 1))
+    rows = [
         (
-            f"emitted Cactus V={big:,}",
-            f"{fast_big / sort:,.1f}x one np.sort",
-            f"{brute_big / fast_big:,.0f}x faster than brute force (V^2-scaled)",
-            f"peak {peak / 2**20:,.0f} MiB ({peak / (8 * big):,.0f} float64 rows)",
-        )
-    )
+            f"exact_gamma KL, {n:,} pairs (default: never over delta, within 2 ulp)",
+            f"{tight / taylor:,.1f}x the Taylor closed form",
+            f"{loop / tight:,.1f}x faster than the user's brentq loop",
+            f"{info.method}; {info.iterations.mean():.2f} Newton iterations and {info.function_calls.mean():.2f} "
+            f"B_f evaluations per pair; max rel. diff vs the loop {diff:.1e} (the loop's xtol)",
+        ),
+        (
+            f"exact_gamma KL, {n:,} pairs, tight=False (never over delta, a few ulp below at most)",
+            f"{fast / taylor:,.1f}x the Taylor closed form",
+            f"{loop / fast:,.1f}x faster than the user's brentq loop",
+            f"Taylor {taylor * 1e3:.0f} ms, brentq loop {loop:.1f} s per {n:,} pairs; {compile_times()}",
+        ),
+    ]
+    for name in ("chi2", "hellinger"):
+        t_exact = median_time(lambda name=name: exact_gamma(q, delta, name), repeats)
+        t_taylor = median_time(lambda name=name: approx_gamma(q, delta, name), repeats)
+        rows.append((f"exact_gamma {name}, {n:,} pairs", f"{t_exact / t_taylor:,.1f}x the Taylor closed form", "", ""))
     return rows
+
+
+# --- statistics ----------------------------------------------------------------------------------
 
 
 def trace_token_probs():
     """q(n) and p(n) of the token the verifier sampled, at every position of the embedded trace."""
     trace = load_trace()
-    settings = trace.metadata["sampling"]
+    settings = SamplingSettings(**trace.metadata["sampling"])
     q_n, p_n = [], []
     for seq in trace:
-        draft_probs, target_probs = seq.distributions(SamplingSettings(**settings))
-        # the support's columns are the target's stored ids, then the draft's: the sampled token
-        # (inside the verifier's top-20) is found among the target's
+        draft_probs, target_probs = seq.distributions(settings)
         col = np.argmax(seq.topk_ids["target"] == seq.tokens[:, None], axis=-1)
         rows = np.arange(target_probs.shape[0])
         q_n.append(target_probs[rows, col])
         p_n.append(draft_probs[rows, col])
-    return np.concatenate(q_n), np.concatenate(p_n), trace
+    return np.concatenate(q_n), np.concatenate(p_n)
 
 
 def bench_trace_stats(repeats, positions):
-    q_n, p_n, trace = trace_token_probs()
+    q_n, p_n = trace_token_probs()
     reps = -(-positions // q_n.size)
     target_prob = np.tile(q_n, reps)[:positions]
     draft_prob = np.maximum(np.tile(p_n, reps)[:positions], 1e-300)
@@ -152,69 +264,139 @@ def bench_trace_stats(repeats, positions):
         return np.minimum(target_prob / draft_prob, 1.0).mean()
 
     def sps():
-        a = np.minimum(target_prob / draft_prob, 1.0)
-        return expected_accepted_length(a, 8).mean()
+        beta, al = windowed_accepted_length_of_ratio(target_prob, draft_prob, 8)
+        return beta.mean(), al[: positions - 7].mean()
 
     def cactus():
-        g = approx_gamma(target_prob, 1.0)
-        a = np.minimum(g / draft_prob, 1.0)
-        return expected_accepted_length(a, 8).mean()
+        beta, al = windowed_accepted_length_of_ratio(target_prob, draft_prob, 8, delta=1.0)
+        return beta.mean(), al[: positions - 7].mean()
 
     base = median_time(plain, repeats)
-    rows = [
+    return [
         (
-            f"q(n)-only stats, {positions:,} positions (the embedded trace's q(n), p(n), tiled)",
-            f"SpS acceptance + AL(8) at {base / median_time(sps, repeats):.0%} of a plain NumPy pass",
-            f"Cactus at {base / median_time(cactus, repeats):.0%}",
-            "",
+            f"acceptance + AL(8) for every block start, {positions:,} positions (the embedded trace's q(n), p(n))",
+            f"SpS at {base / median_time(sps, repeats):.0%} of a plain NumPy pass",
+            f"Cactus (Taylor) at {base / median_time(cactus, repeats):.0%}",
+            f"one fused compiled pass; plain pass {base * 1e3:.1f} ms",
         )
     ]
-    shard = trace.shard(0)
-    n_pos = sum(seq.n_positions for seq in shard)
-    rules = parse_rules("sps,cactus,cactus-exact,mentored", (1.0,))
-    settings = SamplingSettings(**trace.metadata["sampling"])
-    tracemalloc.start()
-    _shard_stats((trace.directory, 0, rules, (8,), settings, "verifier"))
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    rows.append(
+
+
+# --- emitted distribution ------------------------------------------------------------------------
+
+
+def bench_emitted(repeats, vocab):
+    rng = np.random.default_rng(1)
+    z = rng.normal(size=vocab) * 3
+    q = np.exp(z - z.max())
+    q /= q.sum()
+    z2 = z + rng.normal(size=vocab)
+    p = np.exp(z2 - z2.max())
+    p /= p.sum()
+    rule = Cactus(1.0)
+    t = median_time(lambda: rule.emitted(p, q), repeats)
+    sort = median_time(lambda: np.sort(p), repeats)
+    argsort = median_time(lambda: np.argsort(p), repeats)
+    P, Q = rng.dirichlet(np.ones(100), size=7577), rng.dirichlet(np.ones(100), size=7577)
+    t_rows = median_time(lambda: rule.emitted(P, Q), repeats)
+    return [
         (
-            f"analyse one trace shard ({len(shard)} sequences, {n_pos:,} positions), 4 rules",
-            f"peak {peak / 2**20:,.0f} MiB",
-            "",
-            "tracemalloc (NumPy allocations)",
+            f"emitted Cactus V={vocab:,} (softmax of Gaussian logits)",
+            f"{t / sort:,.1f}x one np.sort of V floats",
+            f"{t / argsort:,.1f}x one np.argsort",
+            f"np.sort {sort * 1e3:.2f} ms; 7,577 rows of 100 tokens at once: {t_rows * 1e3:.0f} ms",
         )
+    ]
+
+
+# --- analysis throughput -------------------------------------------------------------------------
+
+
+def tiled_trace(trace, copies, directory):
+    """The trace's sequences ``copies`` times over (new ids), in shards of the same size."""
+    size = max(s["positions"] for s in trace.manifest["shards"])
+    with TraceWriter(
+        directory, trace.vocab_size, top_k=trace.top_k, metadata=trace.metadata, shard_positions=size
+    ) as w:
+        for copy in range(copies):
+            for seq in trace:
+                compressed = {r: (seq.topk_logits[r], seq.topk_ids[r], seq.lse[r]) for r in ("target", "draft")}
+                w.add_compressed(f"{seq.id}#{copy}", seq.task, seq.tokens, compressed, meta=seq.meta)
+    return Trace(directory)
+
+
+def bench_analysis(repeats, copies=4):
+    trace = load_trace()
+    settings = SamplingSettings(**trace.metadata["sampling"])
+    rules = parse_rules("sps,tas,cactus,cactus-exact,mentored", (0.25, 0.5, 1.0, 2.0))
+    positions = trace.n_positions
+
+    def read_only():
+        for seq in trace:
+            seq.distributions(settings)
+
+    def analysis(which, processes, n_boot=1000):
+        return analyze_trace(which, rules, ms=(4, 8, 20), n_boot=n_boot, processes=processes, progress=False)
+
+    t_read = median_time(read_only, repeats)
+    t1 = median_time(lambda: analysis(trace, 1), 1)
+    t2 = median_time(lambda: analysis(trace, 2), 1)
+    t_noboot = median_time(lambda: analysis(trace, 1, n_boot=0), 1)
+    boot = max(t1 - t_noboot, 0.0)
+    rules_time = max(t_noboot - t_read, 0.0)
+    # A fresh interpreter's fixed cost: what each spawned worker pays before its first shard.
+    start = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-c", "import cactus_theory._analysis as a, cactus_theory._kernels as k; k.warm_up()"],
+        check=True,
     )
-    return rows
-
-
-def bench_torch(repeats):
-    import torch
-
-    rng = np.random.default_rng(3)
-    p, q = rng.dirichlet(np.ones(1024), size=256), rng.dirichlet(np.ones(1024), size=256)
-    n = rng.integers(1024, size=256)
-    rows = []
-    for rule in (SpS(), Cactus(1.0)):
-        t_np = median_time(lambda rule=rule: rule.correction(p, q, n), repeats)
-        devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-        for dev in devices:
-            pt, qt, nt = (torch.as_tensor(x, device=dev) for x in (p, q, n))
-            t_t = median_time(lambda rule=rule, pt=pt, qt=qt, nt=nt: rule.correction(pt, qt, nt), repeats)
-            rows.append(
-                (f"{rule.describe()} correction 256x1024", f"torch {dev} / NumPy time = {t_t / t_np:.2f}", "", "")
-            )
-    return rows
+    t_start = time.perf_counter() - start
+    with tempfile.TemporaryDirectory() as tmp:
+        big = tiled_trace(trace, copies, os.path.join(tmp, "tiled"))
+        b1 = median_time(lambda: analysis(big, 1), 1)
+        b2 = median_time(lambda: analysis(big, 2), 1)
+    return [
+        (
+            f"analyze_trace, embedded trace ({positions:,} positions, {trace.n_shards} shards), 5 rule families x 4 "
+            "deltas, m = 4, 8, 20, 1,000 bootstrap draws",
+            f"{positions / t1:,.0f} positions/s with 1 process ({positions / t_read:,.0f}/s only reading)",
+            f"{t1 / t2:.2f}x speedup with 2 processes",
+            f"time: reading {t_read / t1:.0%}, rules {rules_time / t1:.0%}, bootstrap {boot / t1:.0%}; a worker's "
+            f"start (interpreter, imports, cached kernels) {t_start:.1f} s",
+        ),
+        (
+            f"analyze_trace, the embedded trace x {copies} ({big.n_positions:,} positions, {big.n_shards} shards)",
+            f"{big.n_positions / b1:,.0f} positions/s with 1 process",
+            f"{b1 / b2:.2f}x speedup with 2 processes ({big.n_positions / b2 / 2:,.0f} positions/s per core)",
+            "",
+        ),
+    ]
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    parser.add_argument("--cuda-only", action="store_true", help="only the cuda rows (for a GPU machine)")
     args = parser.parse_args(argv)
-    n, big, positions = (20_000, 20_000, 100_000) if args.quick else (1_000_000, 151_936, 1_000_000)
-    rows = bench_gamma(args.repeats, n) + bench_emitted(args.repeats, big) + bench_trace_stats(args.repeats, positions)
-    rows += bench_torch(args.repeats)
+    import torch
+
+    print(
+        f"machine: {os.cpu_count()} cores, {platform.machine()}, {platform.processor() or 'cpu'}; numpy "
+        f"{np.__version__}, torch {torch.__version__}, numba {'yes' if HAVE_NUMBA else 'no'}; "
+        f"cuda: {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}"
+    )
+    rows = []
+    if torch.cuda.is_available():
+        rows += bench_rules(args.repeats, devices=(("cuda", "float32"), ("cuda", "bfloat16")))
+    if not args.cuda_only:
+        if args.quick:
+            rows += bench_rules(1, rows=8, vocab=4096) + bench_gamma(1, 20_000) + bench_trace_stats(1, 100_000)
+            rows += bench_emitted(1, 20_000)
+        else:
+            rows += bench_rules(args.repeats) + bench_gamma(args.repeats, 1_000_000)
+            rows += bench_trace_stats(args.repeats, 1_000_000) + bench_emitted(args.repeats, VOCAB)
+            rows += bench_analysis(3)
     print("| what | ratio | ratio | note |")
     print("|---|---|---|---|")
     for r in rows:

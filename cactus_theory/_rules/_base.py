@@ -5,7 +5,8 @@ A rule acts at one position, batched over leading axes. Given the draft distribu
 the verifier distribution q (``target_probs``) and the drafted token n, it gives
 
 - ``acceptance``: the probability of accepting n,
-- ``correction``: the distribution sampled after a rejection,
+- ``correction``: the distribution sampled after a rejection (``acceptance_and_correction``
+  gives both with the inputs checked once),
 - ``bonus_distribution``: the law of the bonus token after m accepted drafts, under a bonus
   policy: ``"verifier"`` (q, the default and vLLM's ``target_p``) or ``"relaxed"`` (the bonus
   position passes the rule once more, so its law is the rule's emitted law there: the overlay's
@@ -210,12 +211,17 @@ def prepare(draft_probs, target_probs, drafted_token=None, *, atol=NORMALISATION
 
 
 def residual(b, h, p):
-    """norm(max(0, h - p)) over the last axis; where h <= p everywhere (never sampled), h normalised."""
-    r = b.maximum(h - p, 0.0)
+    """norm(max(0, h - p)) over the last axis; where h <= p everywhere (never sampled), h normalised.
+
+    Three passes (difference and clip in place, row sums, division in place) in the common case.
+    """
+    r = b.positive_part_of_difference(h, p)
     z = b.sum_last(r, keepdims=True)
-    hz = b.sum_last(h, keepdims=True)
-    fallback = h / b.where(hz > 0, hz, 1.0)
-    return b.where(z > 0, r / b.where(z > 0, z, 1.0), fallback)
+    if b.any(z <= 0):  # a row with no residual mass: never sampled; return h normalised there
+        hz = b.sum_last(h, keepdims=True)
+        fallback = h / b.where(hz > 0, hz, 1.0)
+        return b.where(z > 0, r / b.where(z > 0, z, 1.0), fallback)
+    return b.divide_rows_(r, z)
 
 
 def ratio_acceptance(b, h_n, p_n):
@@ -537,6 +543,14 @@ class Rule:
         b, p, q, n, lg, ref = self._prepare(draft_probs, target_probs, drafted_token, logits, validate)
         return b.cast(self._correction(b, p, q, n, lg), ref)
 
+    def acceptance_and_correction(self, draft_probs, target_probs, drafted_token, *, logits=None, validate=True):
+        """(``acceptance``, ``correction``) with the inputs checked once: what a serving engine
+        needs at each drafted position. Same values as the two calls."""
+        b, p, q, n, lg, ref = self._prepare(draft_probs, target_probs, drafted_token, logits, validate)
+        a = self._acceptance(b, p, q, n, lg)
+        both_exclude = (b.take_last(p, n) <= 0) & (b.take_last(q, n) <= 0)
+        return b.cast(b.where(both_exclude, 0.0, a), ref), b.cast(self._correction(b, p, q, n, lg), ref)
+
     def bonus_distribution(self, draft_probs, target_probs, *, policy="verifier", logits=None, validate=True):
         """Law of the bonus token after m accepted drafts, shape (..., V).
 
@@ -573,6 +587,11 @@ class Rule:
         with np.errstate(all="ignore"):
             a = self._acceptance_all(p, q, lg)
         return np.where((p <= 0) & (q <= 0), 0.0, a)
+
+    def emitted_and_acceptance_all(self, p, q, *, logits=None):
+        """(``emitted``, ``acceptance_all``) of validated float64 host arrays, sharing the work
+        the two have in common (``step_metrics`` calls it)."""
+        return self.emitted(p, q, logits=logits), self.acceptance_all(p, q, logits=logits)
 
     def _acceptance_all(self, p, q, lg):
         out = np.empty(q.shape)
@@ -671,6 +690,16 @@ class GeneralizedRule(Rule):
         with np.errstate(all="ignore"):
             h = self._target(_NUMPY, p, q, None, lg)
             return gss_emitted(h, p)
+
+    def emitted_and_acceptance_all(self, p, q, *, logits=None):
+        if self.target_depends_on_token:
+            return super().emitted_and_acceptance_all(p, q, logits=logits)
+        p, q, lg = self._host(p, q, logits, validate=False)
+        with np.errstate(all="ignore"):
+            h = self._target(_NUMPY, p, q, None, lg)  # once, for both
+            accept = _ratio_acceptance(h, p)
+            pi = gss_emitted(h, p)
+        return pi, np.where((p <= 0) & (q <= 0), 0.0, accept)
 
 
 def gss_emitted(h, p):

@@ -9,21 +9,22 @@ import numpy as np
 
 from .._divergences import FDivergence, get_divergence
 from .._gamma import approx_gamma, exact_gamma
+from .._kernels import emitted_rows
 from .._target import target_core
 from ._base import GeneralizedRule, _ratio_acceptance, ratio_acceptance
 
 
-def _batched_searchsorted(sorted_rows, values, side):
-    """np.searchsorted row by row over the leading axes (both arrays shaped (..., V))."""
-    flat_sorted = sorted_rows.reshape(-1, sorted_rows.shape[-1])
-    flat_values = values.reshape(-1, values.shape[-1])
-    out = np.empty(flat_values.shape, dtype=np.int64)
-    for i in range(flat_sorted.shape[0]):
-        out[i] = np.searchsorted(flat_sorted[i], flat_values[i], side=side)
-    return out.reshape(values.shape)
+def _rowwise_searchsorted(sorted_rows, sorted_values, side):
+    """np.searchsorted row by row (2-D arrays); the queries are sorted too, which keeps the
+    binary searches in cache (3x faster than unsorted queries at V = 151,936). A batched merge
+    (stable argsort of each row's two runs) was measured slower at every size tried."""
+    out = np.empty(sorted_values.shape, dtype=np.int64)
+    for i in range(sorted_rows.shape[0]):
+        out[i] = np.searchsorted(sorted_rows[i], sorted_values[i], side=side)
+    return out
 
 
-def emitted_drafted_bonus(gamma, p, q):
+def emitted_drafted_bonus(gamma, p, q, compiled=True):
     """Exact emitted distribution of a rule whose target raises the drafted token n to gamma_n
     and scales the other tokens of q by s_n = (1 - gamma_n) / (1 - q(n)) (Cactus, any bonus).
 
@@ -31,44 +32,56 @@ def emitted_drafted_bonus(gamma, p, q):
     c_n = p(n) (1 - a_n) / Z_n, Z_n = sum_x max(0, s_n q(x) - p(x)).
 
     With tokens sorted by rho = p/q, prefix sums give every Z_n; with the s_n sorted, suffix
-    sums give every pi(x): O(V log V) per row instead of O(V^2). ``gamma``, ``p`` and ``q`` are
-    float64 arrays (..., V); gamma[..., n] is the bonus if n were drafted. Exact up to rounding
-    (sums of non-negative terms taken as differences of prefix sums: absolute error ~ V eps).
+    sums give every pi(x): O(V log V) per row instead of O(V^2). Both searches run with sorted
+    queries (Z in s order, pi in rho order, scattered back once), batched over rows with one
+    Python step per row. ``gamma``, ``p`` and ``q`` are float64 arrays (..., V); gamma[..., n] is
+    the bonus if n were drafted. Exact up to rounding (sums of non-negative terms taken as
+    differences of prefix sums: absolute error ~ V eps). With numba (``compiled``), the part
+    after the two sorts runs as one compiled pass per row (rows in parallel), the same sums in
+    the same order (``tests/test_kernels.py`` checks both paths agree).
     """
+    shape = q.shape
+    gamma, p, q = (np.broadcast_to(x, shape).reshape(-1, shape[-1]) for x in (gamma, p, q))
+    rows = np.arange(q.shape[0])[:, None]
     with np.errstate(all="ignore"):
         other = np.sum(q, axis=-1, keepdims=True) - q  # 1 - q(n)
         s = np.where(other > 0, (1.0 - gamma) / np.where(other > 0, other, 1.0), 0.0)
-        s = np.where(gamma == q, 1.0, s)  # no bonus: exactly SpS
+        s[gamma == q] = 1.0  # no bonus: exactly SpS
         accept = _ratio_acceptance(gamma, p)
-        w = p * (1.0 - accept)
         rho = np.where(q > 0, p / np.where(q > 0, q, 1.0), np.inf)
-    # Z_n = G(s_n), G(s) = s Q(rho < s) - P(rho < s)
     order = np.argsort(rho, axis=-1)
-    rho_sorted = np.take_along_axis(rho, order, axis=-1)
-    zeros = np.zeros((*q.shape[:-1], 1))
-    cq = np.concatenate([zeros, np.cumsum(np.take_along_axis(q, order, axis=-1), axis=-1)], axis=-1)
-    cp = np.concatenate([zeros, np.cumsum(np.take_along_axis(p, order, axis=-1), axis=-1)], axis=-1)
-    k = _batched_searchsorted(rho_sorted, s, side="left")
-    z = s * np.take_along_axis(cq, k, axis=-1) - np.take_along_axis(cp, k, axis=-1)
+    order_s = np.argsort(s, axis=-1)
+    if compiled:
+        out = emitted_rows(p, q, s, accept, rho, order, order_s)
+        if out is not None:
+            return out.reshape(shape)
+    w = p * (1.0 - accept)
+    rho_sorted, s_sorted = rho[rows, order], s[rows, order_s]
+    zeros = np.zeros((q.shape[0], 1))
+    cq = np.concatenate([zeros, np.cumsum(q[rows, order], axis=-1)], axis=-1)
+    cp = np.concatenate([zeros, np.cumsum(p[rows, order], axis=-1)], axis=-1)
+    # Z_n = G(s_n), G(s) = s Q(rho < s) - P(rho < s), for the drafted tokens n in s order
+    k = _rowwise_searchsorted(rho_sorted, s_sorted, side="left")
+    z = s_sorted * cq[rows, k] - cp[rows, k]
     # n itself never receives residual mass (h_n(n) = gamma_n < p(n) when rejected), but rounding
     # in 1 - q(n) can put s_n q(n) a hair above p(n): take it out of Z_n explicitly.
-    z = z - np.maximum(s * q - p, 0.0)
+    own = np.maximum(s * q - p, 0.0)
+    z -= own[rows, order_s]
+    w_sorted = w[rows, order_s]
     with np.errstate(all="ignore"):
-        c = np.where((w > 0) & (z > 0), w / np.where(z > 0, z, 1.0), 0.0)
-    # S1(x) = sum_{n: s_n > rho(x)} c_n s_n, S2(x) = sum_{n: s_n > rho(x)} c_n
-    order_s = np.argsort(s, axis=-1)
-    s_sorted = np.take_along_axis(s, order_s, axis=-1)
-    cs_sorted = np.take_along_axis(c * s, order_s, axis=-1)
-    c_sorted = np.take_along_axis(c, order_s, axis=-1)
-    suffix1 = np.concatenate([np.cumsum(cs_sorted[..., ::-1], axis=-1)[..., ::-1], zeros], axis=-1)
-    suffix2 = np.concatenate([np.cumsum(c_sorted[..., ::-1], axis=-1)[..., ::-1], zeros], axis=-1)
-    j = _batched_searchsorted(s_sorted, rho, side="right")
-    s1 = np.take_along_axis(suffix1, j, axis=-1)
-    s2 = np.take_along_axis(suffix2, j, axis=-1)
+        c_sorted = np.where((w_sorted > 0) & (z > 0), w_sorted / np.where(z > 0, z, 1.0), 0.0)
+    # S1(x) = sum_{n: s_n > rho(x)} c_n s_n, S2(x) = sum_{n: s_n > rho(x)} c_n, for x in rho order
+    suffix1 = np.concatenate([np.cumsum((c_sorted * s_sorted)[:, ::-1], axis=-1)[:, ::-1], zeros], axis=-1)
+    suffix2 = np.concatenate([np.cumsum(c_sorted[:, ::-1], axis=-1)[:, ::-1], zeros], axis=-1)
+    j = _rowwise_searchsorted(s_sorted, rho_sorted, side="right")
+    s1, s2 = np.empty_like(q), np.empty_like(q)
+    s1[rows, order], s2[rows, order] = suffix1[rows, j], suffix2[rows, j]
+    c = np.empty_like(q)
+    c[rows, order_s] = c_sorted
     with np.errstate(all="ignore"):
-        self_term = np.where(s > rho, c * (s * q - p), 0.0)
+        self_term = np.where(s > rho, c * own, 0.0)
         pi = p * accept + q * s1 - p * s2 - self_term
-    return np.maximum(np.where(np.isfinite(pi), pi, 0.0), 0.0)
+    return np.maximum(np.where(np.isfinite(pi), pi, 0.0), 0.0).reshape(shape)
 
 
 BONUS_FORMS = ("taylor", "exact", "safe")

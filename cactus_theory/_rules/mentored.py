@@ -8,6 +8,7 @@ from typing import ClassVar
 import numpy as np
 from scipy import special
 
+from .._kernels import mentored_rows
 from ._base import GeneralizedRule, prepare
 
 _BISECTIONS = 200
@@ -103,7 +104,9 @@ def _mentored_rows(b, p, q, delta):
     q_h = np.asarray(b.to_numpy(q), dtype=np.float64)
     p_h, q_h = p_h / p_h.sum(axis=-1, keepdims=True), q_h / q_h.sum(axis=-1, keepdims=True)
     flat_p, flat_q = p_h.reshape(-1, p_h.shape[-1]), q_h.reshape(-1, q_h.shape[-1])
-    h = np.stack([_mentored_row(pr, qr, delta) for pr, qr in zip(flat_p, flat_q, strict=True)])
+    h = mentored_rows(flat_p, flat_q, delta, _BISECTIONS)  # compiled twin (numba), when installed
+    if h is None:
+        h = np.stack([_mentored_row(pr, qr, delta) for pr, qr in zip(flat_p, flat_q, strict=True)])
     return h.reshape(p_h.shape)
 
 

@@ -1,0 +1,488 @@
+"""Compiled kernels (numba), used when numba is installed (``pip install cactus_theory[fast]``).
+
+Each kernel has a NumPy twin in the module that calls it, and the tests compare the two. numba
+compiles a kernel the first time it runs and caches the machine code on disk (``cache=True``,
+beside this file), so later processes load it without compiling.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+try:  # pragma: no cover - depends on the environment
+    import numba
+
+    HAVE_NUMBA = True
+except ImportError:  # pragma: no cover
+    numba = None
+    HAVE_NUMBA = False
+
+__all__ = ["HAVE_NUMBA", "windowed_accepted_length", "windowed_accepted_length_of_ratio"]
+
+
+def _jit(fn):
+    if not HAVE_NUMBA:
+        return None
+    return numba.njit(cache=True, nogil=True, fastmath=False)(fn)
+
+
+_BLOCK = 512
+
+
+def _windows(beta, m, out):
+    """out[..., t] = sum_{k=1}^{m} prod_{j<k} beta[..., t+j] (beta = 0 past the end), rows of a 2-D array.
+
+    Horner from the last slot of each window, done for a block of starts at once (slot by slot,
+    the starts of a block are independent: SIMD lanes, data in cache): m multiply-adds per
+    position, one pass over memory.
+    """
+    rows, n = beta.shape
+    acc = np.empty(_BLOCK)
+    for r in range(rows):
+        row = beta[r]
+        for start in range(0, n, _BLOCK):
+            width = min(_BLOCK, n - start)
+            acc[:width] = 0.0
+            if start + width + m - 1 <= n:  # the whole block's windows lie inside: no bounds test
+                for k in range(m - 1, -1, -1):
+                    window = row[start + k : start + k + width]
+                    for i in range(width):
+                        acc[i] = window[i] * (1.0 + acc[i])
+            else:
+                for k in range(m - 1, -1, -1):
+                    for i in range(width):
+                        t = start + i + k
+                        acc[i] = (row[t] if t < n else 0.0) * (1.0 + acc[i])
+            out[r, start : start + width] = acc[:width]
+    return out
+
+
+def _windows_of_ratio(num, den, delta, m, out_beta, out_al):
+    """Acceptance min(1, g / p) with g = num (delta < 0) or the Taylor Cactus bonus of num
+    (delta >= 0: g = min(num + sqrt(2 delta num (1 - num)), 1)), and its windowed accepted
+    lengths (blocked as in ``_windows``); p = 0 counts as acceptance 1{g > 0}."""
+    n = num.shape[0]
+    for t in range(n):
+        q = num[t]
+        g = q
+        if delta >= 0.0:
+            g = min(q + math.sqrt(2.0 * delta * q * (1.0 - q)), 1.0)
+        p = den[t]
+        if p > 0.0:
+            out_beta[t] = min(g / p, 1.0)
+        else:
+            out_beta[t] = 1.0 if g > 0.0 else 0.0
+    _windows(out_beta.reshape(1, n), m, out_al.reshape(1, n))
+    return out_beta, out_al
+
+
+_windows_jit = _jit(_windows)
+if HAVE_NUMBA:  # called by _windows_of_ratio by its global name
+    _windows = _windows_jit
+_windows_of_ratio_jit = _jit(_windows_of_ratio)
+
+
+def windowed_accepted_length(beta, m):
+    """AL_t for every start t of a (..., T) float64 array (compiled), or None without numba."""
+    if _windows_jit is None:
+        return None
+    flat = np.ascontiguousarray(beta, dtype=np.float64).reshape(-1, beta.shape[-1])
+    out = np.empty_like(flat)
+    _windows_jit(flat, int(m), out)
+    return out.reshape(beta.shape)
+
+
+def windowed_accepted_length_of_ratio(target_prob, draft_prob, m, delta=None):
+    """(acceptance, AL per start) for the drafted tokens' q(n), p(n) along one sequence, fused:
+    SpS (``delta`` None) or Cactus with the Taylor bonus. None without numba."""
+    if _windows_of_ratio_jit is None:
+        return None
+    num = np.ascontiguousarray(target_prob, dtype=np.float64)
+    den = np.ascontiguousarray(draft_prob, dtype=np.float64)
+    beta, al = np.empty_like(num), np.empty_like(num)
+    _windows_of_ratio_jit(num, den, -1.0 if delta is None else float(delta), int(m), beta, al)
+    return beta, al
+
+
+# --- exact KL bonus ----------------------------------------------------------------------------
+
+_EPS = float(np.finfo(np.float64).eps)
+#: h(u) / u^2 = sum_j (-1)^j u^j / ((j + 2)(j + 1)), Horner order, for |u| < 0.1 (20 terms).
+_H = np.array([(-1.0) ** j / ((j + 2) * (j + 1)) for j in range(20)][::-1])
+
+
+def _kl_h(u, coeffs):
+    """h(u) = (1 + u) log1p(u) - u >= 0 for u >= -1, and a bound on its absolute rounding error.
+
+    Series (|u| < 0.1, alternating, terms decreasing): 3 eps of the value. Otherwise the
+    rounding of 1 + u (eps/2), of log1p (1 ulp) and of the product (eps/2) moves (1 + u) log1p(u)
+    by 2.1 eps of itself, and the subtraction rounds by eps/2 of the value (bound: eps). Measured
+    against long double on 600,000 pairs, the error stays below half of this bound."""
+    if abs(u) < 0.1:
+        poly = 0.0
+        for c in coeffs:
+            poly = poly * u + c
+        value = u * u * poly
+        return value, 3.0 * _EPS * value
+    if u == -1.0:
+        return 1.0, 0.0
+    log = math.log1p(u)
+    value = (1.0 + u) * log - u
+    # + eps |u log1p(u)|: the relative rounding of u itself (h'(u) = log1p(u)), which can exceed
+    # a few eps of the value near u = -1
+    return value, 2.1 * _EPS * (1.0 + u) * abs(log) + _EPS * value + _EPS * abs(u * log)
+
+
+def _kl_binary(q, d, coeffs):
+    """B_KL(q + d; q) for 0 < q < 1, 0 <= d <= 1 - q, with a bound on its absolute rounding error:
+    the terms' own bounds, plus 6 eps of the value for the rounding of 1 - q, d / q, d / (1 - q),
+    the products and the sum (u h'(u) <= 2 h(u), so each relative rounding of u moves a term by
+    at most twice that)."""
+    r = 1.0 - q
+    h1, e1 = _kl_h(d / q, coeffs)
+    h2, e2 = _kl_h(-d / r, coeffs)
+    value = q * h1 + r * h2
+    return value, q * e1 + r * e2 + 6.0 * _EPS * value
+
+
+if HAVE_NUMBA:  # the kernel below calls these by their global names: compile them too
+    _kl_h = numba.njit(cache=True, nogil=True)(_kl_h)
+    _kl_binary = numba.njit(cache=True, nogil=True)(_kl_binary)
+
+
+def _kl_gamma(q_arr, delta_arr, coeffs, tight, maxiter, gamma_out, status_out, iterations_out, converged_out):
+    """Exact KL gamma per pair: Newton on log B against log d, then certification on the float
+    grid with the error bound of ``_kl_binary``. status 0: certified (gamma is the largest
+    float within delta to the bound's resolution); 1: undecided (gamma is the Newton estimate,
+    for the long-double certification); 2: an edge case decided exactly."""
+    for i in numba.prange(q_arr.shape[0]):  # pairs are independent: all cores
+        q, delta = q_arr[i], delta_arr[i]
+        iterations_out[i] = 0
+        converged_out[i] = True
+        if delta == 0.0:
+            gamma_out[i], status_out[i] = q, 2
+            continue
+        if math.isinf(delta) or q == 1.0:
+            gamma_out[i], status_out[i] = 1.0, 2
+            continue
+        if q == 0.0:
+            gamma_out[i], status_out[i] = 0.0, 2
+            continue
+        top = 1.0 - q
+        b1 = -math.log(q)  # B(1; q)
+        if b1 * (1.0 + 8.0 * _EPS) <= delta:
+            gamma_out[i], status_out[i] = 1.0, 0
+            continue
+        # Newton in log-log coordinates from the Taylor increment, kept inside the bracket
+        lo, hi = 0.0, top
+        d = min(math.sqrt(2.0 * delta * q * top), 0.5 * top)
+        if not d > 0.0:
+            d = 0.5 * top
+        converged_out[i] = False
+        for it in range(maxiter):
+            b, err = _kl_binary(q, d, coeffs)
+            if b > delta:
+                hi = d
+            else:
+                lo = d
+            iterations_out[i] = it + 1
+            if abs(b - delta) <= err + 4.0 * _EPS * delta:
+                converged_out[i] = True
+                break  # B is resolved to its rounding: the certification takes it from here
+            slope = math.log1p(d / q) - math.log1p(-d / top)
+            elasticity = d * slope / b if b > 0.0 else 2.0
+            step = (math.log(b) - math.log(delta)) / elasticity if b > 0.0 else -1.0
+            new = d * math.exp(-step)
+            if not (lo < new < hi):
+                new = math.sqrt(lo * hi) if lo > 0.0 and hi > 4.0 * lo else 0.5 * (lo + hi)
+            if abs(new - d) <= 4.0 * _EPS * d or new == d:
+                d = new
+                converged_out[i] = True
+                break
+            d = new
+        g = min(q + d, 1.0)
+        # Certification on the float grid (feasible: B + bound <= delta; infeasible: B - bound >
+        # delta): walk to the largest float g certified feasible (at most 64 steps), then
+        # status 0 when the next float is certified infeasible (g is the largest feasible float)
+        # or when ``tight`` is False (g is feasible, the largest one lies in the bound's band
+        # above it); status 1 otherwise: the long-double certification decides, from g.
+        b, err = _kl_binary(q, g - q, coeffs)
+        steps = 0
+        if b + err <= delta:
+            while g < 1.0 and steps < 64:
+                up = np.nextafter(g, 2.0)
+                bu, eu = _kl_binary(q, up - q, coeffs)
+                if bu + eu > delta:
+                    break
+                g = up
+                steps += 1
+        else:
+            while g > q and steps < 64 and not b + err <= delta:
+                g = max(np.nextafter(g, 0.0), q)
+                steps += 1
+                b, err = _kl_binary(q, g - q, coeffs)
+        status = 1
+        if steps < 64 and (g <= q or b + err <= delta):
+            if not tight:
+                status = 0
+            else:
+                up = np.nextafter(g, 2.0)
+                if up > 1.0:
+                    status = 0
+                else:
+                    bu, eu = _kl_binary(q, up - q, coeffs)
+                    if bu - eu > delta:
+                        status = 0
+        gamma_out[i], status_out[i] = g, status
+
+
+_kl_gamma_jit = numba.njit(cache=True, nogil=True, parallel=True)(_kl_gamma) if HAVE_NUMBA else None
+
+
+def exact_kl_gamma(q, delta, tight=True, maxiter=100):
+    """(gamma, status, iterations, converged) of ``_kl_gamma`` on float64 arrays, or None."""
+    if _kl_gamma_jit is None:
+        return None
+    q = np.ascontiguousarray(q, dtype=np.float64).ravel()
+    delta = np.ascontiguousarray(delta, dtype=np.float64).ravel()
+    gamma = np.empty_like(q)
+    status = np.empty(q.shape, dtype=np.int8)
+    iterations = np.empty(q.shape, dtype=np.int64)
+    converged = np.empty(q.shape, dtype=np.bool_)
+    _kl_gamma_jit(q, delta, _H, bool(tight), int(maxiter), gamma, status, iterations, converged)
+    return gamma, status, iterations, converged
+
+
+# --- mentored decoding's target ------------------------------------------------------------------
+
+
+def _xlogx(x):
+    return x * math.log(x) if x > 0.0 else 0.0
+
+
+def _mentored_solve_a(b, rho_s, cq, cp, q_above, total_p, iterations):
+    """a(b) with sum clip(p, a q, b q) = 1, segment by segment (see ``_mentored_row``); (a, lo, hi)."""
+    v = rho_s.shape[0]
+    hi = np.searchsorted(rho_s, b, side="right")
+    fixed = cp[hi] + b * q_above[hi]
+    for k in range(1, hi + 1):
+        a = (total_p - fixed + cp[k]) / cq[k] if cq[k] != 0.0 else math.inf
+        upper = rho_s[min(k, v - 1)] if k < hi else b
+        if math.isfinite(a) and a >= rho_s[k - 1] and a <= upper:
+            return a, k, hi
+    a_lo, a_hi = 0.0, b  # rounding left no segment consistent: bisect the monotone mass
+    for _ in range(iterations):
+        mid = 0.5 * (a_lo + a_hi)
+        lo = np.searchsorted(rho_s, mid, side="left")
+        mass = mid * cq[lo] + (cp[hi] - cp[min(lo, hi)]) + b * q_above[hi] if lo <= hi else math.inf
+        if mass < total_p:
+            a_lo = mid
+        else:
+            a_hi = mid
+        if a_hi - a_lo <= 1e-16 * a_hi:
+            break
+    a = 0.5 * (a_lo + a_hi)
+    return a, min(np.searchsorted(rho_s, a, side="left"), hi), hi
+
+
+def _mentored_rows(p, q, delta, iterations, out):
+    """Mentored decoding's target for every row of p, q (2-D): the compiled twin of
+    ``_rules.mentored._mentored_row``, the same steps in the same order."""
+    rows, v = p.shape
+    for r in range(rows):
+        pr, qr = p[r], q[r]
+        kl_pq = 0.0
+        for x in range(v):
+            if pr[x] > 0.0:
+                kl_pq += pr[x] * math.log(pr[x] / qr[x]) if qr[x] > 0.0 else math.inf
+            elif qr[x] >= 0.0:
+                kl_pq += 0.0
+        if kl_pq <= delta:
+            out[r] = pr
+            continue
+        rho = np.empty(v)
+        for x in range(v):
+            rho[x] = pr[x] / qr[x] if qr[x] > 0.0 else math.inf
+        order = np.argsort(rho, kind="mergesort")
+        rho_s, p_s, q_s = rho[order], pr[order], qr[order]
+        cq = np.zeros(v + 1)
+        cp = np.zeros(v + 1)
+        cpl = np.zeros(v + 1)
+        for x in range(v):
+            cq[x + 1] = cq[x] + q_s[x]
+            cp[x + 1] = cp[x] + p_s[x]
+            term = p_s[x] * math.log(rho_s[x]) if p_s[x] > 0.0 else 0.0
+            cpl[x + 1] = cpl[x] + (term if math.isfinite(term) else 0.0)
+        q_above = np.zeros(v + 1)
+        for x in range(v - 1, -1, -1):
+            q_above[x] = q_above[x + 1] + q_s[x]
+        total_p = cp[v]
+        top = 0.0
+        for x in range(v):
+            if math.isfinite(rho_s[x]) and rho_s[x] > 0.0:
+                top = rho_s[x]
+        log_lo, log_hi = 0.0, max(math.log(top) if top > 0.0 else 0.0, 0.0)
+        for _ in range(iterations):
+            mid = 0.5 * (log_lo + log_hi)
+            b = math.exp(mid)
+            a, lo, hi = _mentored_solve_a(b, rho_s, cq, cp, q_above, total_p, iterations)
+            value = _xlogx(a) * cq[lo] + (cpl[hi] - cpl[lo]) + _xlogx(b) * q_above[hi]
+            if value > delta:
+                log_hi = mid
+            else:
+                log_lo = mid
+            if log_hi - log_lo <= 4e-16 * max(1.0, log_hi):
+                break
+        b = math.exp(log_lo)
+        a, lo, hi = _mentored_solve_a(b, rho_s, cq, cp, q_above, total_p, iterations)
+        total = 0.0
+        for x in range(v):
+            h = min(max(pr[x], a * qr[x]), b * qr[x])
+            out[r, x] = h
+            total += h
+        for x in range(v):
+            out[r, x] /= total
+    return out
+
+
+if HAVE_NUMBA:
+    _xlogx = numba.njit(cache=True, nogil=True)(_xlogx)
+    _mentored_solve_a = numba.njit(cache=True, nogil=True)(_mentored_solve_a)
+_mentored_rows_jit = _jit(_mentored_rows)
+
+
+def mentored_rows(p, q, delta, iterations):
+    """Mentored decoding's target row by row (compiled), or None without numba."""
+    if _mentored_rows_jit is None:
+        return None
+    p = np.ascontiguousarray(p, dtype=np.float64)
+    q = np.ascontiguousarray(q, dtype=np.float64)
+    out = np.empty_like(p)
+    _mentored_rows_jit(p, q, float(delta), int(iterations), out)
+    return out
+
+
+def warm_up():
+    """Load (or compile) every kernel once on tiny inputs: what a fresh process pays before its
+    first real call. Returns the seconds it took; 0 without numba."""
+    if not HAVE_NUMBA:
+        return 0.0
+    import time
+
+    start = time.perf_counter()
+    p = np.array([[0.25, 0.75], [0.5, 0.5]])
+    q = np.array([[0.5, 0.5], [0.25, 0.75]])
+    windowed_accepted_length_of_ratio(p[:, 0], q[:, 0], 2)
+    windowed_accepted_length_of_ratio(p[:, 0], q[:, 0], 2, delta=0.1)
+    windowed_accepted_length(p[:, 0], 2)
+    exact_kl_gamma(q[:, 0], np.array([0.1, 0.2]))
+    exact_kl_gamma(q[:, 0], np.array([0.1, 0.2]), tight=False)
+    mentored_rows(p, q, 0.1, 30)
+    order = np.argsort(p / q, axis=-1)
+    for rows in (1, 4 * numba.get_num_threads()):
+        e = np.ones((rows, 2))
+        emitted_rows(e, e, e, e, e, np.tile(order[:1], (rows, 1)), np.tile(order[:1], (rows, 1)))
+    return time.perf_counter() - start
+
+
+def set_threads(threads):
+    """Threads of the parallel kernels (numba) and of torch in this process."""
+    if HAVE_NUMBA:
+        numba.set_num_threads(max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS)))
+    import sys
+
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(max(1, int(threads)))
+
+
+# --- Cactus's emitted distribution ---------------------------------------------------------------
+
+
+def _emitted_rows(p, q, s, accept, rho, order, order_s, out):
+    """Emitted distribution of a drafted-bonus rule for every row (2-D arrays; s, accept and
+    rho = p/q as computed by NumPy, ``order`` / ``order_s`` from np.argsort of rho and s): the
+    compiled twin of the sorted part of ``_rules.cactus.emitted_drafted_bonus``, the same sums
+    in the same order, with both searches as linear merges of the sorted runs."""
+    rows, v = p.shape
+    for r in numba.prange(rows):
+        o, os_ = order[r], order_s[r]
+        # one record per token (p, q, s, accept, rho, c): the gathers in sorted order below touch
+        # one cache line per token instead of one per array (3x faster at V = 151,936)
+        rec = np.empty((v, 8))
+        for x in range(v):
+            rec[x, 0] = p[r, x]
+            rec[x, 1] = q[r, x]
+            rec[x, 2] = s[r, x]
+            rec[x, 3] = accept[r, x]
+            rec[x, 4] = rho[r, x]
+        rho_sorted = np.empty(v)
+        cq = np.empty(v + 1)
+        cp = np.empty(v + 1)
+        cq[0] = 0.0
+        cp[0] = 0.0
+        for i in range(v):
+            x = o[i]
+            rho_sorted[i] = rec[x, 4]
+            cq[i + 1] = cq[i] + rec[x, 1]
+            cp[i + 1] = cp[i] + rec[x, 0]
+        c_sorted = np.empty(v)
+        cs_sorted = np.empty(v)
+        s_sorted = np.empty(v)
+        k = 0
+        for i in range(v):
+            n = os_[i]
+            pn, qn, sn, an = rec[n, 0], rec[n, 1], rec[n, 2], rec[n, 3]
+            s_sorted[i] = sn
+            while k < v and rho_sorted[k] < sn:  # searchsorted(rho_sorted, s_n, "left")
+                k += 1
+            own = max(sn * qn - pn, 0.0)
+            z = sn * cq[k] - cp[k]
+            z -= own
+            w = pn * (1.0 - an)
+            cn = w / z if (w > 0.0 and z > 0.0) else 0.0
+            c_sorted[i] = cn
+            cs_sorted[i] = cn * sn
+            rec[n, 5] = cn
+        suffix1 = np.empty(v + 1)
+        suffix2 = np.empty(v + 1)
+        suffix1[v] = 0.0
+        suffix2[v] = 0.0
+        a1 = 0.0
+        a2 = 0.0
+        for i in range(v - 1, -1, -1):
+            a1 += cs_sorted[i]
+            a2 += c_sorted[i]
+            suffix1[i] = a1
+            suffix2[i] = a2
+        j = 0
+        for i in range(v):
+            x = o[i]
+            rx = rho_sorted[i]
+            while j < v and s_sorted[j] <= rx:  # searchsorted(s_sorted, rho(x), "right")
+                j += 1
+            px, qx, sx = rec[x, 0], rec[x, 1], rec[x, 2]
+            own = max(sx * qx - px, 0.0)
+            self_term = rec[x, 5] * own if sx > rx else 0.0
+            pi = px * rec[x, 3] + qx * suffix1[j] - px * suffix2[j] - self_term
+            rec[x, 6] = max(pi, 0.0) if math.isfinite(pi) else 0.0
+        for x in range(v):
+            out[r, x] = rec[x, 6]
+
+
+_emitted_rows_jit = numba.njit(cache=True, nogil=True, parallel=True)(_emitted_rows) if HAVE_NUMBA else None
+# one long row runs faster without the parallel machinery (measured: 4.9 ms against 10.5 ms at
+# V = 151,936): rows are only spread over threads when there are several per thread
+_emitted_rows_serial = numba.njit(cache=True, nogil=True)(_emitted_rows) if HAVE_NUMBA else None
+
+
+def emitted_rows(p, q, s, accept, rho, order, order_s):
+    """``_emitted_rows`` on C-contiguous float64 / int64 2-D arrays, or None without numba."""
+    if _emitted_rows_jit is None:
+        return None
+    args = [np.ascontiguousarray(a) for a in (p, q, s, accept, rho, order, order_s)]
+    out = np.empty(p.shape)
+    kernel = _emitted_rows_jit if p.shape[0] >= 4 * numba.get_num_threads() else _emitted_rows_serial
+    kernel(*args, out)
+    return out

@@ -1,6 +1,6 @@
 """cactus_theory: theory and simulation of speculative-decoding acceptance rules (Cactus, ICLR 2026)."""
 
-from ._analysis import AnalysisResult, analyze_trace, parse_rules
+from ._analysis import AnalysisResult, AnalysisRow, analyze_trace, local_dask_cluster, parse_rules
 from ._decode import (
     DecodeResult,
     NgramDrafter,
@@ -28,8 +28,9 @@ from ._emitted import (
 )
 from ._gamma import APPROX_METHODS, GammaConvergenceWarning, GammaResult, approx_gamma, exact_gamma
 from ._hf import load_model
-from ._plotting import plot_al_vs_kl, plot_delta_sweep, plot_delta_sweep_by_task, plot_rule_front, plot_step
-from ._prompts import Prompt, load_prompts, mixed_prompts, prompt_seed
+from ._plan import CostModel, Plan, calibrate_cost, load_cost, predict_speedup
+from ._plotting import plot_al_vs_kl, plot_delta_sweep, plot_delta_sweep_by_task, plot_plan, plot_rule_front, plot_step
+from ._prompts import Prompt, load_prompts, mixed_prompts, prompt_part, prompt_seed, select_part
 from ._rules import (
     BONUS_POLICIES,
     FSD,
@@ -70,7 +71,8 @@ from ._trace import (
     load_trace,
     trace_from_arrays,
 )
-from ._worst_case import WorstCase, worst_case_drift
+from ._traceset import TraceSet, merge_traces, open_traces, synthesize_trace
+from ._worst_case import WorstCase, worst_case_drift, worst_case_sweep
 
 __version__ = "0.1.0"
 
@@ -84,7 +86,9 @@ __all__ = [
     "SYNTHETIC_KINDS",
     "TAS",
     "AnalysisResult",
+    "AnalysisRow",
     "Cactus",
+    "CostModel",
     "DecodeResult",
     "Ensemble",
     "FDivergence",
@@ -97,6 +101,7 @@ __all__ = [
     "Lossy",
     "Mentored",
     "NgramDrafter",
+    "Plan",
     "Prompt",
     "Rule",
     "RuleInfo",
@@ -113,6 +118,7 @@ __all__ = [
     "Trace",
     "TraceError",
     "TraceSequence",
+    "TraceSet",
     "TraceWriter",
     "WorstCase",
     "analyze_trace",
@@ -124,6 +130,7 @@ __all__ = [
     "block_statistics",
     "block_sums",
     "cactus_target",
+    "calibrate_cost",
     "decode_prompts",
     "decoding_summary",
     "divergence",
@@ -135,29 +142,39 @@ __all__ = [
     "get_divergence",
     "import_logits",
     "import_topk_logprobs",
+    "load_cost",
     "load_model",
     "load_prompts",
     "load_trace",
+    "local_dask_cluster",
     "make_rule",
     "make_rules",
     "mentored_target",
+    "merge_traces",
     "mixed_prompts",
+    "open_traces",
     "parse_rules",
     "plot_al_vs_kl",
     "plot_delta_sweep",
     "plot_delta_sweep_by_task",
+    "plot_plan",
     "plot_rule_front",
     "plot_step",
+    "predict_speedup",
     "processed_probs",
+    "prompt_part",
     "prompt_seed",
     "register_divergence",
+    "select_part",
     "simulate",
     "speculative_generate",
     "step_metrics",
     "symbolic_gamma",
+    "synthesize_trace",
     "synthetic_pairs",
     "trace_from_arrays",
     "worst_case_drift",
+    "worst_case_sweep",
 ]
 
 _SYMBOLIC = ("SYMPY_GENERATORS", "GeneratorFacts", "SymbolicGamma", "generator_facts", "symbolic_gamma")

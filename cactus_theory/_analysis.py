@@ -8,7 +8,8 @@ import io
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
 
@@ -19,7 +20,7 @@ from ._rules import BONUS_POLICIES, make_rules
 from ._sampling import SamplingSettings
 from ._trace import Trace
 
-__all__ = ["METRICS", "AnalysisResult", "analyze_trace", "parse_rules"]
+__all__ = ["METRICS", "AnalysisResult", "AnalysisRow", "analyze_trace", "local_dask_cluster", "parse_rules"]
 
 #: Per-position metrics (means over positions); ``logits_exact`` is the share of positions whose
 #: result the stored logits determine exactly (1 unless a rule needs logits a trace lacks).
@@ -74,9 +75,18 @@ def _sequence_stats(rule, p, q, lg, ms, bonus_policy):
     return per
 
 
-def _shard_stats(args):
-    """Per-sequence sums for one shard (runs in a worker process)."""
+def _shard_stats(args, threads=None):
+    """Per-sequence sums for one shard (runs in a worker process). ``threads``: the compiled
+    kernels' threads in the calling thread, or {Dask worker address: threads}."""
     directory, index, rules, ms, settings, bonus_policy, tasks = args
+    if isinstance(threads, dict):
+        from distributed import get_worker
+
+        threads = threads.get(get_worker().address)
+    if threads is not None:
+        from . import _kernels
+
+        _kernels.set_threads(threads)  # numba's setting is per thread: set where the task runs
     trace = Trace(directory, verify=False)
     need_logits = any(rule.needs_logits for rule in rules)
     out = []
@@ -96,31 +106,44 @@ def _shard_stats(args):
 
 @dataclass
 class AnalysisResult:
-    """Rows of statistics (one per rule x m x task, task 'all' included) and per-sequence data."""
+    """Rows of statistics (``AnalysisRow``: one per rule x m x task, task 'all' included, over
+    all traces), per-trace rows when several traces were analysed (``trace_rows``, task 'all'),
+    and the per-sequence sums (``sequences``, in id order, each with its trace's name)."""
 
     rows: list
     sequences: list
     settings: dict
     seconds: float
+    trace_rows: list = field(default_factory=list)
+    traces: list = field(default_factory=list)
 
     def to_csv(self) -> str:
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=list(self.rows[0]))
         writer.writeheader()
-        writer.writerows(self.rows)
+        writer.writerows(self.rows + self.trace_rows)  # delta None is written as an empty cell
         return buf.getvalue()
 
     def to_json(self) -> str:
-        return json.dumps({"settings": self.settings, "seconds": self.seconds, "rows": self.rows}, indent=1)
+        return json.dumps(
+            {
+                "settings": self.settings,
+                "seconds": self.seconds,
+                "traces": self.traces,
+                "rows": self.rows,
+                "trace_rows": self.trace_rows,
+            },
+            indent=1,
+        )
 
-    def table(self, task="all") -> str:
-        """The rows of one task as a fixed-width text table."""
+    def table(self, task="all", trace="all") -> str:
+        """The rows of one task (or of one trace, over all its tasks) as a fixed-width text table."""
         lines = [
             f"{'rule':<34} {'m':>3} {'accept':>7} {'outside':>7} {'AL':>7} {'AL 95% CI':>15} {'vLLM MAL':>8} "
             f"{'KL(pi||q)':>9} {'KL/token':>9} {'TV':>6} {'dH':>7}"
         ]
-        for r in self.rows:
-            if r["task"] != task:
+        for r in self.rows if trace == "all" else self.trace_rows:
+            if r["task"] != task or r.get("trace", "all") != trace:
                 continue
             lines.append(
                 f"{r['rule']:<34} {r['m']:>3} {r['acceptance']:>7.4f} {r['acceptance_outside_support']:>7.4f} "
@@ -142,12 +165,117 @@ def _ratio_ci(num, den, rng, n_boot):
     return value, float(lo), float(hi)
 
 
-def _limit_threads(threads):
-    """Worker initialiser: processes x threads stays within the machine's cores (the compiled
-    exact-gamma kernel and torch would otherwise each start one thread per core in every worker)."""
+def prepare_worker(threads):
+    """Set up a worker process this package starts (a pool worker, or a worker of a local Dask
+    cluster): ``threads`` threads for the compiled kernels and torch, so that workers x threads
+    stays within the cores, and malloc settings that keep freed arrays for reuse
+    (``_kernels.keep_freed_memory``). Not applied to the workers of a cluster you pass as
+    ``client=``: start those with ``DASK_WORKER_ENV`` in their environment (docs: "Analysing
+    traces on a cluster"); ``local_dask_cluster`` does."""
     from . import _kernels
 
     _kernels.set_threads(threads)
+    _kernels.keep_freed_memory()
+
+
+#: Environment of Dask workers for the analysis: malloc keeps freed arrays (a nanny's
+#: MALLOC_TRIM_THRESHOLD_ alone made the analysis 1.6x slower), one compiled-kernel thread per core.
+DASK_WORKER_ENV = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20)}
+
+
+def local_dask_cluster(workers):
+    """(client, cluster): a Dask cluster of ``workers`` worker processes on this machine, one task
+    thread each, started with ``DASK_WORKER_ENV`` (the nanny's pre-spawn environment)."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    environ = {**dask.config.get("distributed.nanny.pre-spawn-environ", {}), **DASK_WORKER_ENV}
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0")
+    return Client(cluster), cluster
+
+
+class AnalysisRow(TypedDict, total=False):
+    """One row of ``AnalysisResult.rows`` / ``trace_rows``: a rule at one m, over one task and
+    one trace ("all" for all of them). Each metric ``x`` comes with ``x_lo`` and ``x_hi``, its
+    bootstrap 95% interval over sequences."""
+
+    rule: str  # the rule's spec string, e.g. "cactus(delta=1.0)"
+    family: str  # its registered name, e.g. "cactus"
+    delta: float | None  # its budget, None for a rule without one
+    bonus_policy: str
+    m: int
+    task: str
+    trace: str
+    sequences: int
+    positions: int
+    al: float
+    mean_acceptance_length: float
+    acceptance: float
+    acceptance_outside_support: float
+    kl_emitted_target: float
+    tv: float
+    entropy_change: float
+    logits_exact: float
+    kl_per_token: float
+    tv_per_token: float
+
+
+def _run_local(jobs, processes, on_result):
+    """Shard jobs in this process or in ``processes`` spawned workers; results in job order."""
+    pool = None
+    if processes > 1 and len(jobs) > 1:
+        from multiprocessing import get_context
+
+        threads = max(1, (os.cpu_count() or 1) // processes)
+        pool = get_context("spawn").Pool(processes, initializer=prepare_worker, initargs=(threads,))
+    try:
+        results = []
+        for part in pool.imap(_shard_stats, jobs) if pool else map(_shard_stats, jobs):
+            results.append(part)
+            on_result(part)
+        return results
+    finally:
+        if pool:
+            pool.close()
+            pool.join()
+
+
+def _dask_threads(client):
+    """{worker address: threads for the compiled kernels}: each host's cores shared by the task
+    threads of all its workers (without it, every worker's kernels start one thread per core)."""
+    try:
+        workers = client.scheduler_info(n_workers=-1)["workers"]  # every worker (newer Dask lists 5 by default)
+    except TypeError:  # older Dask: always every worker
+        workers = client.scheduler_info()["workers"]
+    cores = client.run(os.cpu_count)
+    per_host = {}
+    for info in workers.values():
+        per_host[info["host"]] = per_host.get(info["host"], 0) + info["nthreads"]
+    return {
+        address: max(1, (cores.get(address) or 1) // max(per_host[info["host"]], 1))
+        for address, info in workers.items()
+    }
+
+
+def _run_dask(jobs, client, on_result):
+    """Shard jobs as Dask tasks on ``client``'s cluster; results in job order whatever order the
+    tasks finish in. A worker that dies takes its running and held tasks with it; the scheduler
+    runs them again elsewhere (per-shard results depend only on the shard, so nothing is lost or
+    counted twice)."""
+    from distributed import as_completed
+
+    futures = client.map(_shard_stats, jobs, threads=_dask_threads(client), pure=False)
+    index = {f.key: i for i, f in enumerate(futures)}
+    results = [None] * len(jobs)
+    try:
+        for future in as_completed(futures):
+            part = future.result()
+            results[index[future.key]] = part
+            on_result(part)
+    finally:
+        client.cancel(futures)
+    return results
 
 
 def analyze_trace(
@@ -161,8 +289,11 @@ def analyze_trace(
     progress=None,
     bonus_policy="verifier",
     tasks=None,
+    client=None,
 ):
-    """Statistics of ``rules`` (Rule objects or spec strings) on ``trace`` (a Trace or a directory).
+    """Statistics of ``rules`` (Rule objects or spec strings) on ``trace``: a Trace, a directory,
+    a glob pattern, a TraceSet or a list of them (several traces are one dataset, checked for
+    compatibility: ``TraceSet``).
 
     Per rule, m and task (plus 'all'): mean acceptance (per position) and the part of it from
     tokens the verifier excludes, AL(m) (expected accepted drafts per verification, averaged over
@@ -174,95 +305,120 @@ def analyze_trace(
     emitted law, under "verifier" it emits q and adds nothing); each with a bootstrap 95%
     interval over sequences. ``logits_exact`` is the share of positions whose result the stored
     logits determine exactly (below 1 only for rules that need logits a top-K trace lacks).
-    Shards are processed in ``processes`` worker processes. ``tasks`` restricts the analysis to
-    the sequences of those tasks. ``progress``: a bar on stderr (True, False, or None: only on a
-    terminal).
+    Rows are ``AnalysisRow`` records; with several traces, ``trace_rows`` holds the same per
+    trace (task 'all').
+
+    Where the work runs: shards are processed in this process, in ``processes`` spawned worker
+    processes, or as tasks on a Dask cluster (``client``: a ``distributed.Client``; the trace
+    directories must be readable at the same paths on the workers). The per-sequence sums do
+    not depend on where they ran, and the reduction (sequences in id order, then the bootstrap
+    with ``seed``) runs once here: every engine gives the same rows, bit for bit. ``tasks``
+    restricts the analysis to the sequences of those tasks. ``progress``: a bar on stderr
+    (True, False, or None: only on a terminal).
     """
+    from ._traceset import open_traces
+
     if bonus_policy not in BONUS_POLICIES:
         raise ValueError(f"bonus_policy must be one of {BONUS_POLICIES}; got {bonus_policy!r}")
+    if not (isinstance(processes, (int, np.integer)) and processes >= 1):
+        raise ValueError(f"processes must be an integer >= 1; got {processes!r}")
+    if client is not None and processes > 1:
+        raise ValueError("give either client= (a Dask cluster) or processes > 1 (local workers), not both")
     rules = make_rules(list(rules)) if not isinstance(rules, str) else make_rules(rules)
     labels = [_rule_label(r) for r in rules]
     if len(set(labels)) != len(labels):
         raise ValueError(f"rules must be distinct; got {labels}")
     start = time.perf_counter()
-    trace = trace if isinstance(trace, Trace) else Trace(trace)
+    traces = open_traces(trace)
     if settings is None:
         settings = (
-            SamplingSettings(**trace.metadata.get("sampling", {}))
-            if trace.metadata.get("sampling")
+            SamplingSettings(**traces.metadata.get("sampling", {}))
+            if traces.metadata.get("sampling")
             else (SamplingSettings())
         )
-    known = sorted({s["task"] for s in trace.manifest["sequences"]})
+    known = sorted({s["task"] for t in traces.traces for s in t.manifest["sequences"]})
     if not known:
-        raise ValueError(f"trace {trace.directory!r} holds no sequences: nothing to analyse")
+        raise ValueError(f"trace {traces.directory!r} holds no sequences: nothing to analyse")
     if tasks is not None:
         tasks = [tasks] if isinstance(tasks, str) else list(tasks)
         unknown = sorted(set(tasks) - set(known))
         if unknown:
             raise ValueError(f"task(s) {unknown} are not in the trace; its tasks: {', '.join(known)}")
     wanted = None if tasks is None else tuple(tasks)
-    shards = sorted({s["shard"] for s in trace.manifest["sequences"] if wanted is None or s["task"] in wanted})
-    jobs = [(trace.directory, i, list(rules), tuple(ms), settings, bonus_policy, wanted) for i in shards]
-    sequences = []
-    pool = None
-    if processes > 1 and len(jobs) > 1:
-        from multiprocessing import get_context
+    jobs, names, total = [], [], 0
+    for name, t in zip(traces.names, traces.traces, strict=True):
+        for i in sorted({s["shard"] for s in t.manifest["sequences"] if wanted is None or s["task"] in wanted}):
+            jobs.append((t.directory, i, list(rules), tuple(ms), settings, bonus_policy, wanted))
+            names.append(name)
+            total += t.manifest["shards"][i]["positions"]
+    with progress_bar(total=total, desc="analyse", unit="pos", enabled=progress) as bar:
 
-        threads = max(1, (os.cpu_count() or 1) // processes)
-        pool = get_context("spawn").Pool(processes, initializer=_limit_threads, initargs=(threads,))
-    total = sum(trace.manifest["shards"][i]["positions"] for i in shards)
-    try:
-        with progress_bar(total=total, desc="analyse", unit="pos", enabled=progress) as bar:
-            for part in pool.imap(_shard_stats, jobs) if pool else map(_shard_stats, jobs):
-                sequences.extend(part)
-                bar.update(sum(s["positions"] for s in part))
-    finally:
-        if pool:
-            pool.close()
-            pool.join()
+        def done(part):
+            bar.update(sum(s["positions"] for s in part))
+
+        parts = _run_dask(jobs, client, done) if client is not None else _run_local(jobs, processes, done)
+    sequences = [{**seq, "trace": name} for name, part in zip(names, parts, strict=True) for seq in part]
+    # one order whatever the engine, the shard layout or the order the traces were given in
+    sequences.sort(key=lambda s: (s["id"], s["trace"]))
     rng = np.random.default_rng(seed)
     rows = []
-    tasks = ["all", *sorted({s["task"] for s in sequences})]
+    task_names = ["all", *sorted({s["task"] for s in sequences})]
     for rule in rules:
-        label = _rule_label(rule)
         for m in ms:
-            for task in tasks:
+            for task in task_names:
                 sel = [s for s in sequences if task in ("all", s["task"])]
-                if not sel:
-                    continue
-                pos = [s["positions"] for s in sel]
-                stats = {name: _ratio_ci([s["rules"][label][name] for s in sel], pos, rng, n_boot) for name in METRICS}
-                al = _ratio_ci(
-                    [s["rules"][label][f"al_sum_{m}"] for s in sel],
-                    [s["rules"][label][f"al_n_{m}"] for s in sel],
-                    rng,
-                    n_boot,
-                )
-                row = {
-                    "rule": label,
-                    "family": rule.family,
-                    "delta": getattr(rule, "delta", ""),
-                    "bonus_policy": bonus_policy,
-                    "m": m,
-                    "task": task,
-                    "sequences": len(sel),
-                    "positions": int(sum(pos)),
-                    "al": al[0],
-                    "al_lo": al[1],
-                    "al_hi": al[2],
-                    "mean_acceptance_length": 1 + al[0],
-                }
-                tokens = [s["rules"][label][f"al_sum_{m}"] + s["rules"][label][f"al_n_{m}"] for s in sel]
-                for name in BLOCK_METRICS:
-                    stats[f"{name}_per_token"] = _ratio_ci(
-                        [s["rules"][label][f"{name}_block_{m}"] for s in sel], tokens, rng, n_boot
-                    )
-                for name, (v, lo, hi) in stats.items():
-                    row[name], row[f"{name}_lo"], row[f"{name}_hi"] = v, lo, hi
-                rows.append(row)
+                if sel:
+                    rows.append(_row(rule, m, task, "all", sel, rng, n_boot, bonus_policy))
+    trace_rows = []
+    if len(traces.traces) > 1:
+        for rule in rules:
+            for m in ms:
+                for name in traces.names:
+                    sel = [s for s in sequences if s["trace"] == name]
+                    if sel:
+                        trace_rows.append(_row(rule, m, "all", name, sel, rng, n_boot, bonus_policy))
     return AnalysisResult(
-        rows=rows, sequences=sequences, settings=settings.as_dict(), seconds=time.perf_counter() - start
+        rows=rows,
+        sequences=sequences,
+        settings=settings.as_dict(),
+        seconds=time.perf_counter() - start,
+        trace_rows=trace_rows,
+        traces=list(traces.names),
     )
+
+
+def _row(rule, m, task, trace, sel, rng, n_boot, bonus_policy) -> AnalysisRow:
+    """The statistics of one rule at one m over the sequences ``sel``."""
+    label = _rule_label(rule)
+    pos = [s["positions"] for s in sel]
+    stats = {name: _ratio_ci([s["rules"][label][name] for s in sel], pos, rng, n_boot) for name in METRICS}
+    al = _ratio_ci(
+        [s["rules"][label][f"al_sum_{m}"] for s in sel], [s["rules"][label][f"al_n_{m}"] for s in sel], rng, n_boot
+    )
+    delta = getattr(rule, "delta", None)
+    row = AnalysisRow(
+        rule=label,
+        family=rule.family,
+        delta=None if delta is None else float(delta),
+        bonus_policy=bonus_policy,
+        m=m,
+        task=task,
+        trace=trace,
+        sequences=len(sel),
+        positions=int(sum(pos)),
+        al=al[0],
+        al_lo=al[1],
+        al_hi=al[2],
+        mean_acceptance_length=1 + al[0],
+    )
+    tokens = [s["rules"][label][f"al_sum_{m}"] + s["rules"][label][f"al_n_{m}"] for s in sel]
+    for name in BLOCK_METRICS:
+        stats[f"{name}_per_token"] = _ratio_ci(
+            [s["rules"][label][f"{name}_block_{m}"] for s in sel], tokens, rng, n_boot
+        )
+    for name, (v, lo, hi) in stats.items():
+        row[name], row[f"{name}_lo"], row[f"{name}_hi"] = v, lo, hi
+    return row
 
 
 def write_outputs(result: AnalysisResult, out_dir: str, figures: bool = True) -> list[str]:

@@ -111,6 +111,17 @@ def _int_at_least(low):
     return parse
 
 
+def _part(text: str):
+    """I/N, 1 <= I <= N."""
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be I/N, e.g. 2/4 (part 2 of 4); got {text!r}") from None
+    if not 1 <= i <= n:
+        raise argparse.ArgumentTypeError(f"must be I/N with 1 <= I <= N; got {text!r}")
+    return i, n
+
+
 def _probability(text: str) -> float:
     value = float(text)
     if not 0.0 <= value <= 1.0 or np.isnan(value):
@@ -181,42 +192,141 @@ def _cmd_dump(args) -> int:
         shard_positions=args.shard_positions,
         progress=_progress(args),
         cache=not args.no_model_cache,
+        part=args.part,
     )
-    print(f"wrote {n} positions to {args.out}")
+    print(f"wrote {n} positions to {args.out}" + (f" (part {args.part[0]}/{args.part[1]})" if args.part else ""))
     return 0
+
+
+def _dask_client(args):
+    """(client, cluster) for --scheduler / --workers, or (None, None)."""
+    if args.scheduler is None and args.workers is None:
+        return None, None
+    if args.processes > 1:
+        raise ValueError("--processes runs local worker processes: give it or --scheduler / --workers, not both")
+    try:
+        from distributed import Client
+    except ImportError:
+        raise ImportError("--scheduler and --workers need Dask: pip install 'cactus_theory[distributed]'") from None
+    if args.scheduler is not None:
+        return Client(args.scheduler, timeout="30s"), None
+    from ._analysis import local_dask_cluster
+
+    return local_dask_cluster(args.workers)
 
 
 def _cmd_analyze(args) -> int:
     from ._analysis import analyze_trace, parse_rules, write_outputs
     from ._sampling import SamplingSettings
     from ._trace import load_trace
+    from ._traceset import open_traces
 
-    trace = load_trace(args.trace)
+    traces = open_traces(args.trace) if args.trace else open_traces(load_trace())
     settings = None
     if args.temperature is not None:
         settings = SamplingSettings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     rules = parse_rules(args.rules, args.delta)
-    result = analyze_trace(
-        trace,
-        rules,
-        ms=args.m,
-        settings=settings,
-        n_boot=args.bootstrap,
-        processes=args.processes,
-        progress=_progress(args),
-        bonus_policy=args.bonus_policy,
-        tasks=args.task,
-    )
-    print(f"trace {trace.directory}: {len(trace)} sequences, {trace.n_positions} positions; settings {result.settings}")
+    client, cluster = _dask_client(args)
+    try:
+        result = analyze_trace(
+            traces,
+            rules,
+            ms=args.m,
+            settings=settings,
+            n_boot=args.bootstrap,
+            processes=args.processes,
+            progress=_progress(args),
+            bonus_policy=args.bonus_policy,
+            tasks=args.task,
+            client=client,
+        )
+    finally:
+        if client is not None:
+            client.close()
+        if cluster is not None:
+            cluster.close()
+    where = traces.directory if len(traces.traces) == 1 else f"{len(traces.traces)} traces ({traces.directory})"
+    print(f"trace {where}: {len(traces)} sequences, {traces.n_positions} positions; settings {result.settings}")
     tasks = sorted({r["task"] for r in result.rows} - {"all"})
     for task in ["all", *tasks] if len(tasks) > 1 else tasks:
         label = "all tasks" if task == "all" else f"task {task}"
         positions = next(r["positions"] for r in result.rows if r["task"] == task)
         print(f"\n{label} ({positions} positions)")
         print(result.table(task))
+    for name in result.traces if result.trace_rows else []:
+        positions = next(r["positions"] for r in result.trace_rows if r["trace"] == name)
+        print(f"\ntrace {name} ({positions} positions)")
+        print(result.table(trace=name))
     if args.out:
         for path in write_outputs(result, args.out, figures=not args.no_figures):
             print(f"wrote {path}")
+    return 0
+
+
+def _cmd_calibrate(args) -> int:
+    from ._hf import load_model
+    from ._plan import calibrate_cost, default_cost_path
+    from ._sampling import SamplingSettings
+
+    progress = _progress(args)
+    verifier = load_model(args.verifier, args.device, args.dtype, cache=not args.no_model_cache, progress=progress)
+    draft = load_model(args.draft, args.device, args.dtype, cache=not args.no_model_cache, progress=progress)
+    settings = SamplingSettings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    cost = calibrate_cost(
+        verifier, draft, max_block=args.max_block, context=args.context, repeats=args.repeats, settings=settings,
+        progress=progress,
+    )  # fmt: skip
+    out = args.out or default_cost_path(verifier[2]["name"], draft[2]["name"], args.dtype, args.device)
+    cost.save(out)
+    blocks = cost.verify_block
+    top = max(blocks)
+    print(f"draft token {cost.draft_token * 1e3:.1f} ms; verifier block of 1: {blocks[1] * 1e3:.1f} ms, of {top}: "
+          f"{blocks[top] * 1e3:.1f} ms ({blocks[top] / blocks[1]:.2f}x one token); step overhead "
+          f"{cost.step_overhead * 1e3:.2f} ms; judging a token {cost.judge_token * 1e3:.2f} ms")  # fmt: skip
+    print(f"draft / verifier cost ratio: {cost.draft_token / blocks[1]:.3f}")
+    print(f"wrote {out}")
+    return 0
+
+
+def _cmd_plan(args) -> int:
+    from ._analysis import analyze_trace, parse_rules, write_outputs
+    from ._plan import load_cost, predict_speedup
+    from ._trace import load_trace
+    from ._traceset import open_traces
+
+    cost = load_cost(args.cost) if args.cost else args.cost_ratio
+    traces = open_traces(args.trace) if args.trace else open_traces(load_trace())
+    result = analyze_trace(
+        traces, parse_rules(args.rules, args.delta), ms=args.m, n_boot=args.bootstrap, processes=args.processes,
+        progress=_progress(args), tasks=args.task,
+    )  # fmt: skip
+    plan = predict_speedup(result, cost, max_kl=args.max_kl)
+    kind = plan.cost.source.get("kind", "cost file")
+    ratio = plan.cost.draft_token / plan.cost.verify_block[1]
+    print(f"{len(traces)} sequences, {traces.n_positions} positions; cost: {kind}, draft / verifier ratio {ratio:.3f}")
+    tasks = sorted({r["task"] for r in plan.rows} - {"all"})
+    for task in ["all", *tasks] if len(tasks) > 1 else tasks:
+        print(f"\n{'all tasks' if task == 'all' else 'task ' + task}: predicted speedup at the best m")
+        print(plan.table(task))
+    if args.out:
+        from ._analysis import _png
+        from ._io import atomic_write
+        from ._plotting import plot_plan
+
+        written = [atomic_write(os.path.join(args.out, "plan.csv"), plan.to_csv().encode())]
+        written.append(atomic_write(os.path.join(args.out, "plan.json"), plan.to_json().encode()))
+        written.append(atomic_write(os.path.join(args.out, "plan.png"), _png(plot_plan(plan))))
+        written += write_outputs(result, args.out, figures=False)
+        for path in written:
+            print(f"wrote {path}")
+    return 0
+
+
+def _cmd_merge(args) -> int:
+    from ._traceset import merge_traces
+
+    trace = merge_traces(args.out, args.parts, progress=_progress(args))
+    print(f"merged {len(trace)} sequences, {trace.n_positions} positions into {args.out}")
     return 0
 
 
@@ -427,6 +537,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(Ctrl-C and SIGTERM lose nothing complete)",
     )
     d.add_argument(
+        "--part",
+        type=_part,
+        default=None,
+        metavar="I/N",
+        help="dump only part I of N of the prompts (chosen by prompt id): one part per GPU or host, each into "
+        "its own --out; combine them with 'cactus-theory merge'",
+    )
+    d.add_argument(
         "--completions",
         default=None,
         help="JSON Lines of {id, token_ids}: teacher-force both models on these outputs instead of sampling "
@@ -441,7 +559,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_rules_epilog(),
         formatter_class=_Formatter,
     )
-    a.add_argument("trace", nargs="?", default=None, help="trace directory (default: the embedded trace)")
+    a.add_argument(
+        "trace",
+        nargs="*",
+        default=None,
+        help="trace directories or glob patterns, analysed as one set (default: the embedded trace)",
+    )
     a.add_argument("--rules", default="sps,tas,cactus,cactus-exact,mentored", help="rule specs (see below)")
     a.add_argument("--delta", type=_floats, default=[0.25, 0.5, 1.0, 2.0], help="deltas of rules that set none")
     a.add_argument("--m", type=_ints, default=[4, 8, 20], help="drafted tokens per verification")
@@ -454,7 +577,14 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument(
         "--bootstrap", type=_int_at_least(0), default=1000, help="bootstrap resamples for the 95%% intervals"
     )
-    a.add_argument("--processes", type=_int_at_least(1), default=1, help="worker processes over shards")
+    a.add_argument("--processes", type=_int_at_least(1), default=1, help="local worker processes over shards")
+    engine = a.add_mutually_exclusive_group()
+    engine.add_argument(
+        "--scheduler", default=None, metavar="ADDRESS", help="run the shards on this Dask scheduler (tcp://HOST:PORT)"
+    )
+    engine.add_argument(
+        "--workers", type=_int_at_least(1), default=None, help="run the shards on a local Dask cluster of N workers"
+    )
     a.add_argument("--out", default=None, help="write analysis.csv, analysis.json and figures here")
     a.add_argument("--no-figures", action="store_true", help="with --out: tables only")
     a.add_argument(
@@ -502,6 +632,57 @@ def build_parser() -> argparse.ArgumentParser:
     _progress_options(c)
     c.set_defaults(func=_cmd_decode)
 
+    cb = sub.add_parser(
+        "calibrate",
+        help="time a model pair's forward passes on this machine: a cost file for 'plan'",
+        formatter_class=_Formatter,
+    )
+    cb.add_argument("--verifier", required=True, help="verifier: Hugging Face id, local directory or .gguf file")
+    cb.add_argument("--draft", required=True, help="draft model: Hugging Face id, local directory or .gguf file")
+    _model_options(cb)
+    _sampling_options(cb)
+    cb.add_argument("--max-block", type=_int_at_least(1), default=21, help="largest verifier block timed (m + 1)")
+    cb.add_argument("--context", type=_int_at_least(1), default=256, help="tokens in the KV caches while timing")
+    cb.add_argument("--repeats", type=_int_at_least(1), default=5, help="timings per part (median)")
+    cb.add_argument(
+        "--out", default=None, help="cost file (default: in the user cache, named by models, dtype, device)"
+    )
+    _progress_options(cb)
+    cb.set_defaults(func=_cmd_calibrate)
+
+    pl = sub.add_parser(
+        "plan",
+        help="predicted wall-time speedup of every rule, delta and m on a trace, and the best setting",
+        epilog=_rules_epilog(),
+        formatter_class=_Formatter,
+    )
+    pl.add_argument("trace", nargs="*", default=None, help="trace directories or globs (default: the embedded trace)")
+    costs = pl.add_mutually_exclusive_group(required=True)
+    costs.add_argument("--cost", default=None, help="cost file from 'calibrate' (or written by hand)")
+    costs.add_argument(
+        "--cost-ratio", type=_budget, default=None, help="draft token cost / verifier token cost, block cost flat in m"
+    )
+    pl.add_argument("--max-kl", type=_budget, default=None, help="bound on the mean emitted KL(pi || q) per position")
+    pl.add_argument("--rules", default="sps,tas,cactus,cactus-exact,mentored", help="rule specs (see below)")
+    pl.add_argument("--delta", type=_floats, default=[0.25, 0.5, 1.0, 2.0], help="deltas of rules that set none")
+    pl.add_argument("--m", type=_ints, default=[1, 2, 3, 4, 6, 8, 10, 12, 16, 20], help="draft lengths to compare")
+    pl.add_argument("--task", action="append", default=None, help="only this task (repeatable)")
+    pl.add_argument("--bootstrap", type=_int_at_least(0), default=1000, help="bootstrap resamples")
+    pl.add_argument("--processes", type=_int_at_least(1), default=1, help="local worker processes over shards")
+    pl.add_argument("--out", default=None, help="write plan.csv, plan.json, plan.png and the analysis here")
+    _progress_options(pl)
+    pl.set_defaults(func=_cmd_plan)
+
+    mg = sub.add_parser(
+        "merge",
+        help="merge the parts of a split dump (dump --part I/N) into one trace",
+        formatter_class=_Formatter,
+    )
+    mg.add_argument("out", help="the merged trace directory (resumed if it exists)")
+    mg.add_argument("parts", nargs="+", help="the parts' trace directories or glob patterns")
+    _progress_options(mg)
+    mg.set_defaults(func=_cmd_merge)
+
     r = sub.add_parser(
         "report",
         help="the main job: a report from the embedded trace and a synthetic suite",
@@ -532,6 +713,8 @@ def _explain(exc: BaseException):
         }.get(type(exc), "check the path and the disk")
         return 1, f"{what}{where} ({hint})"
     if isinstance(exc, ImportError):
+        if "pip install" in first:
+            return 1, first
         return 1, f"{first}: install the models extra, pip install 'cactus_theory[models]'"
     return 1, f"{type(exc).__name__}: {first} (run with --debug for the traceback)"
 

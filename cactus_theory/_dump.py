@@ -20,7 +20,7 @@ import numpy as np
 from ._hf import encode_chat, eos_ids, generate, load_model, teacher_forced_logits, tokenizer_hash
 from ._io import termination_as_exception
 from ._progress import progress_bar
-from ._prompts import prompt_seed
+from ._prompts import prompt_seed, select_part
 from ._sampling import SamplingSettings
 from ._trace import DEFAULT_TOP_K, TraceError, TraceWriter
 
@@ -97,6 +97,7 @@ def dump_trace(
     shard_positions=2048,
     progress=None,
     cache=True,
+    part=None,
 ):
     """Dump a trace of ``prompts`` (``Prompt`` objects) into directory ``out``; resumable.
 
@@ -120,11 +121,20 @@ def dump_trace(
     GGUF models are dequantised once and cached (``load_model``; ``cache=False`` skips it).
     Models are recorded by identity (name, source, file sha256 and size), never by local path.
 
+    ``part=(I, N)`` dumps only part I of N of the prompts (``select_part``: chosen by prompt id,
+    so N hosts or GPUs given the same prompts and settings split them without talking to each
+    other); each part goes into its own directory and ``merge_traces`` (``cactus-theory
+    merge``) combines them. The metadata records ``part`` ("I/N") and a resume checks it.
+
     Returns the number of positions written by this call.
     """
     import torch
 
     settings = settings or SamplingSettings()
+    if part is not None:
+        if not (isinstance(part, (tuple, list)) and len(part) == 2):
+            raise ValueError(f"part must be (I, N), part I of N; got {part!r}")
+        prompts = select_part(prompts, *part)
     if completions is not None:
         completions = _check_completions(completions, prompts, max_new_tokens)
     v_model, v_tok, v_info = load_model(verifier, device, dtype, cache=cache, progress=progress)
@@ -155,6 +165,8 @@ def dump_trace(
         },
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    if part is not None:
+        metadata["part"] = f"{int(part[0])}/{int(part[1])}"
     if limit is not None and not (isinstance(limit, (int, np.integer)) and limit >= 0):
         raise ValueError(f"limit must be an integer >= 0 (prompts to dump in this run); got {limit!r}")
     eos = eos_ids(v_model, v_tok)

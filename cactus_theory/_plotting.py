@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["plot_al_vs_kl", "plot_delta_sweep", "plot_delta_sweep_by_task", "plot_rule_front", "plot_step"]
+__all__ = ["plot_al_vs_kl", "plot_delta_sweep", "plot_delta_sweep_by_task", "plot_plan", "plot_rule_front", "plot_step"]
 
 
 def plot_step(rule, draft_probs, target_probs, ax=None, top=None, *, logits=None):
@@ -122,10 +122,10 @@ def _pad_y(ax, values):
 def _sweep(ax, families, key, deltas, errors):
     """One panel: budgeted families as lines over delta (dodged error bars), others as dashed references."""
     values = []
-    budgeted = [f for f, rs in families.items() if any(r["delta"] not in ("", None) for r in rs)]
+    budgeted = [f for f, rs in families.items() if any(r["delta"] is not None for r in rs)]
     for idx, (family, rs) in enumerate(families.items()):
         color = f"C{idx % 10}"
-        with_delta = sorted((r for r in rs if r["delta"] not in ("", None)), key=lambda r: r["delta"])
+        with_delta = sorted((r for r in rs if r["delta"] is not None), key=lambda r: r["delta"])
         if with_delta:
             shift = 1.04 ** (budgeted.index(family) - (len(budgeted) - 1) / 2)  # dodge the error bars
             x = [r["delta"] * shift for r in with_delta]
@@ -152,7 +152,7 @@ def plot_delta_sweep(rows, settings=None, m=None):
 
     m = m or _middle_m(rows)
     families = _by_family(rows, m)
-    deltas = sorted({r["delta"] for r in rows if r["delta"] not in ("", None)})
+    deltas = sorted({r["delta"] for r in rows if r["delta"] is not None})
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     _sweep(axes[0], families, "acceptance", deltas, errors=False)
     _sweep(axes[1], families, "al", deltas, errors=True)
@@ -173,7 +173,7 @@ def plot_delta_sweep_by_task(rows, m=None):
 
     m = m or _middle_m(rows)
     tasks = sorted({r["task"] for r in rows} - {"all"})
-    deltas = sorted({r["delta"] for r in rows if r["delta"] not in ("", None)})
+    deltas = sorted({r["delta"] for r in rows if r["delta"] is not None})
     fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.8), sharey=True, squeeze=False)
     for ax, task in zip(axes[0], tasks, strict=True):
         _sweep(ax, _by_family(rows, m, task), "al", deltas, errors=True)
@@ -206,5 +206,54 @@ def plot_al_vs_kl(rows, m=None):
     ax.set_title("Trade-off: accepted length against drift", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_plan(plan, task="all", ax=None, title=None):
+    """Predicted speedup (``predict_speedup``) of every rule at its best m against the mean
+    emitted KL(pi || q) per position, with the bootstrap interval of the speedup, the front of
+    settings no other beats on both, the verifier alone at 1x and the plan's KL bound. Returns
+    the Figure."""
+    import matplotlib.pyplot as plt
+
+    from ._zoo import pareto_front
+
+    rows = plan.best_m(task)
+    if not rows:
+        raise ValueError(f"the plan has no rows for task {task!r}")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7.5, 4.8))
+    fig = ax.figure
+    families = sorted({r["family"] for r in rows})
+    finite = [r["kl_emitted_target"] for r in rows if np.isfinite(r["kl_emitted_target"])]
+    edge = 1.6 * max(finite, default=1.0)
+
+    def x_of(r):
+        return r["kl_emitted_target"] if np.isfinite(r["kl_emitted_target"]) else edge
+
+    for i, family in enumerate(families):
+        fam = [r for r in rows if r["family"] == family]
+        ax.errorbar(
+            [x_of(r) for r in fam], [r["speedup"] for r in fam],
+            yerr=[[r["speedup"] - r["speedup_lo"] for r in fam], [r["speedup_hi"] - r["speedup"] for r in fam]],
+            fmt="o", ms=5, capsize=2, color=f"C{i % 10}", label=family, zorder=3,
+        )  # fmt: skip
+    front = pareto_front([(r["rule"], r["speedup"], r["kl_emitted_target"]) for r in rows])
+    pts = sorted((x_of(r), r["speedup"]) for r in rows if r["rule"] in front)
+    ax.step([x for x, _ in pts], [y for _, y in pts], where="post", color="k", lw=1, alpha=0.6, label="front")
+    ax.axhline(1.0, color="grey", lw=1, ls="--", label="verifier alone")
+    if plan.max_kl is not None:
+        ax.axvline(plan.max_kl, color="C3", lw=1, ls=":", label=f"KL bound {plan.max_kl:g}")
+    for r in rows:
+        if r["rule"] in front:
+            ax.annotate(f"m={r['m']}", (x_of(r), r["speedup"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.set_xscale("symlog", linthresh=1e-3)
+    ax.set_xlim(left=0.0)
+    ax.set_xlabel("mean KL(pi || q) per position (emitted vs verifier)")
+    ax.set_ylabel("predicted speedup over the verifier alone (best m)")
+    ax.set_title(title or f"Predicted speedup ({plan.cost.source.get('kind', 'cost model')})", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     return fig

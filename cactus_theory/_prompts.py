@@ -14,7 +14,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["DATASETS", "PROMPT_FIELDS", "RECORD_FORMATS", "Prompt", "load_prompts", "mixed_prompts", "prompt_seed"]
+__all__ = [
+    "DATASETS",
+    "PROMPT_FIELDS",
+    "RECORD_FORMATS",
+    "Prompt",
+    "load_prompts",
+    "mixed_prompts",
+    "prompt_part",
+    "prompt_seed",
+    "select_part",
+]
 
 #: Fields (JSON keys, CSV columns) tried in order when ``field`` is not given.
 PROMPT_FIELDS = ("prompt", "text", "question", "turns")
@@ -62,6 +72,25 @@ def prompt_seed(seed: int, prompt_id: str) -> int:
     digest = hashlib.sha256(str(prompt_id).encode("utf-8")).digest()
     words = [int.from_bytes(digest[i : i + 4], "little") for i in range(0, 16, 4)]
     return int(np.random.SeedSequence([int(seed), *words]).generate_state(1, dtype=np.uint64)[0] >> 1)
+
+
+def prompt_part(prompt_id: str, parts: int) -> int:
+    """The part (1..parts) a prompt belongs to in a split dump: from its id only (sha256), so
+    every host computes the same split whatever order or subset of prompts it reads."""
+    if not (isinstance(parts, (int, np.integer)) and parts >= 1):
+        raise ValueError(f"parts must be an integer >= 1; got {parts!r}")
+    digest = hashlib.sha256(b"part:" + str(prompt_id).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "little") % int(parts) + 1
+
+
+def select_part(prompts, part: int, parts: int):
+    """The prompts of part ``part`` of ``parts`` (1-based; ``prompt_part``), in their order.
+    The parts of one prompt list are disjoint and together hold every prompt."""
+    if not (isinstance(parts, (int, np.integer)) and parts >= 1):
+        raise ValueError(f"parts must be an integer >= 1; got {parts!r}")
+    if not (isinstance(part, (int, np.integer)) and 1 <= part <= parts):
+        raise ValueError(f"part must be an integer in 1..{parts}; got {part!r}")
+    return [p for p in prompts if prompt_part(p.id, parts) == part]
 
 
 def _records(path: str):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import html
+import os
 import time
 
 import numpy as np
@@ -83,24 +84,15 @@ def _family_rows(result, m=None):
 
 def worst_case_curve(deltas, vocabs=(8, 32), n_random=1500, n_starts=1, maxiter=15, seed=0):
     """Gamma(delta) lower bounds for Cactus (Taylor) and exact Cactus: (deltas, {(rule, vocab): [ratio per delta]})."""
-    from ._rules import make_rule
-    from ._worst_case import worst_case_drift
+    from ._worst_case import worst_case_sweep
 
+    rows = worst_case_sweep(
+        ("cactus", "cactus-exact"), deltas, vocabs, seed=seed, n_random=n_random, n_starts=n_starts, maxiter=maxiter
+    )
     out = {}
-    for name in ("cactus", "cactus-exact"):
-        for vocab in vocabs:
-            out[name, vocab] = [
-                worst_case_drift(
-                    make_rule(f"{name}(delta={delta!r})"),
-                    vocab,
-                    n_random=n_random,
-                    n_starts=n_starts,
-                    maxiter=maxiter,
-                    seed=[seed, vocab, i],
-                ).worst_ratio
-                for i, delta in enumerate(deltas)
-            ]
-    return list(deltas), out
+    for row in rows:
+        out.setdefault((row["rule"], row["vocab"]), []).append(row["worst_ratio"])
+    return [float(d) for d in deltas], out
 
 
 def _fig_emitted_kl(result, worst=None):
@@ -111,9 +103,9 @@ def _fig_emitted_kl(result, worst=None):
     families = {}
     for r in rows:
         families.setdefault(r["family"], []).append(r)
-    deltas = sorted({r["delta"] for r in rows if r["delta"] != ""})
+    deltas = sorted({r["delta"] for r in rows if r["delta"] is not None})
     for idx, (family, rs) in enumerate(families.items()):
-        if rs[0]["delta"] == "":
+        if rs[0]["delta"] is None:
             ax.axhline(rs[0]["kl_emitted_target"], ls="--", lw=1, color=f"C{idx}", label=family)
             continue
         rs = sorted(rs, key=lambda r: r["delta"])
@@ -193,6 +185,59 @@ def _model_name(entry) -> str:
     return f"{entry.get('name', '?')}" + (f" (sha256 {sha[:12]}...)" if isinstance(sha, str) else "")
 
 
+PLAN_MS = (1, 2, 3, 4, 6, 8, 10, 12, 16, 20)
+#: The GPU-like regime of the report: drafting a token costs 5% of a verifier pass, block cost flat.
+GPU_LIKE_RATIO = 0.05
+
+
+def find_calibration(trace):
+    """The newest cost file in the user cache (``calibrate``'s default place) whose verifier and
+    draft are the trace's (by file hashes), or None."""
+    import glob
+    import json
+
+    from ._plan import cost_directory, load_cost
+    from ._trace import _file_hashes
+
+    def files(entry):
+        return _file_hashes(entry["files"]) if isinstance(entry, dict) and "files" in entry else None
+
+    want = (files(trace.metadata.get("verifier")), files(trace.metadata.get("draft")))
+    if None in want:
+        return None
+    found = []
+    for path in glob.glob(os.path.join(cost_directory(), "*.json")):
+        try:
+            cost = load_cost(path)
+        except (ValueError, OSError, json.JSONDecodeError):
+            continue  # not a cost file: ignored
+        src = cost.source
+        if (files(src.get("verifier")), files(src.get("draft"))) == want:
+            found.append((src.get("created", ""), path, cost))
+    return max(found, key=lambda x: x[:2])[2] if found else None
+
+
+def _plans(trace, rules, deltas, progress):
+    """{key: (title, Plan)}: this machine's calibration (when there is one) and the GPU-like ratio."""
+    from ._analysis import analyze_trace, parse_rules
+    from ._plan import predict_speedup
+
+    result = analyze_trace(trace, parse_rules(rules, deltas), ms=PLAN_MS, n_boot=300, progress=progress)
+    plans = {}
+    cost = find_calibration(trace)
+    if cost is not None:
+        src = cost.source
+        title = (
+            f"this machine, calibrated ({src.get('dtype', '?')} on {src.get('device', '?')}, {src.get('created', '')})"
+        )
+        plans["machine"] = (title, predict_speedup(result, cost))
+    plans["gpu_like"] = (
+        f"GPU-like: draft / verifier cost {GPU_LIKE_RATIO}, flat block cost",
+        predict_speedup(result, GPU_LIKE_RATIO),
+    )
+    return plans
+
+
 def build_report(
     out_dir="cactus_report",
     trace=None,
@@ -257,6 +302,20 @@ def build_report(
             "KL = inf) and TV(pi, q) (right), with the front of rules no other dominates.",
         )
     )
+    say("      predicted speedups: this machine's calibration, if any, and a GPU-like cost ratio")
+    plans = _plans(tr, rules, deltas, progress)
+    for key, (title, plan) in plans.items():
+        from ._plotting import plot_plan
+
+        figures.append(
+            (
+                f"plan_{key}.png",
+                _png(plot_plan(plan, title=title)),
+                f"Predicted wall-time speedup over the verifier alone ({title}) of every rule at its best m "
+                "(1-20), with the interval from AL's bootstrap, against the mean emitted KL(pi || q); the front of "
+                "settings no other beats on both (cactus-theory plan).",
+            )
+        )
     say("      Gamma(delta): worst-case search on synthetic pairs")
     worst = worst_case_curve(sorted(deltas))
     figures.append(("emitted_kl_vs_delta.png", *_fig_emitted_kl(result, worst)))
@@ -277,15 +336,27 @@ def build_report(
         "",
         zoo_md,
         "",
+        "## Predicted speedups",
+        "",
     ]
+    for title, plan in plans.values():
+        md += [f"{title}:", "", "```", plan.table(), "```", ""]
+    if "machine" not in plans:
+        md += [
+            "No calibration of this trace's model pair on this machine was found; `cactus-theory calibrate "
+            "--verifier ... --draft ...` writes one where this report looks for it.",
+            "",
+        ]
     for name, _, caption in figures:
         md += [f"![{name}]({name})", "", caption, ""]
     md.append(f"Generated in {time.perf_counter() - start:.0f} s.")
     files = {name: data for name, data, _ in figures}
     files["report.md"] = "\n".join(md)
+    plan_text = "\n\n".join(f"{title}:\n{plan.table()}" for title, plan in plans.values())
     body = [
         f"<h1>cactus_theory report</h1><pre>{html.escape(table)}</pre>",
         f"<h2>Every rule at the paper grid's parameters</h2><pre>{html.escape(zoo_md)}</pre>",
+        f"<h2>Predicted speedups</h2><pre>{html.escape(plan_text)}</pre>",
     ]
     for _name, data, caption in figures:
         b64 = base64.b64encode(data).decode()

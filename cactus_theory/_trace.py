@@ -203,6 +203,7 @@ RESUME_FIELDS = (
     "seeding",
     "max_new_tokens",
     "teacher_forced",
+    "part",
 )
 #: Resume fields compared even when the stored trace lacks them (an older scheme).
 _RESUME_REQUIRED = ("seeding",)
@@ -355,9 +356,11 @@ def _fields_differ(old, new):
     """The resume fields whose values differ between two metadata dicts (model entries by hashes)."""
     out = []
     for key in RESUME_FIELDS:
-        if key not in new or (key not in old and key not in _RESUME_REQUIRED):
+        if key == "part":  # a part of a split dump resumes only as that part, a whole dump as a whole
+            pass
+        elif key not in new or (key not in old and key not in _RESUME_REQUIRED):
             continue
-        a, b = old.get(key), new[key]
+        a, b = old.get(key), new.get(key)
         if isinstance(a, dict) and isinstance(b, dict) and "files" in a and "files" in b:
             a, b = _file_hashes(a["files"]), _file_hashes(b["files"])
         if json.dumps(a, sort_keys=True, default=str) != json.dumps(b, sort_keys=True, default=str):

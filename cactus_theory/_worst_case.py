@@ -8,6 +8,7 @@ families followed by L-BFGS-B on the logits of the best starts.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,7 +19,7 @@ from ._divergences import get_divergence
 from ._rules._base import as_rule
 from ._synthetic import _softmax
 
-__all__ = ["WorstCase", "worst_case_drift"]
+__all__ = ["WorstCase", "worst_case_drift", "worst_case_sweep"]
 
 
 @dataclass(frozen=True)
@@ -123,3 +124,77 @@ def worst_case_drift(rule, vocab, *, divergence="kl", n_random=4000, n_starts=2,
         target_probs=best_q,
         evaluations=int(evaluations),
     )
+
+
+def _sweep_one(job):
+    """One setting of ``worst_case_sweep`` (runs in a worker process)."""
+    from ._rules import make_rule
+
+    name, delta, vocab, seeds, n_random, n_starts, maxiter = job
+    start = time.perf_counter()
+    res = worst_case_drift(
+        make_rule(f"{name}(delta={delta!r})"), vocab, n_random=n_random, n_starts=n_starts, maxiter=maxiter, seed=seeds
+    )
+    return {
+        "rule": name,
+        "delta": float(delta),
+        "vocab": int(vocab),
+        "worst_ratio_random": res.worst_random,
+        "worst_ratio": res.worst_ratio,
+        "worst_kl": res.worst_divergence,
+        "evaluations": res.evaluations,
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def worst_case_sweep(
+    rules=("cactus", "cactus-exact"),
+    deltas=(0.001, 0.01, 0.1, 0.5, 1.0, 2.0),
+    vocabs=(2, 4, 8, 16, 32, 64),
+    *,
+    seed=0,
+    n_random=4000,
+    n_starts=2,
+    maxiter=40,
+    processes=1,
+    progress=None,
+):
+    """Gamma(delta) lower bounds (``worst_case_drift``) for every rule x delta x vocabulary size.
+
+    ``rules`` are registered spec names that take a ``delta`` (e.g. ``"cactus"``,
+    ``"cactus-exact"``, ``"mentored"``). Setting (i, j, vocab) -- the i-th rule, j-th delta --
+    is searched with the seed ``[seed, i, j, vocab]``, so the rows do not depend on the order
+    of the settings or on ``processes`` (worker processes, spawned). Returns one dict per
+    setting, in rule, delta, vocab order: rule, delta, vocab, worst_ratio_random, worst_ratio,
+    worst_kl, evaluations, seconds. The report and ``experiments/gamma_worst_case.py`` both
+    call this.
+    """
+    from ._progress import progress_bar
+
+    rules, deltas, vocabs = [str(r) for r in rules], [float(d) for d in deltas], [int(v) for v in vocabs]
+    if not (isinstance(processes, (int, np.integer)) and processes >= 1):
+        raise ValueError(f"processes must be an integer >= 1; got {processes!r}")
+    jobs = [
+        (name, delta, vocab, [seed, i, j, vocab], n_random, n_starts, maxiter)
+        for i, name in enumerate(rules)
+        for j, delta in enumerate(deltas)
+        for vocab in vocabs
+    ]
+    pool = None
+    if processes > 1 and len(jobs) > 1:
+        from multiprocessing import get_context
+
+        pool = get_context("spawn").Pool(processes)
+    try:
+        results = pool.imap(_sweep_one, jobs) if pool else map(_sweep_one, jobs)
+        with progress_bar(total=len(jobs), desc="Gamma(delta)", unit="setting", enabled=progress) as bar:
+            rows = []
+            for row in results:
+                rows.append(row)
+                bar.update(1)
+                bar.set_postfix(rule=row["rule"], delta=row["delta"], V=row["vocab"], ratio=f"{row['worst_ratio']:.3f}")
+    finally:
+        if pool:
+            pool.close()
+            pool.join()
+    return rows

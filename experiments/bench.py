@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 
 import numpy as np
 from scipy import optimize
@@ -42,13 +43,12 @@ from cactus_theory import (
     Cactus,
     SamplingSettings,
     SpS,
-    Trace,
-    TraceWriter,
     analyze_trace,
     approx_gamma,
     exact_gamma,
     load_trace,
     parse_rules,
+    synthesize_trace,
 )
 from cactus_theory._kernels import HAVE_NUMBA, windowed_accepted_length_of_ratio
 
@@ -312,20 +312,7 @@ def bench_emitted(repeats, vocab):
 # --- analysis throughput -------------------------------------------------------------------------
 
 
-def tiled_trace(trace, copies, directory):
-    """The trace's sequences ``copies`` times over (new ids), in shards of the same size."""
-    size = max(s["positions"] for s in trace.manifest["shards"])
-    with TraceWriter(
-        directory, trace.vocab_size, top_k=trace.top_k, metadata=trace.metadata, shard_positions=size
-    ) as w:
-        for copy in range(copies):
-            for seq in trace:
-                compressed = {r: (seq.topk_logits[r], seq.topk_ids[r], seq.lse[r]) for r in ("target", "draft")}
-                w.add_compressed(f"{seq.id}#{copy}", seq.task, seq.tokens, compressed, meta=seq.meta)
-    return Trace(directory)
-
-
-def bench_analysis(repeats, copies=4):
+def bench_analysis(repeats):
     trace = load_trace()
     settings = SamplingSettings(**trace.metadata["sampling"])
     rules = parse_rules("sps,tas,cactus,cactus-exact,mentored", (0.25, 0.5, 1.0, 2.0))
@@ -351,10 +338,6 @@ def bench_analysis(repeats, copies=4):
         check=True,
     )
     t_start = time.perf_counter() - start
-    with tempfile.TemporaryDirectory() as tmp:
-        big = tiled_trace(trace, copies, os.path.join(tmp, "tiled"))
-        b1 = median_time(lambda: analysis(big, 1), 1)
-        b2 = median_time(lambda: analysis(big, 2), 1)
     return [
         (
             f"analyze_trace, embedded trace ({positions:,} positions, {trace.n_shards} shards), 5 rule families x 4 "
@@ -364,13 +347,71 @@ def bench_analysis(repeats, copies=4):
             f"time: reading {t_read / t1:.0%}, rules {rules_time / t1:.0%}, bootstrap {boot / t1:.0%}; a worker's "
             f"start (interpreter, imports, cached kernels) {t_start:.1f} s",
         ),
+    ]
+
+
+def once(fn):
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def _rss_mib():
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def bench_scaling(positions=100_000):
+    """Throughput on a synthetic trace (``synthesize_trace``: a block bootstrap of the embedded
+    trace's positions, blocks of 32, seed 0) with local processes and with Dask workers; the Dask
+    cluster (worker processes, one thread each) is started before the clock starts, its workers
+    cold (they import the package and load the kernels on their first task, as pool workers do)."""
+    from cactus_theory._analysis import _shard_stats, local_dask_cluster
+
+    rules = parse_rules("sps,tas,cactus,cactus-exact,mentored", (0.5, 1.0))
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        big = synthesize_trace(load_trace(), os.path.join(tmp, "synthetic"), positions, shard_positions=4096)
+        t_make = time.perf_counter() - start
+
+        def analysis(**kw):
+            return analyze_trace(big, rules, ms=(4, 8, 20), n_boot=1000, progress=False, **kw)
+
+        times = {f"{n} process{'es' if n > 1 else ''}": once(lambda n=n: analysis(processes=n)) for n in (1, 2)}
+        for n in (1, 2):
+            client, cluster = local_dask_cluster(n)
+            times[f"Dask, {n} worker{'s' if n > 1 else ''}"] = once(lambda client=client: analysis(client=client))
+            rss = max(client.run(_rss_mib).values())
+            client.close()
+            cluster.close()
+        shard = big.manifest["shards"][0]["positions"]
+        tracemalloc.start()
+        _shard_stats(
+            (big.directory, 0, list(rules), (4, 8, 20), SamplingSettings(**big.metadata["sampling"]), "verifier", None)
+        )
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    n = big.n_positions
+    rows = [
         (
-            f"analyze_trace, the embedded trace x {copies} ({big.n_positions:,} positions, {big.n_shards} shards)",
-            f"{big.n_positions / b1:,.0f} positions/s with 1 process",
-            f"{b1 / b2:.2f}x speedup with 2 processes ({big.n_positions / b2 / 2:,.0f} positions/s per core)",
-            "",
+            f"analyze_trace, synthetic trace ({n:,} positions, {big.n_shards} shards of <= 4,096; made in "
+            f"{t_make:.0f} s), 5 rule families x 2 deltas, m = 4, 8, 20",
+            ", ".join(f"{k}: {n / v:,.0f} positions/s" for k, v in times.items()),
+            f"Dask overhead against processes: {times['Dask, 1 worker'] / times['1 process'] - 1:+.0%} (1 worker), "
+            f"{times['Dask, 2 workers'] / times['2 processes'] - 1:+.0%} (2 workers)",
+            f"2 vs 1: processes {times['1 process'] / times['2 processes']:.2f}x, Dask "
+            f"{times['Dask, 1 worker'] / times['Dask, 2 workers']:.2f}x",
+        ),
+        (
+            f"memory of one shard's analysis ({shard:,} positions, K = {big.top_k}, the rules above)",
+            f"peak {peak / 2**20:,.0f} MiB of NumPy allocations",
+            f"{peak / shard / 1024:,.1f} KiB per position",
+            f"tracemalloc; a Dask worker's resident memory after the run: {rss:,.0f} MiB (interpreter, "
+            "libraries, kernels)",
         ),
     ]
+    return rows
 
 
 def main(argv=None):
@@ -378,6 +419,7 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
     parser.add_argument("--cuda-only", action="store_true", help="only the cuda rows (for a GPU machine)")
+    parser.add_argument("--scaling-only", action="store_true", help="only the processes / Dask scaling rows")
     args = parser.parse_args(argv)
     import torch
 
@@ -389,14 +431,16 @@ def main(argv=None):
     rows = []
     if torch.cuda.is_available():
         rows += bench_rules(args.repeats, devices=(("cuda", "float32"), ("cuda", "bfloat16")))
-    if not args.cuda_only:
+    if args.scaling_only:
+        rows += bench_scaling()
+    elif not args.cuda_only:
         if args.quick:
             rows += bench_rules(1, rows=8, vocab=4096) + bench_gamma(1, 20_000) + bench_trace_stats(1, 100_000)
             rows += bench_emitted(1, 20_000)
         else:
             rows += bench_rules(args.repeats) + bench_gamma(args.repeats, 1_000_000)
             rows += bench_trace_stats(args.repeats, 1_000_000) + bench_emitted(args.repeats, VOCAB)
-            rows += bench_analysis(3)
+            rows += bench_analysis(3) + bench_scaling()
     print("| what | ratio | ratio | note |")
     print("|---|---|---|---|")
     for r in rows:

@@ -24,7 +24,7 @@ import io
 import os
 import time
 
-from cactus_theory import make_rule, worst_case_drift
+from cactus_theory import worst_case_sweep
 from cactus_theory._io import atomic_write
 
 DELTAS = (0.001, 0.01, 0.1, 0.5, 1.0, 2.0)
@@ -32,53 +32,19 @@ VOCABS = (2, 4, 8, 16, 32, 64)
 GAMMAS = ("cactus", "cactus-exact")  # registered spec names: Taylor and exact bonus
 
 
-def _one(job):
-    rule, delta, vocab, seed, n_random, n_starts, maxiter = job
-    # one seed per setting: results do not depend on the order or the number of processes
-    seeds = [seed, GAMMAS.index(rule), DELTAS_INDEX.get(delta, 99), vocab]
-    start = time.perf_counter()
-    res = worst_case_drift(
-        make_rule(f"{rule}(delta={delta!r})"), vocab, n_random=n_random, n_starts=n_starts, maxiter=maxiter, seed=seeds
-    )
-    rand, best, evals = res.worst_random, res.worst_ratio, res.evaluations
-    return {
-        "rule": rule,
-        "delta": delta,
-        "vocab": vocab,
-        "worst_ratio_random": rand,
-        "worst_ratio": best,
-        "worst_kl": best * delta,
-        "evaluations": evals,
-        "seconds": time.perf_counter() - start,
-    }
-
-
-DELTAS_INDEX = {d: i for i, d in enumerate(DELTAS)}
-
-
 def run(deltas=DELTAS, vocabs=VOCABS, seed=0, n_random=4000, n_starts=2, maxiter=40, processes=None, progress=True):
     """All settings, spread over ``processes`` worker processes (default: all cores)."""
-    from multiprocessing import get_context
-
-    jobs = [(r, d, v, seed, n_random, n_starts, maxiter) for r in GAMMAS for d in deltas for v in vocabs]
-    rows = []
-    processes = processes or os.cpu_count()
-    pool = get_context("spawn").Pool(processes) if processes > 1 else None
-    results = pool.imap(_one, jobs) if pool else map(_one, jobs)
-    try:
-        for i, row in enumerate(results, 1):
-            rows.append(row)
-            if progress:
-                print(
-                    f"[{i}/{len(jobs)}] {row['rule']} delta={row['delta']:g} V={row['vocab']}: "
-                    f"worst KL/delta = {row['worst_ratio']:.3f} ({row['seconds']:.0f} s)",
-                    flush=True,
-                )
-    finally:
-        if pool:
-            pool.close()
-            pool.join()
-    return rows
+    return worst_case_sweep(
+        GAMMAS,
+        deltas,
+        vocabs,
+        seed=seed,
+        n_random=n_random,
+        n_starts=n_starts,
+        maxiter=maxiter,
+        processes=processes or os.cpu_count(),
+        progress=progress,
+    )
 
 
 def to_csv(rows):

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -c constraints-ci.txt -e ".[dev,models,docs,fast]"
+.venv/bin/python -m pip install --quiet -c constraints-ci.txt -e ".[dev,models,docs,fast,distributed]"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/python -m pytest -n 2 -q

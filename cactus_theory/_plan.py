@@ -1,0 +1,394 @@
+"""From a trace to a decision: a cost model of one speculative-decoding step, the predicted
+wall-time speedup of every rule, delta and m, and the best setting under a drift bound.
+
+Cost of one step with m drafted tokens (batch size 1, as in ``speculative_generate``)::
+
+    time(m) = m * draft_token + verify(m + 1) + step_overhead + (AL(m) + 1) * judge_token
+
+``draft_token``: one draft forward of one token with its KV cache, the processing of its row
+(temperature, top-k, top-p) and the sampling; ``verify(k)``: one verifier forward of a block of
+k tokens and the processing of its k rows (a function of k: flat on a GPU at batch size 1,
+growing on a CPU); ``step_overhead``: cropping the caches; ``judge_token``: the rule judging one
+drafted token (its acceptance, and the correction when it rejects). A step emits AL(m) + 1
+tokens in expectation (the accepted drafts, then a correction or a bonus token), and the
+verifier alone emits one token per ``verify(1)``, so
+
+    speedup(m) = (AL(m) + 1) * verify(1) / time(m).
+
+AL(m) is the analysis's: exact for the trace's positions, averaged over block starts, with its
+bootstrap interval, which maps to an interval of the speedup (the speedup increases with AL).
+Not captured: the extra draft forward when all m drafts are accepted (the draft's cache must see
+the last draft), end-of-sequence truncation, the prompt's prefill, and cache effects of a
+growing context (calibrate at a context length like the real one's).
+
+Cost sources: ``calibrate_cost`` (time the forward passes of a real model pair on this machine),
+``CostModel.from_ratio`` (a draft/verifier cost ratio with a flat block cost: a GPU at batch 1),
+or a JSON cost file written by hand from published profiles (``load_cost``; fields in
+``CostModel``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ._io import atomic_write
+
+__all__ = ["CostModel", "Plan", "calibrate_cost", "load_cost", "predict_speedup"]
+
+COST_FORMAT = "cactus_theory.cost"
+
+
+def _positive(value, name):
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a number of seconds; got {value!r}")
+    if not (np.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be finite and >= 0; got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Seconds (or any one unit) of the parts of a speculative-decoding step.
+
+    Attributes
+    ----------
+    draft_token : float
+        One drafted token (draft forward of one token with its cache, row processing, sampling).
+    verify_block : dict {k: seconds}
+        The verifier's forward of a block of k tokens and the processing of its k rows, at the
+        measured or given block sizes (k = 1 is required: the verifier alone). Other sizes are
+        interpolated linearly; beyond the largest, extrapolated from the last two (flat if one).
+    step_overhead : float
+        Per step, outside the forward passes (cropping the caches).
+    judge_token : float
+        Per drafted token the rule judges (acceptance, and the correction when it rejects).
+    source : dict
+        Provenance: how the figures were obtained (calibration: models, dtype, device, versions).
+    """
+
+    draft_token: float
+    verify_block: dict
+    step_overhead: float = 0.0
+    judge_token: float = 0.0
+    source: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        _positive(self.draft_token, "draft_token")
+        _positive(self.step_overhead, "step_overhead")
+        _positive(self.judge_token, "judge_token")
+        if not isinstance(self.verify_block, dict) or not self.verify_block:
+            raise ValueError("verify_block must map block sizes k >= 1 to seconds, e.g. {1: 0.2, 9: 0.3}")
+        blocks = {}
+        for k, v in self.verify_block.items():
+            try:
+                size = int(k)
+            except (TypeError, ValueError):
+                raise ValueError(f"verify_block keys must be block sizes (integers >= 1); got {k!r}") from None
+            if size < 1 or str(size) != str(k).strip():
+                raise ValueError(f"verify_block keys must be block sizes (integers >= 1); got {k!r}")
+            blocks[size] = _positive(v, f"verify_block[{size}]")
+        if 1 not in blocks:
+            raise ValueError("verify_block needs k = 1 (one token: the verifier alone decoding)")
+        if blocks[1] <= 0:
+            raise ValueError("verify_block[1] must be > 0: it is the baseline's time per token")
+        object.__setattr__(self, "verify_block", dict(sorted(blocks.items())))
+
+    @classmethod
+    def from_ratio(cls, ratio):
+        """Draft token cost ``ratio`` (relative to one verifier token), block cost flat in its
+        size (a memory-bound verifier: a GPU at batch size 1), no overhead. Units: one verifier
+        forward."""
+        ratio = _positive(ratio, "cost ratio")
+        return cls(draft_token=ratio, verify_block={1: 1.0}, source={"kind": "ratio", "ratio": ratio})
+
+    def verify(self, k):
+        """Seconds of a verifier block of k tokens (array-like k)."""
+        sizes = np.array(list(self.verify_block), dtype=float)
+        times = np.array(list(self.verify_block.values()), dtype=float)
+        k = np.asarray(k, dtype=float)
+        if sizes.size == 1:
+            return np.full(k.shape, times[0])[()]
+        out = np.interp(k, sizes, times)
+        slope = (times[-1] - times[-2]) / (sizes[-1] - sizes[-2])
+        return np.where(k > sizes[-1], times[-1] + slope * (k - sizes[-1]), out)[()]
+
+    def step_time(self, m, accepted_length):
+        """Expected seconds of one step drafting m tokens that accepts ``accepted_length`` on average."""
+        m = np.asarray(m, dtype=float)
+        return m * self.draft_token + self.verify(m + 1) + self.step_overhead + (accepted_length + 1) * self.judge_token
+
+    def speedup(self, m, accepted_length):
+        """Tokens per second against the verifier alone: (AL + 1) verify(1) / step_time(m)."""
+        return (np.asarray(accepted_length) + 1) * self.verify_block[1] / self.step_time(m, accepted_length)
+
+    def to_json(self) -> str:
+        data = {"format": COST_FORMAT, "version": 1, **asdict(self)}
+        data["verify_block"] = {str(k): v for k, v in self.verify_block.items()}
+        return json.dumps(data, indent=1)
+
+    def save(self, path) -> str:
+        """Write the cost file (atomically)."""
+        return atomic_write(str(path), self.to_json().encode())
+
+
+def load_cost(path) -> CostModel:
+    """A CostModel from a JSON cost file (``calibrate`` writes one; or write it by hand:
+    ``{"draft_token": 0.012, "verify_block": {"1": 0.03, "11": 0.034}, "step_overhead": 0.001,
+    "judge_token": 0.0}``, in seconds). Unknown or missing fields are refused by name."""
+    path = str(path)
+    if not os.path.isfile(path):
+        raise ValueError(f"cost file {path!r} does not exist (write one with 'cactus-theory calibrate')")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cost file {path!r} is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"cost file {path!r} must hold a JSON object")
+    if data.get("format", COST_FORMAT) != COST_FORMAT:
+        raise ValueError(f"cost file {path!r} has format {data.get('format')!r}, expected {COST_FORMAT!r}")
+    data = {k: v for k, v in data.items() if k not in ("format", "version")}
+    known = {"draft_token", "verify_block", "step_overhead", "judge_token", "source"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"cost file {path!r}: unknown field(s) {unknown}; the fields are {sorted(known)}")
+    missing = [k for k in ("draft_token", "verify_block") if k not in data]
+    if missing:
+        raise ValueError(f"cost file {path!r} lacks {missing}")
+    try:
+        return CostModel(**data)
+    except ValueError as exc:
+        raise ValueError(f"cost file {path!r}: {exc}") from None
+
+
+def cost_directory() -> str:
+    """Where ``calibrate`` writes cost files by default (and the report looks for them)."""
+    from ._hf import cache_root
+
+    return os.path.join(cache_root(), "costs")
+
+
+def default_cost_path(verifier_name, draft_name, dtype, device) -> str:
+    """The default cost file of a model pair, dtype and device (in ``cost_directory()``)."""
+    name = f"{verifier_name}__{draft_name}__{dtype}__{device}"
+    return os.path.join(cost_directory(), "".join(c if c.isalnum() or c in "._-" else "_" for c in name) + ".json")
+
+
+def _median_time(fn, repeats):
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def calibrate_cost(verifier, draft, *, max_block=21, context=256, repeats=5, settings=None, progress=None):
+    """Time the parts of a step for a model pair on this machine: a CostModel.
+
+    ``verifier`` and ``draft`` are (model, tokenizer, identity) triples from ``load_model``.
+    Both models first read a context of ``context`` token ids (the tokenizer's encoding of a
+    fixed English text, repeated) into their KV caches; then, each a median of ``repeats``:
+    one drafted token (a forward of one token, its processed row with ``settings``, the
+    sampling); a verifier block of k = 1..``max_block`` tokens (a forward and its k processed
+    rows), the cache cropped back after each; the cropping itself; and SpS judging one drafted
+    token on rows of the vocabulary's size (as ``speculative_generate`` does). Deterministic
+    inputs; the timings are whatever this machine gives (run it idle).
+    """
+    import torch
+
+    from ._decode import _rule_step
+    from ._hf import CachedModel, sample_token
+    from ._progress import progress_bar
+    from ._rules import SpS
+    from ._sampling import SamplingSettings, processed_probs
+
+    if not (isinstance(max_block, (int, np.integer)) and max_block >= 1):
+        raise ValueError(f"max_block must be an integer >= 1; got {max_block!r}")
+    if not (isinstance(repeats, (int, np.integer)) and repeats >= 1):
+        raise ValueError(f"repeats must be an integer >= 1; got {repeats!r}")
+    if not (isinstance(context, (int, np.integer)) and context >= 1):
+        raise ValueError(f"context must be an integer >= 1; got {context!r}")
+    settings = settings or SamplingSettings()
+    v_model, tokenizer, v_info = verifier
+    d_model, _, d_info = draft
+    text = (
+        "Speculative decoding drafts several tokens with a small model and verifies them with a large one "
+        "in a single forward pass; the acceptance rule decides how many of the drafted tokens to keep. "
+    )
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"] if tokenizer is not None else list(range(100))
+    ids = (ids * (context // max(len(ids), 1) + 1))[:context]
+    ver, drf = CachedModel(v_model), CachedModel(d_model)
+    ver.feed(ids)
+    drf.feed(ids)
+    gen = torch.Generator().manual_seed(0)
+    token = ids[-1]
+
+    def draft_step():
+        raw = drf.feed([token])[-1]
+        p = processed_probs(raw[None], settings)[0]
+        sample_token(p, gen)
+        p.double().cpu().numpy()
+        drf.crop(len(ids))
+
+    def verify_step(k):
+        rows = ver.feed(ids[-k:] if k <= len(ids) else [token] * k)
+        processed_probs(rows, settings).double().cpu().numpy()
+        ver.crop(len(ids))
+
+    bar = progress_bar(total=max_block + 3, desc="calibrate", unit="part", enabled=progress)
+    with bar:
+        draft_step()  # warm-up
+        draft_token = _median_time(draft_step, repeats)
+        bar.update(1)
+        verify_block = {}
+        verify_step(1)
+        for k in range(1, max_block + 1):
+            verify_block[k] = _median_time(lambda k=k: verify_step(k), repeats)
+            bar.update(1)
+
+        def crop_step():
+            ver.feed([token])
+            drf.feed([token])
+            start = time.perf_counter()
+            ver.crop(len(ids))
+            drf.crop(len(ids))
+            return time.perf_counter() - start
+
+        step_overhead = float(np.median([crop_step() for _ in range(repeats)]))
+        bar.update(1)
+        q_row = processed_probs(ver.feed([token])[-1][None], settings)[0].double().cpu().numpy()
+        p_row = processed_probs(drf.feed([token])[-1][None], settings)[0].double().cpu().numpy()
+        ver.crop(len(ids))
+        drf.crop(len(ids))
+        coin = np.random.default_rng(0)
+        drafted = int(np.argmax(p_row))
+        judge_token = _median_time(lambda: _rule_step(SpS(), p_row, q_row, drafted, None, coin, gen), repeats)
+        bar.update(2)
+    import transformers
+
+    source = {
+        "kind": "calibration",
+        "verifier": v_info,
+        "draft": d_info,
+        "dtype": str(next(v_model.parameters()).dtype).replace("torch.", ""),
+        "device": str(next(v_model.parameters()).device),
+        "context": int(context),
+        "repeats": int(repeats),
+        "sampling": settings.as_dict(),
+        "threads": torch.get_num_threads(),
+        "machine": f"{os.cpu_count()} cores, {platform.machine()}",
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+        },
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    return CostModel(
+        draft_token=draft_token,
+        verify_block=verify_block,
+        step_overhead=step_overhead,
+        judge_token=judge_token,
+        source=source,
+    )
+
+
+@dataclass
+class Plan:
+    """``predict_speedup``'s result: one row per rule x m x task (the analysis rows plus
+    ``tokens_per_step``, ``step_time``, ``speedup`` and its interval ``speedup_lo`` /
+    ``speedup_hi``), the best m per rule, and the fastest setting within ``max_kl``."""
+
+    rows: list
+    cost: CostModel
+    max_kl: float | None = None
+
+    def best_m(self, task="all") -> list:
+        """Per rule, the row with the largest speedup over m."""
+        best = {}
+        for r in self.rows:
+            if r["task"] == task and (r["rule"] not in best or r["speedup"] > best[r["rule"]]["speedup"]):
+                best[r["rule"]] = r
+        return sorted(best.values(), key=lambda r: -r["speedup"])
+
+    def fastest(self, max_kl=None, task="all"):
+        """The fastest row whose mean emitted KL(pi || q) per position is at most ``max_kl``
+        (default: the plan's bound; None: no bound). None if no row qualifies."""
+        bound = self.max_kl if max_kl is None else max_kl
+        rows = [r for r in self.rows if r["task"] == task and (bound is None or r["kl_emitted_target"] <= bound)]
+        return max(rows, key=lambda r: r["speedup"]) if rows else None
+
+    def table(self, task="all") -> str:
+        """The best m of every rule, fastest first, and the fastest setting within the bound."""
+        lines = [
+            f"{'rule':<34} {'best m':>6} {'AL':>6} {'tokens/step':>11} {'speedup':>8} {'95% CI':>15} {'KL(pi||q)':>9}"
+        ]
+        for r in self.best_m(task):
+            lines.append(
+                f"{r['rule']:<34} {r['m']:>6} {r['al']:>6.2f} {r['tokens_per_step']:>11.2f} {r['speedup']:>7.2f}x "
+                f"[{r['speedup_lo']:>5.2f}, {r['speedup_hi']:>5.2f}] {r['kl_emitted_target']:>9.4f}"
+            )
+        best = self.fastest(task=task)
+        bound = "no bound" if self.max_kl is None else f"KL(pi || q) <= {self.max_kl:g}"
+        if best is None:
+            lines.append(f"no setting within {bound}")
+        else:
+            lines.append(f"fastest with {bound}: {best['rule']} at m = {best['m']}: {best['speedup']:.2f}x")
+        return "\n".join(lines)
+
+    def to_csv(self) -> str:
+        import csv
+
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=list(self.rows[0]))
+        writer.writeheader()
+        writer.writerows(self.rows)
+        return buf.getvalue()
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"cost": json.loads(self.cost.to_json()), "max_kl": self.max_kl, "rows": self.rows}, indent=1, default=str
+        )
+
+
+def predict_speedup(analysis, cost, *, max_kl=None) -> Plan:
+    """Predicted wall-time speedups of every row of an analysis under a cost model.
+
+    ``analysis``: an ``AnalysisResult`` (``analyze_trace`` with the rules, deltas and m values
+    to compare; its AL intervals become speedup intervals). ``cost``: a CostModel, a path to a
+    cost file, or a number (the draft/verifier cost ratio, ``CostModel.from_ratio``). Returns a
+    Plan; ``max_kl`` bounds the mean emitted KL(pi || q) per position for ``Plan.fastest``.
+    Exact given the cost model: the tokens per step are the trace's exact expectations.
+
+    Examples
+    --------
+    >>> from cactus_theory import CostModel
+    >>> cost = CostModel.from_ratio(0.1)            # drafting a token costs 10% of a verifier pass
+    >>> round(float(cost.speedup(m=4, accepted_length=3.0)), 3)   # 4 tokens per 1.4 passes
+    2.857
+    """
+    if isinstance(cost, (str, os.PathLike)):
+        cost = load_cost(cost)
+    elif not isinstance(cost, CostModel):
+        cost = CostModel.from_ratio(cost)
+    if max_kl is not None and not (np.isfinite(max_kl) and max_kl >= 0):
+        raise ValueError(f"max_kl must be a number >= 0 (nats per position); got {max_kl!r}")
+    rows = []
+    for r in analysis.rows:
+        m = r["m"]
+        row = dict(r)
+        row["tokens_per_step"] = r["al"] + 1
+        row["step_time"] = float(cost.step_time(m, r["al"]))
+        row["speedup"] = float(cost.speedup(m, r["al"]))
+        row["speedup_lo"] = float(cost.speedup(m, r["al_lo"]))
+        row["speedup_hi"] = float(cost.speedup(m, r["al_hi"]))
+        rows.append(row)
+    return Plan(rows=rows, cost=cost, max_kl=max_kl)

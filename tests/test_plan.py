@@ -1,0 +1,154 @@
+"""The cost model, predicted speedups and the plan, against closed forms; calibration on tiny
+random models; the CLI."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cactus_theory import (
+    CostModel,
+    SamplingSettings,
+    analyze_trace,
+    calibrate_cost,
+    load_cost,
+    predict_speedup,
+    trace_from_arrays,
+)
+from cactus_theory._cli import main
+
+VOCAB = 12
+
+
+def _constant_trace(directory, p, q, positions=60, sequences=3):
+    """Every position has the same (p, q): SpS accepts each draft with beta = 1 - TV(p, q)."""
+    draft = np.tile(np.log(p), (positions * sequences, 1))
+    target = np.tile(np.log(q), (positions * sequences, 1))
+    tokens = np.zeros(positions * sequences, dtype=int)
+    meta = {"sampling": SamplingSettings(temperature=1.0, top_k=0, top_p=1.0).as_dict()}
+    return trace_from_arrays(
+        directory, draft, target, tokens, sequence_lengths=[positions] * sequences, top_k=VOCAB, metadata=meta
+    )
+
+
+def _pair(seed):
+    rng = np.random.default_rng(seed)
+    p, q = rng.dirichlet(np.ones(VOCAB)), rng.dirichlet(np.ones(VOCAB))
+    return p, q
+
+
+def test_cost_model_checks_its_fields():
+    with pytest.raises(ValueError, match="k = 1"):
+        CostModel(draft_token=0.1, verify_block={2: 1.0})
+    with pytest.raises(ValueError, match="draft_token"):
+        CostModel(draft_token=-1, verify_block={1: 1.0})
+    with pytest.raises(ValueError, match="block sizes"):
+        CostModel(draft_token=0.1, verify_block={"two": 1.0})
+    with pytest.raises(ValueError, match=r"verify_block\[3\]"):
+        CostModel(draft_token=0.1, verify_block={1: 1.0, 3: float("nan")})
+
+
+def test_verify_interpolates_and_extrapolates_linearly():
+    cost = CostModel(draft_token=0.0, verify_block={1: 1.0, 3: 2.0, 5: 4.0})
+    assert cost.verify(2) == 1.5 and cost.verify(4) == 3.0
+    assert cost.verify(9) == pytest.approx(8.0)  # slope 1 beyond k = 5
+    assert CostModel.from_ratio(0.2).verify(17) == 1.0  # flat
+
+
+@given(
+    ratio=st.floats(0.0, 2.0),
+    m=st.integers(1, 30),
+    al=st.floats(0.0, 30.0),
+    overhead=st.floats(0.0, 1.0),
+    judge=st.floats(0.0, 0.2),
+)
+@settings(max_examples=200, deadline=None)
+def test_speedup_is_tokens_per_time_against_the_verifier(ratio, m, al, overhead, judge):
+    al = min(al, m)
+    cost = CostModel(draft_token=ratio, verify_block={1: 1.0, 31: 1.5}, step_overhead=overhead, judge_token=judge)
+    time = m * ratio + (1.0 + 0.5 * m / 30) + overhead + (al + 1) * judge
+    assert float(cost.speedup(m, al)) == pytest.approx((al + 1) / time, rel=1e-12)
+
+
+def test_predicted_speedup_matches_the_closed_form_for_constant_acceptance(tmp_path):
+    trace = _constant_trace(tmp_path / "t", *_pair(1))
+    settings = SamplingSettings(**trace.metadata["sampling"])
+    p, q = (x[0] for x in next(iter(trace)).distributions(settings))  # as stored (float32 logits)
+    beta = 1 - 0.5 * np.abs(p - q).sum()  # SpS acceptance of every position
+    ms = (1, 2, 4, 8, 16)
+    result = analyze_trace(trace, ["sps"], ms=ms, n_boot=50)
+    plan = predict_speedup(result, 0.25)
+    for row in (r for r in plan.rows if r["task"] == "all"):
+        m = row["m"]
+        al = beta * (1 - beta**m) / (1 - beta)  # expected accepted drafts of a block of m
+        want = (al + 1) / (m * 0.25 + 1)
+        assert row["al"] == pytest.approx(al, rel=1e-9)
+        assert row["speedup"] == pytest.approx(want, rel=1e-9)
+        assert row["speedup_lo"] <= row["speedup"] <= row["speedup_hi"]
+    best = plan.best_m()[0]
+    speedups = {m: (beta * (1 - beta**m) / (1 - beta) + 1) / (m * 0.25 + 1) for m in ms}
+    assert best["m"] == max(speedups, key=speedups.get)
+
+
+def test_fastest_within_a_drift_bound(tmp_path):
+    p, q = _pair(2)
+    trace = _constant_trace(tmp_path / "t", p, q)
+    result = analyze_trace(trace, ["sps", "cactus(delta=0.02)", "cactus(delta=0.1)"], ms=(4,), n_boot=0)
+    plan = predict_speedup(result, 0.05)
+    kl = {r["rule"]: r["kl_emitted_target"] for r in plan.rows if r["task"] == "all"}
+    assert kl["sps"] < 1e-12 < kl["cactus(delta=0.02)"] < kl["cactus(delta=0.1)"]
+    assert plan.fastest()["rule"] == "cactus(delta=0.1)"  # no bound: the largest budget accepts most
+    assert plan.fastest(max_kl=0.0)["rule"] == "sps"
+    middle = 0.5 * (kl["cactus(delta=0.02)"] + kl["cactus(delta=0.1)"])
+    assert plan.fastest(max_kl=middle)["rule"] == "cactus(delta=0.02)"
+    assert "fastest with" in predict_speedup(result, 0.05, max_kl=middle).table()
+
+
+def test_cost_files_round_trip_and_bad_files_are_named(tmp_path):
+    cost = CostModel(draft_token=0.01, verify_block={1: 0.03, 11: 0.036}, step_overhead=0.001, source={"kind": "x"})
+    path = tmp_path / "c.json"
+    cost.save(path)
+    assert load_cost(path) == cost
+    (tmp_path / "bad.json").write_text(json.dumps({"draft_token": 0.1, "verify_block": {"1": 1}, "speed": 3}))
+    with pytest.raises(ValueError, match="unknown field"):
+        load_cost(tmp_path / "bad.json")
+    (tmp_path / "short.json").write_text(json.dumps({"verify_block": {"1": 1}}))
+    with pytest.raises(ValueError, match="draft_token"):
+        load_cost(tmp_path / "short.json")
+    with pytest.raises(ValueError, match="does not exist"):
+        load_cost(tmp_path / "nothing.json")
+
+
+def test_calibration_on_tiny_models():
+    import sys
+
+    sys.path.insert(0, __file__.rsplit("/", 1)[0])
+    from tiny_models import tiny_model, tiny_tokenizer
+
+    verifier = (tiny_model(0), tiny_tokenizer(), {"name": "v"})
+    draft = (tiny_model(1, layers=1), tiny_tokenizer(), {"name": "d"})
+    cost = calibrate_cost(verifier, draft, max_block=5, context=16, repeats=2, progress=False)
+    assert sorted(cost.verify_block) == [1, 2, 3, 4, 5]
+    assert all(v > 0 for v in cost.verify_block.values()) and cost.draft_token > 0
+    assert cost.source["kind"] == "calibration" and cost.source["verifier"] == {"name": "v"}
+    assert cost.source["dtype"] == "float32" and cost.source["context"] == 16
+    assert math.isfinite(float(cost.speedup(4, 2.0)))
+
+
+def test_cli_plan_with_a_ratio_and_with_a_file(tmp_path, capsys):
+    args = ["plan", "--rules", "sps,cactus", "--delta", "1", "--m", "2,8", "--bootstrap", "50", "--quiet"]
+    assert main([*args, "--cost-ratio", "0.05", "--max-kl", "0.05", "--out", str(tmp_path / "p")]) == 0
+    out = capsys.readouterr().out
+    assert "predicted speedup at the best m" in out and "fastest with KL(pi || q) <= 0.05" in out
+    rows = json.loads((tmp_path / "p" / "plan.json").read_text())["rows"]
+    assert {r["m"] for r in rows} == {2, 8} and (tmp_path / "p" / "plan.png").stat().st_size > 1000
+    cost = tmp_path / "c.json"
+    cost.write_text(json.dumps({"draft_token": 0.5, "verify_block": {"1": 1.0, "9": 3.0}}))
+    assert main([*args, "--cost", str(cost)]) == 0
+    assert "cost file" in capsys.readouterr().out
+    cost.write_text(json.dumps({"draft_token": 0.5}))
+    assert main([*args, "--cost", str(cost)]) == 2
+    assert "lacks ['verify_block']" in capsys.readouterr().err

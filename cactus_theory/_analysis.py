@@ -3,8 +3,6 @@ what the rule emits, with bootstrap confidence intervals over sequences and a pe
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import time
@@ -14,7 +12,7 @@ from typing import TypedDict
 import numpy as np
 
 from ._emitted import block_statistics, block_sums, step_metrics
-from ._io import atomic_write
+from ._io import atomic_write, csv_text
 from ._progress import progress_bar
 from ._rules import BONUS_POLICIES, make_rules
 from ._sampling import SamplingSettings
@@ -118,11 +116,7 @@ class AnalysisResult:
     traces: list = field(default_factory=list)
 
     def to_csv(self) -> str:
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=list(self.rows[0]))
-        writer.writeheader()
-        writer.writerows(self.rows + self.trace_rows)  # delta None is written as an empty cell
-        return buf.getvalue()
+        return csv_text(self.rows + self.trace_rows)  # delta None is written as an empty cell
 
     def to_json(self) -> str:
         return json.dumps(
@@ -331,11 +325,7 @@ def analyze_trace(
     start = time.perf_counter()
     traces = open_traces(trace)
     if settings is None:
-        settings = (
-            SamplingSettings(**traces.metadata.get("sampling", {}))
-            if traces.metadata.get("sampling")
-            else (SamplingSettings())
-        )
+        settings = SamplingSettings(**(traces.metadata.get("sampling") or {}))
     known = sorted({s["task"] for t in traces.traces for s in t.manifest["sequences"]})
     if not known:
         raise ValueError(f"trace {traces.directory!r} holds no sequences: nothing to analyse")
@@ -442,21 +432,12 @@ def analysis_figures(result: AnalysisResult) -> dict:
     import matplotlib
 
     matplotlib.use("Agg")
-    from ._plotting import plot_al_vs_kl, plot_delta_sweep, plot_delta_sweep_by_task
+    from ._plotting import figure_png, plot_al_vs_kl, plot_delta_sweep, plot_delta_sweep_by_task
 
     out = {
-        "acceptance_al_vs_delta.png": _png(plot_delta_sweep(result.rows, result.settings)),
-        "al_vs_kl.png": _png(plot_al_vs_kl(result.rows)),
+        "acceptance_al_vs_delta.png": figure_png(plot_delta_sweep(result.rows, result.settings)),
+        "al_vs_kl.png": figure_png(plot_al_vs_kl(result.rows)),
     }
     if len({r["task"] for r in result.rows} - {"all"}) > 1:
-        out["al_vs_delta_by_task.png"] = _png(plot_delta_sweep_by_task(result.rows))
+        out["al_vs_delta_by_task.png"] = figure_png(plot_delta_sweep_by_task(result.rows))
     return out
-
-
-def _png(fig) -> bytes:
-    import matplotlib.pyplot as plt
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()

@@ -129,11 +129,39 @@ def _probability(text: str) -> float:
     return value
 
 
-def _budget(text: str) -> float:
-    value = float(text)
-    if np.isnan(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a divergence budget >= 0; got {text}")
-    return value
+def _nonnegative(what):
+    def parse(text):
+        value = float(text)
+        if np.isnan(value) or value < 0:
+            raise argparse.ArgumentTypeError(f"must be {what} >= 0; got {text}")
+        return value
+
+    parse.__name__ = f"{what} >= 0"
+    return parse
+
+
+_budget = _nonnegative("a divergence budget")
+
+
+def _settings(args):
+    """The SamplingSettings of the options ``_sampling_options`` adds."""
+    from ._sampling import SamplingSettings
+
+    return SamplingSettings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+
+
+def _traces(args):
+    """The trace set of the positional trace arguments (default: the embedded trace)."""
+    from ._trace import load_trace
+    from ._traceset import open_traces
+
+    return open_traces(args.trace) if args.trace else open_traces(load_trace())
+
+
+def _tasks_to_show(rows):
+    """The tasks whose tables are printed: each task, and 'all' before them when there are several."""
+    tasks = sorted({r["task"] for r in rows} - {"all"})
+    return ["all", *tasks] if len(tasks) > 1 else tasks
 
 
 def _progress(args):
@@ -157,7 +185,6 @@ def _prompts_from(args):
 
 def _cmd_dump(args) -> int:
     from ._dump import dump_trace, load_completions
-    from ._sampling import SamplingSettings
 
     prompts = _prompts_from(args)
     completions = None
@@ -174,7 +201,7 @@ def _cmd_dump(args) -> int:
         prompts = [p for p in prompts if p.id in completions]
         if skipped:
             print(f"{skipped} prompt(s) without a completion skipped")
-    settings = SamplingSettings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    settings = _settings(args)
     n = dump_trace(
         args.verifier,
         args.draft,
@@ -217,14 +244,9 @@ def _dask_client(args):
 
 def _cmd_analyze(args) -> int:
     from ._analysis import analyze_trace, parse_rules, write_outputs
-    from ._sampling import SamplingSettings
-    from ._trace import load_trace
-    from ._traceset import open_traces
 
-    traces = open_traces(args.trace) if args.trace else open_traces(load_trace())
-    settings = None
-    if args.temperature is not None:
-        settings = SamplingSettings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    traces = _traces(args)
+    settings = _settings(args) if args.temperature is not None else None
     rules = parse_rules(args.rules, args.delta)
     client, cluster = _dask_client(args)
     try:
@@ -247,8 +269,7 @@ def _cmd_analyze(args) -> int:
             cluster.close()
     where = traces.directory if len(traces.traces) == 1 else f"{len(traces.traces)} traces ({traces.directory})"
     print(f"trace {where}: {len(traces)} sequences, {traces.n_positions} positions; settings {result.settings}")
-    tasks = sorted({r["task"] for r in result.rows} - {"all"})
-    for task in ["all", *tasks] if len(tasks) > 1 else tasks:
+    for task in _tasks_to_show(result.rows):
         label = "all tasks" if task == "all" else f"task {task}"
         positions = next(r["positions"] for r in result.rows if r["task"] == task)
         print(f"\n{label} ({positions} positions)")
@@ -266,14 +287,12 @@ def _cmd_analyze(args) -> int:
 def _cmd_calibrate(args) -> int:
     from ._hf import load_model
     from ._plan import calibrate_cost, default_cost_path
-    from ._sampling import SamplingSettings
 
     progress = _progress(args)
     verifier = load_model(args.verifier, args.device, args.dtype, cache=not args.no_model_cache, progress=progress)
     draft = load_model(args.draft, args.device, args.dtype, cache=not args.no_model_cache, progress=progress)
-    settings = SamplingSettings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     cost = calibrate_cost(
-        verifier, draft, max_block=args.max_block, context=args.context, repeats=args.repeats, settings=settings,
+        verifier, draft, max_block=args.max_block, context=args.context, repeats=args.repeats, settings=_settings(args),
         progress=progress,
     )  # fmt: skip
     out = args.out or default_cost_path(verifier[2]["name"], draft[2]["name"], args.dtype, args.device)
@@ -291,11 +310,9 @@ def _cmd_calibrate(args) -> int:
 def _cmd_plan(args) -> int:
     from ._analysis import analyze_trace, parse_rules, write_outputs
     from ._plan import load_cost, predict_speedup
-    from ._trace import load_trace
-    from ._traceset import open_traces
 
     cost = load_cost(args.cost) if args.cost else args.cost_ratio
-    traces = open_traces(args.trace) if args.trace else open_traces(load_trace())
+    traces = _traces(args)
     result = analyze_trace(
         traces, parse_rules(args.rules, args.delta), ms=args.m, n_boot=args.bootstrap, processes=args.processes,
         progress=_progress(args), tasks=args.task,
@@ -304,18 +321,16 @@ def _cmd_plan(args) -> int:
     kind = plan.cost.source.get("kind", "cost file")
     ratio = plan.cost.draft_token / plan.cost.verify_block[1]
     print(f"{len(traces)} sequences, {traces.n_positions} positions; cost: {kind}, draft / verifier ratio {ratio:.3f}")
-    tasks = sorted({r["task"] for r in plan.rows} - {"all"})
-    for task in ["all", *tasks] if len(tasks) > 1 else tasks:
+    for task in _tasks_to_show(plan.rows):
         print(f"\n{'all tasks' if task == 'all' else 'task ' + task}: predicted speedup at the best m")
         print(plan.table(task))
     if args.out:
-        from ._analysis import _png
         from ._io import atomic_write
-        from ._plotting import plot_plan
+        from ._plotting import figure_png, plot_plan
 
         written = [atomic_write(os.path.join(args.out, "plan.csv"), plan.to_csv().encode())]
         written.append(atomic_write(os.path.join(args.out, "plan.json"), plan.to_json().encode()))
-        written.append(atomic_write(os.path.join(args.out, "plan.png"), _png(plot_plan(plan))))
+        written.append(atomic_write(os.path.join(args.out, "plan.png"), figure_png(plot_plan(plan))))
         written += write_outputs(result, args.out, figures=False)
         for path in written:
             print(f"wrote {path}")
@@ -335,7 +350,6 @@ def _cmd_decode(args) -> int:
     from ._decode import NgramDrafter, decode_prompts, decoding_summary
     from ._hf import load_model
     from ._prompts import Prompt
-    from ._sampling import SamplingSettings
 
     rules = parse_rules([args.rule], [args.delta])
     if len(rules) != 1:
@@ -345,7 +359,7 @@ def _cmd_decode(args) -> int:
         prompts = [Prompt(id="prompt-0", task=args.task or "prompt", text=args.prompt, index=0)]
     else:
         prompts = _prompts_from(args)[: args.limit]
-    settings = SamplingSettings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    settings = _settings(args)
     opts = {"cache": not args.no_model_cache, "progress": _progress(args)}
     verifier = load_model(args.verifier, args.device, args.dtype, **opts)
     draft = NgramDrafter() if args.draft == "ngram" else load_model(args.draft, args.device, args.dtype, **opts)[0]
@@ -457,6 +471,17 @@ def _sampling_options(parser, temperature=0.6):
     parser.add_argument("--top-p", type=float, default=0.95, help="top-p of both models (1 = off)")
 
 
+def _bonus_policy_option(parser):
+    from ._rules import BONUS_POLICIES
+
+    parser.add_argument(
+        "--bonus-policy",
+        choices=BONUS_POLICIES,
+        default="verifier",
+        help="bonus token after m accepted drafts: from q (verifier) or one more step of the rule (relaxed)",
+    )
+
+
 def _model_options(parser):
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), help="model dtype")
@@ -468,10 +493,13 @@ def _model_options(parser):
     )
 
 
-def _prompt_file_options(parser, required):
+def _prompt_file_options(parser, group=None):
+    """--prompts (required, or in ``group``, e.g. beside --prompt) and the options that read them."""
     from ._prompts import DATASETS
 
-    parser.add_argument("--prompts", nargs="+", required=required, help="prompt files (formats below)")
+    (group or parser).add_argument(
+        "--prompts", nargs="+", required=group is None, default=None, help="prompt files (formats below)"
+    )
     parser.add_argument(
         "--dataset", choices=DATASETS, default=None, help="read the files as this benchmark, with its instruction"
     )
@@ -520,7 +548,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     d.add_argument("--verifier", required=True, help="verifier: Hugging Face id, local directory or .gguf file")
     d.add_argument("--draft", required=True, help="draft model: Hugging Face id, local directory or .gguf file")
-    _prompt_file_options(d, required=True)
+    _prompt_file_options(d)
     d.add_argument("--out", required=True, help="trace directory (resumed if it exists)")
     _model_options(d)
     d.add_argument("--max-new-tokens", type=_int_at_least(1), default=128, help="tokens generated per prompt")
@@ -587,12 +615,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a.add_argument("--out", default=None, help="write analysis.csv, analysis.json and figures here")
     a.add_argument("--no-figures", action="store_true", help="with --out: tables only")
-    a.add_argument(
-        "--bonus-policy",
-        choices=("verifier", "relaxed"),
-        default="verifier",
-        help="bonus token after m accepted drafts: from q (verifier) or one more step of the rule (relaxed)",
-    )
+    _bonus_policy_option(a)
     _progress_options(a)
     a.set_defaults(func=_cmd_analyze)
 
@@ -609,13 +632,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-m", type=_int_at_least(1), default=8, help="drafted tokens per verification")
     one = c.add_mutually_exclusive_group(required=True)
     one.add_argument("--prompt", default=None, help="one prompt's text")
-    one.add_argument("--prompts", nargs="+", default=None, help="prompt files (formats below)")
-    from ._prompts import DATASETS
-
-    c.add_argument("--dataset", choices=DATASETS, default=None, help="with --prompts: read them as this benchmark")
-    c.add_argument("--field", default=None, help="with --prompts: JSON key or CSV column of the prompt text")
-    c.add_argument("--task", default=None, help="task label (default: the file's name)")
-    c.add_argument("--per-file", type=_int_at_least(0), default=None, help="first N prompts of each file")
+    _prompt_file_options(c, one)
     c.add_argument("--limit", type=_int_at_least(0), default=None, help="at most this many prompts")
     c.add_argument("--baseline", action="store_true", help="also decode every prompt with the verifier alone: speedups")
     c.add_argument("--out", default=None, help="JSON Lines of per-prompt records (appended; a rerun skips done ones)")
@@ -623,12 +640,7 @@ def build_parser() -> argparse.ArgumentParser:
     _sampling_options(c)
     c.add_argument("--seed", type=int, default=0, help="sampling seed")
     _model_options(c)
-    c.add_argument(
-        "--bonus-policy",
-        choices=("verifier", "relaxed"),
-        default="verifier",
-        help="bonus token after m accepted drafts: from q (verifier) or one more step of the rule (relaxed)",
-    )
+    _bonus_policy_option(c)
     _progress_options(c)
     c.set_defaults(func=_cmd_decode)
 
@@ -660,7 +672,10 @@ def build_parser() -> argparse.ArgumentParser:
     costs = pl.add_mutually_exclusive_group(required=True)
     costs.add_argument("--cost", default=None, help="cost file from 'calibrate' (or written by hand)")
     costs.add_argument(
-        "--cost-ratio", type=_budget, default=None, help="draft token cost / verifier token cost, block cost flat in m"
+        "--cost-ratio",
+        type=_nonnegative("a cost ratio"),
+        default=None,
+        help="draft token cost / verifier token cost, block cost flat in m",
     )
     pl.add_argument("--max-kl", type=_budget, default=None, help="bound on the mean emitted KL(pi || q) per position")
     pl.add_argument("--rules", default="sps,tas,cactus,cactus-exact,mentored", help="rule specs (see below)")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._hf import CachedModel, generate, sample_token
+from ._io import json_lines
 from ._rules._base import BONUS_POLICIES, RuleLogits, as_rule
 from ._sampling import SamplingSettings, processed_probs
 
@@ -149,6 +150,14 @@ def speculative_generate(
         ver.feed(context[:-1])
         if drf is not None:
             drf.feed(context[:-1])
+
+    def draft_after(token):
+        """The drafter's next token after ``token``: (token, processed row, raw row or None)."""
+        raw = drf.feed([token])[-1]
+        p = processed_probs(raw[None], sampling)[0]
+        drafted = sample_token(p, gen)
+        return drafted, p.double().cpu().numpy(), raw.double().cpu().numpy() if need_logits else None
+
     while len(result.tokens) < max_new_tokens:
         budget = min(m, max_new_tokens - len(result.tokens))
         t0 = time.perf_counter()
@@ -156,16 +165,13 @@ def speculative_generate(
         if ngram:
             drafted = draft.propose(context, budget)
         else:
-            feed = [context[-1]]
+            token = context[-1]
             for _ in range(budget):
-                raw = drf.feed(feed)[-1]
-                p = processed_probs(raw[None], sampling)[0]
-                token = sample_token(p, gen)
+                token, p_row, p_raw = draft_after(token)
                 drafted.append(token)
-                draft_rows.append(p.double().cpu().numpy())
+                draft_rows.append(p_row)
                 if need_logits:
-                    draft_raw.append(raw.double().cpu().numpy())
-                feed = [token]
+                    draft_raw.append(p_raw)
         t1 = time.perf_counter()
         q_raw = ver.feed([context[-1], *drafted])
         q_rows = processed_probs(q_raw, sampling).double().cpu().numpy()
@@ -192,11 +198,8 @@ def speculative_generate(
             if bonus_policy == "verifier" or not drafted:
                 emitted.append(sample_token(torch.as_tensor(q_rows[len(drafted)]), gen))  # bonus from q
             else:  # relaxed: the drafter drafts at the bonus position, the rule judges once more
-                raw = drf.feed([drafted[-1]])[-1]
-                p = processed_probs(raw[None], sampling)[0]
-                token = sample_token(p, gen)
-                p_raw = raw.double().cpu().numpy() if need_logits else None
-                emitted.append(step(len(drafted), p.double().cpu().numpy(), token, p_raw)[1])
+                token, p_row, p_raw = draft_after(drafted[-1])
+                emitted.append(step(len(drafted), p_row, token, p_raw)[1])
         result.drafted.append(len(drafted))
         result.accepted.append(n_acc)
         result.draft_seconds += t1 - t0
@@ -259,14 +262,12 @@ def decode_prompts(
     label = rule.describe()
     done = {}
     if out is not None and os.path.exists(out):
-        with open(out, encoding="utf-8") as fh:
-            for n, line in enumerate(fh, 1):
-                if line.strip():
-                    try:
-                        rec = json.loads(line)
-                        done[_record_key(rec)] = rec
-                    except (json.JSONDecodeError, KeyError, TypeError):
-                        raise ValueError(f"{out}, line {n}: not a decoding record; write to another --out") from None
+        expected = "not a decoding record; write to another --out"
+        for n, rec in json_lines(out, expected):
+            try:
+                done[_record_key(rec)] = rec
+            except (KeyError, TypeError):
+                raise ValueError(f"{out}, line {n}: {expected}") from None
     records = []
     sink = open(out, "a", encoding="utf-8") if out is not None else None
     try:

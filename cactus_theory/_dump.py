@@ -10,15 +10,21 @@ prompts already in the trace are skipped.
 
 from __future__ import annotations
 
-import json
 import os
-import platform
 import time
 
 import numpy as np
 
-from ._hf import encode_chat, eos_ids, generate, load_model, teacher_forced_logits, tokenizer_hash
-from ._io import termination_as_exception
+from ._hf import (
+    encode_chat,
+    eos_ids,
+    generate,
+    load_model,
+    software_versions,
+    teacher_forced_logits,
+    tokenizer_hash,
+)
+from ._io import json_lines, termination_as_exception, utc_timestamp
 from ._progress import progress_bar
 from ._prompts import prompt_seed, select_part
 from ._sampling import SamplingSettings
@@ -32,21 +38,16 @@ def load_completions(path) -> dict[str, list[int]]:
     (ids as the prompt loaders make them: ``"gsm8k-0"``, ``"humaneval-3"``, ...)."""
     if not os.path.isfile(path):
         raise ValueError(f"completions file {str(path)!r} does not exist")
+    expected = "expected a JSON object with 'id' and 'token_ids' (a list of token ids)"
     out = {}
-    with open(path) as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-                key, tokens = rec["id"], rec["token_ids"]
-            except (json.JSONDecodeError, KeyError, TypeError):
-                raise ValueError(
-                    f"{path}, line {n}: expected a JSON object with 'id' and 'token_ids' (a list of token ids)"
-                ) from None
-            if key in out:
-                raise ValueError(f"{path}, line {n}: prompt id {key!r} appears twice")
-            out[key] = tokens
+    for n, rec in json_lines(path, expected):
+        try:
+            key, tokens = rec["id"], rec["token_ids"]
+        except (KeyError, TypeError):
+            raise ValueError(f"{path}, line {n}: {expected}") from None
+        if key in out:
+            raise ValueError(f"{path}, line {n}: prompt id {key!r} appears twice")
+        out[key] = tokens
     if not out:
         raise ValueError(f"{path} holds no completions")
     return out
@@ -131,6 +132,8 @@ def dump_trace(
     import torch
 
     settings = settings or SamplingSettings()
+    if limit is not None and not (isinstance(limit, (int, np.integer)) and limit >= 0):
+        raise ValueError(f"limit must be an integer >= 0 (prompts to dump in this run); got {limit!r}")
     if part is not None:
         if not (isinstance(part, (tuple, list)) and len(part) == 2):
             raise ValueError(f"part must be (I, N), part I of N; got {part!r}")
@@ -143,8 +146,6 @@ def dump_trace(
     d_vocab = d_model.config.vocab_size if hasattr(d_model.config, "vocab_size") else None
     if vocab != d_vocab:
         raise TraceError(f"draft vocabulary {d_vocab} != verifier vocabulary {vocab}: they must share one tokenizer")
-    import transformers
-
     metadata = {
         "verifier": v_info,
         "draft": d_info,
@@ -157,18 +158,11 @@ def dump_trace(
         "seeding": "per prompt: sha256 of the prompt id with the seed (prompt_seed)",
         "max_new_tokens": int(max_new_tokens),
         "teacher_forced": completions is not None,
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "numpy": np.__version__,
-        },
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "versions": software_versions(),
+        "created": utc_timestamp(),
     }
     if part is not None:
         metadata["part"] = f"{int(part[0])}/{int(part[1])}"
-    if limit is not None and not (isinstance(limit, (int, np.integer)) and limit >= 0):
-        raise ValueError(f"limit must be an integer >= 0 (prompts to dump in this run); got {limit!r}")
     eos = eos_ids(v_model, v_tok)
     written, start = 0, time.perf_counter()
     with (

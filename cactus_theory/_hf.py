@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import time
 
-from ._io import TEMP_PREFIX, _umask, remove_stale_temporaries, sha256_file
+from ._io import TEMP_PREFIX, _umask, remove_stale_temporaries, sha256_file, utc_timestamp
 from ._sampling import processed_probs
 
 __all__ = [
@@ -31,12 +31,26 @@ __all__ = [
     "tokenizer_hash",
 ]
 
-_DTYPES = ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
-
 
 def cache_root() -> str:
     """The user cache: ``$CACTUS_THEORY_CACHE``, else ``~/.cache/cactus_theory``."""
     return os.environ.get("CACTUS_THEORY_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "cactus_theory")
+
+
+def software_versions() -> dict:
+    """The versions a dump or a calibration records: Python, torch, transformers, NumPy."""
+    import platform
+
+    import numpy
+    import torch
+    import transformers
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "numpy": numpy.__version__,
+    }
 
 
 def torch_dtype(dtype):
@@ -190,7 +204,7 @@ def _load_gguf(path, tdtype, cache):
     try:
         _save_dequantised(model, tokenizer, staging)
         with open(os.path.join(staging, "COMPLETE"), "w") as fh:
-            json.dump({"gguf": name, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, fh)
+            json.dump({"gguf": name, "created": utc_timestamp()}, fh)
         os.chmod(staging, 0o777 & ~_umask())
         try:
             os.replace(staging, target)

@@ -14,7 +14,11 @@ Rules every writer of the package follows:
 from __future__ import annotations
 
 import contextlib
+import csv
+import gzip
 import hashlib
+import io
+import json
 import os
 import re
 import shutil
@@ -29,15 +33,23 @@ __all__ = [
     "LockError",
     "atomic_path",
     "atomic_write",
+    "csv_text",
+    "json_lines",
     "pid_alive",
     "publish_directory",
     "remove_stale_temporaries",
     "sha256_file",
     "termination_as_exception",
+    "utc_timestamp",
 ]
 
 TEMP_PREFIX = ".cactus_theory-"
 _TEMP_RE = re.compile(r"^\.cactus_theory-(\d+)-.*\.tmp$")
+
+
+def utc_timestamp() -> str:
+    """The current UTC time as the manifests, cost files and locks record it: 2026-11-30T02:00:00Z."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 class LockError(RuntimeError):
@@ -87,6 +99,29 @@ def atomic_write(path, data) -> str:
             fh.flush()
             os.fsync(fh.fileno())
     return str(path)
+
+
+def csv_text(rows) -> str:
+    """CSV text of a list of dicts: a header from the first row's keys, then one line per row."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def json_lines(path, expected: str = "one record per line"):
+    """(line number, record) of each non-blank line of a JSON Lines file (gzip if it ends in .gz);
+    a line that is not JSON raises a ValueError naming the file, the line and ``expected``."""
+    path = str(path)
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if line.strip():
+                try:
+                    yield n, json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}, line {n}: not valid JSON ({exc.msg}): {expected}") from None
 
 
 def sha256_file(path) -> str:
@@ -223,8 +258,7 @@ class DirectoryLock:
                         "finish, or write to another directory"
                     ) from None
         os.ftruncate(fd, 0)
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        os.write(fd, f"{self.purpose}: pid {os.getpid()} on {socket.gethostname()} since {stamp}\n".encode())
+        os.write(fd, f"{self.purpose}: pid {os.getpid()} on {socket.gethostname()} since {utc_timestamp()}\n".encode())
         self._fd = fd
         return self
 

@@ -29,7 +29,6 @@ or a JSON cost file written by hand from published profiles (``load_cost``; fiel
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import platform
@@ -38,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ._io import atomic_write
+from ._io import atomic_write, csv_text, utc_timestamp
 
 __all__ = ["CostModel", "Plan", "calibrate_cost", "load_cost", "predict_speedup"]
 
@@ -205,7 +204,7 @@ def calibrate_cost(verifier, draft, *, max_block=21, context=256, repeats=5, set
     import torch
 
     from ._decode import _rule_step
-    from ._hf import CachedModel, sample_token
+    from ._hf import CachedModel, sample_token, software_versions
     from ._progress import progress_bar
     from ._rules import SpS
     from ._sampling import SamplingSettings, processed_probs
@@ -272,8 +271,6 @@ def calibrate_cost(verifier, draft, *, max_block=21, context=256, repeats=5, set
         drafted = int(np.argmax(p_row))
         judge_token = _median_time(lambda: _rule_step(SpS(), p_row, q_row, drafted, None, coin, gen), repeats)
         bar.update(2)
-    import transformers
-
     source = {
         "kind": "calibration",
         "verifier": v_info,
@@ -285,12 +282,8 @@ def calibrate_cost(verifier, draft, *, max_block=21, context=256, repeats=5, set
         "sampling": settings.as_dict(),
         "threads": torch.get_num_threads(),
         "machine": f"{os.cpu_count()} cores, {platform.machine()}",
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-        },
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "versions": software_versions(),
+        "created": utc_timestamp(),
     }
     return CostModel(
         draft_token=draft_token,
@@ -345,13 +338,7 @@ class Plan:
         return "\n".join(lines)
 
     def to_csv(self) -> str:
-        import csv
-
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=list(self.rows[0]))
-        writer.writeheader()
-        writer.writerows(self.rows)
-        return buf.getvalue()
+        return csv_text(self.rows)
 
     def to_json(self) -> str:
         return json.dumps(

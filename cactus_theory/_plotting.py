@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 
 __all__ = ["plot_al_vs_kl", "plot_delta_sweep", "plot_delta_sweep_by_task", "plot_plan", "plot_rule_front", "plot_step"]
+
+
+def figure_png(fig, dpi=110) -> bytes:
+    """PNG bytes of a matplotlib figure, which is then closed."""
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    plt.close(fig)
+    return buf.getvalue()
 
 
 def plot_step(rule, draft_probs, target_probs, ax=None, top=None, *, logits=None):

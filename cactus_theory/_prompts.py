@@ -6,13 +6,14 @@ point at it without carrying the text or its token ids."""
 from __future__ import annotations
 
 import csv
-import gzip
 import hashlib
 import json
 import os
 from dataclasses import dataclass
 
 import numpy as np
+
+from ._io import json_lines
 
 __all__ = [
     "DATASETS",
@@ -93,17 +94,6 @@ def select_part(prompts, part: int, parts: int):
     return [p for p in prompts if prompt_part(p.id, parts) == part]
 
 
-def _records(path: str):
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if line.strip():
-                try:
-                    yield n, json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}, line {n}: not valid JSON ({exc.msg}): one record per line") from None
-
-
 def _text(dataset: str, rec: dict) -> str:
     if dataset == "gsm8k":
         return f"{rec['question']}\nSolve the problem step by step and give the final answer after '####'."
@@ -155,7 +145,7 @@ def _generic_records(path, field):
     """(index, text) of every record of a prompt file in any of the RECORD_FORMATS."""
     low = path.lower()
     if low.endswith((".jsonl", ".jsonl.gz")):
-        return [(i, _pick(rec, field, f"{path}, line {n}")) for i, (n, rec) in enumerate(_records(path))]
+        return [(i, _pick(rec, field, f"{path}, line {n}")) for i, (n, rec) in enumerate(json_lines(path))]
     if low.endswith(".json"):
         with open(path, encoding="utf-8") as fh:
             try:
@@ -198,7 +188,7 @@ def load_prompts(
             raise ValueError(f"dataset must be one of {DATASETS} (or None for any prompt file); got {dataset!r}")
         label = task or dataset
         records = []
-        for i, (n, rec) in enumerate(_records(path)):
+        for i, (n, rec) in enumerate(json_lines(path)):
             try:
                 records.append((i, _text(dataset, rec)))
             except (KeyError, TypeError, IndexError):

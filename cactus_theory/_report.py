@@ -4,15 +4,16 @@ and a synthetic suite, offline, in a few minutes on two cores."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import os
 import time
 
 import numpy as np
 
-from ._analysis import _png
 from ._io import publish_directory
 from ._plotting import _delta_axis
+from ._plotting import figure_png as _png
 from ._progress import say as _say
 
 __all__ = ["build_report"]
@@ -197,10 +198,7 @@ def find_calibration(trace):
     import json
 
     from ._plan import cost_directory, load_cost
-    from ._trace import _file_hashes
-
-    def files(entry):
-        return _file_hashes(entry["files"]) if isinstance(entry, dict) and "files" in entry else None
+    from ._trace import model_hashes as files
 
     want = (files(trace.metadata.get("verifier")), files(trace.metadata.get("draft")))
     if None in want:
@@ -217,12 +215,11 @@ def find_calibration(trace):
     return max(found, key=lambda x: x[:2])[2] if found else None
 
 
-def _plans(trace, rules, deltas, progress):
-    """{key: (title, Plan)}: this machine's calibration (when there is one) and the GPU-like ratio."""
-    from ._analysis import analyze_trace, parse_rules
+def _plans(trace, result):
+    """{key: (title, Plan)}: this machine's calibration (when there is one) and the GPU-like ratio,
+    from ``result``, an analysis of ``trace`` at the m values of PLAN_MS."""
     from ._plan import predict_speedup
 
-    result = analyze_trace(trace, parse_rules(rules, deltas), ms=PLAN_MS, n_boot=300, progress=progress)
     plans = {}
     cost = find_calibration(trace)
     if cost is not None:
@@ -271,7 +268,9 @@ def build_report(
     figures.append(("taylor_overspend.png", *_fig_overspend()))
     say("[2/3] rules on the trace")
     tr = load_trace(trace)
-    result = analyze_trace(tr, parse_rules(rules, deltas), ms=ms, n_boot=300, progress=progress)
+    # one analysis serves the tables, the figures (at ms) and the plans (at PLAN_MS)
+    full = analyze_trace(tr, parse_rules(rules, deltas), ms=sorted({*ms, *PLAN_MS}), n_boot=300, progress=progress)
+    result = dataclasses.replace(full, rows=[r for r in full.rows if r["m"] in ms])
     for name, data in analysis_figures(result).items():
         caption = {
             "acceptance_al_vs_delta.png": "Mean acceptance and AL (with bootstrap 95% intervals over sequences) "
@@ -303,7 +302,7 @@ def build_report(
         )
     )
     say("      predicted speedups: this machine's calibration, if any, and a GPU-like cost ratio")
-    plans = _plans(tr, rules, deltas, progress)
+    plans = _plans(tr, dataclasses.replace(full, rows=[r for r in full.rows if r["m"] in PLAN_MS]))
     for key, (title, plan) in plans.items():
         from ._plotting import plot_plan
 

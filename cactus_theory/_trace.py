@@ -27,13 +27,20 @@ import json
 import os
 import re
 import stat
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._io import DirectoryLock, LockError, atomic_path, atomic_write, remove_stale_temporaries, sha256_file
+from ._io import (
+    DirectoryLock,
+    LockError,
+    atomic_path,
+    atomic_write,
+    remove_stale_temporaries,
+    sha256_file,
+    utc_timestamp,
+)
 from ._sampling import SamplingSettings, processed_probs
 
 __all__ = ["Trace", "TraceError", "TraceSequence", "TraceWriter", "load_trace", "trace_from_arrays"]
@@ -219,7 +226,7 @@ def _blank_manifest(top_k, vocab_size, metadata, tail_known, store_full=False):
         "tail_known": bool(tail_known),
         "store_full": bool(store_full),
         "metadata": metadata or {},
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "created": utc_timestamp(),
         "shards": [],
         "sequences": [],
     }
@@ -352,18 +359,35 @@ def _file_hashes(files):
     return sorted(v["sha256"] if isinstance(v, dict) else str(v) for v in files.values())
 
 
-def _fields_differ(old, new):
-    """The resume fields whose values differ between two metadata dicts (model entries by hashes)."""
+def model_hashes(entry):
+    """A model entry's identity, the sorted sha256 sums of its files; None if ``entry`` is not a
+    model entry (a dict with ``files``)."""
+    return _file_hashes(entry["files"]) if isinstance(entry, dict) and "files" in entry else None
+
+
+def _comparable(value):
+    """A metadata value as traces are compared: a model entry by its files' hashes, else its JSON."""
+    hashes = model_hashes(value)
+    return hashes if hashes is not None else json.dumps(value, sort_keys=True, default=str)
+
+
+def _show(value) -> str:
+    """A metadata value in an error message (a model entry by its hashes), cut at 120 characters."""
+    hashes = model_hashes(value)
+    text = repr(hashes if hashes is not None else value)
+    return text[:120] + "..." if len(text) > 120 else text
+
+
+def metadata_differences(old, new, fields, *, skip_absent=False):
+    """[(field, old value, new value)] for the ``fields`` whose values differ between two metadata
+    dicts (model entries by their files' hashes). ``skip_absent``: as a resume compares, a field
+    missing from ``new``, or from ``old`` unless required there, is not compared."""
     out = []
-    for key in RESUME_FIELDS:
-        if key == "part":  # a part of a split dump resumes only as that part, a whole dump as a whole
-            pass
-        elif key not in new or (key not in old and key not in _RESUME_REQUIRED):
-            continue
+    for key in fields:
+        if skip_absent and key != "part" and (key not in new or (key not in old and key not in _RESUME_REQUIRED)):
+            continue  # "part" always: a part of a split dump resumes only as that part, a whole dump as a whole
         a, b = old.get(key), new.get(key)
-        if isinstance(a, dict) and isinstance(b, dict) and "files" in a and "files" in b:
-            a, b = _file_hashes(a["files"]), _file_hashes(b["files"])
-        if json.dumps(a, sort_keys=True, default=str) != json.dumps(b, sort_keys=True, default=str):
+        if _comparable(a) != _comparable(b):
             out.append((key, a, b))
     return out
 
@@ -441,12 +465,11 @@ class TraceWriter:
         fields = [("top_k", m["top_k"], top_k), ("vocab_size", m["vocab_size"], vocab_size)]
         fields.append(("store_full", m.get("store_full", False), self.store_full))
         bad = [(k, a, b) for k, a, b in fields if a != b]
-        bad += _fields_differ(m.get("metadata", {}), metadata or {})
+        bad += metadata_differences(m.get("metadata", {}), metadata or {}, RESUME_FIELDS, skip_absent=True)
         if bad:
             key, old, new = bad[0]
-            show = lambda v: (repr(v)[:120] + "...") if len(repr(v)) > 120 else repr(v)  # noqa: E731
             raise TraceError(
-                f"cannot resume {self.directory!r}: its {key} is {show(old)}, this run has {show(new)}"
+                f"cannot resume {self.directory!r}: its {key} is {_show(old)}, this run has {_show(new)}"
                 + (f" (and {len(bad) - 1} more field(s) differ)" if len(bad) > 1 else "")
                 + ": resume with the same settings, or write a new trace directory"
             )

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import json
 import os
 from collections.abc import Iterator
 
@@ -20,7 +19,7 @@ import numpy as np
 
 from ._io import termination_as_exception
 from ._progress import progress_bar
-from ._trace import RESUME_FIELDS, Trace, TraceError, TraceSequence, TraceWriter, _file_hashes
+from ._trace import RESUME_FIELDS, Trace, TraceError, TraceSequence, TraceWriter, _show, metadata_differences
 
 __all__ = ["MERGE_FIELDS", "SET_FIELDS", "TraceSet", "merge_traces", "open_traces", "synthesize_trace"]
 
@@ -33,29 +32,11 @@ _MANIFEST_FIELDS = ("top_k", "vocab_size", "tail_known")
 _STORED = ("topk_logits", "topk_ids", "lse")  # per role, per position
 
 
-def _comparable(value):
-    if isinstance(value, dict) and "files" in value:  # a model entry: its identity is its files
-        return _file_hashes(value["files"])
-    return json.dumps(value, sort_keys=True, default=str)
-
-
-def _show(value) -> str:
-    text = repr(value)
-    return text[:100] + "..." if len(text) > 100 else text
-
-
 def _differences(first: Trace, other: Trace, fields, manifest_fields=_MANIFEST_FIELDS):
     """[(field, first's value, other's value)] where two traces disagree."""
-    out = []
-    for key in manifest_fields:
-        a, b = first.manifest.get(key), other.manifest.get(key)
-        if a != b:
-            out.append((key, a, b))
-    for key in fields:
-        a, b = first.metadata.get(key), other.metadata.get(key)
-        if _comparable(a) != _comparable(b):
-            out.append((key, a, b))
-    return out
+    out = [(k, first.manifest.get(k), other.manifest.get(k)) for k in manifest_fields]
+    out = [(k, a, b) for k, a, b in out if a != b]
+    return out + metadata_differences(first.metadata, other.metadata, fields)
 
 
 def _refuse(first: Trace, other: Trace, bad, what: str):
@@ -242,7 +223,7 @@ def merge_traces(out, parts, *, shard_positions=None, progress=None) -> Trace:
         for trace in traces:
             for seq in trace:
                 if seq.id not in done:
-                    compressed = {r: (seq.topk_logits[r], seq.topk_ids[r], seq.lse[r]) for r in ("target", "draft")}
+                    compressed = {r: tuple(getattr(seq, k)[r] for k in _STORED) for r in ("target", "draft")}
                     writer.add_compressed(seq.id, seq.task, seq.tokens, compressed, seq.full_logits, seq.meta)
                 bar.update(seq.n_positions)
     return Trace(out)
@@ -298,13 +279,12 @@ def synthesize_trace(source, directory, n_positions, *, block=32, seed=0, shard_
                 pieces.append((seq, s, s + take))
                 task = task or seq.task
                 have += take
-
-            compressed = {
-                r: tuple(_concat(pieces, lambda q, r=r, k=k: getattr(q, k)[r]) for k in _STORED)
-                for r in ("target", "draft")
-            }
             seq_id = f"synthetic-{number:07d}"
-            if seq_id not in writer.done_ids:
+            if seq_id not in writer.done_ids:  # a resumed run draws the same pieces, copies only the new
+                compressed = {
+                    r: tuple(_concat(pieces, lambda q, r=r, k=k: getattr(q, k)[r]) for k in _STORED)
+                    for r in ("target", "draft")
+                }
                 writer.add_compressed(seq_id, task, _concat(pieces, lambda q: q.tokens), compressed)
             number += 1
             written += length

@@ -19,13 +19,12 @@ Writes gamma_worst_case.csv, gamma_worst_case.md and gamma_worst_case.png into -
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import os
 import time
 
 from cactus_theory import worst_case_sweep
-from cactus_theory._io import atomic_write
+from cactus_theory._io import atomic_write, csv_text
+from cactus_theory._plotting import figure_png
 
 DELTAS = (0.001, 0.01, 0.1, 0.5, 1.0, 2.0)
 VOCABS = (2, 4, 8, 16, 32, 64)
@@ -45,14 +44,6 @@ def run(deltas=DELTAS, vocabs=VOCABS, seed=0, n_random=4000, n_starts=2, maxiter
         processes=processes or os.cpu_count(),
         progress=progress,
     )
-
-
-def to_csv(rows):
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
-    return buf.getvalue()
 
 
 def to_markdown(rows, deltas, vocabs):
@@ -88,10 +79,7 @@ def figure(rows, deltas, vocabs):
     axes[0].set_ylabel("KL(pi || q) / delta (search lower bound)")
     axes[-1].legend(fontsize=8)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
-    plt.close(fig)
-    return buf.getvalue()
+    return figure_png(fig, dpi=120)
 
 
 def main(argv=None):
@@ -108,7 +96,7 @@ def main(argv=None):
     start = time.perf_counter()
     rows = run(deltas, vocabs, seed=args.seed, **kwargs)
     elapsed = time.perf_counter() - start
-    atomic_write(os.path.join(args.out_dir, "gamma_worst_case.csv"), to_csv(rows).encode())
+    atomic_write(os.path.join(args.out_dir, "gamma_worst_case.csv"), csv_text(rows).encode())
     md = to_markdown(rows, deltas, vocabs) + f"\nSeed {args.seed}; {elapsed:.0f} s.\n"
     atomic_write(os.path.join(args.out_dir, "gamma_worst_case.md"), md.encode())
     atomic_write(os.path.join(args.out_dir, "gamma_worst_case.png"), figure(rows, deltas, vocabs))

@@ -29,9 +29,9 @@ import os
 import sys
 
 from cactus_theory import analyze_trace, load_cost, load_trace, parse_rules, plot_plan, predict_speedup
-from cactus_theory._analysis import _png
 from cactus_theory._io import atomic_write
 from cactus_theory._plan import default_cost_path
+from cactus_theory._plotting import figure_png
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PAIR = ("qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m")
@@ -191,7 +191,7 @@ def main(argv=None):
         ("plan_this_machine.png", cost, "This CPU (calibrated, bfloat16)"),
         ("plan_ratio_0.05.png", 0.05, "GPU-like: draft / verifier cost 0.05, flat block cost"),
     ):
-        atomic_write(os.path.join(args.out, name), _png(plot_plan(predict_speedup(result, c), title=title)))
+        atomic_write(os.path.join(args.out, name), figure_png(plot_plan(predict_speedup(result, c), title=title)))
     print(open(os.path.join(args.out, "plan_vs_reality.md")).read())
 
 

@@ -12,14 +12,13 @@ verifier excludes), rules_comparison.json and rules_comparison.png into --out-di
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import platform
 import time
 
 from cactus_theory._io import atomic_write
-from cactus_theory._plotting import plot_rule_front
+from cactus_theory._plotting import figure_png, plot_rule_front
 from cactus_theory._zoo import compare_rules, comparison_markdown
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -37,9 +36,7 @@ def main(argv=None):
     start = time.perf_counter()
     comparison = compare_rules(n_boot=args.bootstrap, processes=args.processes)
     seconds = time.perf_counter() - start
-    fig = plot_rule_front(comparison, m=8)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
+    png = figure_png(plot_rule_front(comparison, m=8))
     command = f"python experiments/rules_comparison.py --processes {args.processes} --bootstrap {args.bootstrap}"
     md = [
         "# Every rule on the embedded trace, at the paper grid's parameters",
@@ -55,7 +52,7 @@ def main(argv=None):
     for name, data in (
         ("rules_comparison.md", "\n".join(md) + "\n"),
         ("rules_comparison.json", json.dumps(comparison, indent=1, default=str)),
-        ("rules_comparison.png", buf.getvalue()),
+        ("rules_comparison.png", png),
     ):
         print("wrote", atomic_write(os.path.join(args.out_dir, name), data))
 

@@ -152,3 +152,6 @@ def test_cli_plan_with_a_ratio_and_with_a_file(tmp_path, capsys):
     cost.write_text(json.dumps({"draft_token": 0.5}))
     assert main([*args, "--cost", str(cost)]) == 2
     assert "lacks ['verify_block']" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*args, "--cost-ratio", "-0.5"])
+    assert "--cost-ratio: must be a cost ratio >= 0; got -0.5" in capsys.readouterr().err

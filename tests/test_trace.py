@@ -339,6 +339,14 @@ def test_dump_rejects_bad_completions(tmp_path, completions, message):
         )
 
 
+def test_dump_checks_limit_before_loading_the_models(tmp_path):
+    prompts = [Prompt(id="p0", task="toy", text="t2 t3", index=0)]
+    missing = str(tmp_path / "no-such-model.gguf")  # loading it would fail with another message
+    with pytest.raises(ValueError, match="limit must be an integer >= 0"):
+        dump_trace(missing, missing, prompts, tmp_path / "t", limit=-1, progress=False)
+    assert not (tmp_path / "t").exists()
+
+
 def test_analysis_matches_a_direct_computation_and_the_cli(tmp_path, capsys):
     from cactus_theory._analysis import analyze_trace, parse_rules, write_outputs
     from cactus_theory._cli import main

@@ -11,7 +11,7 @@ from typing import TypedDict
 
 import numpy as np
 
-from ._emitted import block_statistics, block_sums, step_metrics
+from ._emitted import block_sums, expected_accepted_length, step_metrics
 from ._io import atomic_write, csv_text
 from ._progress import progress_bar
 from ._rules import BONUS_POLICIES, make_rules
@@ -55,7 +55,7 @@ def _sequence_stats(rule, p, q, lg, ms, bonus_policy):
         if rule.slot_dependent:
             al = block_sums(beta[:m], beta[:m], m, per_slot=True)
         else:
-            al = block_statistics(beta, m)["per_start"]
+            al = expected_accepted_length(beta, m)
         per[f"al_sum_{m}"] = float(np.sum(al[:starts]))
         per[f"al_n_{m}"] = starts
         for name, values in drift.items():

@@ -1,6 +1,6 @@
 """cactus_theory: theory and simulation of speculative-decoding acceptance rules (Cactus, ICLR 2026)."""
 
-from ._analysis import AnalysisResult, AnalysisRow, analyze_trace, local_dask_cluster, parse_rules
+from ._analysis import AnalysisResult, AnalysisRow, analyze_trace, parse_rules
 from ._decode import (
     DecodeResult,
     NgramDrafter,
@@ -26,6 +26,7 @@ from ._emitted import (
     expected_accepted_length,
     step_metrics,
 )
+from ._engines import local_dask_cluster
 from ._gamma import APPROX_METHODS, GammaConvergenceWarning, GammaResult, approx_gamma, exact_gamma
 from ._hf import load_model
 from ._plan import CostModel, Plan, calibrate_cost, load_cost, predict_speedup

@@ -12,13 +12,14 @@ from typing import TypedDict
 import numpy as np
 
 from ._emitted import block_sums, expected_accepted_length, step_metrics
+from ._engines import run_dask, run_local
 from ._io import atomic_write, csv_text
 from ._progress import progress_bar
 from ._rules import BONUS_POLICIES, make_rules
 from ._sampling import SamplingSettings
 from ._trace import Trace
 
-__all__ = ["METRICS", "AnalysisResult", "AnalysisRow", "analyze_trace", "local_dask_cluster", "parse_rules"]
+__all__ = ["METRICS", "AnalysisResult", "AnalysisRow", "analyze_trace", "parse_rules"]
 
 #: Per-position metrics (means over positions); ``logits_exact`` is the share of positions whose
 #: result the stored logits determine exactly (1 unless a rule needs logits a trace lacks).
@@ -89,8 +90,8 @@ def _shard_stats(args, threads=None):
     need_logits = any(rule.needs_logits for rule in rules)
     out = []
     for seq in trace.shard(index):
-        if tasks is not None and seq.task not in tasks:
-            continue
+        if (tasks is not None and seq.task not in tasks) or seq.n_positions == 0:
+            continue  # a sequence without positions holds no data: counted as nothing, not as a zero AL
         if need_logits:
             p, q, lg = seq.distributions(settings, with_logits=True)
         else:
@@ -114,19 +115,25 @@ class AnalysisResult:
     seconds: float
     trace_rows: list = field(default_factory=list)
     traces: list = field(default_factory=list)
+    #: Sequences without positions, left out (they hold no data).
+    empty_sequences: int = 0
 
     def to_csv(self) -> str:
-        return csv_text(self.rows + self.trace_rows)  # delta None is written as an empty cell
+        return csv_text(self.rows + self.trace_rows)  # delta None and a missing interval are empty cells
 
     def to_json(self) -> str:
+        """The settings and rows as JSON; a missing interval (fewer than two sequences) is null."""
         return json.dumps(
-            {
-                "settings": self.settings,
-                "seconds": self.seconds,
-                "traces": self.traces,
-                "rows": self.rows,
-                "trace_rows": self.trace_rows,
-            },
+            _nan_to_none(
+                {
+                    "settings": self.settings,
+                    "seconds": self.seconds,
+                    "traces": self.traces,
+                    "empty_sequences": self.empty_sequences,
+                    "rows": self.rows,
+                    "trace_rows": self.trace_rows,
+                }
+            ),
             indent=1,
         )
 
@@ -139,54 +146,43 @@ class AnalysisResult:
         for r in self.rows if trace == "all" else self.trace_rows:
             if r["task"] != task or r.get("trace", "all") != trace:
                 continue
+            if r["al_lo"] == r["al_lo"]:
+                interval = f"[{r['al_lo']:>6.3f},{r['al_hi']:>6.3f}]"
+            else:  # no interval: one sequence, or no bootstrap
+                interval = "n/a (1 seq)" if r["sequences"] < 2 else "n/a"
             lines.append(
                 f"{r['rule']:<34} {r['m']:>3} {r['acceptance']:>7.4f} {r['acceptance_outside_support']:>7.4f} "
-                f"{r['al']:>7.3f} [{r['al_lo']:>6.3f},{r['al_hi']:>6.3f}] {r['mean_acceptance_length']:>8.3f} "
+                f"{r['al']:>7.3f} {interval:>15} {r['mean_acceptance_length']:>8.3f} "
                 f"{r['kl_emitted_target']:>9.5f} {r['kl_per_token']:>9.5f} {r['tv']:>6.4f} {r['entropy_change']:>7.4f}"
             )
         return "\n".join(lines)
 
 
+def _nan_to_none(value):
+    """``value`` with every float NaN replaced by None (JSON has no NaN)."""
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, dict):
+        return {k: _nan_to_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_nan_to_none(v) for v in value]
+    return value
+
+
 def _ratio_ci(num, den, rng, n_boot):
-    """Ratio of sums over sequences and its percentile bootstrap 95% interval (resampling sequences)."""
+    """Ratio of sums over sequences and its percentile bootstrap 95% interval (resampling
+    sequences). The interval is (nan, nan) when it cannot be had: fewer than two sequences (a
+    bootstrap over one sequence has zero width, which is not a 95% interval) or ``n_boot = 0``."""
     num, den = np.asarray(num, float), np.asarray(den, float)
     value = num.sum() / den.sum()
-    if len(num) < 2 or n_boot == 0 or not np.isfinite(value):  # an infinite drift stays infinite
+    if not np.isfinite(value):  # an infinite drift stays infinite
         return value, value, value
+    if len(num) < 2 or n_boot == 0:
+        return value, float("nan"), float("nan")
     idx = rng.integers(len(num), size=(n_boot, len(num)))
     boot = num[idx].sum(axis=1) / den[idx].sum(axis=1)
     lo, hi = np.percentile(boot, [2.5, 97.5])
     return value, float(lo), float(hi)
-
-
-def prepare_worker(threads):
-    """Set up a worker process this package starts (a pool worker, or a worker of a local Dask
-    cluster): ``threads`` threads for the compiled kernels and torch, so that workers x threads
-    stays within the cores, and malloc settings that keep freed arrays for reuse
-    (``_kernels.keep_freed_memory``). Not applied to the workers of a cluster you pass as
-    ``client=``: start those with ``DASK_WORKER_ENV`` in their environment (docs: "Analysing
-    traces on a cluster"); ``local_dask_cluster`` does."""
-    from . import _kernels
-
-    _kernels.set_threads(threads)
-    _kernels.keep_freed_memory()
-
-
-#: Environment of Dask workers for the analysis: malloc keeps freed arrays (a nanny's
-#: MALLOC_TRIM_THRESHOLD_ alone made the analysis 1.6x slower), one compiled-kernel thread per core.
-DASK_WORKER_ENV = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20)}
-
-
-def local_dask_cluster(workers):
-    """(client, cluster): a Dask cluster of ``workers`` worker processes on this machine, one task
-    thread each, started with ``DASK_WORKER_ENV`` (the nanny's pre-spawn environment)."""
-    import dask
-    from distributed import Client, LocalCluster
-
-    environ = {**dask.config.get("distributed.nanny.pre-spawn-environ", {}), **DASK_WORKER_ENV}
-    with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0")
-    return Client(cluster), cluster
 
 
 class AnalysisRow(TypedDict, total=False):
@@ -213,63 +209,6 @@ class AnalysisRow(TypedDict, total=False):
     logits_exact: float
     kl_per_token: float
     tv_per_token: float
-
-
-def _run_local(jobs, processes, on_result):
-    """Shard jobs in this process or in ``processes`` spawned workers; results in job order."""
-    pool = None
-    if processes > 1 and len(jobs) > 1:
-        from multiprocessing import get_context
-
-        threads = max(1, (os.cpu_count() or 1) // processes)
-        pool = get_context("spawn").Pool(processes, initializer=prepare_worker, initargs=(threads,))
-    try:
-        results = []
-        for part in pool.imap(_shard_stats, jobs) if pool else map(_shard_stats, jobs):
-            results.append(part)
-            on_result(part)
-        return results
-    finally:
-        if pool:
-            pool.close()
-            pool.join()
-
-
-def _dask_threads(client):
-    """{worker address: threads for the compiled kernels}: each host's cores shared by the task
-    threads of all its workers (without it, every worker's kernels start one thread per core)."""
-    try:
-        workers = client.scheduler_info(n_workers=-1)["workers"]  # every worker (newer Dask lists 5 by default)
-    except TypeError:  # older Dask: always every worker
-        workers = client.scheduler_info()["workers"]
-    cores = client.run(os.cpu_count)
-    per_host = {}
-    for info in workers.values():
-        per_host[info["host"]] = per_host.get(info["host"], 0) + info["nthreads"]
-    return {
-        address: max(1, (cores.get(address) or 1) // max(per_host[info["host"]], 1))
-        for address, info in workers.items()
-    }
-
-
-def _run_dask(jobs, client, on_result):
-    """Shard jobs as Dask tasks on ``client``'s cluster; results in job order whatever order the
-    tasks finish in. A worker that dies takes its running and held tasks with it; the scheduler
-    runs them again elsewhere (per-shard results depend only on the shard, so nothing is lost or
-    counted twice)."""
-    from distributed import as_completed
-
-    futures = client.map(_shard_stats, jobs, threads=_dask_threads(client), pure=False)
-    index = {f.key: i for i, f in enumerate(futures)}
-    results = [None] * len(jobs)
-    try:
-        for future in as_completed(futures):
-            part = future.result()
-            results[index[future.key]] = part
-            on_result(part)
-    finally:
-        client.cancel(futures)
-    return results
 
 
 def analyze_trace(
@@ -329,6 +268,9 @@ def analyze_trace(
     known = sorted({s["task"] for t in traces.traces for s in t.manifest["sequences"]})
     if not known:
         raise ValueError(f"trace {traces.directory!r} holds no sequences: nothing to analyse")
+    if traces.n_positions == 0:
+        raise ValueError(f"trace {traces.directory!r} holds {len(traces)} sequence(s), all empty: nothing to analyse")
+    empty = sum(1 for t in traces.traces for s in t.manifest["sequences"] if s["positions"] == 0)
     if tasks is not None:
         tasks = [tasks] if isinstance(tasks, str) else list(tasks)
         unknown = sorted(set(tasks) - set(known))
@@ -338,7 +280,8 @@ def analyze_trace(
     jobs, names, total = [], [], 0
     for name, t in zip(traces.names, traces.traces, strict=True):
         for i in sorted({s["shard"] for s in t.manifest["sequences"] if wanted is None or s["task"] in wanted}):
-            jobs.append((t.directory, i, list(rules), tuple(ms), settings, bonus_policy, wanted))
+            # absolute: a worker of a remote cluster does not run in this directory
+            jobs.append((os.path.abspath(t.directory), i, list(rules), tuple(ms), settings, bonus_policy, wanted))
             names.append(name)
             total += t.manifest["shards"][i]["positions"]
     with progress_bar(total=total, desc="analyse", unit="pos", enabled=progress) as bar:
@@ -346,7 +289,10 @@ def analyze_trace(
         def done(part):
             bar.update(sum(s["positions"] for s in part))
 
-        parts = _run_dask(jobs, client, done) if client is not None else _run_local(jobs, processes, done)
+        if client is not None:
+            parts = run_dask(_shard_stats, jobs, client, done)
+        else:
+            parts = run_local(_shard_stats, jobs, processes, done)
     sequences = [{**seq, "trace": name} for name, part in zip(names, parts, strict=True) for seq in part]
     # one order whatever the engine, the shard layout or the order the traces were given in
     sequences.sort(key=lambda s: (s["id"], s["trace"]))
@@ -374,6 +320,7 @@ def analyze_trace(
         seconds=time.perf_counter() - start,
         trace_rows=trace_rows,
         traces=list(traces.names),
+        empty_sequences=empty,
     )
 
 

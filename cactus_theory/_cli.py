@@ -11,6 +11,7 @@ import numpy as np
 
 from ._divergences import available_divergences, binary_divergence, get_divergence
 from ._gamma import APPROX_METHODS, approx_gamma, exact_gamma
+from ._io import check_output
 
 __all__ = ["main"]
 
@@ -129,11 +130,14 @@ def _probability(text: str) -> float:
     return value
 
 
-def _nonnegative(what):
+def _nonnegative(what, finite=False, hint=""):
     def parse(text):
-        value = float(text)
-        if np.isnan(value) or value < 0:
-            raise argparse.ArgumentTypeError(f"must be {what} >= 0; got {text}")
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what} >= 0; got {text!r}") from None
+        if np.isnan(value) or value < 0 or (finite and not np.isfinite(value)):
+            raise argparse.ArgumentTypeError(f"must be {what} >= 0{' and finite' if finite else ''}; got {text}{hint}")
         return value
 
     parse.__name__ = f"{what} >= 0"
@@ -186,6 +190,7 @@ def _prompts_from(args):
 def _cmd_dump(args) -> int:
     from ._dump import dump_trace, load_completions
 
+    check_output(args.out)
     prompts = _prompts_from(args)
     completions = None
     if args.completions:
@@ -232,19 +237,21 @@ def _dask_client(args):
     if args.processes > 1:
         raise ValueError("--processes runs local worker processes: give it or --scheduler / --workers, not both")
     try:
-        from distributed import Client
+        import distributed  # noqa: F401
     except ImportError:
         raise ImportError("--scheduler and --workers need Dask: pip install 'cactus_theory[distributed]'") from None
-    if args.scheduler is not None:
-        return Client(args.scheduler, timeout="30s"), None
-    from ._analysis import local_dask_cluster
+    from ._engines import connect_scheduler, local_dask_cluster
 
+    if args.scheduler is not None:
+        return connect_scheduler(args.scheduler), None
     return local_dask_cluster(args.workers)
 
 
 def _cmd_analyze(args) -> int:
     from ._analysis import analyze_trace, parse_rules, write_outputs
 
+    if args.out:
+        check_output(args.out)
     traces = _traces(args)
     settings = _settings(args) if args.temperature is not None else None
     rules = parse_rules(args.rules, args.delta)
@@ -263,12 +270,15 @@ def _cmd_analyze(args) -> int:
             client=client,
         )
     finally:
-        if client is not None:
-            client.close()
-        if cluster is not None:
-            cluster.close()
+        from ._engines import close_quietly
+
+        close_quietly(client, cluster)
     where = traces.directory if len(traces.traces) == 1 else f"{len(traces.traces)} traces ({traces.directory})"
     print(f"trace {where}: {len(traces)} sequences, {traces.n_positions} positions; settings {result.settings}")
+    if result.empty_sequences:
+        print(f"{result.empty_sequences} sequence(s) without positions left out")
+    if any(r["sequences"] < 2 for r in result.rows):
+        print("a 95% interval needs at least two sequences: rows over one sequence have none")
     for task in _tasks_to_show(result.rows):
         label = "all tasks" if task == "all" else f"task {task}"
         positions = next(r["positions"] for r in result.rows if r["task"] == task)
@@ -289,13 +299,17 @@ def _cmd_calibrate(args) -> int:
     from ._plan import calibrate_cost, default_cost_path
 
     progress = _progress(args)
+    if args.out:
+        check_output(args.out, directory=False)
     verifier = load_model(args.verifier, args.device, args.dtype, cache=not args.no_model_cache, progress=progress)
     draft = load_model(args.draft, args.device, args.dtype, cache=not args.no_model_cache, progress=progress)
+    out = args.out or check_output(
+        default_cost_path(verifier[2]["name"], draft[2]["name"], args.dtype, args.device), directory=False
+    )  # the default is known only once the models are: checked before the timing
     cost = calibrate_cost(
         verifier, draft, max_block=args.max_block, context=args.context, repeats=args.repeats, settings=_settings(args),
         progress=progress,
     )  # fmt: skip
-    out = args.out or default_cost_path(verifier[2]["name"], draft[2]["name"], args.dtype, args.device)
     cost.save(out)
     blocks = cost.verify_block
     top = max(blocks)
@@ -309,9 +323,11 @@ def _cmd_calibrate(args) -> int:
 
 def _cmd_plan(args) -> int:
     from ._analysis import analyze_trace, parse_rules, write_outputs
-    from ._plan import load_cost, predict_speedup
+    from ._plan import CostModel, load_cost, predict_speedup
 
-    cost = load_cost(args.cost) if args.cost else args.cost_ratio
+    cost = load_cost(args.cost) if args.cost else CostModel.from_ratio(args.cost_ratio)  # checked before the work
+    if args.out:
+        check_output(args.out)
     traces = _traces(args)
     result = analyze_trace(
         traces, parse_rules(args.rules, args.delta), ms=args.m, n_boot=args.bootstrap, processes=args.processes,
@@ -340,8 +356,11 @@ def _cmd_plan(args) -> int:
 def _cmd_merge(args) -> int:
     from ._traceset import merge_traces
 
-    trace = merge_traces(args.out, args.parts, progress=_progress(args))
-    print(f"merged {len(trace)} sequences, {trace.n_positions} positions into {args.out}")
+    check_output(args.out)
+    trace = merge_traces(args.out, args.parts, progress=_progress(args), allow_partial=args.allow_partial)
+    partial = trace.metadata.get("partial")
+    note = f" (partial: {partial['reason']})" if partial else ""
+    print(f"merged {len(trace)} sequences, {trace.n_positions} positions into {args.out}{note}")
     return 0
 
 
@@ -351,6 +370,8 @@ def _cmd_decode(args) -> int:
     from ._hf import load_model
     from ._prompts import Prompt
 
+    if args.out:
+        check_output(args.out, directory=False)
     rules = parse_rules([args.rule], [args.delta])
     if len(rules) != 1:
         raise ValueError(f"--rule must name one rule; {args.rule!r} gives {len(rules)}")
@@ -443,6 +464,7 @@ def _rules_epilog() -> str:
 def _cmd_report(args) -> int:
     from ._report import build_report
 
+    check_output(args.out)
     table = build_report(args.out, trace=args.trace, progress=_progress(args))
     print(table)
     print(f"report written to {os.path.join(args.out, 'report.md')} and report.html")
@@ -673,11 +695,16 @@ def build_parser() -> argparse.ArgumentParser:
     costs.add_argument("--cost", default=None, help="cost file from 'calibrate' (or written by hand)")
     costs.add_argument(
         "--cost-ratio",
-        type=_nonnegative("a cost ratio"),
+        type=_nonnegative("a cost ratio", finite=True),
         default=None,
         help="draft token cost / verifier token cost, block cost flat in m",
     )
-    pl.add_argument("--max-kl", type=_budget, default=None, help="bound on the mean emitted KL(pi || q) per position")
+    pl.add_argument(
+        "--max-kl",
+        type=_nonnegative("a KL bound", finite=True, hint=" (leave --max-kl out for no bound)"),
+        default=None,
+        help="bound on the mean emitted KL(pi || q) per position",
+    )
     pl.add_argument("--rules", default="sps,tas,cactus,cactus-exact,mentored", help="rule specs (see below)")
     pl.add_argument("--delta", type=_floats, default=[0.25, 0.5, 1.0, 2.0], help="deltas of rules that set none")
     pl.add_argument("--m", type=_ints, default=[1, 2, 3, 4, 6, 8, 10, 12, 16, 20], help="draft lengths to compare")
@@ -693,8 +720,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="merge the parts of a split dump (dump --part I/N) into one trace",
         formatter_class=_Formatter,
     )
-    mg.add_argument("out", help="the merged trace directory (resumed if it exists)")
     mg.add_argument("parts", nargs="+", help="the parts' trace directories or glob patterns")
+    mg.add_argument(
+        "--out",
+        required=True,
+        help="the merged trace: a new directory, never one of the parts (a rerun with the same parts resumes)",
+    )
+    mg.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="merge an incomplete split (missing parts, parts of different splits, whole dumps), marked partial",
+    )
     _progress_options(mg)
     mg.set_defaults(func=_cmd_merge)
 
@@ -717,6 +753,8 @@ def _explain(exc: BaseException):
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     if isinstance(exc, (ValueError, TraceError, TypeError)):
         return 2, first
+    if isinstance(exc, ConnectionError):  # a scheduler that does not answer: the message says what to do
+        return 1, first
     if isinstance(exc, OSError):
         what = exc.strerror or first
         where = f": {exc.filename}" if exc.filename else ""

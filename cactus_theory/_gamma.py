@@ -112,6 +112,7 @@ def _closed_inverse(div: FDivergence, q, delta):
         inc = np.asarray(div.inverse_increment_fn(q, delta), dtype=np.float64)
         gamma = np.where(inc >= 1.0 - q, 1.0, q + np.maximum(inc, 0.0))
     gamma = np.where(np.isinf(delta) | (q == 1), 1.0, gamma)
+    gamma = np.where((q == 0) & bool(np.isinf(div.perspective(1.0, 0.0))), 0.0, gamma)  # as _exact_edges
     return np.where(delta == 0, q, gamma)
 
 
@@ -381,7 +382,9 @@ def exact_gamma(
     target_prob : array_like
         q(n), the verifier's probability of the drafted token, in [0, 1].
     delta : array_like
-        Divergence budget, >= 0 (inf allowed: gamma* = 1).
+        Divergence budget, >= 0. ``inf`` is the limit delta -> inf: gamma* = 1, except q = 0
+        under a divergence with f(t)/t -> inf (KL, chi2), where every gamma > 0 has an infinite
+        divergence and gamma* stays 0.
     divergence : str or FDivergence
         "kl" (default, the paper's), "reverse_kl", "chi2", "hellinger", "tv", "js" or a
         registered / user FDivergence.
@@ -428,7 +431,7 @@ def exact_gamma(
     feasible as far as f itself is accurate, and may be conservative where the terms cancel.
     Elements that reach ``maxiter`` raise a ``GammaConvergenceWarning`` (their gamma is still
     certified feasible). Exact edge cases: delta = 0 gives q; q = 1 gives 1; q = 0 gives 0 when
-    f(t)/t -> inf (KL, chi2); delta = inf gives 1.
+    f(t)/t -> inf (KL, chi2), for every delta, inf included; otherwise delta = inf gives 1.
 
     Examples
     --------
@@ -522,14 +525,16 @@ def exact_gamma(
 
 
 def _exact_edges(div: FDivergence, q, delta):
-    """Gamma where it is exact without evaluating B_f: delta = 0 gives q, delta = inf or q = 1 gives
-    1, q = 0 with f(t)/t -> inf gives 0 (nothing above 0 is feasible). Returns (gamma, decided)."""
+    """Gamma where it is exact without evaluating B_f: delta = 0 gives q; q = 0 with f(t)/t -> inf
+    gives 0 for every delta, infinite included (nothing above 0 has a finite divergence, and
+    delta = inf is the limit delta -> inf, not a licence for an infinite one); delta = inf or
+    q = 1 gives 1 otherwise. Returns (gamma, decided)."""
     gamma = np.full(q.shape, np.nan)
     decided = np.zeros(q.shape, dtype=bool)
     for mask, value in (
         (delta == 0, q),
-        (np.isinf(delta) | (q == 1), 1.0),
         ((q == 0) & bool(np.isinf(div.perspective(1.0, 0.0))), 0.0),
+        (np.isinf(delta) | (q == 1), 1.0),
     ):
         mask = mask & ~decided
         gamma[mask] = value[mask] if np.ndim(value) else value
@@ -603,7 +608,7 @@ def approx_gamma(target_prob, delta, divergence="kl", method="taylor"):
                 raise ValueError(f"method='safe' has no proven closed form for divergence {div.name!r}")
             gamma = q + _safe_increment(div, q, delta)
             gamma = np.where(gamma > q, np.nextafter(gamma, -np.inf), q)  # round towards q
-            return _scalar_out(np.where(np.isinf(delta), 1.0, np.clip(gamma, q, 1.0)))
+            return _scalar_out(np.where(np.isinf(delta) & (q > 0), 1.0, np.clip(gamma, q, 1.0)))
         if div.f_second_at_one is None:
             inc = delta / div.kink
         elif method == "taylor":
@@ -617,7 +622,9 @@ def approx_gamma(target_prob, delta, divergence="kl", method="taylor"):
         else:
             inc = _newton_increment(div, q, delta)
         gamma = np.clip(np.where(np.isnan(inc), 0.0, inc) + q, q, 1.0)
-        gamma = np.where(np.isinf(delta) | (np.isinf(inc) & (q > 0)), 1.0, gamma)
+        # delta = inf is the limit delta -> inf: 1 where q > 0; at q = 0 the forms stay at 0
+        # (sqrt(2 delta q (1 - q)) = 0 for every delta), except TV's q + delta
+        gamma = np.where((np.isinf(delta) | np.isinf(inc)) & (q > 0), 1.0, gamma)
         gamma = np.where(delta == 0, q, gamma)
     return _scalar_out(gamma)
 

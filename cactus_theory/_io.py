@@ -33,10 +33,12 @@ __all__ = [
     "LockError",
     "atomic_path",
     "atomic_write",
+    "check_output",
     "csv_text",
     "json_lines",
     "pid_alive",
     "publish_directory",
+    "read_text",
     "remove_stale_temporaries",
     "sha256_file",
     "termination_as_exception",
@@ -101,6 +103,39 @@ def atomic_write(path, data) -> str:
     return str(path)
 
 
+def check_output(path, *, directory: bool = True, what: str = "--out") -> str:
+    """Check, before any work, that ``path`` can be written: a directory (``directory=True``) or a
+    file. An existing path must be of that kind; otherwise its nearest existing parent must be a
+    directory in which this process can create entries (tried for real: a temporary directory of
+    this package's naming is made and removed, so root on a read-only or virtual file system is
+    refused too). Raises a ValueError naming ``what`` and saying what to change; returns the
+    absolute path. Nothing is left behind."""
+    path = os.path.abspath(os.fspath(path))
+    kind = "directory" if directory else "file"
+    if os.path.exists(path):
+        if directory and not os.path.isdir(path):
+            raise ValueError(f"{what} {path!r} is a file, not a directory: give a directory")
+        if not directory and os.path.isdir(path):
+            raise ValueError(f"{what} {path!r} is a directory: give a file name (e.g. {os.path.join(path, 'x.json')})")
+        if not directory and not os.path.isfile(path):
+            raise ValueError(f"{what} {path!r} is not a regular file: give a file name")
+        target = path if directory else os.path.dirname(path)
+    else:
+        target = os.path.dirname(path)
+        while not os.path.exists(target):
+            target = os.path.dirname(target)
+        if not os.path.isdir(target):
+            raise ValueError(f"{what} {path!r}: {target!r} is a file, so no {kind} can be made below it")
+    try:
+        probe = tempfile.mkdtemp(dir=target, prefix=f"{TEMP_PREFIX}{os.getpid()}-", suffix=".tmp")
+        os.rmdir(probe)
+    except OSError as exc:
+        raise ValueError(
+            f"{what} {path!r} cannot be written ({exc.strerror or exc} in {target!r}): choose a {kind} you can write to"
+        ) from None
+    return path
+
+
 def csv_text(rows) -> str:
     """CSV text of a list of dicts: a header from the first row's keys, then one line per row."""
     buf = io.StringIO()
@@ -110,18 +145,47 @@ def csv_text(rows) -> str:
     return buf.getvalue()
 
 
+def read_text(path) -> str:
+    """The text of a UTF-8 file (gzip-compressed if its name ends in .gz; a byte-order mark is
+    dropped), read once, so a pipe (``<(...)``) or a FIFO works too. A directory, bytes that are
+    not UTF-8 (naming the line and the byte) and a truncated or corrupt gzip file raise a
+    ValueError naming the file."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise ValueError(f"{path!r} is a directory: give a file")
+    if not os.path.exists(path):
+        raise ValueError(f"{path!r} does not exist")
+    with open(path, "rb") as fh:
+        data = fh.read()
+    if str(path).endswith(".gz"):
+        try:
+            data = gzip.decompress(data)
+        except EOFError:
+            raise ValueError(f"{path}: the gzip file is truncated (it ends before its end marker)") from None
+        except (OSError, gzip.BadGzipFile) as exc:
+            raise ValueError(f"{path}: not a valid gzip file ({exc})") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ValueError(
+            f"{path}, line {line}, column {column}: byte 0x{data[exc.start]:02x} is not UTF-8: save the file as "
+            "UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+        ) from None
+
+
 def json_lines(path, expected: str = "one record per line"):
-    """(line number, record) of each non-blank line of a JSON Lines file (gzip if it ends in .gz);
-    a line that is not JSON raises a ValueError naming the file, the line and ``expected``."""
-    path = str(path)
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if line.strip():
-                try:
-                    yield n, json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}, line {n}: not valid JSON ({exc.msg}): {expected}") from None
+    """(line number, record) of each non-blank line of a JSON Lines file (``read_text``: gzip if
+    it ends in .gz, UTF-8); a line that is not JSON raises a ValueError naming the file, the line
+    and ``expected``."""
+    path = os.fspath(path)
+    for n, line in enumerate(read_text(path).split("\n"), 1):  # not splitlines: U+2028 may sit in a string
+        if line.strip():
+            try:
+                yield n, json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}, line {n}: not valid JSON ({exc.msg}): {expected}") from None
 
 
 def sha256_file(path) -> str:
@@ -232,15 +296,27 @@ class DirectoryLock:
         except ImportError:  # pragma: no cover - not POSIX
             fcntl = None
         if fcntl is not None:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
+            while True:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    os.close(fd)
+                    raise LockError(
+                        f"{self.directory!r} is being written by another process ({self._holder()}): wait for it "
+                        "to finish, or write to another directory"
+                    ) from None
+                # The holder removes the file when it releases (while still holding the flock). A file
+                # opened before that removal can be locked after it, while another process creates and
+                # locks a fresh one: the lock counts only if the file locked is the one at the path now.
+                try:
+                    current = os.stat(self.path)
+                except FileNotFoundError:
+                    current = None
+                mine = os.fstat(fd)
+                if current is not None and (current.st_dev, current.st_ino) == (mine.st_dev, mine.st_ino):
+                    break
                 os.close(fd)
-                raise LockError(
-                    f"{self.directory!r} is being written by another process ({self._holder()}): wait for it to "
-                    "finish, or write to another directory"
-                ) from None
         else:  # pragma: no cover - not POSIX
             while True:
                 try:
@@ -263,6 +339,8 @@ class DirectoryLock:
         return self
 
     def release(self) -> None:
+        """Remove the lock file while still holding the lock, then unlock (``acquire`` checks that
+        the file it locked is still the one at the path, so the order is safe)."""
         if self._fd is None:
             return
         with contextlib.suppress(OSError):

@@ -42,14 +42,36 @@ from ._io import atomic_write, csv_text, utc_timestamp
 __all__ = ["CostModel", "Plan", "calibrate_cost", "load_cost", "predict_speedup"]
 
 COST_FORMAT = "cactus_theory.cost"
+_COST_MAX_BYTES = 1 << 20
 
 
 def _positive(value, name):
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"{name} must be a number of seconds; got {value!r}")
-    if not (np.isfinite(value) and value >= 0):
-        raise ValueError(f"{name} must be finite and >= 0; got {value!r}")
-    return float(value)
+        raise ValueError(f"{name} must be a number of seconds; got {_short(value)}")
+    try:
+        number = float(value)
+    except OverflowError:
+        raise ValueError(f"{name} must be finite and >= 0; got a number of {len(str(value))} digits") from None
+    if not (np.isfinite(number) and number >= 0):
+        raise ValueError(f"{name} must be finite and >= 0; got {_short(value)}")
+    return number
+
+
+def _short(value, limit=60) -> str:
+    """repr(value) cut to ``limit`` characters, for error messages about a file's contents."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+
+
+def _isotonic(values):
+    """The non-decreasing sequence closest to ``values`` in least squares (pool adjacent violators)."""
+    blocks = []  # [mean, count]
+    for v in values:
+        blocks.append([float(v), 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m2, c2), (m1, c1) = blocks.pop(), blocks.pop()
+            blocks.append([(m1 * c1 + m2 * c2) / (c1 + c2), c1 + c2])
+    return np.concatenate([np.full(c, m) for m, c in blocks])
 
 
 @dataclass(frozen=True)
@@ -62,8 +84,12 @@ class CostModel:
         One drafted token (draft forward of one token with its cache, row processing, sampling).
     verify_block : dict {k: seconds}
         The verifier's forward of a block of k tokens and the processing of its k rows, at the
-        measured or given block sizes (k = 1 is required: the verifier alone). Other sizes are
-        interpolated linearly; beyond the largest, extrapolated from the last two (flat if one).
+        measured or given block sizes (k = 1 is required: the verifier alone). A bigger block never
+        takes less time, so the model uses the non-decreasing fit closest to these figures
+        (``verify_fit``: isotonic least squares; noisy measurements and flat GPU profiles often
+        dip), interpolated linearly between sizes and extrapolated beyond the largest with the
+        slope of the last two fitted sizes (flat if one). So a step never takes less than the
+        verifier's one token, and a predicted speedup never exceeds AL + 1.
     step_overhead : float
         Per step, outside the forward passes (cropping the caches).
     judge_token : float
@@ -82,22 +108,36 @@ class CostModel:
         _positive(self.draft_token, "draft_token")
         _positive(self.step_overhead, "step_overhead")
         _positive(self.judge_token, "judge_token")
+        if not isinstance(self.source, dict):
+            raise ValueError(f"source must be an object (provenance: kind, models, ...); got {_short(self.source)}")
         if not isinstance(self.verify_block, dict) or not self.verify_block:
             raise ValueError("verify_block must map block sizes k >= 1 to seconds, e.g. {1: 0.2, 9: 0.3}")
-        blocks = {}
+        blocks, spelled = {}, {}
         for k, v in self.verify_block.items():
-            try:
-                size = int(k)
-            except (TypeError, ValueError):
-                raise ValueError(f"verify_block keys must be block sizes (integers >= 1); got {k!r}") from None
-            if size < 1 or str(size) != str(k).strip():
-                raise ValueError(f"verify_block keys must be block sizes (integers >= 1); got {k!r}")
-            blocks[size] = _positive(v, f"verify_block[{size}]")
+            if isinstance(k, bool) or not (isinstance(k, (int, np.integer)) or (isinstance(k, str) and k.isdigit())):
+                raise ValueError(f"verify_block keys must be block sizes (integers >= 1); got {_short(k)}")
+            size = int(k)
+            if size < 1 or size > 1_000_000:
+                raise ValueError(f"verify_block keys must be block sizes from 1 to 1,000,000; got {_short(k)}")
+            if size in blocks:
+                raise ValueError(f"verify_block gives block size {size} twice ({spelled[size]!r} and {k!r})")
+            blocks[size], spelled[size] = _positive(v, f"verify_block[{size}]"), k
         if 1 not in blocks:
             raise ValueError("verify_block needs k = 1 (one token: the verifier alone decoding)")
         if blocks[1] <= 0:
             raise ValueError("verify_block[1] must be > 0: it is the baseline's time per token")
         object.__setattr__(self, "verify_block", dict(sorted(blocks.items())))
+
+    @property
+    def verify_fit(self) -> dict:
+        """{k: seconds}: the non-decreasing fit of ``verify_block`` that the model uses."""
+        return dict(zip(self.verify_block, _isotonic(list(self.verify_block.values())).tolist(), strict=True))
+
+    @property
+    def non_monotone(self) -> list:
+        """Block sizes whose given time is below a smaller block's (the fit pools them)."""
+        given = np.array(list(self.verify_block.values()))
+        return [k for k, t, top in zip(self.verify_block, given, np.maximum.accumulate(given), strict=True) if t < top]
 
     @classmethod
     def from_ratio(cls, ratio):
@@ -108,14 +148,15 @@ class CostModel:
         return cls(draft_token=ratio, verify_block={1: 1.0}, source={"kind": "ratio", "ratio": ratio})
 
     def verify(self, k):
-        """Seconds of a verifier block of k tokens (array-like k)."""
+        """Seconds of a verifier block of k tokens (array-like k), from ``verify_fit``:
+        non-decreasing in k, and at least ``verify(1) > 0``."""
         sizes = np.array(list(self.verify_block), dtype=float)
-        times = np.array(list(self.verify_block.values()), dtype=float)
+        times = _isotonic(list(self.verify_block.values()))
         k = np.asarray(k, dtype=float)
         if sizes.size == 1:
             return np.full(k.shape, times[0])[()]
         out = np.interp(k, sizes, times)
-        slope = (times[-1] - times[-2]) / (sizes[-1] - sizes[-2])
+        slope = max((times[-1] - times[-2]) / (sizes[-1] - sizes[-2]), 0.0)
         return np.where(k > sizes[-1], times[-1] + slope * (k - sizes[-1]), out)[()]
 
     def step_time(self, m, accepted_length):
@@ -124,8 +165,9 @@ class CostModel:
         return m * self.draft_token + self.verify(m + 1) + self.step_overhead + (accepted_length + 1) * self.judge_token
 
     def speedup(self, m, accepted_length):
-        """Tokens per second against the verifier alone: (AL + 1) verify(1) / step_time(m)."""
-        return (np.asarray(accepted_length) + 1) * self.verify_block[1] / self.step_time(m, accepted_length)
+        """Tokens per second against the verifier alone: (AL + 1) verify(1) / step_time(m).
+        Finite, positive, and at most AL + 1 (a step costs at least one verifier token)."""
+        return (np.asarray(accepted_length) + 1) * self.verify(1) / self.step_time(m, accepted_length)
 
     def to_json(self) -> str:
         data = {"format": COST_FORMAT, "version": 1, **asdict(self)}
@@ -143,21 +185,39 @@ def load_cost(path) -> CostModel:
     "judge_token": 0.0}``, in seconds). Unknown or missing fields are refused by name."""
     path = str(path)
     if not os.path.isfile(path):
-        raise ValueError(f"cost file {path!r} does not exist (write one with 'cactus-theory calibrate')")
+        what = "is a directory" if os.path.isdir(path) else "does not exist"
+        raise ValueError(f"cost file {path!r} {what} (write one with 'cactus-theory calibrate')")
+    size = os.path.getsize(path)
+    if size > _COST_MAX_BYTES:
+        raise ValueError(
+            f"cost file {path!r} has {size} bytes; a cost file is a few kB (the output of 'cactus-theory calibrate')"
+        )
+
+    def no_repeats(pairs):
+        keys = [k for k, _ in pairs]
+        repeated = next((k for k in keys if keys.count(k) > 1), None)
+        if repeated is not None:
+            raise ValueError(f"cost file {path!r}: the key {_short(repeated)} appears twice in one object")
+        return dict(pairs)
+
     try:
         with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+            data = json.load(fh, object_pairs_hook=no_repeats)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"cost file {path!r} is not valid JSON ({exc})") from None
+        raise ValueError(f"cost file {path!r} is not valid JSON ({_short(str(exc), 200)})") from None
+    except RecursionError:
+        raise ValueError(f"cost file {path!r} is nested too deeply to be a cost file") from None
     if not isinstance(data, dict):
         raise ValueError(f"cost file {path!r} must hold a JSON object")
     if data.get("format", COST_FORMAT) != COST_FORMAT:
-        raise ValueError(f"cost file {path!r} has format {data.get('format')!r}, expected {COST_FORMAT!r}")
+        raise ValueError(f"cost file {path!r} has format {_short(data.get('format'))}, expected {COST_FORMAT!r}")
     data = {k: v for k, v in data.items() if k not in ("format", "version")}
     known = {"draft_token", "verify_block", "step_overhead", "judge_token", "source"}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise ValueError(f"cost file {path!r}: unknown field(s) {unknown}; the fields are {sorted(known)}")
+        shown = ", ".join(_short(k, 40) for k in unknown[:5])
+        shown += f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        raise ValueError(f"cost file {path!r}: unknown field(s) {shown}; the fields are {sorted(known)}")
     missing = [k for k in ("draft_token", "verify_block") if k not in data]
     if missing:
         raise ValueError(f"cost file {path!r} lacks {missing}")

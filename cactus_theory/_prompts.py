@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
 import os
 from dataclasses import dataclass
 
 import numpy as np
 
-from ._io import json_lines
+from ._io import json_lines, read_text
 
 __all__ = [
     "DATASETS",
@@ -138,7 +139,20 @@ def _pick(record, field, where):
         raise ValueError(f"{where}: expected a JSON object or string, got {type(record).__name__}")
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{where}: the prompt text is empty or not a string ({value!r})")
-    return value
+    return _unicode(value, where)
+
+
+def _unicode(text: str, where: str) -> str:
+    """``text`` if it is valid Unicode; a lone surrogate (a JSON escape such as \\ud800 without its
+    pair) raises a ValueError naming where it is, before a tokenizer fails on it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{where}: the prompt text holds an unpaired surrogate ({text[exc.start]!r} at character "
+            f"{exc.start}), which is not valid Unicode: fix the \\u escapes of that record"
+        ) from None
+    return text
 
 
 def _generic_records(path, field):
@@ -146,24 +160,27 @@ def _generic_records(path, field):
     low = path.lower()
     if low.endswith((".jsonl", ".jsonl.gz")):
         return [(i, _pick(rec, field, f"{path}, line {n}")) for i, (n, rec) in enumerate(json_lines(path))]
-    if low.endswith(".json"):
-        with open(path, encoding="utf-8") as fh:
-            try:
-                data = json.load(fh)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}: not valid JSON ({exc.msg}); a .json prompt file is one list") from None
+    if low.endswith((".json", ".json.gz")):
+        try:
+            data = json.loads(read_text(path))
+        except json.JSONDecodeError as exc:
+            raise ValueError(
+                f"{path}, line {exc.lineno}: not valid JSON ({exc.msg}); a .json prompt file is one list"
+            ) from None
         if not isinstance(data, list):
             raise ValueError(f"{path}: a .json prompt file must hold a list of records or strings")
         return [(i, _pick(rec, field, f"{path}, record {i}")) for i, rec in enumerate(data)]
-    if low.endswith((".csv", ".tsv")):
-        with open(path, encoding="utf-8", newline="") as fh:
-            reader = csv.DictReader(fh, delimiter="\t" if low.endswith(".tsv") else ",")
-            return [(i, _pick(dict(row), field, f"{path}, row {i + 2}")) for i, row in enumerate(reader)]
+    if low.endswith((".csv", ".tsv", ".csv.gz", ".tsv.gz")):
+        tab = low.endswith((".tsv", ".tsv.gz"))
+        reader = csv.DictReader(io.StringIO(read_text(path), newline=""), delimiter="\t" if tab else ",")
+        return [(i, _pick(dict(row), field, f"{path}, row {i + 2}")) for i, row in enumerate(reader)]
     if field is not None:
         raise ValueError(f"{path}: a plain text file has one prompt per line; --field applies to JSON and CSV")
-    with open(path, encoding="utf-8") as fh:
-        lines = [line.rstrip("\n") for line in fh]
-    return list(enumerate(line for line in lines if line.strip()))
+    lines = read_text(path).split("\n")
+    return [
+        (i, _unicode(text, f"{path}, line {n}"))
+        for i, (n, text) in enumerate((n, line.rstrip("\r")) for n, line in enumerate(lines, 1) if line.strip())
+    ]
 
 
 def load_prompts(
@@ -179,7 +196,9 @@ def load_prompts(
     raise a ValueError naming the file and line.
     """
     path = str(path)
-    if not os.path.isfile(path):
+    if os.path.isdir(path):
+        raise ValueError(f"prompt file {path!r} is a directory: give the prompt files inside it")
+    if not os.path.exists(path):
         raise ValueError(f"prompt file {path!r} does not exist")
     if limit is not None and not (isinstance(limit, int) and limit >= 0):
         raise ValueError(f"limit must be an integer >= 0; got {limit!r}")

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from ._io import publish_directory
+from ._io import check_output, publish_directory
 from ._plotting import _delta_axis
 from ._plotting import figure_png as _png
 from ._progress import say as _say
@@ -257,6 +257,7 @@ def build_report(
     from ._analysis import analysis_figures, analyze_trace, parse_rules
     from ._trace import load_trace
 
+    check_output(out_dir, what="out_dir")  # before minutes of work, not after
     start = time.perf_counter()
 
     def say(message):

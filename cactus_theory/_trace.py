@@ -334,7 +334,8 @@ def _shard_path(directory, record):
         raise TraceError(f"shard {record['file']} in {directory!r} is not a regular file (a link or device)")
     if info.st_size != record["bytes"]:
         raise TraceError(
-            f"shard {record['file']} has {info.st_size} bytes, the manifest says {record['bytes']}: truncated"
+            f"shard {record['file']} of {directory!r} has {info.st_size} bytes, the manifest says "
+            f"{record['bytes']}: truncated"
         )
     return path
 
@@ -606,7 +607,9 @@ class Trace:
         for shard in self.manifest["shards"]:
             path = _shard_path(self.directory, shard)
             if verify and sha256_file(path) != shard["sha256"]:
-                raise TraceError(f"shard {shard['file']} fails its sha256 checksum: the file is corrupt")
+                raise TraceError(
+                    f"shard {shard['file']} of {self.directory!r} fails its sha256 checksum: the file is corrupt"
+                )
 
     @property
     def metadata(self) -> dict:
@@ -641,7 +644,9 @@ class Trace:
             with safe_open(path, framework="np") as fh:
                 data = {k: fh.get_tensor(k) for k in fh.keys()}
         except (SafetensorError, OSError, ValueError) as exc:
-            raise TraceError(f"shard {record['file']} cannot be read ({exc}): truncated or corrupt") from None
+            raise TraceError(
+                f"shard {record['file']} of {self.directory!r} cannot be read ({exc}): truncated or corrupt"
+            ) from None
         seqs = sorted((s for s in self.manifest["sequences"] if s["shard"] == index), key=lambda r: r["index"])
         self._check_shard(record, data, seqs)
         offsets = data["offsets"]

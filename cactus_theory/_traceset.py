@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import json
 import os
 from collections.abc import Iterator
 
@@ -21,7 +22,15 @@ from ._io import termination_as_exception
 from ._progress import progress_bar
 from ._trace import RESUME_FIELDS, Trace, TraceError, TraceSequence, TraceWriter, _show, metadata_differences
 
-__all__ = ["MERGE_FIELDS", "SET_FIELDS", "TraceSet", "merge_traces", "open_traces", "synthesize_trace"]
+__all__ = [
+    "MERGE_FIELDS",
+    "SET_FIELDS",
+    "TraceSet",
+    "merge_traces",
+    "open_traces",
+    "synthesize_trace",
+    "trace_fingerprint",
+]
 
 #: Metadata that the traces of one set must share (models by file hashes), besides K, the
 #: vocabulary and whether the tail mass is known.
@@ -64,16 +73,61 @@ def _expand(paths) -> list[str]:
     return out
 
 
+def _refuse_repeats(directories) -> None:
+    """Refuse a directory given twice: by its real path (``runs/a`` and ``$(realpath runs/a)``,
+    or a symbolic link to it inside a glob), not by its spelling."""
+    seen = {}
+    for d in directories:
+        real = os.path.realpath(d)
+        if real in seen:
+            first = seen[real]
+            same = f"{d!r}" if os.path.normpath(first) == os.path.normpath(d) else f"{first!r} and {d!r}"
+            raise TraceError(
+                f"trace directory {same} is given twice (both are {real!r}): each sequence would count twice"
+            )
+        seen[real] = d
+
+
 def _names(directories) -> list[str]:
     """Short unique names: the basenames, or the normalised paths where basenames collide."""
+    _refuse_repeats(directories)
     base = [os.path.basename(os.path.normpath(d)) or os.path.normpath(d) for d in directories]
     if len(set(base)) == len(base):
         return base
-    full = [os.path.normpath(d) for d in directories]
-    if len(set(full)) != len(full):
-        dup = next(d for d in full if full.count(d) > 1)
-        raise TraceError(f"trace directory {dup!r} is given twice")
-    return full
+    return [os.path.normpath(d) for d in directories]
+
+
+def trace_fingerprint(trace: Trace) -> str:
+    """The identity of a trace's content: the sha256 of its sequence ids and shard checksums.
+
+    Equal for two copies of one trace; a merge records its parts' fingerprints (``merged_from``),
+    so a trace set can tell a merged trace from its parts, and a resumed merge its parts."""
+    import hashlib
+
+    ids = sorted(s["id"] for s in trace.manifest["sequences"])
+    shards = [s["sha256"] for s in trace.manifest["shards"]]
+    return hashlib.sha256(json.dumps([ids, shards]).encode()).hexdigest()
+
+
+def _refuse_overlapping_traces(traces) -> None:
+    """Refuse a set in which one trace holds another's sequences: a copy of it, or a merge of it."""
+    prints = [trace_fingerprint(t) for t in traces]
+    for i, t in enumerate(traces):
+        for j in range(i):
+            if prints[i] == prints[j]:
+                raise TraceError(
+                    f"{t.directory!r} and {traces[j].directory!r} hold the same sequences (one is a copy of the "
+                    "other): analyse one of them"
+                )
+    for i, t in enumerate(traces):
+        parts = {m.get("fingerprint") for m in t.metadata.get("merged_from") or [] if isinstance(m, dict)}
+        for j, other in enumerate(traces):
+            if i != j and prints[j] in parts:
+                raise TraceError(
+                    f"{t.directory!r} is merged from {other.directory!r}, so the set would count its sequences "
+                    "twice: analyse the merged trace or its parts, not both (a glob such as 'parts/*' can match "
+                    "a merge's output)"
+                )
 
 
 class TraceSet:
@@ -87,8 +141,11 @@ class TraceSet:
 
     A mismatch in ``SET_FIELDS``, K, the vocabulary or ``tail_known`` raises a TraceError naming
     the field and both directories. Sequence ids may repeat across traces (two dumps of the same
-    prompts); within the set a sequence is (trace name, id). ``names`` are the directories'
-    basenames (full paths where basenames collide).
+    prompts); within the set a sequence is (trace name, id). What would count data twice is
+    refused: a directory given twice (compared by real path, so a symbolic link or an absolute
+    spelling of a relative path is the same directory), two copies of one trace (same
+    ``trace_fingerprint``), and a merged trace together with one of its parts. ``names`` are the
+    directories' basenames (full paths where basenames collide).
     """
 
     def __init__(self, traces, verify: bool = True):
@@ -105,6 +162,7 @@ class TraceSet:
             raise TraceError("a trace set needs at least one trace")
         self.traces = tuple(opened)
         self.names = tuple(_names([t.directory for t in opened]))
+        _refuse_overlapping_traces(self.traces)
         for other in self.traces[1:]:
             bad = _differences(self.traces[0], other, SET_FIELDS)
             if bad:
@@ -171,26 +229,130 @@ def _writing(directory, like: Trace, metadata, shard_positions, total, desc, pro
         yield writer, bar
 
 
-def merge_traces(out, parts, *, shard_positions=None, progress=None) -> Trace:
+def _part_of(trace: Trace):
+    """(I, N) of a part of a split dump (its metadata's ``part``, "I/N"), or None for a whole dump."""
+    text = trace.metadata.get("part")
+    if text is None:
+        return None
+    try:
+        i, n = (int(x) for x in str(text).split("/"))
+    except ValueError:
+        raise TraceError(f"{trace.directory!r} has part = {text!r}, not I/N: the manifest is corrupt") from None
+    if not 1 <= i <= n:
+        raise TraceError(f"{trace.directory!r} has part = {text!r}, outside 1 <= I <= N: the manifest is corrupt")
+    return i, n
+
+
+def _completeness(traces, allow_partial: bool):
+    """None for a complete split dump (parts 1..N of one N, each once); else what is missing, as
+    recorded in a partial merge's metadata. Raises unless ``allow_partial``."""
+    parts = [_part_of(t) for t in traces]
+    seen = {}
+    for t, part in zip(traces, parts, strict=True):
+        if part is not None and part in seen:
+            raise TraceError(
+                f"{seen[part]!r} and {t.directory!r} are both part {part[0]}/{part[1]}: a part is merged once"
+            )
+        seen[part] = t.directory
+    whole = [t.directory for t, part in zip(traces, parts, strict=True) if part is None]
+    totals = sorted({part[1] for part in parts if part})
+    problems = []
+    if whole:
+        kind = "is a whole dump" if len(whole) == 1 else "are whole dumps"
+        problems.append(f"{', '.join(map(repr, whole))} {kind}, not a part of a split dump (dump --part I/N)")
+    if len(totals) > 1:
+        problems.append(f"the parts come from splits into {' and '.join(map(str, totals))} parts")
+    missing = []
+    if len(totals) == 1:
+        have = {i for i, _ in (p for p in parts if p)}
+        missing = [f"{i}/{totals[0]}" for i in range(1, totals[0] + 1) if i not in have]
+        if missing:
+            problems.append(f"part(s) {', '.join(missing)} are missing")
+    if not problems:
+        return None
+    if not allow_partial:
+        raise TraceError(
+            f"not a complete split dump: {'; '.join(problems)}. Merge every part 1..N of one split "
+            "(analyse whole dumps together with 'cactus-theory analyze A B' instead), or pass "
+            "--allow-partial (allow_partial=True) to merge them anyway, marked partial"
+        )
+    return {"missing": missing, "whole_dumps": len(whole), "splits": totals, "reason": "; ".join(problems)}
+
+
+def _part_record(t: Trace) -> dict:
+    return {
+        "part": t.metadata.get("part"),
+        "sequences": len(t),
+        "positions": t.n_positions,
+        "fingerprint": trace_fingerprint(t),
+        **{k: t.metadata[k] for k in ("created", "device", "versions") if k in t.metadata},
+    }
+
+
+def _check_merge_resume(out, records) -> None:
+    """A merge into an existing directory resumes only the same merge: refuse a trace that no merge
+    wrote, and a merge of other parts (naming them)."""
+    from ._trace import _read_manifest
+
+    if not os.path.lexists(os.path.join(str(out), "manifest.json")):
+        return
+    previous = _read_manifest(str(out))["metadata"].get("merged_from")
+    if not isinstance(previous, list):
+        raise TraceError(
+            f"the output {str(out)!r} is an existing trace that no merge wrote: merge into a new directory"
+        )
+
+    def key(rec):
+        if not isinstance(rec, dict):
+            return repr(rec)
+        return rec.get("fingerprint") or json.dumps([rec.get(k) for k in ("part", "sequences", "positions", "created")])
+
+    def label(rec):
+        return f"part {rec.get('part')}" if isinstance(rec, dict) and rec.get("part") else "a whole dump"
+
+    before, now = {key(r): r for r in previous}, {key(r): r for r in records}
+    if set(before) != set(now):
+        gone = [label(before[k]) for k in before if k not in now]
+        new = [label(now[k]) for k in now if k not in before]
+        detail = []
+        if gone:
+            detail.append(f"not given now: {', '.join(gone)}")
+        if new:
+            detail.append(f"new or changed since: {', '.join(new)}")
+        detail = "; ".join(detail)
+        raise TraceError(
+            f"{str(out)!r} holds a merge of other parts ({detail}): a rerun resumes only the same parts; merge "
+            "into a new directory"
+        )
+
+
+def merge_traces(out, parts, *, shard_positions=None, progress=None, allow_partial=False) -> Trace:
     """Merge the parts of a split dump (``dump --part I/N``) into one trace at ``out``.
 
-    The parts (directories or glob patterns) must share every field a resumed dump checks
-    (``MERGE_FIELDS``: models, tokenizer, chat template, sampling, dtype, seed, ...), K, the
-    vocabulary, ``tail_known`` and whether full rows are stored; their sequence ids must not
-    overlap. Each mismatch is refused naming the field and the directories. The sequences are
-    written anew (new shards, new checksums) through a ``TraceWriter``: the output directory is
-    locked, every file goes through a temporary name, and an interrupted merge resumes (the
-    sequences already in ``out`` are skipped). The merged metadata is the parts' common metadata
-    without ``part``, with ``merged_from`` listing each part (its ``part``, sequences, positions,
-    creation time, device and versions). Returns the merged Trace.
+    The parts (directories or glob patterns) must be a complete split: parts 1..N of one N, each
+    once (``allow_partial=True`` merges an incomplete set, parts of different splits or whole
+    dumps anyway, and marks the result ``partial`` in its metadata, with what is missing). They
+    must share every field a resumed dump checks (``MERGE_FIELDS``: models, tokenizer, chat
+    template, sampling, dtype, seed, ...), K, the vocabulary, ``tail_known`` and whether full rows
+    are stored; their sequence ids must not overlap. Each mismatch is refused naming the field and
+    the directories. ``out`` is never one of the parts, nor an existing trace that no merge wrote.
+    The sequences are written anew (new shards, new checksums) through a ``TraceWriter``: the
+    output directory is locked, every file goes through a temporary name, and an interrupted merge
+    resumes when rerun with the same parts (the sequences already in ``out`` are skipped); a rerun
+    with other parts (or parts that changed since) is refused, naming them. The merged metadata is
+    the parts' common metadata without ``part``, with ``merged_from`` listing each part (its
+    ``part``, sequences, positions, ``trace_fingerprint``, creation time, device and versions).
+    Returns the merged Trace.
     """
     directories = _expand(parts)
     out_real = os.path.realpath(out)
     for d in directories:
+        if not os.path.isdir(d):
+            raise TraceError(f"part {d!r} is not a trace directory" + (" (it is a file)" if os.path.exists(d) else ""))
         if os.path.realpath(d) == out_real:
-            raise TraceError(f"the output {out!r} is also one of the parts: merge into a new directory")
-    traces = [Trace(d, verify=True) for d in directories]
+            raise TraceError(f"the output {str(out)!r} is also one of the parts: merge into a new directory")
     _names(directories)  # refuses a directory given twice
+    traces = [Trace(d, verify=True) for d in directories]
     first = traces[0]
     for other in traces[1:]:
         bad = _differences(first, other, MERGE_FIELDS, (*_MANIFEST_FIELDS, "store_full"))
@@ -205,16 +367,13 @@ def merge_traces(out, parts, *, shard_positions=None, progress=None) -> Trace:
                     "parts of one split dump never overlap (was a part dumped twice?)"
                 )
             owner[rec["id"]] = trace.directory
-    metadata = {k: v for k, v in first.metadata.items() if k not in ("part", "created")}
-    metadata["merged_from"] = [
-        {
-            "part": t.metadata.get("part"),
-            "sequences": len(t),
-            "positions": t.n_positions,
-            **{k: t.metadata[k] for k in ("created", "device", "versions") if k in t.metadata},
-        }
-        for t in traces
-    ]
+    partial = _completeness(traces, allow_partial)
+    records = [_part_record(t) for t in traces]
+    _check_merge_resume(out, records)
+    metadata = {k: v for k, v in first.metadata.items() if k not in ("part", "created", "partial")}
+    metadata["merged_from"] = records
+    if partial is not None:
+        metadata["partial"] = partial
     size = shard_positions or max([s["positions"] for t in traces for s in t.manifest["shards"]] + [1])
     total = sum(t.n_positions for t in traces)
     store_full = first.manifest.get("store_full", False)

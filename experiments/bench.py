@@ -367,7 +367,8 @@ def bench_scaling(positions=100_000):
     trace's positions, blocks of 32, seed 0) with local processes and with Dask workers; the Dask
     cluster (worker processes, one thread each) is started before the clock starts, its workers
     cold (they import the package and load the kernels on their first task, as pool workers do)."""
-    from cactus_theory._analysis import _shard_stats, local_dask_cluster
+    from cactus_theory._analysis import _shard_stats
+    from cactus_theory._engines import local_dask_cluster
 
     rules = parse_rules("sps,tas,cactus,cactus-exact,mentored", (0.5, 1.0))
     with tempfile.TemporaryDirectory() as tmp:

@@ -90,7 +90,7 @@ def _error(capsys, argv, code):
 def test_expected_failures_print_one_line(tmp_path, capsys, gguf_pair, own_prompts):
     v, d = gguf_pair
     dump = ["dump", "--verifier", v, "--draft", d, "--prompts", own_prompts, "--field", "instruction", "--quiet"]
-    assert "file" in _error(capsys, [*dump, "--out", "/etc/passwd/trace"], 1).lower()  # unwritable --out
+    assert "is a file" in _error(capsys, [*dump, "--out", "/etc/passwd/trace"], 2).lower()  # unwritable --out
     line = _error(capsys, [*dump, "--out", str(tmp_path / "t"), "--completions", str(tmp_path / "none.jsonl")], 2)
     assert "does not exist" in line
     line = _error(capsys, ["dump", "--verifier", "./nowhere", "--draft", d, "--prompts", own_prompts,

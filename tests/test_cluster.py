@@ -174,12 +174,12 @@ def test_merge_refuses_overlaps_mismatches_and_its_own_input(tmp_path):
 
 def test_cli_merge_and_analyze_a_glob(tmp_path, capsys):
     dirs = _parts(tmp_path)
-    assert main(["merge", str(tmp_path / "all"), str(tmp_path / "part-*"), "--quiet"]) == 0
+    assert main(["merge", str(tmp_path / "part-*"), "--out", str(tmp_path / "all"), "--quiet"]) == 0
     assert "merged 12 sequences" in capsys.readouterr().out
     assert main(["analyze", str(tmp_path / "part-*"), "--rules", "sps", "--m", "2", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "3 traces" in out and "trace part-2" in out
-    assert main(["merge", str(tmp_path / "bad"), dirs[0], dirs[0], "--quiet"]) == 2
+    assert main(["merge", dirs[0], dirs[0], "--out", str(tmp_path / "bad"), "--quiet"]) == 2
 
 
 def test_dump_part_metadata_is_checked_on_resume(tmp_path):

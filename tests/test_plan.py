@@ -154,4 +154,4 @@ def test_cli_plan_with_a_ratio_and_with_a_file(tmp_path, capsys):
     assert "lacks ['verify_block']" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main([*args, "--cost-ratio", "-0.5"])
-    assert "--cost-ratio: must be a cost ratio >= 0; got -0.5" in capsys.readouterr().err
+    assert "--cost-ratio: must be a cost ratio >= 0 and finite; got -0.5" in capsys.readouterr().err

@@ -29,39 +29,26 @@ from ._emitted import (
 from ._engines import local_dask_cluster
 from ._gamma import APPROX_METHODS, GammaConvergenceWarning, GammaResult, approx_gamma, exact_gamma
 from ._hf import load_model
+from ._pareto import pareto_front
 from ._plan import CostModel, Plan, calibrate_cost, load_cost, predict_speedup
 from ._plotting import plot_al_vs_kl, plot_delta_sweep, plot_delta_sweep_by_task, plot_plan, plot_rule_front, plot_step
 from ._prompts import Prompt, load_prompts, mixed_prompts, prompt_part, prompt_seed, select_part
 from ._rules import (
     BONUS_POLICIES,
-    FSD,
-    RFSD,
-    SCD,
-    TAS,
-    Cactus,
-    Ensemble,
+    ENTRY_POINT_GROUP,
     GeneralizedRule,
-    Interpolation,
-    Lenience,
-    Lossy,
-    Mentored,
     Rule,
     RuleInfo,
     RuleLogits,
-    SpecCascadeOpt,
-    SpecCascadeTok3,
-    SpS,
-    SyntheticAcceptance,
-    TopK,
     available_rules,
     make_rule,
     make_rules,
-    mentored_target,
+    rule_exports,
 )
 from ._sampling import SamplingSettings, processed_probs
 from ._simulate import SimulationResult, simulate
+from ._surrogate import cactus_surrogate
 from ._synthetic import SYNTHETIC_KINDS, synthetic_pairs
-from ._target import cactus_target
 from ._trace import (
     Trace,
     TraceError,
@@ -74,33 +61,30 @@ from ._trace import (
 )
 from ._traceset import TraceSet, merge_traces, open_traces, synthesize_trace
 from ._worst_case import WorstCase, worst_case_drift, worst_case_sweep
+from ._zoo import compare_rules, comparison_entries, comparison_markdown
 
 __version__ = "0.1.0"
 
+# Every rule class of the package and the helpers its rule modules export (their ``__all__``),
+# from the rule modules themselves: a new rule module needs no line here.
+_RULE_EXPORTS = rule_exports()
+globals().update(_RULE_EXPORTS)
+
 __all__ = [
     "APPROX_METHODS",
+    "ENTRY_POINT_GROUP",
     "BONUS_POLICIES",
-    "FSD",
-    "RFSD",
-    "SCD",
     "SYMPY_GENERATORS",
     "SYNTHETIC_KINDS",
-    "TAS",
     "AnalysisResult",
     "AnalysisRow",
-    "Cactus",
     "CostModel",
     "DecodeResult",
-    "Ensemble",
     "FDivergence",
     "GammaConvergenceWarning",
     "GammaResult",
     "GeneralizedRule",
     "GeneratorFacts",
-    "Interpolation",
-    "Lenience",
-    "Lossy",
-    "Mentored",
     "NgramDrafter",
     "Plan",
     "Prompt",
@@ -109,13 +93,8 @@ __all__ = [
     "RuleLogits",
     "SamplingSettings",
     "SimulationResult",
-    "SpS",
-    "SpecCascadeOpt",
-    "SpecCascadeTok3",
     "StepMetrics",
     "SymbolicGamma",
-    "SyntheticAcceptance",
-    "TopK",
     "Trace",
     "TraceError",
     "TraceSequence",
@@ -130,7 +109,10 @@ __all__ = [
     "binary_divergence",
     "block_statistics",
     "block_sums",
-    "cactus_target",
+    "cactus_surrogate",
+    "compare_rules",
+    "comparison_entries",
+    "comparison_markdown",
     "calibrate_cost",
     "decode_prompts",
     "decoding_summary",
@@ -150,10 +132,10 @@ __all__ = [
     "local_dask_cluster",
     "make_rule",
     "make_rules",
-    "mentored_target",
     "merge_traces",
     "mixed_prompts",
     "open_traces",
+    "pareto_front",
     "parse_rules",
     "plot_al_vs_kl",
     "plot_delta_sweep",
@@ -176,6 +158,7 @@ __all__ = [
     "trace_from_arrays",
     "worst_case_drift",
     "worst_case_sweep",
+    *sorted(_RULE_EXPORTS),
 ]
 
 _SYMBOLIC = ("SYMPY_GENERATORS", "GeneratorFacts", "SymbolicGamma", "generator_facts", "symbolic_gamma")

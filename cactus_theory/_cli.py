@@ -432,6 +432,8 @@ def _cmd_rules(args) -> int:
                         "parameters": {k: _jsonable(v) for k, v in i.parameters.items()},
                         "fixed": i.fixed,
                         "summary": i.summary,
+                        "reference": i.reference,
+                        "module": i.rule_class.__module__,
                     }
                     for name, i in infos.items()
                 },
@@ -441,7 +443,8 @@ def _cmd_rules(args) -> int:
         return 0
     width = max(len(i.signature()) for i in infos.values())
     for info in infos.values():
-        print(f"{info.signature():<{width}}  {info.summary}")
+        origin = "" if info.builtin else f" [plugin {info.rule_class.__module__}]"
+        print(f"{info.signature():<{width}}  {info.summary}{origin}")
     return 0
 
 
@@ -539,6 +542,14 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_Formatter,
     )
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        metavar="MODULE",
+        help="import this module first, so that the rules it defines are registered (repeatable; a module on "
+        "the Python path or MODULE.py in the current directory). Installed packages can instead declare the "
+        "entry point group 'cactus_theory.rules'",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     g = sub.add_parser(
         "gamma", help="exact and approximate Cactus bonus gamma for one q(n) and delta", formatter_class=_Formatter
@@ -772,7 +783,61 @@ def _explain(exc: BaseException):
     return 1, f"{type(exc).__name__}: {first} (run with --debug for the traceback)"
 
 
+def _take_plugins(argv):
+    """(the --plugin modules, argv without them): taken out wherever they stand, so that the
+    rules they register are known before the parser lists the rules in its help."""
+    modules, rest, items = [], [], list(argv)
+    i = 0
+    while i < len(items):
+        item = items[i]
+        if item == "--plugin" and i + 1 < len(items):
+            modules.append(items[i + 1])
+            i += 2
+            continue
+        if item.startswith("--plugin="):
+            modules.append(item.split("=", 1)[1])
+        else:
+            rest.append(item)
+        i += 1
+    return modules, rest
+
+
+def import_plugin(name: str):
+    """Import a plugin module by name (or a path to a .py file); the current directory (or the
+    file's) is put on the Python path, for this process and the worker processes it starts."""
+    import importlib
+
+    directory = os.getcwd()
+    if name.endswith(".py"):
+        directory, name = os.path.dirname(os.path.abspath(name)), os.path.basename(name)[:-3]
+    if not name.replace(".", "").replace("_", "").isalnum():
+        raise ValueError(f"--plugin {name!r} is not a module name (e.g. my_rules, or my_rules.py)")
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+        parts = [directory, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        os.environ["PYTHONPATH"] = os.pathsep.join(parts)  # Dask workers start fresh interpreters
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name == name.split(".")[0]:
+            raise ValueError(
+                f"--plugin {name!r}: no module named {name!r} (put {name}.py in the current directory or its package "
+                "on PYTHONPATH)"
+            ) from None
+        raise
+
+
 def main(argv=None) -> int:
+    plugins, argv = _take_plugins(sys.argv[1:] if argv is None else argv)
+    try:
+        for name in plugins:
+            import_plugin(name)
+    except Exception as exc:
+        if "--debug" in argv:
+            raise
+        code, line = _explain(exc)
+        print(f"cactus-theory: error: {line}", file=sys.stderr)
+        return code
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -17,7 +17,7 @@ import numpy as np
 
 from ._hf import CachedModel, generate, sample_token
 from ._io import json_lines
-from ._rules._base import BONUS_POLICIES, RuleLogits, as_rule
+from ._rules._protocol import BONUS_POLICIES, RuleLogits, as_rule
 from ._sampling import SamplingSettings, processed_probs
 
 __all__ = [
@@ -43,7 +43,7 @@ class DecodeResult:
 
     @property
     def accepted_length(self) -> float:
-        """AL: accepted draft tokens per verification step (PAPER.md section 5)."""
+        """AL: accepted draft tokens per verification step (Hao & Mou, ICLR 2026, experiments)."""
         return float(np.mean(self.accepted)) if self.accepted else 0.0
 
     @property

@@ -540,7 +540,7 @@ def get_divergence(div) -> FDivergence:
 def binary_divergence(gamma, target_prob, divergence="kl"):
     """Two-point divergence B_f(gamma; q) = q f(gamma/q) + (1 - q) f((1 - gamma)/(1 - q)).
 
-    This is D_f(h || q) for the Cactus target h (PAPER.md section 2), which raises the drafted
+    This is D_f(h || q) for the Cactus surrogate h (Hao & Mou, ICLR 2026, Theorem 2), which raises the drafted
     token to gamma and scales the rest of q proportionally. Vectorised with NumPy broadcasting;
     exact at the edges (q or gamma in {0, 1}); a few ulp relative error for the built-ins.
 

@@ -9,7 +9,7 @@ from scipy import special
 
 from ._backend import namespace
 from ._kernels import windowed_accepted_length
-from ._rules._base import as_rule
+from ._rules._protocol import as_rule
 
 __all__ = [
     "StepMetrics",
@@ -24,7 +24,7 @@ __all__ = [
 def emitted_distribution(rule, draft_probs, target_probs, *, logits=None):
     """Exact distribution pi of the token a rule emits at one position, n ~ p marginalised.
 
-        pi(x) = p(x) a_x + sum_n p(n) (1 - a_n) r_n(x)          (PAPER.md section 3)
+        pi(x) = p(x) a_x + sum_n p(n) (1 - a_n) r_n(x)          (Hao & Mou, ICLR 2026, Theorem 3)
 
     with a_n the acceptance and r_n the correction for drafted token n. Batched over leading
     axes. SpS gives q (to rounding); rules whose target does not depend on n emit their target

@@ -1,7 +1,7 @@
 """The Cactus bonus gamma*: exact (root-finding) and closed-form approximations.
 
 gamma*(q, delta) is the largest gamma in [q, 1] with B_f(gamma; q) <= delta, where B_f is the
-two-point divergence of ``binary_divergence`` (PAPER.md section 2, Theorem 2). B_f is 0 at
+two-point divergence of ``binary_divergence`` (Hao & Mou, ICLR 2026, Theorem 2). B_f is 0 at
 gamma = q and increasing on [q, 1], so [q, 1] is a proven bracket: gamma* = 1 if
 B_f(1; q) <= delta, otherwise the unique root of B_f(gamma; q) = delta in (q, 1).
 
@@ -374,7 +374,7 @@ def exact_gamma(
 ):
     """Exact Cactus bonus gamma* = max{gamma in [q, 1] : B_f(gamma; q) <= delta}.
 
-    Solves B_f(gamma; q) = delta on the proven bracket [q, 1] (PAPER.md section 2); gamma* = 1
+    Solves B_f(gamma; q) = delta on the proven bracket [q, 1] (Hao & Mou, ICLR 2026, Theorem 2); gamma* = 1
     when B_f(1; q) <= delta. Broadcasts like a NumPy ufunc over ``target_prob`` and ``delta``.
 
     Parameters

@@ -354,7 +354,7 @@ _mentored_rows_jit = _jit(_mentored_rows)
 
 
 def mentored_rows(p, q, delta, iterations):
-    """Mentored decoding's target row by row (compiled), or None without numba."""
+    """Mentored decoding's surrogate row by row (compiled), or None without numba."""
     if _mentored_rows_jit is None:
         return None
     p = np.ascontiguousarray(p, dtype=np.float64)

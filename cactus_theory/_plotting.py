@@ -59,7 +59,7 @@ def plot_rule_front(comparison, m=8, axes=None):
     """
     import matplotlib.pyplot as plt
 
-    from ._zoo import pareto_front
+    from ._pareto import pareto_front
 
     rows = [r for r in comparison["rows"] if r["m"] == m]
     if not rows:
@@ -229,7 +229,7 @@ def plot_plan(plan, task="all", ax=None, title=None):
     the Figure."""
     import matplotlib.pyplot as plt
 
-    from ._zoo import pareto_front
+    from ._pareto import pareto_front
 
     rows = plan.best_m(task)
     if not rows:

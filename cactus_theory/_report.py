@@ -297,7 +297,8 @@ def build_report(
         (
             "rules_front.png",
             _png(plot_rule_front(comparison, m=8)),
-            "Every rule at the paper grid's parameters (RULES_ZOO.md section 2, plus this package's rules): AL at "
+            "Every rule at the paper grid's parameters (graphcore-research/relaxed-spec-dec-repro's "
+            "scripts/run_paper_grid.py, plus this package's rules): AL at "
             "m = 8 against the mean emitted KL(pi || q) (left; rules that emit tokens the verifier excludes sit at "
             "KL = inf) and TV(pi, q) (right), with the front of rules no other dominates.",
         )

@@ -1,7 +1,7 @@
 """Symbolic derivations with SymPy: the Taylor expansion of B_f around gamma = q and the
 closed-form bonus it implies, for any generator f.
 
-With d = gamma - q, the two-point divergence expands as (our derivation, PAPER.md section 2)
+With d = gamma - q, the two-point divergence expands as (our derivation, from Theorem 2 of Hao & Mou, ICLR 2026)
 
     B_f(q + d; q) = sum_{k>=2} c_k d^k,   c_k = f^(k)(1)/k! (q^(1-k) + (-1)^k (1-q)^(1-k)),
 

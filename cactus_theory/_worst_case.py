@@ -1,6 +1,6 @@
 """Gamma(delta): the worst drift of a rule's emitted distribution from the verifier, by search.
 
-For a rule with a budget delta (Cactus, exact Cactus, mentored, ...), one step emits pi (PAPER.md
+For a rule with a budget delta (Cactus, exact Cactus, mentored, ...), one step emits pi (Hao & Mou, ICLR 2026,
 section 3), and Gamma(delta) = sup over (p, q) of D(pi || q) / delta. No closed form is known;
 ``worst_case_drift`` returns a lower bound on it found by random search over (p, q) from several
 families followed by L-BFGS-B on the logits of the best starts.
@@ -16,7 +16,7 @@ from scipy import optimize, special
 
 from ._divergences import divergence as _divergence
 from ._divergences import get_divergence
-from ._rules._base import as_rule
+from ._rules._protocol import as_rule
 from ._synthetic import _softmax
 
 __all__ = ["WorstCase", "worst_case_drift", "worst_case_sweep"]

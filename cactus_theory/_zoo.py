@@ -1,10 +1,13 @@
-"""Every rule at the paper grid's parameters on one trace: the comparison table, the front of
-accepted length against emitted drift, and which rules accept tokens the verifier excludes.
+"""Every registered rule at the settings it declares on one trace: the comparison table, the
+front of accepted length against emitted drift, and which rules accept tokens the verifier
+excludes.
 
-The grid is the overlay's paper grid (graphcore-research/relaxed-spec-dec-repro,
-``scripts/run_paper_grid.py``; RULES_ZOO.md section 2), with its bonus-token policy per rule
-(relaxed for SCD, the verifier's elsewhere), plus the rules of this package that it lacks.
-``synthetic`` is left out: its acceptance is fixed by the user, not by the trace.
+The settings come from the rule classes (``Rule.comparison``: the overlay's paper grid,
+graphcore-research/relaxed-spec-dec-repro @ c28353f, ``scripts/run_paper_grid.py``, with its
+bonus-token policy per rule, relaxed for SCD and the verifier's elsewhere, plus settings of the
+rules the grid lacks), so a rule that registers itself is compared without a line here; a rule
+that declares no setting (``synthetic``: its acceptance is fixed by the user, not by the trace)
+is left out.
 """
 
 from __future__ import annotations
@@ -12,47 +15,44 @@ from __future__ import annotations
 import math
 
 from ._analysis import analyze_trace
-from ._rules import make_rule
+from ._pareto import pareto_front
+from ._rules import available_rules, make_rule
 
-__all__ = ["EXTRA_RULES", "PAPER_GRID", "compare_rules", "comparison_markdown", "pareto_front"]
-
-#: (grid label, rule spec, bonus policy) of the overlay's paper grid.
-PAPER_GRID = (
-    ("strict spec-dec", "sps", "verifier"),
-    ("always-accept", "always-accept", "verifier"),
-    *(("CACTUS", f"cactus(delta={d})", "verifier") for d in ("0.1", "0.25", "1", "10")),
-    *(("ens", f"ensemble(verifier_weight={w})", "verifier") for w in ("0.95", "0.9", "0.8")),
-    *(("spec-casc-opt", f"spec-cascade-opt(alpha={a})", "verifier") for a in ("-0.1", "0", "0.05")),
-    *(("spec-casc-tok", f"spec-cascade-tok3(alpha={a})", "verifier") for a in ("0", "0.35", "0.8")),
-    *(("mentored-dec", f"lossy(alpha={a})", "verifier") for a in ("0.95", "0.7", "0.3")),
-    *(("spec-cont-dec", f"scd(beta={b}, temperature=0.6)", "relaxed") for b in ("0.1", "0.5", "1")),
-    *(("r-fuzzy", f"rfsd(divergence=js, threshold={t})", "verifier") for t in ("0.05", "0.2", "0.3")),
-)
-#: Rules of this package (and variants) the grid does not have, at the settings we report elsewhere.
-EXTRA_RULES = (
-    ("", "tas", "verifier"),
-    ("", "topk(k=5)", "verifier"),
-    ("", "topk(k=5, semantics=authors)", "verifier"),
-    *(("", f"cactus-exact(delta={d})", "verifier") for d in ("0.25", "1")),
-    *(("", f"mentored(delta={d})", "verifier") for d in ("0.25", "1")),
-    ("", "interpolation(alpha=0.5)", "verifier"),
-    ("", "lenience(leniency=0.5)", "verifier"),
-    ("", "fsd(divergence=js, threshold=0.2)", "verifier"),
-    ("", "spec-cascade-opt(alpha=0, gate=paper)", "verifier"),
-    ("", "spec-cascade-tok3(alpha=0.35, top_set=processed)", "verifier"),
-    ("", "scd(beta=0.5, temperature=0.6, gate=alpha, alpha=0.1)", "relaxed"),
-)
+__all__ = ["compare_rules", "comparison_entries", "comparison_markdown"]
 
 
-def compare_rules(trace=None, entries=PAPER_GRID + EXTRA_RULES, ms=(4, 8, 20), n_boot=1000, processes=1, progress=None):
-    """Analyse ``entries`` ((label, spec, bonus policy) triples) on ``trace`` (default: the embedded one).
+def comparison_entries() -> list:
+    """(grid label, spec, bonus policy) of every registered rule's declared comparison settings:
+    the paper grid's first (lossless ones, then by label), then the others (lossless ones, then by
+    rule name); each setting once."""
+    seen, grid, extra = set(), [], []
+    for info in available_rules().values():
+        for label, params, policy in getattr(info.rule_class, "comparison", ()):
+            rule = info.rule_class(**params)
+            spec = rule.describe()
+            if spec in seen:
+                continue  # an alias and its class declare the same class's settings once
+            seen.add(spec)
+            (grid if label else extra).append((not rule.lossless, label, spec, policy))
+    # lossless baselines first, then by label; stable: a class's settings keep their declared order
+    grid.sort(key=lambda e: (e[0], e[1].lower()))
+    extra.sort(key=lambda e: e[0])
+    return [e[1:] for e in grid + extra]
+
+
+def compare_rules(trace=None, entries=None, ms=(4, 8, 20), n_boot=1000, processes=1, progress=None):
+    """Analyse ``entries`` ((label, spec, bonus policy) triples; default ``comparison_entries()``,
+    every registered rule at its declared settings) on ``trace`` (a Trace, a directory, a glob
+    or a list of them as ``analyze_trace`` takes; default: the embedded trace).
 
     Returns ``{"rows": [...], "settings": ..., "trace": ...}`` with one row per rule and m (task
     'all'), each carrying its grid label and bonus policy; the analysis runs once per policy.
     """
     from ._trace import load_trace
+    from ._traceset import open_traces
 
-    trace = load_trace(trace) if trace is None or isinstance(trace, str) else trace
+    entries = comparison_entries() if entries is None else list(entries)
+    trace = open_traces(load_trace() if trace is None else trace)
     rows, settings = [], None
     for policy in ("verifier", "relaxed"):
         chosen = [(label, spec) for label, spec, pol in entries if pol == policy]
@@ -68,17 +68,6 @@ def compare_rules(trace=None, entries=PAPER_GRID + EXTRA_RULES, ms=(4, 8, 20), n
     rank = {make_rule(spec).describe(): i for i, (_, spec, _) in enumerate(entries)}
     rows.sort(key=lambda r: (rank[r["rule"]], r["m"]))
     return {"rows": rows, "settings": settings, "positions": trace.n_positions, "sequences": len(trace)}
-
-
-def pareto_front(points):
-    """Labels of the points (label, AL, drift) that no other point dominates: none has AL >= and
-    drift <= with one of them strict. An infinite drift is dominated by any finite one with AL >=."""
-    front = []
-    for label, al, drift in points:
-        dominated = any((a >= al and d <= drift and (a > al or d < drift)) for other, a, d in points if other != label)
-        if not dominated:
-            front.append(label)
-    return front
 
 
 def _fmt(x, digits=4):

@@ -4,7 +4,7 @@ For Cactus with the Taylor bonus and with the exact bonus (KL), estimate
 
     worst KL(pi || q) / delta   over (p, q) pairs,
 
-where pi is the exact emitted distribution (PAPER.md section 3), by random search over
+where pi is the exact emitted distribution (Hao & Mou, ICLR 2026, Theorem 3), by random search over
 (p, q) drawn from several families, followed by L-BFGS-B on the logits of the 2 best starts
 (40 iterations each), settings spread over all cores.
 Each number is a lower bound on sup KL(pi || q) / delta (a search, not a proof).

@@ -44,7 +44,7 @@ METHODS = {
     "mentored": "mentored(delta=1)",
 }
 PAPER_RATIO = 0.6 / 14
-PAPER_TABLE1 = {  # PAPER.md section 5, Table 1 (Qwen3-14B + 0.6B, m = 20): AL on GSM8K, GPQA
+PAPER_TABLE1 = {  # Hao & Mou, ICLR 2026, Table 1 (Qwen3-14B + 0.6B, m = 20): AL on GSM8K, GPQA
     "sps": (5.11, 3.84),
     "tas": (6.78, 6.41),
     "cactus(delta=0.75)": (7.15, 6.46),

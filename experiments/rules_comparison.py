@@ -3,9 +3,10 @@
 Usage:
     python experiments/rules_comparison.py [--out-dir docs/results] [--processes 2] [--bootstrap 1000]
 
-The grid is the overlay's paper grid (RULES_ZOO.md section 2, with its bonus policy per rule),
-plus the rules of this package it lacks (``cactus_theory._zoo``). Writes rules_comparison.md
-(the table, the fronts of AL against emitted KL and TV, and the rules that accept tokens the
+The grid is the overlay's paper grid (graphcore-research/relaxed-spec-dec-repro @ c28353f,
+scripts/run_paper_grid.py, with its bonus policy per rule), plus the rules of this package it
+lacks: every registered rule at the settings it declares (``cactus_theory.comparison_entries``).
+Writes rules_comparison.md (the table, the fronts of AL against emitted KL and TV, and the rules that accept tokens the
 verifier excludes), rules_comparison.json and rules_comparison.png into --out-dir, atomically.
 """
 

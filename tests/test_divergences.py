@@ -15,7 +15,7 @@ from strategies import probabilities
 from cactus_theory import (
     FDivergence,
     binary_divergence,
-    cactus_target,
+    cactus_surrogate,
     divergence,
     exact_gamma,
     generator_facts,
@@ -64,22 +64,22 @@ def test_full_divergence_matches_mpmath(name, data, size):
 
 @pytest.mark.parametrize("name", mpref.NAMES)
 @given(seed=st.integers(0, 2**32 - 1), size=st.sampled_from([2, 5, 50, 1000]), delta=st.floats(1e-6, 3.0))
-def test_cactus_target_spends_exactly_delta(name, seed, size, delta):
-    """D_f(cactus_target(q, n, gamma*) || q) = delta, or gamma* = 1 within budget."""
+def test_cactus_surrogate_spends_exactly_delta(name, seed, size, delta):
+    """D_f(cactus_surrogate(q, n, gamma*) || q) = delta, or gamma* = 1 within budget."""
     rng = np.random.default_rng(seed)
     q = rng.dirichlet(np.full(size, 0.5))
     q = q / q.sum()
     n = int(rng.integers(size))
     gamma = float(exact_gamma(q[n], delta, name))
-    h = cactus_target(q, n, gamma)
+    h = cactus_surrogate(q, n, gamma)
     assert h[n] == gamma
     d = float(divergence(h, q, name))
     if gamma > 1 - 1e-12:  # gamma* = 1, or a root closer to 1 than floats resolve (reverse KL)
         assert d <= delta * (1 + 1e-12)
     else:
         # delta lies between the divergences spent at gamma (1 -+ 4 eps): the solver's tolerance
-        lo = float(divergence(cactus_target(q, n, gamma * (1 - 4 * EPS)), q, name))
-        hi = float(divergence(cactus_target(q, n, min(gamma * (1 + 4 * EPS), 1.0)), q, name))
+        lo = float(divergence(cactus_surrogate(q, n, gamma * (1 - 4 * EPS)), q, name))
+        hi = float(divergence(cactus_surrogate(q, n, min(gamma * (1 + 4 * EPS), 1.0)), q, name))
         assert lo * (1 - 1e-9) <= delta <= hi * (1 + 1e-9), (lo, d, hi, delta)
 
 

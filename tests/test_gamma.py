@@ -174,7 +174,8 @@ def test_corollary_6_taylor_at_most_one_half_respects_kl(q, delta):
 
 
 def test_corollary_6_fails_outside_its_region():
-    # PAPER.md: q = 0.9, delta = 0.01 gives KL ~ 0.0116 > 0.01; q = 0.35, delta = 1 clips to 1, KL = -log 0.35.
+    # Hao & Mou's Corollary 5 outside Corollary 6's region:
+    # q = 0.9, delta = 0.01 gives KL ~ 0.0116 > 0.01; q = 0.35, delta = 1 clips to 1, KL = -log 0.35.
     gamma = float(approx_gamma(0.9, 0.01))
     np.testing.assert_allclose(float(mpref.binary("kl", gamma, 0.9)), 0.0116, atol=5e-5)
     assert mpref.binary("kl", gamma, 0.9) > 0.01

@@ -58,7 +58,7 @@ def test_fast_mode_never_overspends_and_stays_within_the_float64_band():
         assert 0 <= (ti - fi) / math.ulp(ti) <= 32
 
 
-def test_compiled_mentored_target_equals_the_numpy_solver():
+def test_compiled_mentored_surrogate_equals_the_numpy_solver():
     from cactus_theory._kernels import mentored_rows
     from cactus_theory._rules.mentored import _BISECTIONS, _mentored_row
 

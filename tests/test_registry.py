@@ -26,7 +26,7 @@ from cactus_theory import (
     trace_from_arrays,
 )
 from cactus_theory._cli import main
-from cactus_theory._rules._base import _REGISTRY
+from cactus_theory._rules._registry import _REGISTRY
 
 ISSUE_NAMES = {
     "sps", "tas", "topk", "cactus", "cactus-exact", "mentored", "interpolation", "lenience",
@@ -96,7 +96,7 @@ def test_a_new_rule_registers_itself_and_is_built_from_its_spec():
             weight: float = 0.5
             name: ClassVar[str] = "halfway-test"
 
-            def _target(self, b, p, q, n, lg):
+            def _surrogate(self, b, p, q, n, lg):
                 return q * (1 - self.weight) + self.weight / b.shape(q)[-1]
 
         rule = make_rule("halfway-test(weight=0.25)")

@@ -85,8 +85,8 @@ def test_rule_agrees_with_the_vectors(entry, setting, spec, temperature, slot):
         if out["bonus_relaxed_T_qp"] is not None:
             relaxed = rule.bonus_distribution(p, q, policy="relaxed", logits=logits)
             np.testing.assert_allclose(relaxed, out["bonus_relaxed_T_qp"], atol=TOL)
-        if out["h"] is not None and hasattr(rule, "target") and not getattr(rule, "target_depends_on_token", True):
-            np.testing.assert_allclose(rule.target(p, q, logits=logits), out["h"], atol=TOL)
+        if out["h"] is not None and hasattr(rule, "target") and not getattr(rule, "surrogate_depends_on_token", True):
+            np.testing.assert_allclose(rule.surrogate(p, q, logits=logits), out["h"], atol=TOL)
         if out["correction"] is not None:
             for n in np.flatnonzero(p * (1.0 - accept) >= 1e-4):
                 np.testing.assert_allclose(rule.correction(p, q, int(n), logits=logits), out["correction"][n], atol=TOL)

@@ -28,13 +28,13 @@ from cactus_theory import (
     emitted_distribution,
     expected_accepted_length,
     make_rule,
-    mentored_target,
+    mentored_surrogate,
     processed_probs,
     step_metrics,
     synthetic_pairs,
 )
 from cactus_theory._emitted import block_sums
-from cactus_theory._rules._base import _NUMPY
+from cactus_theory._rules._protocol import _NUMPY
 
 
 def random_pair(seed, vocab, batch=()):
@@ -87,7 +87,7 @@ def test_theorem_3_emitted_kl_at_most_draft_kl(rule, seed, vocab):
 @given(seed=st.integers(0, 2**32 - 1), vocab=st.integers(2, 30), delta=st.floats(1e-4, 3.0))
 def test_mentored_emits_its_target_within_budget(seed, vocab, delta):
     p, q = random_pair(seed, vocab)
-    h = mentored_target(p, q, delta)
+    h = mentored_surrogate(p, q, delta)
     pi = emitted_distribution(Mentored(delta), p, q)
     np.testing.assert_allclose(pi, h, atol=1e-12)
     kl_h = np.sum(special.rel_entr(h, q))
@@ -120,7 +120,7 @@ def test_mentored_is_optimal_against_a_generic_solver(seed):
         constraints=constraints,
         options={"ftol": 1e-12, "maxiter": 500},
     )
-    h = mentored_target(p, q, delta)
+    h = mentored_surrogate(p, q, delta)
     assert np.minimum(p, h).sum() >= -res.fun - 1e-6
 
 
@@ -242,7 +242,7 @@ def test_accepted_length_matches_the_definition(beta, m):
     np.testing.assert_allclose(batched[1], expected_accepted_length(beta[::-1], m), rtol=1e-15)
 
 
-# --- the relaxed rules of RULES_ZOO.md: closed forms ------------------------------------------
+# --- the relaxed rules of the overlay (docs: References): closed forms ------------------------------------------
 
 
 @given(seed=st.integers(0, 2**32 - 1), vocab=st.integers(2, 20), w=st.floats(0, 1))
@@ -285,7 +285,7 @@ def test_fuzzy_rules_emit_the_drafter_or_the_verifier(seed, vocab, threshold):
 
 
 def test_fuzzy_kl_gate_is_verifier_first_and_finite_where_the_drafter_has_no_mass():
-    # KL(q || p) with float32-tiny clamps: a token with q > 0 = p adds q (log q + 87.34) (RULES_ZOO.md 3.4)
+    # KL(q || p) with float32-tiny clamps: a token with q > 0 = p adds q (log q + 87.34) (the overlay's rfsd)
     p, q = np.array([0.5, 0.5, 0.0]), np.array([0.49, 0.49, 0.02])
     tiny = float(np.finfo(np.float32).tiny)
     d = 0.98 * np.log(0.49 / 0.5) + 0.02 * (np.log(0.02) - np.log(tiny))  # 1.6487, finite
@@ -294,7 +294,7 @@ def test_fuzzy_kl_gate_is_verifier_first_and_finite_where_the_drafter_has_no_mas
 
 
 def test_lossy_example_of_the_spec_emits_the_drafter():
-    # RULES_ZOO.md section 5.8: p = (.7, .25, .05), q = (.4, .4, .2), alpha = 0.7 already gives pi = p
+    # the overlay's lossy_spec_decode_beta1: p = (.7, .25, .05), q = (.4, .4, .2), alpha = 0.7 already gives pi = p
     p, q = np.array([0.7, 0.25, 0.05]), np.array([0.4, 0.4, 0.2])
     np.testing.assert_allclose(emitted_distribution(Lossy(0.7), p, q), p, atol=1e-15)
     np.testing.assert_allclose(emitted_distribution(Lossy(0.0), p, q), q, atol=1e-15)
@@ -322,7 +322,7 @@ def test_tok3_keeps_the_drafter_on_the_top_set():
     # alpha = 0 keeps only the argmax, the first index on ties
     tie = RuleLogits(target=np.log([0.4, 0.4, 0.1, 0.1]))
     np.testing.assert_allclose(
-        SpecCascadeTok3(0.0).target(p, q, logits=tie), np.array([0.1, 0, 0, 0]) + 0.9 * q, atol=1e-15
+        SpecCascadeTok3(0.0).surrogate(p, q, logits=tie), np.array([0.1, 0, 0, 0]) + 0.9 * q, atol=1e-15
     )
 
 
@@ -382,7 +382,7 @@ def test_safe_cactus_never_overspends_its_budget():
     q = rng.dirichlet(np.full(30, 0.3), size=200)
     n = rng.integers(30, size=200)
     for delta in (1e-3, 0.1, 2.0):
-        h = Cactus(delta, bonus="safe").target(None, q, n)
+        h = Cactus(delta, bonus="safe").surrogate(None, q, n)
         kl = np.sum(special.rel_entr(h, q), axis=-1)
         assert np.all(kl <= delta * (1 + 1e-12))
 

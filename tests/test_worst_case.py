@@ -6,7 +6,7 @@ import pytest
 from scipy import special
 
 from cactus_theory import Cactus, SpS, TopK, plot_step, worst_case_drift
-from cactus_theory._rules._base import emitted_bruteforce
+from cactus_theory._rules._reference import emitted_bruteforce
 
 matplotlib.use("Agg")
 

@@ -1,57 +1,48 @@
-"""Acceptance rules, one module per family, behind the protocol and registry of ``_base``.
+"""Acceptance rules, one module per family, behind the protocol (``_protocol``) and the registry
+(``_registry``).
 
-Importing this package defines (and so registers) every rule.
+Importing this package imports every module in it (except the private ones, whose names start
+with an underscore), so every rule class defines, and so registers, itself: a new rule is one
+new module here and nothing else. ``rule_exports()`` lists what the package exports from them:
+each module's ``__all__`` (its rule classes and helpers such as ``mentored_surrogate``).
 """
 
-from ._base import (
-    BONUS_POLICIES,
-    GeneralizedRule,
-    Rule,
-    RuleInfo,
-    RuleLogits,
-    as_rule,
-    available_rules,
-    make_rule,
-    make_rules,
+import importlib
+import pkgutil
+
+from ._protocol import BONUS_POLICIES, GeneralizedRule, Rule, RuleLogits, as_rule
+from ._registry import ENTRY_POINT_GROUP, RuleInfo, available_rules, load_plugins, make_rule, make_rules
+
+_MODULES = tuple(
+    importlib.import_module(f"{__name__}.{info.name}")
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name)
+    if not info.name.startswith("_")
 )
-from .cactus import Cactus
-from .cascades import SpecCascadeOpt, SpecCascadeTok3
-from .ensemble import Ensemble
-from .fuzzy import FSD, RFSD
-from .interpolation import Interpolation
-from .lenience import Lenience
-from .lossy import Lossy
-from .mentored import Mentored, mentored_target
-from .scd import SCD
-from .sps import SpS
-from .synthetic import SyntheticAcceptance
-from .tas import TAS
-from .topk import TopK
+
+
+def rule_exports() -> dict:
+    """{name: object} of the public names of every rule module of the package (its ``__all__``)."""
+    out = {}
+    for module in _MODULES:
+        for name in getattr(module, "__all__", ()):
+            out[name] = getattr(module, name)
+    return out
+
+
+globals().update(rule_exports())
 
 __all__ = [
     "BONUS_POLICIES",
-    "FSD",
-    "RFSD",
-    "SCD",
-    "TAS",
-    "Cactus",
-    "Ensemble",
+    "ENTRY_POINT_GROUP",
     "GeneralizedRule",
-    "Interpolation",
-    "Lenience",
-    "Lossy",
-    "Mentored",
     "Rule",
     "RuleInfo",
     "RuleLogits",
-    "SpS",
-    "SpecCascadeOpt",
-    "SpecCascadeTok3",
-    "SyntheticAcceptance",
-    "TopK",
     "as_rule",
     "available_rules",
+    "load_plugins",
     "make_rule",
     "make_rules",
-    "mentored_target",
+    "rule_exports",
+    *sorted(rule_exports()),
 ]

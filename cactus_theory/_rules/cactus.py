@@ -10,8 +10,10 @@ import numpy as np
 from .._divergences import FDivergence, get_divergence
 from .._gamma import approx_gamma, exact_gamma
 from .._kernels import emitted_rows
-from .._target import target_core
-from ._base import GeneralizedRule, _ratio_acceptance, ratio_acceptance
+from .._surrogate import surrogate_core
+from ._protocol import GeneralizedRule, _ratio_acceptance, ratio_acceptance
+
+__all__ = ["Cactus"]
 
 
 def _rowwise_searchsorted(sorted_rows, sorted_values, side):
@@ -94,7 +96,7 @@ class Cactus(GeneralizedRule):
     Target for drafted token n: h(n) = gamma, h(x) = q(x)(1 - gamma)/(1 - q(n)). Accept with
     min(1, gamma / p(n)); correct from norm(max(0, h - p)). The draft distribution does not
     enter gamma. delta = 0 is SpS (lossless); delta > 0 is **not lossless**: the emitted
-    distribution is the mixture of PAPER.md section 3, not h. Hao & Mou, "Cactus", ICLR 2026.
+    distribution is the mixture of Theorem 3, not h. Hao & Mou, "Cactus", ICLR 2026.
 
     Parameters
     ----------
@@ -112,14 +114,40 @@ class Cactus(GeneralizedRule):
           so every per-token target satisfies D_f(h || q) <= delta. Spec name ``cactus-exact``.
         - "safe": the provably delta-safe closed form (``approx_gamma(method="safe")``).
 
-        Whatever the bonus, the emitted distribution drifts beyond delta (PAPER.md section 3).
+        Whatever the bonus, the emitted distribution drifts beyond delta (Theorem 3 of the paper).
     """
 
     delta: float = 1.0
     divergence: str | FDivergence = "kl"
     bonus: str = "taylor"
-    target_depends_on_token: ClassVar[bool] = True
+    surrogate_depends_on_token: ClassVar[bool] = True
     name: ClassVar[str] = "cactus"
+    reference: ClassVar[str] = ()
+    table: ClassVar[dict] = {
+        "acceptance": "min(1, γ/p(n)); γ Taylor, exact or safe",
+        "correction": "norm((h_n − p)+)",
+        "emitted": "O(V log V) mixture",
+        "lossless": "only δ = 0",
+    }
+    comparison: ClassVar[tuple] = (
+        ("CACTUS", {"delta": 0.1}, "verifier"),
+        ("CACTUS", {"delta": 0.25}, "verifier"),
+        ("CACTUS", {"delta": 1.0}, "verifier"),
+        ("CACTUS", {"delta": 10.0}, "verifier"),
+        ("", {"delta": 0.25, "bonus": "exact"}, "verifier"),
+        ("", {"delta": 1.0, "bonus": "exact"}, "verifier"),
+    )
+    alias_summaries: ClassVar[dict] = {
+        "cactus-exact": "Cactus with the exact bonus gamma* (never over delta per token): cactus(bonus=exact)."
+    }
+    alias_tables: ClassVar[dict] = {
+        "cactus-exact": {
+            "acceptance": "min(1, γ*/p(n)), γ* exact",
+            "correction": "norm((h_n − p)+)",
+            "emitted": "O(V log V) mixture",
+            "lossless": "only δ = 0",
+        }
+    }
     aliases: ClassVar[dict] = {"cactus-exact": {"bonus": "exact"}}
     examples: ClassVar[tuple] = (
         {"delta": 0.5},
@@ -149,8 +177,8 @@ class Cactus(GeneralizedRule):
     def _gamma_on(self, b, qn):
         return b.asarray(np.asarray(self.gamma(b.to_numpy(qn)), dtype=np.float64), like=qn)
 
-    def _target(self, b, p, q, n, lg):
-        return target_core(b, q, n, self._gamma_on(b, b.take_last(q, n)))
+    def _surrogate(self, b, p, q, n, lg):
+        return surrogate_core(b, q, n, self._gamma_on(b, b.take_last(q, n)))
 
     def _acceptance(self, b, p, q, n, lg):
         # Only gamma is needed: h(n) = gamma (one-hot edge: q(n) = 1 gives gamma = 1).

@@ -8,7 +8,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from ._base import GeneralizedRule
+from ._protocol import GeneralizedRule
+
+__all__ = ["SpecCascadeOpt", "SpecCascadeTok3"]
 
 OPT_GATES = ("processed", "paper")
 TOP_SETS = ("paper", "processed")
@@ -27,7 +29,7 @@ class SpecCascadeOpt(GeneralizedRule):
     logit and the log-sum-exp). Emitted law: q where it defers, p elsewhere; accepts tokens the
     verifier excludes where it keeps the drafter. **Not lossless.** Narasimhan et al., "Faster
     Cascades via Speculative Decoding" (attribution ours); graphcore-research/relaxed-spec-dec-repro
-    ``spec_cascade_opt`` (RULES_ZOO.md 3.6).
+    ``spec_cascade_opt``.
 
     Parameters
     ----------
@@ -39,6 +41,19 @@ class SpecCascadeOpt(GeneralizedRule):
     alpha: float = 0.0
     gate: str = "processed"
     name: ClassVar[str] = "spec-cascade-opt"
+    reference: ClassVar[str] = ()
+    table: ClassVar[dict] = {
+        "acceptance": "1 unless it defers (then SpS)",
+        "correction": "SpS's",
+        "emitted": "p or q",
+        "lossless": "no",
+    }
+    comparison: ClassVar[tuple] = (
+        ("spec-casc-opt", {"alpha": -0.1}, "verifier"),
+        ("spec-casc-opt", {"alpha": 0.0}, "verifier"),
+        ("spec-casc-opt", {"alpha": 0.05}, "verifier"),
+        ("", {"alpha": 0.0, "gate": "paper"}, "verifier"),
+    )
     examples: ClassVar[tuple] = ({"alpha": -0.1}, {"alpha": 0.05}, {"alpha": 0.0, "gate": "paper"})
 
     def __post_init__(self):
@@ -60,7 +75,7 @@ class SpecCascadeOpt(GeneralizedRule):
             top_draft, top_target = lg.max_prob(b, "draft"), lg.max_prob(b, "target")
         return top_draft < top_target - tv * self.alpha
 
-    def _target(self, b, p, q, n, lg):
+    def _surrogate(self, b, p, q, n, lg):
         return b.where(self.defer(b, p, q, lg)[..., None], q, p)
 
 
@@ -80,7 +95,7 @@ class SpecCascadeTok3(GeneralizedRule):
     set, T is exact where the smallest stored verifier logit lies below the threshold (always
     for alpha = 0; for alpha = 1 unstored logits are taken as finite). Narasimhan et al.
     (attribution ours); graphcore-research/relaxed-spec-dec-repro ``spec_cascade_tok3``
-    (RULES_ZOO.md 3.7).
+    (``spec_cascade_tok3``).
 
     Parameters
     ----------
@@ -92,6 +107,21 @@ class SpecCascadeTok3(GeneralizedRule):
     alpha: float = 0.35
     top_set: str = "paper"
     name: ClassVar[str] = "spec-cascade-tok3"
+    #: alpha = 1 keeps every token with a finite logit in T: h = p, the law of always-accept.
+    same_law_as: ClassVar[tuple] = ("always-accept",)
+    reference: ClassVar[str] = ()
+    table: ClassVar[dict] = {
+        "acceptance": "1 on T, min(1, η q(n)/p(n)) off T",
+        "correction": "norm((h − p)+)",
+        "emitted": "h = p·1_T + η q",
+        "lossless": "no",
+    }
+    comparison: ClassVar[tuple] = (
+        ("spec-casc-tok", {"alpha": 0.0}, "verifier"),
+        ("spec-casc-tok", {"alpha": 0.35}, "verifier"),
+        ("spec-casc-tok", {"alpha": 0.8}, "verifier"),
+        ("", {"alpha": 0.35, "top_set": "processed"}, "verifier"),
+    )
     examples: ClassVar[tuple] = (
         {"alpha": 0.0},
         {"alpha": 0.8},
@@ -130,7 +160,7 @@ class SpecCascadeTok3(GeneralizedRule):
             return finite
         return finite & (z >= b.max_last(z, keepdims=True) + self._threshold_log())
 
-    def _target(self, b, p, q, n, lg):
+    def _surrogate(self, b, p, q, n, lg):
         kept = b.where(self.in_top_set(b, p, q, lg), p, 0.0)
         eta = b.sum_last(p - kept, keepdims=True)
         return kept + q * eta

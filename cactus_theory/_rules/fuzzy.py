@@ -7,7 +7,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from ._base import _NUMPY, GeneralizedRule, Rule
+from ._protocol import _NUMPY, GeneralizedRule, Rule
+
+__all__ = ["FSD", "RFSD"]
 
 FUZZY_DIVERGENCES = ("kl", "js")
 #: The overlay clamps probabilities inside logarithms at float32's smallest normal number.
@@ -15,7 +17,7 @@ _TINY32 = float(np.finfo(np.float32).tiny)
 
 
 def fuzzy_divergence(b, p, q, kind):
-    """The gate statistic D(p, q) per row, as the overlay computes it (RULES_ZOO.md section 3.4).
+    """The gate statistic D(p, q) per row, as the overlay computes it (``fsd_divergence_scores``).
 
     kind "kl": KL(q || p) (verifier first), logarithms of max(x, float32 tiny), so a token with
     q(x) > 0 = p(x) adds the finite q(x) (log q(x) + 87.34); "js": the Jensen-Shannon divergence,
@@ -59,7 +61,7 @@ class RFSD(_FuzzyGate, GeneralizedRule):
     the processed rows). Emitted law: p where the gate holds, q elsewhere. Accepts tokens the
     verifier excludes wherever the gate holds. **Not lossless.** A "relaxed" variant of Fuzzy
     Speculative Decoding (Holsman et al. 2025; attribution ours), as in
-    graphcore-research/relaxed-spec-dec-repro (``rfsd``, grid label "r-fuzzy"; RULES_ZOO.md 3.4).
+    graphcore-research/relaxed-spec-dec-repro @ c28353f (``rfsd``, grid label "r-fuzzy").
 
     Parameters
     ----------
@@ -69,13 +71,25 @@ class RFSD(_FuzzyGate, GeneralizedRule):
     """
 
     name: ClassVar[str] = "rfsd"
+    reference: ClassVar[str] = ()
+    table: ClassVar[dict] = {
+        "acceptance": "1 if D(p, q) ≤ τ, else SpS",
+        "correction": "SpS's",
+        "emitted": "p or q",
+        "lossless": "no",
+    }
+    comparison: ClassVar[tuple] = (
+        ("r-fuzzy", {"divergence": "js", "threshold": 0.05}, "verifier"),
+        ("r-fuzzy", {"divergence": "js", "threshold": 0.2}, "verifier"),
+        ("r-fuzzy", {"divergence": "js", "threshold": 0.3}, "verifier"),
+    )
     examples: ClassVar[tuple] = ({"threshold": 0.05}, {"divergence": "kl", "threshold": 0.5})
 
     def use_draft(self, b, p, q):
         """Where the gate holds (the drafter is used outright), shape (...)."""
         return self.statistic(b, p, q) <= self.threshold
 
-    def _target(self, b, p, q, n, lg):
+    def _surrogate(self, b, p, q, n, lg):
         return b.where(self.use_draft(b, p, q)[..., None], p, q)
 
 
@@ -87,7 +101,7 @@ class FSD(_FuzzyGate, Rule):
     Deterministic; not generalised SpS (a rejected draft with q(n) >= p(n) is still replaced).
     Emitted law: p where the gate holds, q elsewhere (the law of ``rfsd`` with a strict gate, at
     lower acceptance). **Not lossless.** Holsman et al. 2025 (attribution ours);
-    graphcore-research/relaxed-spec-dec-repro ``fsd`` (RULES_ZOO.md 3.5).
+    graphcore-research/relaxed-spec-dec-repro @ c28353f, ``fsd``.
 
     Parameters
     ----------
@@ -97,6 +111,9 @@ class FSD(_FuzzyGate, Rule):
 
     deterministic: ClassVar[bool] = True
     name: ClassVar[str] = "fsd"
+    reference: ClassVar[str] = ()
+    table: ClassVar[dict] = {"acceptance": "1{D(p, q) < τ}", "correction": "q", "emitted": "p or q", "lossless": "no"}
+    comparison: ClassVar[tuple] = (("", {"divergence": "js", "threshold": 0.2}, "verifier"),)
     examples: ClassVar[tuple] = ({"threshold": 0.3}, {"divergence": "kl", "threshold": 0.5})
 
     def gate(self, b, p, q):

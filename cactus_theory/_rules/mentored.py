@@ -9,7 +9,9 @@ import numpy as np
 from scipy import special
 
 from .._kernels import mentored_rows
-from ._base import GeneralizedRule, prepare
+from ._protocol import GeneralizedRule, prepare
+
+__all__ = ["Mentored", "mentored_surrogate"]
 
 _BISECTIONS = 200
 
@@ -84,8 +86,9 @@ def _mentored_row(p, q, delta):
     return h / h.sum()
 
 
-def mentored_target(draft_probs, target_probs, delta):
-    """The KL-optimal target of mentored decoding, h = clip(p, a q, b q) (PAPER.md section 4).
+def mentored_surrogate(draft_probs, target_probs, delta):
+    """The KL-optimal surrogate of mentored decoding, h = clip(p, a q, b q) (Tran-Thien 2023; the
+    KKT conditions are our derivation).
 
     Maximises the acceptance sum_x min(p(x), h(x)) subject to KL(h || q) <= delta; a <= 1 <= b
     are set by sum h = 1 and KL(h || q) = delta (found by nested bisection over sorted ratios
@@ -99,7 +102,7 @@ def mentored_target(draft_probs, target_probs, delta):
 
 
 def _mentored_rows(b, p, q, delta):
-    """The target row by row on the host in float64 (rows renormalised there), NumPy out."""
+    """The surrogate row by row on the host in float64 (rows renormalised there), NumPy out."""
     p_h = np.asarray(b.to_numpy(p), dtype=np.float64)
     q_h = np.asarray(b.to_numpy(q), dtype=np.float64)
     p_h, q_h = p_h / p_h.sum(axis=-1, keepdims=True), q_h / q_h.sum(axis=-1, keepdims=True)
@@ -112,7 +115,7 @@ def _mentored_rows(b, p, q, delta):
 
 @dataclass(frozen=True)
 class Mentored(GeneralizedRule):
-    """Mentored decoding (Tran-Thien 2023): generalised SpS with the KL-optimal target
+    """Mentored decoding (Tran-Thien 2023): generalised SpS with the KL-optimal surrogate
     h = clip(p, a q, b q), KL(h || q) = delta.
 
     h does not depend on the drafted token, so the emitted distribution IS h and the budget
@@ -124,6 +127,14 @@ class Mentored(GeneralizedRule):
 
     delta: float = 1.0
     name: ClassVar[str] = "mentored"
+    reference: ClassVar[str] = ()
+    table: ClassVar[dict] = {
+        "acceptance": "min(1, h(n)/p(n)), h = clip(p, aq, bq), KL(h‖q) = δ",
+        "correction": "norm((h − p)+)",
+        "emitted": "h",
+        "lossless": "only δ = 0",
+    }
+    comparison: ClassVar[tuple] = (("", {"delta": 0.25}, "verifier"), ("", {"delta": 1.0}, "verifier"))
     examples: ClassVar[tuple] = ({"delta": 0.2},)
 
     def __post_init__(self):
@@ -134,5 +145,5 @@ class Mentored(GeneralizedRule):
     def lossless(self) -> bool:
         return self.delta == 0
 
-    def _target(self, b, p, q, n, lg):
+    def _surrogate(self, b, p, q, n, lg):
         return b.asarray(_mentored_rows(b, p, q, float(self.delta)), like=q)

@@ -1,4 +1,4 @@
-"""Speculative contrastive decoding: the target is a contrast of verifier and drafter logits."""
+"""Speculative contrastive decoding: the surrogate is a contrast of verifier and drafter logits."""
 
 from __future__ import annotations
 
@@ -8,14 +8,17 @@ from typing import ClassVar
 
 import numpy as np
 
-from ._base import _NUMPY, GeneralizedRule
+from ._protocol import _NUMPY, GeneralizedRule
+
+__all__ = ["SCD"]
 
 SCD_GATES = ("toppk", "alpha")
 
 
 @dataclass(frozen=True)
 class SCD(GeneralizedRule):
-    """Speculative contrastive decoding: generalised SpS with the target
+    """Speculative contrastive decoding: generalised SpS with the surrogate pi_scd, a contrast of
+    the verifier's and the drafter's raw logits on the gate G:
 
         pi_scd = softmax( ((1 + beta) zq - beta zp) / T_cd )  on the gate G, 0 off it,
 
@@ -30,7 +33,7 @@ class SCD(GeneralizedRule):
     drafter's top K: where G holds a token outside it, the bound stored in its place is used
     and ``logits_exact`` is False for that position. **Not lossless** for beta > 0.
     Yuan et al. 2023 (SCD), Li et al. 2023 (contrastive decoding); attribution ours;
-    graphcore-research/relaxed-spec-dec-repro (RULES_ZOO.md 3.9; its grid uses the relaxed
+    graphcore-research/relaxed-spec-dec-repro (@ c28353f; its grid uses the relaxed
     bonus policy for SCD).
 
     Parameters
@@ -49,6 +52,19 @@ class SCD(GeneralizedRule):
     gate: str = "toppk"
     alpha: float = 0.1
     name: ClassVar[str] = "scd"
+    reference: ClassVar[str] = ()
+    table: ClassVar[dict] = {
+        "acceptance": "min(1, π_scd(n)/p(n))",
+        "correction": "norm((π_scd − p)+)",
+        "emitted": "π_scd = softmax(((1+β) zq − β zp)/T) on G",
+        "lossless": "no",
+    }
+    comparison: ClassVar[tuple] = (
+        ("spec-cont-dec", {"beta": 0.1, "temperature": 0.6}, "relaxed"),
+        ("spec-cont-dec", {"beta": 0.5, "temperature": 0.6}, "relaxed"),
+        ("spec-cont-dec", {"beta": 1.0, "temperature": 0.6}, "relaxed"),
+        ("", {"beta": 0.5, "temperature": 0.6, "gate": "alpha", "alpha": 0.1}, "relaxed"),
+    )
     examples: ClassVar[tuple] = (
         {"beta": 0.1},
         {"beta": 1.0, "temperature": 1.0},
@@ -87,7 +103,7 @@ class SCD(GeneralizedRule):
         top = b.max_last(b.where(finite, zq, -np.inf), keepdims=True)
         return finite & (zq >= top + self._sampling_temperature(lg) * math.log(self.alpha))
 
-    def _target(self, b, p, q, n, lg):
+    def _surrogate(self, b, p, q, n, lg):
         t_cd = self.temperature if self.temperature is not None else self._sampling_temperature(lg)
         gate = self.gate_mask(b, p, q, lg)
         if b.any(b.sum_last(b.where(gate, 1.0, 0.0) + 0.0 * q) == 0):

@@ -5,16 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ._base import GeneralizedRule
+from ._protocol import GeneralizedRule
+
+__all__ = ["SpS"]
 
 
 @dataclass(frozen=True)
 class SpS(GeneralizedRule):
     """Standard speculative sampling: accept with min(1, q(n)/p(n)), correct from norm(max(0, q - p)).
 
-    Generalised speculative sampling with h = q (PAPER.md section 1). **Lossless**: the emitted
-    distribution is exactly q for every draft p. The overlay's ``strict`` (RULES_ZOO.md 3.0).
-    Leviathan et al., ICML 2023; Chen et al. 2023.
+    Generalised speculative sampling with h = q. **Lossless**: the emitted distribution is
+    exactly q for every draft p. The overlay's ``strict``. Leviathan et al., ICML 2023; Chen et
+    al. 2023.
 
     Examples
     --------
@@ -25,6 +27,14 @@ class SpS(GeneralizedRule):
 
     lossless: ClassVar[bool] = True
     name: ClassVar[str] = "sps"
+    reference: ClassVar[str] = ()
+    table: ClassVar[dict] = {
+        "acceptance": "min(1, q(n)/p(n))",
+        "correction": "norm((q − p)+)",
+        "emitted": "q",
+        "lossless": "yes",
+    }
+    comparison: ClassVar[tuple] = (("strict spec-dec", {}, "verifier"),)
 
-    def _target(self, b, p, q, n, lg):
+    def _surrogate(self, b, p, q, n, lg):
         return q

@@ -9,7 +9,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from ._base import Rule
+from ._protocol import Rule
+
+__all__ = ["SyntheticAcceptance"]
 
 
 def _others(x):
@@ -31,7 +33,7 @@ class SyntheticAcceptance(Rule):
     (vLLM's no-draft-probabilities residual); if q is one-hot on n that is token 0, a token the
     verifier may exclude. Emitted law at slot i:
     pi = c_i p + (1 - c_i) [q sum_{n != x, q(n) < 1} p(n) / (1 - q(n)) + 1{x = 0} sum_{q(n) = 1} p(n)].
-    **Not lossless.** vLLM ``synthetic`` rejection sampling; RULES_ZOO.md 3.10.
+    **Not lossless.** vLLM ``synthetic`` rejection sampling (the overlay's ``rejection_sample_method="synthetic"``).
 
     Parameters
     ----------
@@ -44,6 +46,14 @@ class SyntheticAcceptance(Rule):
     rates: tuple[float, ...] = (0.9, 0.6, 0.3)
     slot: int = 0
     name: ClassVar[str] = "synthetic"
+    reference: ClassVar[str] = 'vLLM, rejection_sample_method="synthetic" (a benchmarking mode)'
+    table: ClassVar[dict] = {
+        "acceptance": "c_slot (whatever p, q, n)",
+        "correction": "norm(q·1{x ≠ n})",
+        "emitted": "closed form",
+        "lossless": "no",
+    }
+    comparison: ClassVar[tuple] = ()
     slot_dependent: ClassVar[bool] = True
     examples: ClassVar[tuple] = ({"rates": (0.7,)}, {"rates": (0.9, 0.6, 0.3), "slot": 1})
 

@@ -7,7 +7,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from ._base import _NUMPY, Rule
+from ._protocol import _NUMPY, Rule
+
+__all__ = ["TAS"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,14 @@ class TAS(Rule):
     alpha: float = 0.3
     deterministic: ClassVar[bool] = True
     name: ClassVar[str] = "tas"
+    reference: ClassVar[str] = 'Cai et al., "Medusa", ICML 2024, section 3.3.1; vLLM v0 TypicalAcceptanceSampler'
+    table: ClassVar[dict] = {
+        "acceptance": "1{q(n) > min(ε, α e^−H(q))}",
+        "correction": "argmax q",
+        "emitted": "p·1{accepted} + rest on argmax q",
+        "lossless": "no",
+    }
+    comparison: ClassVar[tuple] = (("", {}, "verifier"),)
     label_fields: ClassVar[tuple] = ()
     examples: ClassVar[tuple] = ({"epsilon": 0.5, "alpha": 0.7},)
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ._base import GeneralizedRule
+from ._protocol import GeneralizedRule
+
+__all__ = ["TopK"]
 
 SEMANTICS = ("support", "authors")
 
@@ -15,8 +17,8 @@ class TopK(GeneralizedRule):
     """Top-k acceptance: accept n iff q(n) >= q_(k), the k-th largest value of q, and q(n) > 0.
 
     Every token tied with the k-th largest value is accepted, so more than k tokens may be.
-    Generalised speculative sampling with the unnormalised target h = 1{q >= q_(k), q > 0}, so
-    the correction is norm(max(0, h - p)) (PAPER.md section 4). Deterministic. **Not lossless.**
+    Generalised speculative sampling with the unnormalised surrogate h = 1{q >= q_(k), q > 0}, so
+    the correction is norm(max(0, h - p)) (a baseline of Hao & Mou, ICLR 2026). Deterministic. **Not lossless.**
 
     Parameters
     ----------
@@ -32,6 +34,14 @@ class TopK(GeneralizedRule):
     semantics: str = "support"
     deterministic: ClassVar[bool] = True
     name: ClassVar[str] = "topk"
+    reference: ClassVar[str] = "Hao & Mou, ICLR 2026 (a baseline); MANGA-UOFA/Cactus, cactus/topk.py"
+    table: ClassVar[dict] = {
+        "acceptance": "1{q(n) ≥ q_(k)} (and q(n) > 0 unless semantics=authors)",
+        "correction": "norm((1{…} − p)+)",
+        "emitted": "GSS formula",
+        "lossless": "no",
+    }
+    comparison: ClassVar[tuple] = (("", {"k": 5}, "verifier"), ("", {"k": 5, "semantics": "authors"}, "verifier"))
     examples: ClassVar[tuple] = ({"k": 3}, {"k": 3, "semantics": "authors"})
 
     def __post_init__(self):
@@ -40,7 +50,7 @@ class TopK(GeneralizedRule):
         if self.semantics not in SEMANTICS:
             raise ValueError(f"TopK semantics must be one of {SEMANTICS}; got {self.semantics!r}")
 
-    def _target(self, b, p, q, n, lg):
+    def _surrogate(self, b, p, q, n, lg):
         keep = q >= b.topk_threshold(q, self.k)[..., None]
         if self.semantics == "support":
             keep = keep & (q > 0)

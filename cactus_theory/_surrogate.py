@@ -1,15 +1,19 @@
-"""The Cactus target distribution h for a drafted token (Theorem 2)."""
+"""The Cactus surrogate h for a drafted token (Hao & Mou, ICLR 2026, Theorem 2).
+
+Word use: the *target* is always the verifier's distribution q (``target_probs``); the
+distribution h that generalised speculative sampling accepts towards, in place of q, is the
+rule's *surrogate*."""
 
 from __future__ import annotations
 
 from ._backend import namespace
 from ._validation import NORMALISATION_ATOL, check_distribution, check_token
 
-__all__ = ["cactus_target"]
+__all__ = ["cactus_surrogate"]
 
 
-def cactus_target(target_probs, drafted_token, gamma, *, atol=NORMALISATION_ATOL):
-    """Cactus target h: h(n) = gamma, h(x) = q(x) (1 - gamma) / (1 - q(n)) for x != n.
+def cactus_surrogate(target_probs, drafted_token, gamma, *, atol=NORMALISATION_ATOL):
+    """Cactus surrogate h: h(n) = gamma, h(x) = q(x) (1 - gamma) / (1 - q(n)) for x != n.
 
     Batched over leading axes; works on NumPy arrays and torch tensors (dtype and device
     kept; float16 / bfloat16 are computed in float32 and cast back). ``1 - q(n)`` is taken as
@@ -29,7 +33,7 @@ def cactus_target(target_probs, drafted_token, gamma, *, atol=NORMALISATION_ATOL
     Examples
     --------
     >>> import numpy as np
-    >>> cactus_target(np.array([0.5, 0.3, 0.2]), 1, 0.65)
+    >>> cactus_surrogate(np.array([0.5, 0.3, 0.2]), 1, 0.65)
     array([0.25, 0.65, 0.1 ])
     """
     b = namespace(target_probs, drafted_token if not isinstance(drafted_token, int) else None)
@@ -51,11 +55,11 @@ def cactus_target(target_probs, drafted_token, gamma, *, atol=NORMALISATION_ATOL
         g = b.broadcast_to(g, batch)
     except (ValueError, RuntimeError):
         raise ValueError(f"gamma with shape {b.shape(g)} does not broadcast to the batch shape {batch}") from None
-    return b.cast(target_core(b, q, n, g), q_in)
+    return b.cast(surrogate_core(b, q, n, g), q_in)
 
 
-def target_core(b, q, n, g):
-    """Cactus target on validated, promoted backend arrays (no checks).
+def surrogate_core(b, q, n, g):
+    """Cactus surrogate on validated, promoted backend arrays (no checks).
 
     1 - q(n) is the other tokens' summed mass: the row total minus q(n), recomputed as the sum of
     the others where that difference would cancel (q(n) within 1e-4 of the total), so h sums to

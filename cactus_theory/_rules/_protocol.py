@@ -10,14 +10,15 @@ the verifier distribution q (``target_probs``) and the drafted token n, it gives
 - ``bonus_distribution``: the law of the bonus token after m accepted drafts, under a bonus
   policy: ``"verifier"`` (q, the default and vLLM's ``target_p``) or ``"relaxed"`` (the bonus
   position passes the rule once more, so its law is the rule's emitted law there: the overlay's
-  ``relaxed_T_qp``, RULES_ZOO.md section 3.11),
+  ``relaxed_T_qp``),
 - ``emitted``: the exact distribution of the token emitted at one position, marginalised over
-  n ~ p (PAPER.md section 3; ``emitted_distribution``).
+  n ~ p (Hao & Mou, ICLR 2026, Theorem 3; ``emitted_distribution``).
 
 Rules that need the logits from before the sampling processing (temperature, top-k, top-p)
 receive them as ``logits=RuleLogits(...)``; one that needs them and gets none raises.
 
-Generalised speculative sampling (PAPER.md section 1) covers most rules: a target h (which may
+Generalised speculative sampling (Leviathan et al., ICML 2023; docs: Theory) covers most rules:
+a surrogate h, the distribution the rule accepts towards in place of the target q (which may
 depend on n, and need not be normalised) gives acceptance min(1, h(n)/p(n)) and correction
 norm(max(0, h - p)). A drafted token with p(n) = 0 (never proposed by a drafter with these
 probabilities) is accepted iff h(n) > 0, the limit of min(1, h(n)/p(n)) as p(n) -> 0; every rule
@@ -25,16 +26,14 @@ rejects a token that both models exclude (p(n) = q(n) = 0). The overlay's kernel
 p(n) = 0 token; the two conventions give the same emitted law (such tokens have weight p(n) = 0).
 
 Rules are frozen dataclasses: hashable, comparable, checked when built. Each class registers
-itself under its ``name`` when it is defined; ``make_rule("cactus(delta=1)")`` builds one from a
-spec string and ``available_rules()`` lists them.
+itself under its ``name`` when it is defined (``_registry``); ``make_rule("cactus(delta=1)")``
+builds one from a spec string and ``available_rules()`` lists them. How to write one:
+docs/contributing_rules.md ("Adding a rule").
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
-import types
-import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -42,18 +41,18 @@ import numpy as np
 
 from .._backend import NumpyBackend, namespace
 from .._validation import NORMALISATION_ATOL, check_distribution, check_token
+from ._registry import _default, _fields, _format_value, _register, _same
 
 __all__ = [
     "BONUS_POLICIES",
     "GeneralizedRule",
     "Rule",
-    "RuleInfo",
     "RuleLogits",
     "as_rule",
-    "available_rules",
-    "make_rule",
-    "make_rules",
+    "gss_emitted",
     "prepare",
+    "ratio_acceptance",
+    "residual",
 ]
 
 _NUMPY = NumpyBackend()
@@ -72,7 +71,7 @@ class RuleLogits:
     ----------
     target, draft : arrays (..., V) or None
         The verifier's and the drafter's logit rows after logits processors (penalties, bad
-        words) and *before* temperature, top-k and top-p ("rule logits" in RULES_ZOO.md), on the
+        words) and *before* temperature, top-k and top-p (the overlay's "rule logits"), on the
         same vocabulary as ``target_probs``. Adding a constant to a row changes nothing.
     temperature : float or None
         The sampling temperature the probabilities were processed with (SCD's default contrast
@@ -236,227 +235,6 @@ def _ratio_acceptance(h, p):
         return ratio_acceptance(_NUMPY, h, p)
 
 
-# --- the registry ------------------------------------------------------------------------------
-
-_REGISTRY: dict[str, tuple[type, dict]] = {}
-
-
-def _register(name: str, cls: type, fixed: dict):
-    if not re.fullmatch(r"[a-z][a-z0-9-]*", name):
-        raise ValueError(f"rule name {name!r} must be lower case letters, digits and '-'")
-    old = _REGISTRY.get(name)
-    if old is not None and (old[0].__module__, old[0].__qualname__) != (cls.__module__, cls.__qualname__):
-        raise ValueError(f"rule name {name!r} is taken by {old[0].__module__}.{old[0].__qualname__}")
-    _REGISTRY[name] = (cls, dict(fixed))
-
-
-@dataclass(frozen=True)
-class RuleInfo:
-    """A registered rule: its spec name, class, parameters with defaults, and fixed parameters."""
-
-    name: str
-    rule_class: type
-    parameters: dict
-    fixed: dict
-    summary: str
-
-    def signature(self) -> str:
-        """``name(param=default, ...)`` as a spec string would write it."""
-        args = ", ".join(f"{k}={_format_value(v)}" for k, v in self.parameters.items())
-        return f"{self.name}({args})" if args else self.name
-
-
-def _fields(cls):
-    return [f for f in dataclasses.fields(cls) if f.init]
-
-
-def _default(f):
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    raise TypeError(f"rule parameter {f.name} needs a default")
-
-
-def available_rules() -> dict[str, RuleInfo]:
-    """Every registered rule by spec name (sorted), with its parameters and their defaults.
-
-    Examples
-    --------
-    >>> info = available_rules()["rfsd"]
-    >>> info.signature()
-    'rfsd(divergence=js, threshold=0.2)'
-    """
-    out = {}
-    for name in sorted(_REGISTRY):
-        cls, fixed = _REGISTRY[name]
-        params = {f.name: _default(f) for f in _fields(cls) if f.name not in fixed}
-        doc = (cls.__doc__ or "").strip().splitlines()
-        out[name] = RuleInfo(name, cls, params, dict(fixed), doc[0] if doc else "")
-    return out
-
-
-def _format_value(value) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, (float, np.floating)):
-        return f"{float(value):g}"
-    if isinstance(value, (tuple, list)):
-        return "[" + ";".join(_format_value(v) for v in value) + "]"
-    if hasattr(value, "name") and not isinstance(value, str):  # an FDivergence
-        return str(value.name)
-    return str(value)
-
-
-def _split_top(text: str, sep: str) -> list[str]:
-    """Split on ``sep`` outside brackets and parentheses."""
-    parts, depth, cur = [], 0, []
-    for ch in text:
-        if ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth -= 1
-            if depth < 0:
-                raise ValueError(f"unbalanced brackets in rule spec {text!r}")
-        if ch == sep and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    if depth != 0:
-        raise ValueError(f"unbalanced brackets in rule spec {text!r}")
-    parts.append("".join(cur))
-    return [p.strip() for p in parts]
-
-
-def _parse_spec(spec: str):
-    """'name(key=value, ...)' -> (name, {key: raw string})."""
-    text = spec.strip()
-    m = re.fullmatch(r"([A-Za-z][A-Za-z0-9_-]*)\s*(?:\((.*)\))?", text, flags=re.S)
-    if not m:
-        raise ValueError(f"rule spec {spec!r} is not of the form name or name(key=value, ...)")
-    name, body = m.group(1).lower().replace("_", "-"), m.group(2)
-    args = {}
-    if body is not None and body.strip():
-        for item in _split_top(body, ","):
-            if "=" not in item:
-                raise ValueError(f"rule spec {spec!r}: argument {item!r} must be key=value")
-            key, value = (s.strip() for s in item.split("=", 1))
-            if key in args:
-                raise ValueError(f"rule spec {spec!r}: {key} is given twice")
-            args[key] = value
-    return name, args
-
-
-def _coerce(raw, hint, name: str, spec: str):
-    """A parameter value from its spec-string text, by the field's type hint."""
-    if not isinstance(raw, str):
-        return raw
-    text = raw.strip().strip("'\"")
-    options = (
-        typing.get_args(hint)
-        if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
-        else (hint,)
-    )
-    if type(None) in options and text.lower() in ("none", "null", ""):
-        return None
-    for option in options:
-        origin = typing.get_origin(option) or option
-        try:
-            if origin is tuple:
-                inner = (typing.get_args(option) or (float,))[0]
-                items = [s for s in re.split(r"[;,\s]+", text.strip("[]()")) if s]
-                return tuple(inner(s) for s in items)
-            if origin is bool:
-                if text.lower() in ("true", "1", "yes"):
-                    return True
-                if text.lower() in ("false", "0", "no"):
-                    return False
-                continue
-            if origin is int:
-                return int(text)
-            if origin is float:
-                return float(text)
-            if origin is str:
-                return text
-        except ValueError:
-            continue
-    raise ValueError(f"rule spec {spec!r}: {name}={raw!r} is not a valid {hint}")
-
-
-def make_rule(spec) -> Rule:
-    """A rule from a spec string ``name(key=value, ...)``, e.g. ``cactus(delta=1)``,
-    ``topk(k=3)``, ``rfsd(divergence=js, threshold=0.2)``; a Rule is returned as it is.
-
-    Values are coerced to the parameter's type; lists are written ``[0.9; 0.6; 0.3]``. An
-    unknown name or parameter raises a ValueError that lists the valid ones
-    (``available_rules()``).
-
-    Examples
-    --------
-    >>> make_rule("cactus(delta=0.5)")
-    Cactus(delta=0.5, divergence='kl', bonus='taylor')
-    >>> make_rule("lossy(alpha=0.7)").describe()
-    'lossy(alpha=0.7)'
-    """
-    if isinstance(spec, Rule):
-        return spec
-    if not isinstance(spec, str):
-        raise ValueError(f"a rule spec must be a string like 'cactus(delta=1)' or a Rule; got {spec!r}")
-    name, args = _parse_spec(spec)
-    if name not in _REGISTRY:
-        names = ", ".join(sorted(_REGISTRY))
-        raise ValueError(f"unknown rule {name!r} in {spec!r}; registered rules: {names}")
-    cls, fixed = _REGISTRY[name]
-    hints = typing.get_type_hints(cls)
-    allowed = [f.name for f in _fields(cls) if f.name not in fixed]
-    kwargs = dict(fixed)
-    for key, raw in args.items():
-        if key not in allowed:
-            valid = ", ".join(allowed) if allowed else "none"
-            raise ValueError(f"rule {name!r} has no parameter {key!r} (in {spec!r}); its parameters: {valid}")
-        kwargs[key] = _coerce(raw, hints.get(key, str), key, spec)
-    return cls(**kwargs)
-
-
-def make_rules(specs, grid=None) -> list[Rule]:
-    """Rules from specs (a list, or one string of comma-separated specs), expanded over a grid.
-
-    ``grid`` maps a parameter to values, e.g. ``{"delta": [0.25, 1]}``: every spec whose rule
-    has that parameter and does not set it is built once per value (``--rules cactus,mentored
-    --delta 0.25,1``). Specs that set it, and rules without it, are built once.
-
-    Examples
-    --------
-    >>> [r.describe() for r in make_rules("sps,cactus,lossy(alpha=0.3)", {"delta": [0.25, 1]})]
-    ['sps', 'cactus(delta=0.25)', 'cactus(delta=1)', 'lossy(alpha=0.3)']
-    """
-    if isinstance(specs, str):
-        specs = _split_top(specs, ",")
-    specs = [s for s in specs if not (isinstance(s, str) and not s.strip())]
-    if not specs:
-        raise ValueError(f"no rules given; choose from {', '.join(sorted(_REGISTRY))}")
-    grid = {k: list(v) for k, v in (grid or {}).items()}
-    rules = []
-    for spec in specs:
-        if isinstance(spec, Rule):
-            rules.append(spec)
-            continue
-        name, args = _parse_spec(spec)
-        if name not in _REGISTRY:
-            make_rule(spec)  # raises with the list of names
-        cls, fixed = _REGISTRY[name]
-        fields = {f.name for f in _fields(cls)} - set(fixed) - set(args)
-        expand = [(k, v) for k, v in grid.items() if k in fields]
-        combos = [{}]
-        for key, values in expand:
-            combos = [{**c, key: v} for c in combos for v in values]
-        for combo in combos:
-            rule = make_rule(spec)
-            rules.append(dataclasses.replace(rule, **combo) if combo else rule)
-    return rules
-
-
 # --- the protocol ------------------------------------------------------------------------------
 
 
@@ -478,6 +256,21 @@ class Rule:
     slot_dependent: ClassVar[bool] = False
     #: Parameter settings the conformance suite tests (besides the defaults).
     examples: ClassVar[tuple] = ()
+    #: Where the rule comes from: the paper (authors, title, venue) and/or the code base
+    #: (repository @ commit, file), as the docs' rules table and the rule's page show it.
+    reference: ClassVar[str] = ""
+    #: The rules table's cells in plain text: {"acceptance", "correction", "emitted", "lossless"}.
+    table: ClassVar[dict] = {}
+    #: Settings the every-rule comparison runs (the report, ``cactus-theory compare``): tuples
+    #: (paper-grid label or "" for a setting of this package's choosing, parameters, bonus policy).
+    comparison: ClassVar[tuple] = ()
+    #: One-line summaries of the aliases, e.g. {"cactus-exact": "..."} (default: the class's).
+    alias_summaries: ClassVar[dict] = {}
+    #: The rules table's cells of the aliases (default: the class's ``table``).
+    alias_tables: ClassVar[dict] = {}
+    #: Spec names of other registered rules this one may equal at some settings on purpose (the
+    #: duplicate check of the conformance suite accepts equal laws with these).
+    same_law_as: ClassVar[tuple] = ()
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -557,7 +350,7 @@ class Rule:
         ``policy="verifier"``: q (vLLM's ``target_p``; ``draft_probs`` may be None).
         ``policy="relaxed"``: the bonus position passes the rule once more with the drafter's
         distribution there, so the law is the rule's emitted law ``emitted(p', q')`` (the
-        overlay's ``relaxed_T_qp``; RULES_ZOO.md section 3.11), computed in float64.
+        overlay's ``relaxed_T_qp``), computed in float64.
         """
         if policy not in BONUS_POLICIES:
             raise ValueError(f"policy must be one of {BONUS_POLICIES}; got {policy!r}")
@@ -575,6 +368,8 @@ class Rule:
         Generic O(V^2) evaluation through the per-token interface; rules with structure
         override it with an O(V) or O(V log V) algorithm.
         """
+        from ._reference import emitted_bruteforce
+
         return emitted_bruteforce(self, draft_probs, target_probs, logits=logits)
 
     def acceptance_all(self, draft_probs, target_probs, *, logits=None):
@@ -642,61 +437,51 @@ class Rule:
         return self.describe().split("(")[0]
 
 
-def _same(a, b) -> bool:
-    if hasattr(a, "name") and not isinstance(a, str):
-        a = a.name
-    if hasattr(b, "name") and not isinstance(b, str):
-        b = b.name
-    if isinstance(a, (int, float, np.number)) and isinstance(b, (int, float, np.number)):
-        return float(a) == float(b)
-    return a == b
-
-
 @dataclass(frozen=True)
 class GeneralizedRule(Rule):
-    """Generalised speculative sampling with a target h: accept with min(1, h(n)/p(n)), correct
-    from norm(max(0, h - p)). Subclasses give ``_target(b, p, q, n, logits)``;
-    ``target_depends_on_token`` says whether h changes with n (Cactus) or not.
+    """Generalised speculative sampling with a surrogate h: accept with min(1, h(n)/p(n)), correct
+    from norm(max(0, h - p)). Subclasses give ``_surrogate(b, p, q, n, logits)``;
+    ``surrogate_depends_on_token`` says whether h changes with n (Cactus) or not.
     """
 
-    target_depends_on_token: ClassVar[bool] = False
+    surrogate_depends_on_token: ClassVar[bool] = False
 
-    def target(self, draft_probs, target_probs, drafted_token=None, *, logits=None):
-        """The target h this rule plugs into generalised speculative sampling, shape (..., V)."""
+    def surrogate(self, draft_probs, target_probs, drafted_token=None, *, logits=None):
+        """The surrogate h this rule plugs into generalised speculative sampling, shape (..., V)."""
         b, p, q, n, lg, ref = self._prepare(draft_probs, target_probs, drafted_token, logits, True)
-        if n is None and self.target_depends_on_token:
-            raise ValueError(f"{self.describe()}: the target depends on the drafted token; pass drafted_token")
-        return b.cast(self._target(b, p, q, n, lg), ref)
+        if n is None and self.surrogate_depends_on_token:
+            raise ValueError(f"{self.describe()}: the surrogate depends on the drafted token; pass drafted_token")
+        return b.cast(self._surrogate(b, p, q, n, lg), ref)
 
-    def _target(self, b, p, q, n, lg):  # pragma: no cover - abstract
+    def _surrogate(self, b, p, q, n, lg):  # pragma: no cover - abstract
         raise NotImplementedError
 
     def _acceptance(self, b, p, q, n, lg):
-        return ratio_acceptance(b, b.take_last(self._target(b, p, q, n, lg), n), b.take_last(p, n))
+        return ratio_acceptance(b, b.take_last(self._surrogate(b, p, q, n, lg), n), b.take_last(p, n))
 
     def _correction(self, b, p, q, n, lg):
-        return residual(b, self._target(b, p, q, n, lg), p)
+        return residual(b, self._surrogate(b, p, q, n, lg), p)
 
     def _acceptance_all(self, p, q, lg):
-        if self.target_depends_on_token:
+        if self.surrogate_depends_on_token:
             return super()._acceptance_all(p, q, lg)
-        return _ratio_acceptance(self._target(_NUMPY, p, q, None, lg), p)
+        return _ratio_acceptance(self._surrogate(_NUMPY, p, q, None, lg), p)
 
     def emitted(self, draft_probs, target_probs, *, logits=None):
         """Exact emitted distribution: h does not depend on n, so pi = p a + (1 - sum p a) r. O(V)."""
-        if self.target_depends_on_token:
+        if self.surrogate_depends_on_token:
             return super().emitted(draft_probs, target_probs, logits=logits)
         p, q, lg = self._host(draft_probs, target_probs, logits)
         with np.errstate(all="ignore"):
-            h = self._target(_NUMPY, p, q, None, lg)
+            h = self._surrogate(_NUMPY, p, q, None, lg)
             return gss_emitted(h, p)
 
     def emitted_and_acceptance_all(self, p, q, *, logits=None):
-        if self.target_depends_on_token:
+        if self.surrogate_depends_on_token:
             return super().emitted_and_acceptance_all(p, q, logits=logits)
         p, q, lg = self._host(p, q, logits, validate=False)
         with np.errstate(all="ignore"):
-            h = self._target(_NUMPY, p, q, None, lg)  # once, for both
+            h = self._surrogate(_NUMPY, p, q, None, lg)  # once, for both
             accept = _ratio_acceptance(h, p)
             pi = gss_emitted(h, p)
         return pi, np.where((p <= 0) & (q <= 0), 0.0, accept)
@@ -709,36 +494,13 @@ def gss_emitted(h, p):
     return p * accept + rejected * residual(_NUMPY, h, p)
 
 
-def _host_pair(draft_probs, target_probs):
-    """(p, q) as float64 NumPy arrays, validated; torch tensors are copied to the host."""
-    b, p, q, _, _ = prepare(draft_probs, target_probs, None)
-    return np.asarray(b.to_numpy(p), dtype=np.float64), np.asarray(b.to_numpy(q), dtype=np.float64)
-
-
-def emitted_bruteforce(rule: Rule, draft_probs, target_probs, *, logits=None):
-    """pi(x) = sum_n p(n) [a_n 1{x = n} + (1 - a_n) r_n(x)] by looping over every drafted token n.
-
-    O(V^2) time: the independent reference for the fast algorithms (tests, small V).
-    """
-    p, q, lg = rule._host(draft_probs, target_probs, logits)
-    vocab = q.shape[-1]
-    out = np.zeros(np.broadcast_shapes(p.shape, q.shape))
-    for token in range(vocab):
-        n = np.full(out.shape[:-1], token)
-        a = np.asarray(rule.acceptance(p, q, n, logits=lg), dtype=np.float64)
-        w = p[..., token]
-        out[..., token] += w * a
-        if np.any(w * (1.0 - a) > 0):
-            r = np.asarray(rule.correction(p, q, n, logits=lg), dtype=np.float64)
-            out += (w * (1.0 - a))[..., None] * r
-    return out
-
-
 def as_rule(rule) -> Rule:
     """A rule from a Rule, a spec string (``make_rule``) or an object implementing the protocol."""
     if isinstance(rule, Rule):
         return rule
     if isinstance(rule, str):
+        from ._registry import make_rule
+
         return make_rule(rule)
     missing = [
         m for m in ("acceptance", "correction", "bonus_distribution", "emitted") if not callable(getattr(rule, m, None))

@@ -1,0 +1,319 @@
+"""The rule registry: rule classes register themselves under spec names when they are defined;
+``make_rule`` builds a rule from a spec string ``name(key=value, ...)``; ``available_rules``
+lists them. Rules defined outside the package register the same way (subclass ``Rule`` and give
+it a ``name``), and modules named in the entry point group ``cactus_theory.rules`` of any
+installed distribution are imported the first time the registry is read, so their rules are
+listed and built like ours.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from ._protocol import Rule
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "RuleInfo",
+    "available_rules",
+    "load_plugins",
+    "make_rule",
+    "make_rules",
+]
+
+#: The entry point group a distribution uses to add rules: ``[project.entry-points."cactus_theory.rules"]``
+#: ``my_rules = "my_package.my_rules"`` (the module is imported; its rule classes register themselves).
+ENTRY_POINT_GROUP = "cactus_theory.rules"
+_PLUGINS_LOADED = False
+
+
+def load_plugins() -> list[str]:
+    """Import the modules of the ``cactus_theory.rules`` entry point group (once); returns their
+    names. A module that fails to import raises an ImportError naming the entry point."""
+    global _PLUGINS_LOADED
+    if _PLUGINS_LOADED:
+        return []
+    _PLUGINS_LOADED = True
+    from importlib import metadata
+
+    try:
+        points = metadata.entry_points(group=ENTRY_POINT_GROUP)
+    except TypeError:  # pragma: no cover - Python < 3.10 API
+        points = metadata.entry_points().get(ENTRY_POINT_GROUP, [])
+    loaded = []
+    for point in points:
+        try:
+            point.load()
+        except Exception as exc:
+            raise ImportError(
+                f"the rule plugin {point.name!r} ({point.value}, entry point group {ENTRY_POINT_GROUP!r}) failed "
+                f"to import: {exc}"
+            ) from exc
+        loaded.append(point.value)
+    return loaded
+
+
+_REGISTRY: dict[str, tuple[type, dict]] = {}
+
+
+def _register(name: str, cls: type, fixed: dict):
+    if not re.fullmatch(r"[a-z][a-z0-9-]*", name):
+        raise ValueError(f"rule name {name!r} must be lower case letters, digits and '-'")
+    old = _REGISTRY.get(name)
+    if old is not None and (old[0].__module__, old[0].__qualname__) != (cls.__module__, cls.__qualname__):
+        raise ValueError(f"rule name {name!r} is taken by {old[0].__module__}.{old[0].__qualname__}")
+    _REGISTRY[name] = (cls, dict(fixed))
+
+
+@dataclass(frozen=True)
+class RuleInfo:
+    """A registered rule: its spec name, class, parameters with defaults, fixed parameters (an
+    alias such as ``cactus-exact`` fixes ``bonus="exact"``), one-line summary, reference, the
+    cells of the rules table, and whether it comes from this package or a plugin."""
+
+    name: str
+    rule_class: type
+    parameters: dict
+    fixed: dict
+    summary: str
+    reference: str = ""
+    table: dict = dataclasses.field(default_factory=dict)
+    builtin: bool = True
+
+    def signature(self) -> str:
+        """``name(param=default, ...)`` as a spec string would write it."""
+        args = ", ".join(f"{k}={_format_value(v)}" for k, v in self.parameters.items())
+        return f"{self.name}({args})" if args else self.name
+
+
+def _fields(cls):
+    return [f for f in dataclasses.fields(cls) if f.init]
+
+
+def _default(f):
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    raise TypeError(f"rule parameter {f.name} needs a default")
+
+
+def available_rules() -> dict[str, RuleInfo]:
+    """Every registered rule by spec name (sorted), with its parameters and their defaults
+    (plugins of the ``cactus_theory.rules`` entry point group included).
+
+    Examples
+    --------
+    >>> info = available_rules()["rfsd"]
+    >>> info.signature()
+    'rfsd(divergence=js, threshold=0.2)'
+    """
+    load_plugins()
+    out = {}
+    for name in sorted(_REGISTRY):
+        cls, fixed = _REGISTRY[name]
+        params = {f.name: _default(f) for f in _fields(cls) if f.name not in fixed}
+        summary = getattr(cls, "alias_summaries", {}).get(name) or _first_sentence(cls.__doc__)
+        table = getattr(cls, "alias_tables", {}).get(name) or getattr(cls, "table", {})
+        out[name] = RuleInfo(
+            name,
+            cls,
+            params,
+            dict(fixed),
+            summary,
+            reference=getattr(cls, "reference", ""),
+            table=dict(table),
+            builtin=cls.__module__.startswith("cactus_theory."),
+        )
+    return out
+
+
+def _first_sentence(doc) -> str:
+    """The first paragraph of a docstring on one line (a summary may wrap over lines)."""
+    first = (doc or "").strip().split("\n\n")[0]
+    return " ".join(first.split())
+
+
+def _format_value(value) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (float, np.floating)):
+        return f"{float(value):g}"
+    if isinstance(value, (tuple, list)):
+        return "[" + ";".join(_format_value(v) for v in value) + "]"
+    if hasattr(value, "name") and not isinstance(value, str):  # an FDivergence
+        return str(value.name)
+    return str(value)
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    """Split on ``sep`` outside brackets and parentheses."""
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"unbalanced brackets in rule spec {text!r}")
+        if ch == sep and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if depth != 0:
+        raise ValueError(f"unbalanced brackets in rule spec {text!r}")
+    parts.append("".join(cur))
+    return [p.strip() for p in parts]
+
+
+def _parse_spec(spec: str):
+    """'name(key=value, ...)' -> (name, {key: raw string})."""
+    text = spec.strip()
+    m = re.fullmatch(r"([A-Za-z][A-Za-z0-9_-]*)\s*(?:\((.*)\))?", text, flags=re.S)
+    if not m:
+        raise ValueError(f"rule spec {spec!r} is not of the form name or name(key=value, ...)")
+    name, body = m.group(1).lower().replace("_", "-"), m.group(2)
+    args = {}
+    if body is not None and body.strip():
+        for item in _split_top(body, ","):
+            if "=" not in item:
+                raise ValueError(f"rule spec {spec!r}: argument {item!r} must be key=value")
+            key, value = (s.strip() for s in item.split("=", 1))
+            if key in args:
+                raise ValueError(f"rule spec {spec!r}: {key} is given twice")
+            args[key] = value
+    return name, args
+
+
+def _coerce(raw, hint, name: str, spec: str):
+    """A parameter value from its spec-string text, by the field's type hint."""
+    if not isinstance(raw, str):
+        return raw
+    text = raw.strip().strip("'\"")
+    options = (
+        typing.get_args(hint)
+        if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+        else (hint,)
+    )
+    if type(None) in options and text.lower() in ("none", "null", ""):
+        return None
+    for option in options:
+        origin = typing.get_origin(option) or option
+        try:
+            if origin is tuple:
+                inner = (typing.get_args(option) or (float,))[0]
+                items = [s for s in re.split(r"[;,\s]+", text.strip("[]()")) if s]
+                return tuple(inner(s) for s in items)
+            if origin is bool:
+                if text.lower() in ("true", "1", "yes"):
+                    return True
+                if text.lower() in ("false", "0", "no"):
+                    return False
+                continue
+            if origin is int:
+                return int(text)
+            if origin is float:
+                return float(text)
+            if origin is str:
+                return text
+        except ValueError:
+            continue
+    raise ValueError(f"rule spec {spec!r}: {name}={raw!r} is not a valid {hint}")
+
+
+def make_rule(spec) -> Rule:
+    """A rule from a spec string ``name(key=value, ...)``, e.g. ``cactus(delta=1)``,
+    ``topk(k=3)``, ``rfsd(divergence=js, threshold=0.2)``; a Rule is returned as it is.
+
+    Values are coerced to the parameter's type; lists are written ``[0.9; 0.6; 0.3]``. An
+    unknown name or parameter raises a ValueError that lists the valid ones
+    (``available_rules()``).
+
+    Examples
+    --------
+    >>> make_rule("cactus(delta=0.5)")
+    Cactus(delta=0.5, divergence='kl', bonus='taylor')
+    >>> make_rule("lossy(alpha=0.7)").describe()
+    'lossy(alpha=0.7)'
+    """
+    from ._protocol import Rule
+
+    if isinstance(spec, Rule):
+        return spec
+    if not isinstance(spec, str):
+        raise ValueError(f"a rule spec must be a string like 'cactus(delta=1)' or a Rule; got {spec!r}")
+    name, args = _parse_spec(spec)
+    if name not in _REGISTRY:
+        load_plugins()
+    if name not in _REGISTRY:
+        names = ", ".join(sorted(_REGISTRY))
+        raise ValueError(f"unknown rule {name!r} in {spec!r}; registered rules: {names}")
+    cls, fixed = _REGISTRY[name]
+    hints = typing.get_type_hints(cls)
+    allowed = [f.name for f in _fields(cls) if f.name not in fixed]
+    kwargs = dict(fixed)
+    for key, raw in args.items():
+        if key not in allowed:
+            valid = ", ".join(allowed) if allowed else "none"
+            raise ValueError(f"rule {name!r} has no parameter {key!r} (in {spec!r}); its parameters: {valid}")
+        kwargs[key] = _coerce(raw, hints.get(key, str), key, spec)
+    return cls(**kwargs)
+
+
+def make_rules(specs, grid=None) -> list[Rule]:
+    """Rules from specs (a list, or one string of comma-separated specs), expanded over a grid.
+
+    ``grid`` maps a parameter to values, e.g. ``{"delta": [0.25, 1]}``: every spec whose rule
+    has that parameter and does not set it is built once per value (``--rules cactus,mentored
+    --delta 0.25,1``). Specs that set it, and rules without it, are built once.
+
+    Examples
+    --------
+    >>> [r.describe() for r in make_rules("sps,cactus,lossy(alpha=0.3)", {"delta": [0.25, 1]})]
+    ['sps', 'cactus(delta=0.25)', 'cactus(delta=1)', 'lossy(alpha=0.3)']
+    """
+    from ._protocol import Rule
+
+    if isinstance(specs, str):
+        specs = _split_top(specs, ",")
+    specs = [s for s in specs if not (isinstance(s, str) and not s.strip())]
+    if not specs:
+        raise ValueError(f"no rules given; choose from {', '.join(sorted(_REGISTRY))}")
+    grid = {k: list(v) for k, v in (grid or {}).items()}
+    rules = []
+    for spec in specs:
+        if isinstance(spec, Rule):
+            rules.append(spec)
+            continue
+        name, args = _parse_spec(spec)
+        if name not in _REGISTRY:
+            make_rule(spec)  # raises with the list of names
+        cls, fixed = _REGISTRY[name]
+        fields = {f.name for f in _fields(cls)} - set(fixed) - set(args)
+        expand = [(k, v) for k, v in grid.items() if k in fields]
+        combos = [{}]
+        for key, values in expand:
+            combos = [{**c, key: v} for c in combos for v in values]
+        for combo in combos:
+            rule = make_rule(spec)
+            rules.append(dataclasses.replace(rule, **combo) if combo else rule)
+    return rules
+
+
+def _same(a, b) -> bool:
+    if hasattr(a, "name") and not isinstance(a, str):
+        a = a.name
+    if hasattr(b, "name") and not isinstance(b, str):
+        b = b.name
+    if isinstance(a, (int, float, np.number)) and isinstance(b, (int, float, np.number)):
+        return float(a) == float(b)
+    return a == b

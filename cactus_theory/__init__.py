@@ -30,9 +30,27 @@ from ._engines import local_dask_cluster
 from ._gamma import APPROX_METHODS, GammaConvergenceWarning, GammaResult, approx_gamma, exact_gamma
 from ._hf import load_model
 from ._pareto import pareto_front
-from ._plan import CostModel, Plan, calibrate_cost, load_cost, predict_speedup
-from ._plotting import plot_al_vs_kl, plot_delta_sweep, plot_delta_sweep_by_task, plot_plan, plot_rule_front, plot_step
-from ._prompts import Prompt, load_prompts, mixed_prompts, prompt_part, prompt_seed, select_part
+from ._plan import CostModel, Plan, calibrate_cost, default_cost_path, load_cost, predict_speedup
+from ._plotting import (
+    figure_png,
+    plot_al_vs_kl,
+    plot_delta_sweep,
+    plot_delta_sweep_by_task,
+    plot_plan,
+    plot_rule_front,
+    plot_step,
+)
+from ._prompts import (
+    Prompt,
+    benchmark_file,
+    benchmark_prompt,
+    data_directory,
+    load_prompts,
+    mixed_prompts,
+    prompt_part,
+    prompt_seed,
+    select_part,
+)
 from ._rules import (
     BONUS_POLICIES,
     ENTRY_POINT_GROUP,
@@ -106,6 +124,8 @@ __all__ = [
     "autoregressive_generate",
     "available_divergences",
     "available_rules",
+    "benchmark_file",
+    "benchmark_prompt",
     "binary_divergence",
     "block_statistics",
     "block_sums",
@@ -114,7 +134,9 @@ __all__ = [
     "comparison_entries",
     "comparison_markdown",
     "calibrate_cost",
+    "data_directory",
     "decode_prompts",
+    "default_cost_path",
     "decoding_summary",
     "divergence",
     "dump_trace",
@@ -122,6 +144,7 @@ __all__ = [
     "exact_gamma",
     "expected_accepted_length",
     "generator_facts",
+    "figure_png",
     "get_divergence",
     "import_logits",
     "import_topk_logprobs",

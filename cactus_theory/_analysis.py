@@ -13,7 +13,7 @@ import numpy as np
 
 from ._emitted import block_sums, expected_accepted_length, step_metrics
 from ._engines import run_dask, run_local
-from ._io import atomic_write, csv_text
+from ._io import csv_text
 from ._progress import progress_bar
 from ._rules import BONUS_POLICIES, make_rules
 from ._sampling import SamplingSettings
@@ -136,6 +136,20 @@ class AnalysisResult:
             ),
             indent=1,
         )
+
+    def figures(self) -> dict:
+        """{file name: PNG bytes} of the analysis figures (acceptance and AL against delta, AL
+        against emitted KL, AL against delta per task when there are several)."""
+        from ._outputs import analysis_figures
+
+        return analysis_figures(self)
+
+    def write(self, out_dir, figures: bool = True) -> list:
+        """Write analysis.csv, analysis.json and (with ``figures``) the figures into ``out_dir``,
+        atomically; returns the paths."""
+        from ._outputs import write_outputs
+
+        return write_outputs(self, out_dir, figures=figures)
 
     def table(self, task="all", trace="all") -> str:
         """The rows of one task (or of one trace, over all its tasks) as a fixed-width text table."""
@@ -356,35 +370,3 @@ def _row(rule, m, task, trace, sel, rng, n_boot, bonus_policy) -> AnalysisRow:
     for name, (v, lo, hi) in stats.items():
         row[name], row[f"{name}_lo"], row[f"{name}_hi"] = v, lo, hi
     return row
-
-
-def write_outputs(result: AnalysisResult, out_dir: str, figures: bool = True) -> list[str]:
-    """analysis.csv, analysis.json and (optionally) figures into ``out_dir``, atomically."""
-    written = []
-
-    def put(name, data):
-        written.append(atomic_write(os.path.join(out_dir, name), data))
-
-    put("analysis.csv", result.to_csv())
-    put("analysis.json", result.to_json())
-    if figures:
-        for name, data in analysis_figures(result).items():
-            put(name, data)
-    return written
-
-
-def analysis_figures(result: AnalysisResult) -> dict:
-    """PNG bytes of the analysis figures (``_plotting``): acceptance and AL against delta per
-    rule, AL against emitted KL, and AL against delta per task when the trace has several."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from ._plotting import figure_png, plot_al_vs_kl, plot_delta_sweep, plot_delta_sweep_by_task
-
-    out = {
-        "acceptance_al_vs_delta.png": figure_png(plot_delta_sweep(result.rows, result.settings)),
-        "al_vs_kl.png": figure_png(plot_al_vs_kl(result.rows)),
-    }
-    if len({r["task"] for r in result.rows} - {"all"}) > 1:
-        out["al_vs_delta_by_task.png"] = figure_png(plot_delta_sweep_by_task(result.rows))
-    return out

@@ -248,7 +248,8 @@ def _dask_client(args):
 
 
 def _cmd_analyze(args) -> int:
-    from ._analysis import analyze_trace, parse_rules, write_outputs
+    from ._analysis import analyze_trace, parse_rules
+    from ._outputs import write_outputs
 
     if args.out:
         check_output(args.out)
@@ -322,7 +323,8 @@ def _cmd_calibrate(args) -> int:
 
 
 def _cmd_plan(args) -> int:
-    from ._analysis import analyze_trace, parse_rules, write_outputs
+    from ._analysis import analyze_trace, parse_rules
+    from ._outputs import write_outputs
     from ._plan import CostModel, load_cost, predict_speedup
 
     cost = load_cost(args.cost) if args.cost else CostModel.from_ratio(args.cost_ratio)  # checked before the work

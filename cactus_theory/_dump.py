@@ -129,8 +129,6 @@ def dump_trace(
 
     Returns the number of positions written by this call.
     """
-    import torch
-
     settings = settings or SamplingSettings()
     if limit is not None and not (isinstance(limit, (int, np.integer)) and limit >= 0):
         raise ValueError(f"limit must be an integer >= 0 (prompts to dump in this run); got {limit!r}")
@@ -140,6 +138,8 @@ def dump_trace(
         prompts = select_part(prompts, *part)
     if completions is not None:
         completions = _check_completions(completions, prompts, max_new_tokens)
+    import torch  # the arguments are checked first: a mistake costs no model load, nor the torch import
+
     v_model, v_tok, v_info = load_model(verifier, device, dtype, cache=cache, progress=progress)
     d_model, _d_tok, d_info = load_model(draft, device, dtype, cache=cache, progress=progress)
     vocab = v_model.config.vocab_size if hasattr(v_model.config, "vocab_size") else None

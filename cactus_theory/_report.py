@@ -254,7 +254,8 @@ def build_report(
     import matplotlib
 
     matplotlib.use("Agg")
-    from ._analysis import analysis_figures, analyze_trace, parse_rules
+    from ._analysis import analyze_trace, parse_rules
+    from ._outputs import analysis_figures
     from ._trace import load_trace
 
     check_output(out_dir, what="out_dir")  # before minutes of work, not after

@@ -28,7 +28,7 @@ from ._rules._reference import emitted_bruteforce
 from ._sampling import SamplingSettings, processed_probs
 from ._simulate import simulate
 
-__all__ = ["CHECKS", "check_rule", "conformance_rules", "make_case", "same_rules"]
+__all__ = ["CHECKS", "check_rule", "conformance_rules", "emitted_bruteforce", "make_case", "same_rules"]
 
 
 def make_case(seed: int, vocab: int, batch=()):

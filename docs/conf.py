@@ -30,7 +30,7 @@ extensions = [
     "sphinx.ext.viewcode",
 ]
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]
-exclude_patterns = ["_build", "results/*.md", "results/**/*.md", "Thumbs.db", ".DS_Store"]
+exclude_patterns = ["_build", "_generated", "results/*.md", "results/**/*.md", "Thumbs.db", ".DS_Store"]
 source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb"}
 
 nb_execution_mode = "force"
@@ -78,6 +78,8 @@ kernelspec:
 
 Build it with `make_rule("{name}")` (or `cactus-theory analyze --rules '{name}'`); class
 `{cls}`{fixed}.{logits}
+
+Source: {reference}
 
 ```{{code-cell}} python
 :tags: [hide-input]
@@ -130,6 +132,7 @@ def _write_rule_pages():
             cls=info.rule_class.__name__,
             fixed=f" with {fixed}" if fixed else "",
             logits=f" It needs the {roles} logits from before the sampling processing (`RuleLogits`)." if roles else "",
+            reference=info.reference or "this package",
         )
         path = os.path.join(_RULES_DST, f"{name}.md")
         wanted.add(path)
@@ -143,6 +146,49 @@ def _write_rule_pages():
 
 
 _write_rule_pages()
+
+# The rules table (docs/rules.md) and the rule classes of the API page (docs/api.md), from the
+# registry: a rule module adds its row and its entry without a line written here.
+_GENERATED = os.path.join(HERE, "_generated")
+
+
+def _write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if not os.path.exists(path) or open(path).read() != text:
+        with open(path, "w") as fh:
+            fh.write(text)
+
+
+def _write_rule_lists():
+    from cactus_theory import available_rules
+
+    rows = [
+        "| spec name | acceptance | correction | emitted law | lossless | source |",
+        "|---|---|---|---|---|---|",
+    ]
+    classes = {}
+    for name, info in available_rules().items():
+        if not info.builtin:
+            continue
+        cells = info.table
+        params = ", ".join(info.parameters)
+        label = f"{name}({params})" if params else name
+        spec = f"{{doc}}`{label} </rules/{name}>`"
+        keys = ("acceptance", "correction", "emitted", "lossless")
+        row = [spec] + [cells.get(k, "").replace("|", "\\|") for k in keys]
+        rows.append("| " + " | ".join(row) + f" | {info.reference.split(';')[0]} |")
+        classes.setdefault(info.rule_class.__name__, info.rule_class)
+    _write(os.path.join(_GENERATED, "rules_table.md"), "\n".join(rows) + "\n")
+    api = ["```{eval-rst}"]
+    for cls_name in sorted(classes, key=str.lower):
+        api.append(f".. autoclass:: cactus_theory.{cls_name}")
+    for name in sorted(n for n in cactus_theory._rules.rule_exports() if n not in classes):
+        api.append(f".. autofunction:: cactus_theory.{name}")
+    api.append("```")
+    _write(os.path.join(_GENERATED, "api_rules.md"), "\n".join(api) + "\n")
+
+
+_write_rule_lists()
 
 # Dataclass fields named like common words (delta, gamma) exist on several classes; an
 # ambiguous cross-reference from a type annotation is not an error in the text.

@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from cactus_theory import APPROX_METHODS, approx_gamma, available_divergences, binary_divergence, exact_gamma
-from cactus_theory._io import atomic_write
+from cactus_theory.io import atomic_write
 
 
 def grid():

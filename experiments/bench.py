@@ -50,7 +50,7 @@ from cactus_theory import (
     parse_rules,
     synthesize_trace,
 )
-from cactus_theory._kernels import HAVE_NUMBA, windowed_accepted_length_of_ratio
+from cactus_theory.kernels import HAVE_NUMBA, windowed_accepted_length_of_ratio
 
 ROWS, VOCAB = 256, 151_936
 
@@ -192,7 +192,7 @@ def compile_times():
         return "numba not installed"
     code = (
         "import time, numpy as np; t = time.perf_counter(); "
-        "from cactus_theory._kernels import exact_kl_gamma, windowed_accepted_length; "
+        "from cactus_theory.kernels import exact_kl_gamma, windowed_accepted_length; "
         "exact_kl_gamma(np.array([0.3]), np.array([1.0])); windowed_accepted_length(np.ones((1, 9)), 8); "
         "print(time.perf_counter() - t)"
     )
@@ -334,7 +334,7 @@ def bench_analysis(repeats):
     # A fresh interpreter's fixed cost: what each spawned worker pays before its first shard.
     start = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-c", "import cactus_theory._analysis as a, cactus_theory._kernels as k; k.warm_up()"],
+        [sys.executable, "-c", "import cactus_theory, cactus_theory.kernels as k; k.warm_up()"],
         check=True,
     )
     t_start = time.perf_counter() - start
@@ -367,8 +367,7 @@ def bench_scaling(positions=100_000):
     trace's positions, blocks of 32, seed 0) with local processes and with Dask workers; the Dask
     cluster (worker processes, one thread each) is started before the clock starts, its workers
     cold (they import the package and load the kernels on their first task, as pool workers do)."""
-    from cactus_theory._analysis import _shard_stats
-    from cactus_theory._engines import local_dask_cluster
+    from cactus_theory.engines import local_dask_cluster, shard_statistics
 
     rules = parse_rules("sps,tas,cactus,cactus-exact,mentored", (0.5, 1.0))
     with tempfile.TemporaryDirectory() as tmp:
@@ -388,7 +387,7 @@ def bench_scaling(positions=100_000):
             cluster.close()
         shard = big.manifest["shards"][0]["positions"]
         tracemalloc.start()
-        _shard_stats(
+        shard_statistics(
             (big.directory, 0, list(rules), (4, 8, 20), SamplingSettings(**big.metadata["sampling"]), "verifier", None)
         )
         peak = tracemalloc.get_traced_memory()[1]

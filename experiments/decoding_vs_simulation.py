@@ -25,9 +25,8 @@ import argparse
 import json
 import os
 
-from cactus_theory import SamplingSettings, load_trace, parse_rules, simulate, step_metrics
-from cactus_theory._emitted import block_statistics
-from cactus_theory._io import atomic_write
+from cactus_theory import SamplingSettings, block_statistics, load_trace, parse_rules, simulate, step_metrics
+from cactus_theory.io import atomic_write
 
 RULES = {rule.family: rule for rule in parse_rules("sps,tas,cactus,cactus-exact,mentored", (1.0,))}
 TASKS = ("gsm8k", "humaneval")
@@ -53,6 +52,11 @@ def measured(cache, method, keys, horizon=None):
         n += 1
         longest = max(longest, rec["tokens"])
     return (acc / steps if steps else float("nan")), steps, n, longest
+
+
+def _relative(prediction, measured):
+    """prediction / measured - 1 as a percentage; n/a where nothing was accepted (no ratio)."""
+    return f"{prediction / measured - 1:+.1%}" if measured > 0 else "n/a"
 
 
 def predicted(trace_seqs, rule, m, settings, runs, seed=0):
@@ -131,8 +135,8 @@ def main(argv=None):
         cells = [r["describe"], r["task"], str(r["problems"]), str(r["steps"]), f"{r['real']:.2f}"]
         cells += [f"{early:.2f}"] if short else []
         for pred in (r["position"], r["renewal"]):
-            cells += [f"{pred:.2f}", f"{pred / r['real'] - 1:+.1%}"]
-            cells += [f"{pred / early - 1:+.1%}"] if short else []
+            cells += [f"{pred:.2f}", _relative(pred, r["real"])]
+            cells += [_relative(pred, early)] if short else []
         lines.append("| " + " | ".join(cells) + " |")
     text = "\n".join(lines)
     print(text)

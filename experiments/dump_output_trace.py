@@ -25,9 +25,7 @@ import json
 import os
 import time
 
-from cactus_theory._dump import dump_trace
-from cactus_theory._prompts import mixed_prompts
-from cactus_theory._sampling import SamplingSettings
+from cactus_theory import SamplingSettings, dump_trace, mixed_prompts
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CACHE = os.path.expanduser("~/.cache/cactus_theory")
@@ -60,7 +58,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cache", default=os.path.join(CACHE, "decoding"))
     parser.add_argument("--out", default=os.path.join(CACHE, "traces", "verifier-outputs"))
-    parser.add_argument("--data", default=os.path.join(HERE, "..", "..", "shared", "data"))
+    parser.add_argument(
+        "--data", default=None, help="benchmark data directory (default: $CACTUS_THEORY_DATA, else the cache's)"
+    )
     parser.add_argument("--models", default=os.path.join(CACHE, "models"))
     parser.add_argument("--gsm8k", type=int, default=30)
     parser.add_argument("--humaneval", type=int, default=20)

@@ -5,7 +5,8 @@ Usage:
     python experiments/dump_real_trace.py [--out DIR] [--per-task 22] [--max-new-tokens 128]
 
 Prompts: the first --per-task problems of GSM8K (test), HumanEval and MT-Bench (first turn)
-from ../shared/data (or --data), chat template applied; the verifier samples with the paper's
+from the benchmark data directory (--data, $CACTUS_THEORY_DATA or ~/.cache/cactus_theory/data), chat
+template applied; the verifier samples with the paper's
 settings (temperature 0.6, top-p 0.95, top-k 20), bf16 on the CPU, seed 0. Resumable: rerun the
 same command after an interruption. Then `python experiments/embed_trace.py` copies it into
 the package as the embedded default.
@@ -17,9 +18,7 @@ import argparse
 import os
 import time
 
-from cactus_theory._dump import dump_trace
-from cactus_theory._prompts import mixed_prompts
-from cactus_theory._sampling import SamplingSettings
+from cactus_theory import SamplingSettings, dump_trace, mixed_prompts
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CACHE = os.path.expanduser("~/.cache/cactus_theory")
@@ -28,7 +27,9 @@ CACHE = os.path.expanduser("~/.cache/cactus_theory")
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=os.path.join(CACHE, "traces", "qwen2.5-coder-0.5b-for-1.5b"))
-    parser.add_argument("--data", default=os.path.join(HERE, "..", "..", "shared", "data"))
+    parser.add_argument(
+        "--data", default=None, help="benchmark data directory (default: $CACTUS_THEORY_DATA, else the cache's)"
+    )
     parser.add_argument("--models", default=os.path.join(CACHE, "models"))
     parser.add_argument("--per-task", type=int, default=22)
     parser.add_argument("--max-new-tokens", type=int, default=128)

@@ -20,8 +20,8 @@ import os
 import shutil
 import tempfile
 
-from cactus_theory._io import atomic_write
-from cactus_theory._trace import Trace
+from cactus_theory import Trace
+from cactus_theory.io import atomic_write
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TARGET = os.path.join(HERE, "..", "cactus_theory", "data", "default_trace")
@@ -66,11 +66,13 @@ def main(argv=None):
     )
     parser.add_argument("--models", default=os.path.expanduser("~/.cache/cactus_theory/models"))
     parser.add_argument("--identity-only", action="store_true", help="only rewrite the embedded manifest's models")
+    parser.add_argument("--target", default=TARGET, help="where the embedded trace lives (default: the package's)")
     args = parser.parse_args(argv)
+    target = args.target
     if args.identity_only:
-        rewrite_identities(TARGET, args.models)
-        Trace(TARGET, verify=True)
-        print(json.dumps({"rewrote": os.path.join(TARGET, "manifest.json")}))
+        rewrite_identities(target, args.models)
+        Trace(target, verify=True)
+        print(json.dumps({"rewrote": os.path.join(target, "manifest.json")}))
         return
     trace = Trace(args.trace, verify=True)
     files = ["manifest.json"] + [s["file"] for s in trace.manifest["shards"]]
@@ -80,19 +82,19 @@ def main(argv=None):
     for seq in trace.manifest["sequences"]:
         if "prompt_ids" in seq or "text" in seq.get("meta", {}):
             raise SystemExit("the trace carries prompt text or ids: it may not be embedded")
-    parent = os.path.dirname(os.path.abspath(TARGET))
+    parent = os.path.dirname(os.path.abspath(target))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=parent, prefix=".default_trace.")
     for f in files:
         shutil.copy2(os.path.join(args.trace, f), os.path.join(tmp, f))
     rewrite_identities(tmp, args.models)
     Trace(tmp, verify=True)
-    old = TARGET + ".old"
-    if os.path.exists(TARGET):
-        os.replace(TARGET, old)
-    os.replace(tmp, TARGET)
+    old = target + ".old"
+    if os.path.exists(target):
+        os.replace(target, old)
+    os.replace(tmp, target)
     shutil.rmtree(old, ignore_errors=True)
-    print(json.dumps({"sequences": len(trace), "positions": trace.n_positions, "bytes": size, "path": TARGET}))
+    print(json.dumps({"sequences": len(trace), "positions": trace.n_positions, "bytes": size, "path": target}))
 
 
 if __name__ == "__main__":

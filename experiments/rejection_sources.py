@@ -1,9 +1,9 @@
 """Where the rejections come from: draft tokens outside the verifier's truncated support.
 
 Usage:
-    python experiments/rejection_sources.py [--delta 1.0]
+    python experiments/rejection_sources.py [--delta 1.0] [--trace DIR]
 
-On the embedded trace (temperature 0.6, top-k 20, top-p 0.95 applied to both models), for each
+On the embedded trace (or --trace; temperature 0.6, top-k 20, top-p 0.95 applied to both models), for each
 rule: the expected rejection mass per position, sum_n p(n) (1 - a_n), and the share of it that
 comes from drafted tokens with q(n) = 0 (outside the verifier's top-k / top-p support). No rule
 whose target keeps D_f(h || q) finite (KL, and every budgeted rule here) can accept such a
@@ -23,8 +23,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--delta", type=float, default=1.0)
     parser.add_argument("--rules", default="sps,tas,cactus,cactus-exact,mentored", help="rule specs (make_rules)")
+    parser.add_argument("--trace", default=None, help="trace directory (default: the embedded trace)")
     args = parser.parse_args(argv)
-    trace = load_trace()
+    trace = load_trace(args.trace)
     settings = SamplingSettings(**trace.metadata["sampling"])
     rules = parse_rules(args.rules, (args.delta,))
     outside, total = np.zeros(len(rules)), np.zeros(len(rules))

@@ -1,7 +1,7 @@
 """Every acceptance rule on the embedded trace at the paper grid's parameters.
 
 Usage:
-    python experiments/rules_comparison.py [--out-dir docs/results] [--processes 2] [--bootstrap 1000]
+    python experiments/rules_comparison.py [--out-dir docs/results] [--processes 2] [--bootstrap 1000] [--trace DIR]
 
 The grid is the overlay's paper grid (graphcore-research/relaxed-spec-dec-repro @ c28353f,
 scripts/run_paper_grid.py, with its bonus policy per rule), plus the rules of this package it
@@ -18,9 +18,8 @@ import os
 import platform
 import time
 
-from cactus_theory._io import atomic_write
-from cactus_theory._plotting import figure_png, plot_rule_front
-from cactus_theory._zoo import compare_rules, comparison_markdown
+from cactus_theory import compare_rules, comparison_markdown, figure_png, plot_rule_front
+from cactus_theory.io import atomic_write
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -30,20 +29,23 @@ def main(argv=None):
     parser.add_argument("--out-dir", default=os.path.join(HERE, "..", "docs", "results"))
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--bootstrap", type=int, default=1000)
+    parser.add_argument("--trace", nargs="*", default=None, help="trace directories or globs (default: the embedded)")
     args = parser.parse_args(argv)
     import matplotlib
 
     matplotlib.use("Agg")
     start = time.perf_counter()
-    comparison = compare_rules(n_boot=args.bootstrap, processes=args.processes)
+    comparison = compare_rules(args.trace or None, n_boot=args.bootstrap, processes=args.processes)
     seconds = time.perf_counter() - start
     png = figure_png(plot_rule_front(comparison, m=8))
+    where = ", ".join(args.trace) if args.trace else "the embedded one (Qwen2.5-Coder-0.5B drafting for 1.5B)."
     command = f"python experiments/rules_comparison.py --processes {args.processes} --bootstrap {args.bootstrap}"
+    if args.trace:
+        command += " --trace " + " ".join(args.trace)
     md = [
         "# Every rule on the embedded trace, at the paper grid's parameters",
         "",
-        f"Command: `{command}` ({seconds:.0f} s on {os.cpu_count()} cores, {platform.machine()}). "
-        "Trace: the embedded one (Qwen2.5-Coder-0.5B drafting for 1.5B).",
+        f"Command: `{command}` ({seconds:.0f} s on {os.cpu_count()} cores, {platform.machine()}). Trace: {where}",
         "",
         comparison_markdown(comparison),
         "",

@@ -87,6 +87,7 @@ def _error(capsys, argv, code):
     return err[0]
 
 
+@pytest.mark.models
 def test_expected_failures_print_one_line(tmp_path, capsys, gguf_pair, own_prompts):
     v, d = gguf_pair
     dump = ["dump", "--verifier", v, "--draft", d, "--prompts", own_prompts, "--field", "instruction", "--quiet"]
@@ -138,6 +139,7 @@ def test_analyze_prints_per_task_tables_and_filters_tasks(tmp_path, capsys):
     assert "not in the trace; its tasks: chat, gsm8k" in line
 
 
+@pytest.mark.models
 def test_own_prompts_dumped_decoded_and_analysed(tmp_path, capsys, gguf_pair, own_prompts):
     """The walkthrough of docs/walkthrough.md with tiny GGUF models instead of the Qwen pair."""
     v, d = gguf_pair

@@ -227,6 +227,7 @@ def dask_client():
     cluster.close()
 
 
+@pytest.mark.distributed
 def test_dask_analysis_equals_the_single_process_path_bit_for_bit(dask_client, tmp_path):
     dirs = _parts(tmp_path)
     local = analyze_trace(dirs, RULES, ms=(2, 4), n_boot=300, seed=3)
@@ -238,6 +239,7 @@ def test_dask_analysis_equals_the_single_process_path_bit_for_bit(dask_client, t
         analyze_trace(dirs, RULES, client=dask_client, processes=2)
 
 
+@pytest.mark.distributed
 def test_a_worker_killed_mid_run_loses_and_double_counts_nothing(dask_client, tmp_path):
     trace = load_trace()
     rules = parse_rules("sps,cactus,cactus-exact,mentored", (0.5, 1.0))
@@ -272,6 +274,7 @@ def test_a_worker_killed_mid_run_loses_and_double_counts_nothing(dask_client, tm
     assert [s["id"] for s in got.sequences] == sorted(s.id for s in trace)  # each sequence once
 
 
+@pytest.mark.distributed
 def test_cli_workers_runs_a_local_cluster(tmp_path, capsys):
     dirs = _parts(tmp_path)
     out = tmp_path / "res"

@@ -4,7 +4,7 @@ import itertools
 
 import numpy as np
 import pytest
-import torch
+from optional import torch
 from scipy import stats
 from tiny_models import tiny_model
 
@@ -12,6 +12,8 @@ from cactus_theory import SCD, TAS, Cactus, Lossy, RuleLogits, SpS, SyntheticAcc
 from cactus_theory._decode import NgramDrafter, autoregressive_generate, speculative_generate
 from cactus_theory._hf import CachedModel
 from cactus_theory._sampling import SamplingSettings, processed_probs
+
+pytestmark = pytest.mark.models  # every test here runs tiny Hugging Face models
 
 PROMPT = [5, 9, 14, 3, 27]
 
@@ -189,7 +191,7 @@ def test_answer_extraction_and_humaneval_execution():
     assert table.gsm8k_answer("so 3 + 4 = 7\n#### 1,234") == 1234
     assert table.gsm8k_answer("The answer is 18.") == 18
     assert table.gsm8k_answer("no digits") is None
-    data = pathlib.Path(__file__).parents[2] / "shared" / "data" / "humaneval" / "HumanEval.jsonl.gz"
+    data = pathlib.Path(__file__).parent / "data" / "benchmarks" / "humaneval" / "HumanEval.jsonl.gz"
     with gzip.open(data, "rt") as fh:
         problem = json.loads(fh.readline())
     good = problem["prompt"] + problem["canonical_solution"]

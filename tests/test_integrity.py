@@ -284,6 +284,7 @@ def test_infinite_plan_options_are_refused_before_the_analysis(option, capsys):
 # --- 5. hangs and late failures ----------------------------------------------------------------------
 
 
+@pytest.mark.distributed
 def test_a_listener_that_is_not_a_scheduler_fails_within_the_timeout():
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
@@ -297,6 +298,7 @@ def test_a_listener_that_is_not_a_scheduler_fails_within_the_timeout():
     server.close()
 
 
+@pytest.mark.distributed
 def test_a_refused_or_malformed_scheduler_address_fails_at_once(capsys):
     probe = socket.socket()
     probe.bind(("127.0.0.1", 0))

@@ -10,6 +10,8 @@ from cactus_theory import approx_gamma, exact_gamma
 from cactus_theory._emitted import _windowed_prefix_sums
 from cactus_theory._kernels import HAVE_NUMBA, windowed_accepted_length, windowed_accepted_length_of_ratio
 
+pytestmark = pytest.mark.fast  # the numba kernels
+
 
 def test_numba_is_installed_for_the_tests():
     assert HAVE_NUMBA  # the README's test command installs the fast extra: no path goes untested

@@ -122,6 +122,7 @@ def test_cost_files_round_trip_and_bad_files_are_named(tmp_path):
         load_cost(tmp_path / "nothing.json")
 
 
+@pytest.mark.models
 def test_calibration_on_tiny_models():
     import sys
 

@@ -4,6 +4,7 @@ point group ``cactus_theory.rules``) and checked by ``check_rule`` like ours; a 
 with the check named. Each case runs in its own interpreter, so the registry of the test process
 never sees these rules."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -114,7 +115,9 @@ def test_a_users_rule_is_registered_built_and_passes_every_check(tmp_path):
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["rule"] == "halfway(weight=0.25)" and out["builtin"] is False
     assert set(out["report"]) == set(CHECKS)
-    assert all(v == "passed" or v.startswith("skipped: not lossless") for v in out["report"].values()), out
+    no_torch = importlib.util.find_spec("torch") is None
+    allowed = {"passed", "skipped: not lossless"} | ({"skipped: torch is not installed"} if no_torch else set())
+    assert set(out["report"].values()) <= allowed, out
     assert out["compared"] == [["", "halfway(weight=0.5)", "verifier"]]
 
 

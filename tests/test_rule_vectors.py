@@ -1,11 +1,12 @@
-"""Every rule of RULES_ZOO.md against the shared test vectors (../shared/data/rule_vectors).
+"""Every relaxed rule of the overlay against its test vectors (tests/data/rule_vectors).
 
-The vectors were computed in float64 from the overlay's formulas (graphcore-research/
-relaxed-spec-dec-repro) and rounded to 10 significant digits: emitted laws, bonus laws and
-acceptances (where p(n) > 0) must agree to 1e-8, corrections where the rejection mass
-p(n) (1 - a(n)) is at least 1e-4 (PROVENANCE.md). Each vector key maps to one registered spec.
+The vectors were computed in float64 from the formulas of graphcore-research/relaxed-spec-dec-repro
+@ c28353f and rounded to 10 significant digits: emitted laws, bonus laws and acceptances (where
+p(n) > 0) must agree to 1e-8, corrections where the rejection mass p(n) (1 - a(n)) is at least
+1e-4 (PROVENANCE.md beside the data). Each setting names the spec string of the rule it tests.
 """
 
+import gzip
 import json
 import pathlib
 
@@ -14,39 +15,20 @@ import pytest
 
 from cactus_theory import RuleLogits, make_rule
 
-VECTORS = pathlib.Path(__file__).parents[2] / "shared" / "data" / "rule_vectors" / "vectors.json"
+VECTORS = pathlib.Path(__file__).parent / "data" / "rule_vectors" / "vectors.json.gz"
 TOL = 1e-8
 
 
-def _spec(rule, params):
-    """(spec string, sampling temperature override, block slot) of a vector setting."""
-    join = ";".join
-    specs = {
-        "strict": lambda: "sps",
-        "cactus": lambda: f"cactus(delta={params['delta']})",
-        "ensemble": lambda: f"ensemble(verifier_weight={params['verifier_weight']})",
-        "always_accept": lambda: "always-accept",
-        "rfsd": lambda: f"rfsd(divergence={params['divergence']}, threshold={params['threshold']})",
-        "fsd": lambda: f"fsd(divergence={params['divergence']}, threshold={params['threshold']})",
-        "spec_cascade_opt": lambda: f"spec-cascade-opt(alpha={params['alpha']}, gate={params['gate']})",
-        "spec_cascade_tok3": lambda: f"spec-cascade-tok3(alpha={params['alpha']}, top_set={params['top_set']})",
-        "lossy_spec_decode_beta1": lambda: f"lossy(alpha={params['alpha']})",
-        "scd_expert_toppk_gated": lambda: f"scd(beta={params['beta']}, temperature={params['scd_temperature']})",
-        "scd_alpha": lambda: (
-            f"scd(beta={params['beta']}, temperature={params['scd_temperature']}, gate=alpha, "
-            f"alpha={params['scd_alpha']})"
-        ),
-        "synthetic": lambda: f"synthetic(rates=[{join(str(r) for r in params['unconditional_rates'])}])",
-    }
-    return specs[rule](), params.get("request_temperature"), params.get("position")
+def _load():
+    with gzip.open(VECTORS, "rt", encoding="utf-8") as fh:
+        return json.load(fh)
 
 
 def _cases():
-    data = json.loads(VECTORS.read_text())
     out = []
-    for entry in data["rules"]:
+    for entry in _load()["rules"]:
         for setting in entry["settings"]:
-            spec, temperature, slot = _spec(entry["rule"], setting["params"])
+            spec, temperature, slot = setting["spec"], setting["temperature"], setting["slot"]
             out.append(pytest.param(entry, setting, spec, temperature, slot, id=f"{entry['key']}:{spec}"))
     return out
 
@@ -56,7 +38,7 @@ def _floats(values):
 
 
 def test_every_vector_key_maps_to_a_registered_rule():
-    keys = {entry["key"] for entry in json.loads(VECTORS.read_text())["rules"]}
+    keys = {entry["key"] for entry in _load()["rules"]}
     assert len(keys) == 15
     assert len(_cases()) == 28
 

@@ -2,9 +2,9 @@
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from optional import torch
 from scipy import optimize, special
 
 from cactus_theory import (
@@ -419,6 +419,7 @@ def test_a_token_neither_model_proposes_is_never_accepted(spec):
     assert rule.acceptance(p, q, 2) == 1.0
 
 
+@pytest.mark.torch
 def test_processed_probs_keeps_ties_at_the_kth_logit_as_vllm():
     logits = np.log(np.array([0.4, 0.2, 0.2, 0.2]))
     probs = processed_probs(logits, temperature=1.0, top_k=2, top_p=1.0)

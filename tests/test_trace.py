@@ -6,9 +6,9 @@ import pathlib
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from optional import torch
 from tiny_models import tiny_model, tiny_tokenizer
 
 from cactus_theory import Cactus, SpS, step_metrics
@@ -24,7 +24,7 @@ from cactus_theory._trace import (
     trace_from_arrays,
 )
 
-DATA = pathlib.Path(__file__).parents[2] / "shared" / "data"
+DATA = pathlib.Path(__file__).parent / "data" / "benchmarks"  # made-up records in each benchmark's format
 
 
 def _reference_probs(logits, temperature, top_k, top_p):
@@ -50,6 +50,7 @@ def _reference_probs(logits, temperature, top_k, top_p):
     return out
 
 
+@pytest.mark.torch
 @given(
     seed=st.integers(0, 2**32 - 1),
     temperature=st.sampled_from([0.0, 0.3, 0.6, 1.0, 1.7]),
@@ -179,6 +180,7 @@ def test_vocabulary_and_resume_mismatches(tmp_path):
         trace_from_arrays(tmp_path / "c", draft, bad, tokens)
 
 
+@pytest.mark.torch
 def test_imports_from_files(tmp_path):
     draft, target, tokens = _random_logits(5)
     np.savez(tmp_path / "x.npz", draft_logits=draft, target_logits=target, tokens=tokens, sequence_lengths=[12, 18])
@@ -230,10 +232,28 @@ def test_prompt_loaders_read_every_benchmark():
         prompts = load_prompts(DATA / rel, dataset=name, limit=3)
         assert [p.id for p in prompts] == [f"{name}-{i}" for i in range(3)]
         assert all(len(p.text) > 10 and len(p.source["sha256"]) == 64 for p in prompts)
+    assert load_prompts(DATA / files["gsm8k"], dataset="gsm8k")[0].text.endswith("give the final answer after '####'.")
+    assert "```python\ndef add(a: int" in load_prompts(DATA / files["humaneval"], dataset="humaneval")[0].text
+    assert "assert larger(2, 5) == 5" in load_prompts(DATA / files["mbpp"], dataset="mbpp")[0].text
     mixed = mixed_prompts(DATA, {"gsm8k": 2, "humaneval": 2})
     assert [p.task for p in mixed] == ["gsm8k", "humaneval", "gsm8k", "humaneval"]
     with pytest.raises(ValueError, match="does not exist"):
         load_prompts(DATA / "nowhere.jsonl")
+
+
+def test_a_missing_benchmark_file_says_where_to_get_it(tmp_path, monkeypatch):
+    from cactus_theory._prompts import benchmark_file, data_directory
+
+    monkeypatch.setenv("CACTUS_THEORY_DATA", str(tmp_path / "data"))
+    assert data_directory() == str(tmp_path / "data")
+    assert data_directory(DATA) == str(DATA)
+    with pytest.raises(
+        ValueError, match=r"gsm8k: .*test.jsonl does not exist. Download github.com/openai/grade-school"
+    ):
+        mixed_prompts(None, {"gsm8k": 1})
+    monkeypatch.delenv("CACTUS_THEORY_DATA")
+    assert data_directory().endswith(os.path.join("cactus_theory", "data")) or "CACTUS_THEORY_CACHE" in os.environ
+    assert benchmark_file("mbpp", DATA) == str(DATA / "mbpp" / "mbpp.jsonl")
 
 
 def test_the_dataset_is_chosen_never_guessed(tmp_path):
@@ -246,6 +266,7 @@ def test_the_dataset_is_chosen_never_guessed(tmp_path):
         load_prompts(path, dataset="mt_bench")
 
 
+@pytest.mark.models
 def test_dump_with_tiny_models_is_consistent_and_resumes(tmp_path):
     tokenizer = tiny_tokenizer()
     verifier, draft = tiny_model(0), tiny_model(1, layers=1)
@@ -314,6 +335,7 @@ def test_dump_with_tiny_models_is_consistent_and_resumes(tmp_path):
             np.testing.assert_allclose(seq.full_logits[side], sampled[seq.id].full_logits[side], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.models
 @pytest.mark.parametrize(
     "completions, message",
     [
@@ -348,8 +370,9 @@ def test_dump_checks_limit_before_loading_the_models(tmp_path):
 
 
 def test_analysis_matches_a_direct_computation_and_the_cli(tmp_path, capsys):
-    from cactus_theory._analysis import analyze_trace, parse_rules, write_outputs
+    from cactus_theory import analyze_trace, parse_rules
     from cactus_theory._cli import main
+    from cactus_theory._outputs import write_outputs
 
     draft, target, tokens = _random_logits(7, n=60, vocab=120)
     tasks = ["gsm8k", "humaneval", "gsm8k"]
@@ -390,6 +413,7 @@ def test_analysis_matches_a_direct_computation_and_the_cli(tmp_path, capsys):
         parse_rules("cactus,speculative")
 
 
+@pytest.mark.models
 def test_dump_from_gguf_files_written_with_the_gguf_package(tmp_path):
     from tiny_models import write_tiny_gguf
 
@@ -421,6 +445,7 @@ def test_dump_from_gguf_files_written_with_the_gguf_package(tmp_path):
     np.testing.assert_allclose(seq.full_logits["target"], fresh.numpy(), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.models
 def test_cli_dump_teacher_forced_on_a_completions_file(tmp_path, capsys):
     from tiny_models import write_tiny_gguf
 

@@ -232,6 +232,7 @@ def _same_sequences(a, b):
             np.testing.assert_array_equal(s.lse[role], t.lse[role])
 
 
+@pytest.mark.models
 def test_seeds_come_from_the_prompt_id_not_the_run(tmp_path):
     assert prompt_seed(3, "p1") == prompt_seed(3, "p1") != prompt_seed(3, "p2") != prompt_seed(4, "p2")
     _dump(tmp_path / "full")
@@ -241,6 +242,7 @@ def test_seeds_come_from_the_prompt_id_not_the_run(tmp_path):
     _same_sequences(tmp_path / "full", tmp_path / "parts")
 
 
+@pytest.mark.models
 @pytest.mark.parametrize(
     ("change", "field"),
     [
@@ -258,6 +260,7 @@ def test_resume_refuses_other_settings_naming_the_field(tmp_path, change, field)
         _dump(tmp_path / "t", **change)
 
 
+@pytest.mark.models
 def test_resume_refuses_another_model(tmp_path):
     from tiny_models import write_tiny_gguf
 
@@ -301,6 +304,7 @@ def _shards(out):
         return -1
 
 
+@pytest.mark.models
 def test_sigkill_at_several_moments_then_resume_gives_the_uninterrupted_trace(tmp_path):
     out = tmp_path / "killed"
     # killed as soon as the blank manifest exists, then after one more shard, then after two more
@@ -323,6 +327,7 @@ def test_sigkill_at_several_moments_then_resume_gives_the_uninterrupted_trace(tm
     assert not [f for f in os.listdir(out) if f.endswith(".tmp") or f.endswith(".lock")]
 
 
+@pytest.mark.models
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_sigterm_or_ctrl_c_keeps_every_completed_sequence(tmp_path, signum):
     out = tmp_path / "t"

@@ -1,6 +1,5 @@
-"""Tiny random causal LMs and a word-level tokenizer built in code: no download, ever."""
-
-import torch
+"""Tiny random causal LMs and a word-level tokenizer built in code: no download, ever. (Needs the
+models extra; imported lazily so that test modules that hold other tests import without it.)"""
 
 
 def tiny_tokenizer(vocab_size=64):
@@ -14,6 +13,7 @@ def tiny_tokenizer(vocab_size=64):
 
 
 def tiny_model(seed=0, vocab_size=64, layers=2):
+    import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)

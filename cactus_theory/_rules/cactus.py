@@ -122,7 +122,10 @@ class Cactus(GeneralizedRule):
     bonus: str = "taylor"
     surrogate_depends_on_token: ClassVar[bool] = True
     name: ClassVar[str] = "cactus"
-    reference: ClassVar[str] = ()
+    reference: ClassVar[str] = (
+        'Hao & Mou, "Cactus: Accelerating Auto-Regressive Decoding with Constrained Acceptance '
+        'Speculative Sampling", ICLR 2026; MANGA-UOFA/Cactus'
+    )
     table: ClassVar[dict] = {
         "acceptance": "min(1, γ/p(n)); γ Taylor, exact or safe",
         "correction": "norm((h_n − p)+)",

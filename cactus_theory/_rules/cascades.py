@@ -41,7 +41,10 @@ class SpecCascadeOpt(GeneralizedRule):
     alpha: float = 0.0
     gate: str = "processed"
     name: ClassVar[str] = "spec-cascade-opt"
-    reference: ClassVar[str] = ()
+    reference: ClassVar[str] = (
+        'Narasimhan et al., "Faster Cascades via Speculative Decoding", ICLR 2025 ([OPT]; '
+        "attribution ours); graphcore-research/relaxed-spec-dec-repro @ c28353f, spec_cascade_opt"
+    )
     table: ClassVar[dict] = {
         "acceptance": "1 unless it defers (then SpS)",
         "correction": "SpS's",
@@ -109,7 +112,10 @@ class SpecCascadeTok3(GeneralizedRule):
     name: ClassVar[str] = "spec-cascade-tok3"
     #: alpha = 1 keeps every token with a finite logit in T: h = p, the law of always-accept.
     same_law_as: ClassVar[tuple] = ("always-accept",)
-    reference: ClassVar[str] = ()
+    reference: ClassVar[str] = (
+        'Narasimhan et al., "Faster Cascades via Speculative Decoding", ICLR 2025 (TokenV3; '
+        "attribution ours); graphcore-research/relaxed-spec-dec-repro @ c28353f, spec_cascade_tok3"
+    )
     table: ClassVar[dict] = {
         "acceptance": "1 on T, min(1, η q(n)/p(n)) off T",
         "correction": "norm((h − p)+)",

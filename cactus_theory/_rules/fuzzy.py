@@ -71,7 +71,10 @@ class RFSD(_FuzzyGate, GeneralizedRule):
     """
 
     name: ClassVar[str] = "rfsd"
-    reference: ClassVar[str] = ()
+    reference: ClassVar[str] = (
+        'Holsman et al., "Fuzzy Speculative Decoding for a Tunable Accuracy-Runtime Tradeoff", 2025'
+        " (attribution ours); graphcore-research/relaxed-spec-dec-repro @ c28353f, rfsd"
+    )
     table: ClassVar[dict] = {
         "acceptance": "1 if D(p, q) ≤ τ, else SpS",
         "correction": "SpS's",
@@ -111,7 +114,10 @@ class FSD(_FuzzyGate, Rule):
 
     deterministic: ClassVar[bool] = True
     name: ClassVar[str] = "fsd"
-    reference: ClassVar[str] = ()
+    reference: ClassVar[str] = (
+        'Holsman et al., "Fuzzy Speculative Decoding for a Tunable Accuracy-Runtime Tradeoff", '
+        "2025; graphcore-research/relaxed-spec-dec-repro @ c28353f, fsd"
+    )
     table: ClassVar[dict] = {"acceptance": "1{D(p, q) < τ}", "correction": "q", "emitted": "p or q", "lossless": "no"}
     comparison: ClassVar[tuple] = (("", {"divergence": "js", "threshold": 0.2}, "verifier"),)
     examples: ClassVar[tuple] = ({"threshold": 0.3}, {"divergence": "kl", "threshold": 0.5})

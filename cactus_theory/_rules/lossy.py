@@ -33,7 +33,10 @@ class Lossy(GeneralizedRule):
 
     alpha: float = 0.7
     name: ClassVar[str] = "lossy"
-    reference: ClassVar[str] = ()
+    reference: ClassVar[str] = (
+        "graphcore-research/relaxed-spec-dec-repro @ c28353f, lossy_spec_decode_beta1 (grid label "
+        '"mentored-dec"; no paper cited there)'
+    )
     table: ClassVar[dict] = {
         "acceptance": "min(1, q(n)/((1−α) p(n)))",
         "correction": "norm((q − p)+)",

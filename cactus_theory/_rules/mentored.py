@@ -127,7 +127,10 @@ class Mentored(GeneralizedRule):
 
     delta: float = 1.0
     name: ClassVar[str] = "mentored"
-    reference: ClassVar[str] = ()
+    reference: ClassVar[str] = (
+        'Tran-Thien, "An Optimal Lossy Variant of Speculative Decoding" (mentored decoding), 2023; '
+        "the KKT solution is our derivation"
+    )
     table: ClassVar[dict] = {
         "acceptance": "min(1, h(n)/p(n)), h = clip(p, aq, bq), KL(h‖q) = δ",
         "correction": "norm((h − p)+)",

@@ -52,7 +52,11 @@ class SCD(GeneralizedRule):
     gate: str = "toppk"
     alpha: float = 0.1
     name: ClassVar[str] = "scd"
-    reference: ClassVar[str] = ()
+    reference: ClassVar[str] = (
+        'Yuan et al., "Speculative Contrastive Decoding", 2023; Li et al., "Contrastive Decoding", '
+        "ACL 2023 (attribution ours); graphcore-research/relaxed-spec-dec-repro @ c28353f, "
+        "scd_expert_toppk_gated / scd_alpha"
+    )
     table: ClassVar[dict] = {
         "acceptance": "min(1, π_scd(n)/p(n))",
         "correction": "norm((π_scd − p)+)",

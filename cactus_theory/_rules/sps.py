@@ -27,7 +27,11 @@ class SpS(GeneralizedRule):
 
     lossless: ClassVar[bool] = True
     name: ClassVar[str] = "sps"
-    reference: ClassVar[str] = ()
+    reference: ClassVar[str] = (
+        'Leviathan, Kalman & Matias, "Fast Inference from Transformers via Speculative Decoding", '
+        'ICML 2023; Chen et al., "Accelerating Large Language Model Decoding with Speculative '
+        'Sampling", arXiv 2302.01318'
+    )
     table: ClassVar[dict] = {
         "acceptance": "min(1, q(n)/p(n))",
         "correction": "norm((q − p)+)",

@@ -1,0 +1,16 @@
+"""Where the analysis runs, for scripts that drive it themselves: local worker processes, a
+Dask cluster on this machine or one reached at an address, and the per-shard statistics that
+travel to them (``shard_statistics``: the work of one task)."""
+
+from ._analysis import _shard_stats as shard_statistics
+from ._engines import DASK_WORKER_ENV, connect_scheduler, local_dask_cluster, prepare_worker, run_dask, run_local
+
+__all__ = [
+    "DASK_WORKER_ENV",
+    "connect_scheduler",
+    "local_dask_cluster",
+    "prepare_worker",
+    "run_dask",
+    "run_local",
+    "shard_statistics",
+]

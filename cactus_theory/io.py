@@ -1,0 +1,29 @@
+"""Files written the way the package writes them, for scripts and extensions: atomic writes
+(a temporary name, then a rename), CSV text, UTF-8 reading with clear errors, directory locks,
+output locations checked before the work. See ``cactus_theory._io`` for the guarantees."""
+
+from ._io import (
+    DirectoryLock,
+    LockError,
+    atomic_path,
+    atomic_write,
+    check_output,
+    csv_text,
+    json_lines,
+    read_text,
+    sha256_file,
+    termination_as_exception,
+)
+
+__all__ = [
+    "DirectoryLock",
+    "LockError",
+    "atomic_path",
+    "atomic_write",
+    "check_output",
+    "csv_text",
+    "json_lines",
+    "read_text",
+    "sha256_file",
+    "termination_as_exception",
+]

@@ -1,0 +1,21 @@
+"""The compiled kernels (numba, the ``fast`` extra) behind the analysis and the exact bonus, for
+benchmarks that time them against a baseline: each has a NumPy path that gives the same results
+(bit for bit where ``tests/test_kernels.py`` says so). ``HAVE_NUMBA`` says whether they compile."""
+
+from ._kernels import (
+    HAVE_NUMBA,
+    exact_kl_gamma,
+    set_threads,
+    warm_up,
+    windowed_accepted_length,
+    windowed_accepted_length_of_ratio,
+)
+
+__all__ = [
+    "HAVE_NUMBA",
+    "exact_kl_gamma",
+    "set_threads",
+    "warm_up",
+    "windowed_accepted_length",
+    "windowed_accepted_length_of_ratio",
+]

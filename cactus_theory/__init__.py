@@ -1,6 +1,7 @@
 """cactus_theory: theory and simulation of speculative-decoding acceptance rules (Cactus, ICLR 2026)."""
 
 from ._analysis import AnalysisResult, AnalysisRow, analyze_trace, parse_rules
+from ._block import BlockLength, block_accepted_length, greedy_draft
 from ._decode import (
     DecodeResult,
     NgramDrafter,
@@ -54,6 +55,7 @@ from ._prompts import (
 from ._rules import (
     BONUS_POLICIES,
     ENTRY_POINT_GROUP,
+    BlockLaw,
     GeneralizedRule,
     Rule,
     RuleInfo,
@@ -96,6 +98,8 @@ __all__ = [
     "SYNTHETIC_KINDS",
     "AnalysisResult",
     "AnalysisRow",
+    "BlockLength",
+    "BlockLaw",
     "CostModel",
     "DecodeResult",
     "FDivergence",
@@ -125,6 +129,7 @@ __all__ = [
     "available_divergences",
     "available_rules",
     "benchmark_file",
+    "block_accepted_length",
     "benchmark_prompt",
     "binary_divergence",
     "block_statistics",
@@ -146,6 +151,7 @@ __all__ = [
     "generator_facts",
     "figure_png",
     "get_divergence",
+    "greedy_draft",
     "import_logits",
     "import_topk_logprobs",
     "load_cost",

@@ -11,10 +11,12 @@ from typing import TypedDict
 
 import numpy as np
 
+from ._block import DRAFT_MODES, draft_rows
 from ._emitted import block_sums, expected_accepted_length, step_metrics
 from ._engines import run_dask, run_local
 from ._io import csv_text
 from ._progress import progress_bar
+from ._prompts import prompt_seed
 from ._rules import BONUS_POLICIES, make_rules
 from ._sampling import SamplingSettings
 from ._trace import Trace
@@ -24,6 +26,9 @@ __all__ = ["METRICS", "AnalysisResult", "AnalysisRow", "analyze_trace", "parse_r
 #: Per-position metrics (means over positions); ``logits_exact`` is the share of positions whose
 #: result the stored logits determine exactly (1 unless a rule needs logits a trace lacks).
 METRICS = ("acceptance", "acceptance_outside_support", "kl_emitted_target", "tv", "entropy_change", "logits_exact")
+#: A block rule's AL is enumerated exactly where each block start's weights take at most this many
+#: values, else estimated by Monte Carlo (``block_accepted_length``).
+BLOCK_EXACT_SUPPORT = 10_000
 #: Per-m block metrics: drift per emitted token (bonus position included under the relaxed policy).
 BLOCK_METRICS = ("kl", "tv")
 
@@ -38,8 +43,10 @@ def _rule_label(rule):
     return rule.describe() if hasattr(rule, "describe") else type(rule).__name__
 
 
-def _sequence_stats(rule, p, q, lg, ms, bonus_policy):
-    """Per-sequence sums of one rule: per-position metrics, and per m the AL and block drift."""
+def _sequence_stats(rule, p, q, lg, ms, bonus_policy, seed=0, block_paths=1024):
+    """Per-sequence sums of one rule: per-position metrics, and per m the AL and block drift.
+    A block rule's AL comes from ``expected_block_lengths_for`` (exact or Monte Carlo with
+    ``block_paths`` paths seeded by ``seed``); its drift is its token-level one (0: lossless)."""
     logits = lg if rule.needs_logits else None
     sm = step_metrics(rule, p, q, logits=logits)
     per = {name: float(np.sum(getattr(sm, name))) for name in METRICS if name != "logits_exact"}
@@ -51,9 +58,19 @@ def _sequence_stats(rule, p, q, lg, ms, bonus_policy):
         drift = {"kl": np.stack([x.kl_emitted_target for x in slots]), "tv": np.stack([x.tv for x in slots])}
     else:
         beta, drift = sm.acceptance, {"kl": sm.kl_emitted_target, "tv": sm.tv}
+    block = None
+    if getattr(rule, "block_level", False):  # a window longer than the sequence is the whole sequence
+        p_host, q_host, _ = rule._host(p, q, None, validate=False)
+        lengths = sorted({min(m, p.shape[0]) for m in ms})
+        # exact where a start's weights take at most 10,000 values (m <= 3 on a top-20 trace), else Monte Carlo
+        block = rule.expected_block_lengths_for(
+            p_host, q_host, lengths, n_paths=block_paths, seed=seed, max_support=BLOCK_EXACT_SUPPORT
+        )
     for m in ms:
         starts = max(p.shape[0] - m + 1, 1)
-        if rule.slot_dependent:
+        if block is not None:
+            al = block[min(m, p.shape[0])][1]
+        elif rule.slot_dependent:
             al = block_sums(beta[:m], beta[:m], m, per_slot=True)
         else:
             al = expected_accepted_length(beta, m)
@@ -77,7 +94,7 @@ def _sequence_stats(rule, p, q, lg, ms, bonus_policy):
 def _shard_stats(args, threads=None):
     """Per-sequence sums for one shard (runs in a worker process). ``threads``: the compiled
     kernels' threads in the calling thread, or {Dask worker address: threads}."""
-    directory, index, rules, ms, settings, bonus_policy, tasks = args
+    directory, index, rules, ms, settings, bonus_policy, tasks, draft_mode, block_paths = args
     if isinstance(threads, dict):
         from distributed import get_worker
 
@@ -96,9 +113,11 @@ def _shard_stats(args, threads=None):
             p, q, lg = seq.distributions(settings, with_logits=True)
         else:
             (p, q), lg = seq.distributions(settings), None
+        p = draft_rows(p, draft_mode)
+        seed = prompt_seed(0, seq.id)  # the block rules' Monte Carlo paths: the same whatever the engine
         rec = {"id": seq.id, "task": seq.task, "positions": seq.n_positions, "rules": {}}
         for rule in rules:
-            rec["rules"][_rule_label(rule)] = _sequence_stats(rule, p, q, lg, ms, bonus_policy)
+            rec["rules"][_rule_label(rule)] = _sequence_stats(rule, p, q, lg, ms, bonus_policy, seed, block_paths)
         out.append(rec)
     return out
 
@@ -136,6 +155,23 @@ class AnalysisResult:
             ),
             indent=1,
         )
+
+    def al_ratio(self, rule, baseline, m, n_boot=1000, seed=0, task="all"):
+        """(AL(rule) / AL(baseline) - 1, and its percentile bootstrap 95% interval) at m, over the
+        sequences of ``task``, paired: each resample takes the same sequences for both rules, so the
+        interval is of the gain, not of two separate ALs. Rules by their spec strings, as in ``rows``."""
+        seqs = [s for s in self.sequences if task in ("all", s["task"])]
+        a = np.array([s["rules"][rule][f"al_sum_{m}"] for s in seqs])
+        b = np.array([s["rules"][baseline][f"al_sum_{m}"] for s in seqs])
+        if b.sum() <= 0:
+            return float("nan"), float("nan"), float("nan")  # the baseline accepts nothing: no ratio
+        value = a.sum() / b.sum() - 1
+        if len(seqs) < 2 or n_boot == 0:
+            return float(value), float("nan"), float("nan")
+        idx = np.random.default_rng(seed).integers(len(seqs), size=(n_boot, len(seqs)))
+        with np.errstate(divide="ignore", invalid="ignore"):  # a resample may hold only zero-AL sequences
+            lo, hi = np.nanpercentile(a[idx].sum(axis=1) / b[idx].sum(axis=1) - 1, [2.5, 97.5])
+        return float(value), float(lo), float(hi)
 
     def figures(self) -> dict:
         """{file name: PNG bytes} of the analysis figures (acceptance and AL against delta, AL
@@ -208,6 +244,7 @@ class AnalysisRow(TypedDict, total=False):
     family: str  # its registered name, e.g. "cactus"
     delta: float | None  # its budget, None for a rule without one
     bonus_policy: str
+    draft_mode: str  # "sampled" (n ~ p) or "greedy" (n = argmax p, p one-hot for the rule)
     m: int
     task: str
     trace: str
@@ -237,6 +274,8 @@ def analyze_trace(
     bonus_policy="verifier",
     tasks=None,
     client=None,
+    draft_mode="sampled",
+    block_paths=1024,
 ):
     """Statistics of ``rules`` (Rule objects or spec strings) on ``trace``: a Trace, a directory,
     a glob pattern, a TraceSet or a list of them (several traces are one dataset, checked for
@@ -255,6 +294,14 @@ def analyze_trace(
     Rows are ``AnalysisRow`` records; with several traces, ``trace_rows`` holds the same per
     trace (task 'all').
 
+    ``draft_mode="greedy"`` analyses a drafter that drafts greedily (multi-token prediction,
+    EAGLE): the drafted token is argmax p and the rule sees p one-hot (``greedy_draft``).
+    Block rules (``block``) have their AL from ``block_accepted_length``'s identity E[tau] =
+    sum_i E[w_i]: exact by enumeration where the blocks' support is small, else Monte Carlo
+    with ``block_paths`` drafted paths per block start, seeded by the sequence id (so every
+    engine gives the same rows); the Monte Carlo noise is part of what the bootstrap over
+    sequences sees.
+
     Where the work runs: shards are processed in this process, in ``processes`` spawned worker
     processes, or as tasks on a Dask cluster (``client``: a ``distributed.Client``; the trace
     directories must be readable at the same paths on the workers). The per-sequence sums do
@@ -267,11 +314,20 @@ def analyze_trace(
 
     if bonus_policy not in BONUS_POLICIES:
         raise ValueError(f"bonus_policy must be one of {BONUS_POLICIES}; got {bonus_policy!r}")
+    if draft_mode not in DRAFT_MODES:
+        raise ValueError(f"draft_mode must be one of {DRAFT_MODES}; got {draft_mode!r}")
+    if not (isinstance(block_paths, (int, np.integer)) and block_paths >= 2):
+        raise ValueError(f"block_paths must be an integer >= 2; got {block_paths!r}")
     if not (isinstance(processes, (int, np.integer)) and processes >= 1):
         raise ValueError(f"processes must be an integer >= 1; got {processes!r}")
     if client is not None and processes > 1:
         raise ValueError("give either client= (a Dask cluster) or processes > 1 (local workers), not both")
     rules = make_rules(list(rules)) if not isinstance(rules, str) else make_rules(rules)
+    if bonus_policy == "relaxed":
+        blocks = [r.describe() for r in rules if getattr(r, "block_level", False)]
+        if blocks:
+            raise ValueError(f"{', '.join(blocks)} judge whole blocks: their bonus token is the verifier's only; "
+                             "analyse them with bonus_policy='verifier'")  # fmt: skip
     labels = [_rule_label(r) for r in rules]
     if len(set(labels)) != len(labels):
         raise ValueError(f"rules must be distinct; got {labels}")
@@ -295,7 +351,8 @@ def analyze_trace(
     for name, t in zip(traces.names, traces.traces, strict=True):
         for i in sorted({s["shard"] for s in t.manifest["sequences"] if wanted is None or s["task"] in wanted}):
             # absolute: a worker of a remote cluster does not run in this directory
-            jobs.append((os.path.abspath(t.directory), i, list(rules), tuple(ms), settings, bonus_policy, wanted))
+            jobs.append((os.path.abspath(t.directory), i, list(rules), tuple(ms), settings, bonus_policy, wanted,
+                         draft_mode, int(block_paths)))  # fmt: skip
             names.append(name)
             total += t.manifest["shards"][i]["positions"]
     with progress_bar(total=total, desc="analyse", unit="pos", enabled=progress) as bar:
@@ -318,7 +375,7 @@ def analyze_trace(
             for task in task_names:
                 sel = [s for s in sequences if task in ("all", s["task"])]
                 if sel:
-                    rows.append(_row(rule, m, task, "all", sel, rng, n_boot, bonus_policy))
+                    rows.append(_row(rule, m, task, "all", sel, rng, n_boot, bonus_policy, draft_mode))
     trace_rows = []
     if len(traces.traces) > 1:
         for rule in rules:
@@ -326,7 +383,7 @@ def analyze_trace(
                 for name in traces.names:
                     sel = [s for s in sequences if s["trace"] == name]
                     if sel:
-                        trace_rows.append(_row(rule, m, "all", name, sel, rng, n_boot, bonus_policy))
+                        trace_rows.append(_row(rule, m, "all", name, sel, rng, n_boot, bonus_policy, draft_mode))
     return AnalysisResult(
         rows=rows,
         sequences=sequences,
@@ -338,7 +395,7 @@ def analyze_trace(
     )
 
 
-def _row(rule, m, task, trace, sel, rng, n_boot, bonus_policy) -> AnalysisRow:
+def _row(rule, m, task, trace, sel, rng, n_boot, bonus_policy, draft_mode="sampled") -> AnalysisRow:
     """The statistics of one rule at one m over the sequences ``sel``."""
     label = _rule_label(rule)
     pos = [s["positions"] for s in sel]
@@ -352,6 +409,7 @@ def _row(rule, m, task, trace, sel, rng, n_boot, bonus_policy) -> AnalysisRow:
         family=rule.family,
         delta=None if delta is None else float(delta),
         bonus_policy=bonus_policy,
+        draft_mode=draft_mode,
         m=m,
         task=task,
         trace=trace,

@@ -269,13 +269,15 @@ def _cmd_analyze(args) -> int:
             bonus_policy=args.bonus_policy,
             tasks=args.task,
             client=client,
+            draft_mode=args.draft_mode,
         )
     finally:
         from ._engines import close_quietly
 
         close_quietly(client, cluster)
     where = traces.directory if len(traces.traces) == 1 else f"{len(traces.traces)} traces ({traces.directory})"
-    print(f"trace {where}: {len(traces)} sequences, {traces.n_positions} positions; settings {result.settings}")
+    drafts = "" if args.draft_mode == "sampled" else "; greedy drafting (argmax p, one-hot for the rules)"
+    print(f"trace {where}: {len(traces)} sequences, {traces.n_positions} positions; settings {result.settings}{drafts}")
     if result.empty_sequences:
         print(f"{result.empty_sequences} sequence(s) without positions left out")
     if any(r["sequences"] < 2 for r in result.rows):
@@ -333,7 +335,7 @@ def _cmd_plan(args) -> int:
     traces = _traces(args)
     result = analyze_trace(
         traces, parse_rules(args.rules, args.delta), ms=args.m, n_boot=args.bootstrap, processes=args.processes,
-        progress=_progress(args), tasks=args.task,
+        progress=_progress(args), tasks=args.task, draft_mode=args.draft_mode,
     )  # fmt: skip
     plan = predict_speedup(result, cost, max_kl=args.max_kl)
     kind = plan.cost.source.get("kind", "cost file")
@@ -399,6 +401,7 @@ def _cmd_decode(args) -> int:
         bonus_policy=args.bonus_policy,
         out=args.out,
         progress=_progress(args),
+        draft_mode=args.draft_mode,
     )
     if args.prompt is not None:
         rec = records[0]
@@ -496,6 +499,15 @@ def _sampling_options(parser, temperature=0.6):
     parser.add_argument("--temperature", type=float, default=temperature, help="sampling temperature (0 = greedy)")
     parser.add_argument("--top-k", type=_int_at_least(0), default=20, help="top-k of both models (0 = off)")
     parser.add_argument("--top-p", type=float, default=0.95, help="top-p of both models (1 = off)")
+
+
+def _draft_mode_option(parser):
+    parser.add_argument(
+        "--draft-mode",
+        choices=("sampled", "greedy"),
+        default="sampled",
+        help="how the drafter drafts: sampled from p, or greedy (argmax p, one-hot for the rule: MTP heads, EAGLE)",
+    )
 
 
 def _bonus_policy_option(parser):
@@ -651,6 +663,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--out", default=None, help="write analysis.csv, analysis.json and figures here")
     a.add_argument("--no-figures", action="store_true", help="with --out: tables only")
     _bonus_policy_option(a)
+    _draft_mode_option(a)
     _progress_options(a)
     a.set_defaults(func=_cmd_analyze)
 
@@ -676,6 +689,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0, help="sampling seed")
     _model_options(c)
     _bonus_policy_option(c)
+    _draft_mode_option(c)
     _progress_options(c)
     c.set_defaults(func=_cmd_decode)
 
@@ -725,6 +739,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--bootstrap", type=_int_at_least(0), default=1000, help="bootstrap resamples")
     pl.add_argument("--processes", type=_int_at_least(1), default=1, help="local worker processes over shards")
     pl.add_argument("--out", default=None, help="write plan.csv, plan.json, plan.png and the analysis here")
+    _draft_mode_option(pl)
     _progress_options(pl)
     pl.set_defaults(func=_cmd_plan)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._block import DRAFT_MODES, greedy_draft
 from ._hf import CachedModel, generate, sample_token
 from ._io import json_lines
 from ._rules._protocol import BONUS_POLICIES, RuleLogits, as_rule
@@ -88,6 +89,23 @@ def _rule_step(rule, p_row, q_row, token, logits, coin, gen):
     return False, sample_token(torch.as_tensor(r), gen)
 
 
+def _block_step(rule, drafted, draft_rows, q_rows, q_raw, draft_raw, sampling, coin, gen):
+    """A block rule's verification of ``drafted``: (accepted drafts, tokens emitted: the accepted
+    drafts and then the correction, or the bonus when all were accepted)."""
+    import torch
+
+    m = len(drafted)
+    p = np.stack(draft_rows) if draft_rows else None  # an n-gram drafter has none: one-hot
+    logits = None
+    if rule.needs_logits:
+        draft_part = np.concatenate([np.stack(draft_raw), np.zeros((1, q_raw.shape[-1]))]) if draft_raw else None
+        logits = RuleLogits(target=q_raw[: m + 1], draft=draft_part, temperature=sampling.temperature)
+    law = rule.block_law(p, q_rows[: m + 1], np.asarray(drafted), logits=logits)
+    tau = int(min(np.searchsorted(np.cumsum(law.accepted), coin.random() * law.accepted.sum(), side="right"), m))
+    token = sample_token(torch.as_tensor(law.emitted[tau]), gen)
+    return tau, [*drafted[:tau], token]
+
+
 def autoregressive_generate(model, prompt_ids, sampling=None, max_new_tokens=128, seed=0, eos_ids=()):
     """The verifier alone: the baseline for accuracy and wall time (the same sampling loop as the dumper)."""
     import torch
@@ -109,6 +127,7 @@ def speculative_generate(
     eos_ids=(),
     *,
     bonus_policy="verifier",
+    draft_mode="sampled",
 ):
     """Speculative decoding of ``prompt_ids`` with ``rule``; ``draft`` is a causal LM or an ``NgramDrafter``.
 
@@ -118,7 +137,10 @@ def speculative_generate(
     correction token after the first rejection, or a bonus token when all m are accepted: from
     q (``bonus_policy="verifier"``) or, under ``"relaxed"``, by one more step of the rule with
     the drafter's distribution at the bonus position (one extra draft forward pass; needs a
-    draft model). Rules that need raw logits get both models' full rows. Returns a
+    draft model). Rules that need raw logits get both models' full rows. A block rule
+    (``block``) judges the m drafts at once: the number accepted and the token after them are
+    drawn from its ``block_law`` (the verifier's bonus policy only). ``draft_mode="greedy"``
+    drafts argmax p, and the rule sees p one-hot (an MTP head or EAGLE drafter). Returns a
     ``DecodeResult`` with timings.
     """
     import torch
@@ -129,6 +151,13 @@ def speculative_generate(
         raise ValueError(f"m (drafted tokens per verification) must be an integer >= 1; got {m!r}")
     if bonus_policy not in BONUS_POLICIES:
         raise ValueError(f"bonus_policy must be one of {BONUS_POLICIES}; got {bonus_policy!r}")
+    if draft_mode not in DRAFT_MODES:
+        raise ValueError(f"draft_mode must be one of {DRAFT_MODES}; got {draft_mode!r}")
+    block_level = getattr(rule, "block_level", False)
+    if block_level and bonus_policy != "verifier":
+        raise ValueError(
+            f"{rule.describe()} judges whole blocks: its bonus token is the verifier's (bonus_policy='verifier')"
+        )
     if isinstance(draft, NgramDrafter) and (bonus_policy == "relaxed" or "draft" in rule.needs_logits):
         raise ValueError(
             f"{rule.describe()} with bonus_policy={bonus_policy!r} needs a draft model with probabilities and "
@@ -155,8 +184,13 @@ def speculative_generate(
         """The drafter's next token after ``token``: (token, processed row, raw row or None)."""
         raw = drf.feed([token])[-1]
         p = processed_probs(raw[None], sampling)[0]
-        drafted = sample_token(p, gen)
-        return drafted, p.double().cpu().numpy(), raw.double().cpu().numpy() if need_logits else None
+        if draft_mode == "greedy":  # the rule sees the drafter's one-hot
+            drafted = int(torch.argmax(p))
+            p_row = greedy_draft(p.double().cpu().numpy())
+        else:
+            drafted = sample_token(p, gen)
+            p_row = p.double().cpu().numpy()
+        return drafted, p_row, raw.double().cpu().numpy() if need_logits else None
 
     while len(result.tokens) < max_new_tokens:
         budget = min(m, max_new_tokens - len(result.tokens))
@@ -185,21 +219,27 @@ def speculative_generate(
                 logits = RuleLogits(target=q_raw[slot], draft=p_raw, temperature=sampling.temperature)
             return _rule_step(rule.at_slot(slot), p_row, q_rows[slot], token, logits, coin, gen)
 
-        n_acc, emitted = 0, []
-        for j, token in enumerate(drafted):
-            ok, out = step(j, draft_rows[j] if draft_rows else None, token, draft_raw[j] if draft_raw else None)
-            emitted.append(out)
-            if not ok:
-                break
-            n_acc += 1
-            if token in eos_ids:
-                break
+        if block_level and drafted:  # the whole block judged at once
+            n_acc, emitted = _block_step(rule, drafted, draft_rows, q_rows, q_raw, draft_raw, sampling, coin, gen)
+            end = next((i for i, t in enumerate(emitted[:n_acc]) if t in eos_ids), None)
+            if end is not None:  # an accepted end token ends the output there
+                n_acc, emitted = end + 1, emitted[: end + 1]
         else:
-            if bonus_policy == "verifier" or not drafted:
-                emitted.append(sample_token(torch.as_tensor(q_rows[len(drafted)]), gen))  # bonus from q
-            else:  # relaxed: the drafter drafts at the bonus position, the rule judges once more
-                token, p_row, p_raw = draft_after(drafted[-1])
-                emitted.append(step(len(drafted), p_row, token, p_raw)[1])
+            n_acc, emitted = 0, []
+            for j, token in enumerate(drafted):
+                ok, out = step(j, draft_rows[j] if draft_rows else None, token, draft_raw[j] if draft_raw else None)
+                emitted.append(out)
+                if not ok:
+                    break
+                n_acc += 1
+                if token in eos_ids:
+                    break
+            else:
+                if bonus_policy == "verifier" or not drafted:
+                    emitted.append(sample_token(torch.as_tensor(q_rows[len(drafted)]), gen))  # bonus from q
+                else:  # relaxed: the drafter drafts at the bonus position, the rule judges once more
+                    token, p_row, p_raw = draft_after(drafted[-1])
+                    emitted.append(step(len(drafted), p_row, token, p_raw)[1])
         result.drafted.append(len(drafted))
         result.accepted.append(n_acc)
         result.draft_seconds += t1 - t0
@@ -222,7 +262,8 @@ def speculative_generate(
 
 
 def _record_key(rec):
-    return (rec["id"], rec["rule"], rec["m"], rec["seed"], rec["bonus_policy"], rec["baseline"] is not None)
+    draft_mode = rec.get("draft_mode", "sampled")  # records written before draft modes existed sampled
+    return (rec["id"], rec["rule"], rec["m"], rec["seed"], rec["bonus_policy"], rec["baseline"] is not None, draft_mode)
 
 
 def decode_prompts(
@@ -239,6 +280,7 @@ def decode_prompts(
     bonus_policy="verifier",
     out=None,
     progress=None,
+    draft_mode="sampled",
 ):
     """Speculative decoding of many prompts with the models loaded once: one record per prompt.
 
@@ -248,8 +290,8 @@ def decode_prompts(
     the same seed (for the speedup). Records (dicts: id, task, rule, m, token ids, text, accepted
     and drafted counts per step, AL, timings, tokens per second, and the baseline's) are
     returned; with ``out`` they are also appended to that JSON Lines file as each prompt
-    finishes, and prompts already recorded there with the same rule, m, seed, bonus policy and
-    baseline setting are not decoded again (their records are read back).
+    finishes, and prompts already recorded there with the same rule, m, seed, bonus policy,
+    draft mode and baseline setting are not decoded again (their records are read back).
     """
     from ._hf import encode_chat, eos_ids
     from ._progress import progress_bar
@@ -272,15 +314,16 @@ def decode_prompts(
     sink = open(out, "a", encoding="utf-8") if out is not None else None
     try:
         for prompt in progress_bar(prompts, desc="decode", unit="prompt", enabled=progress):
-            key = (prompt.id, label, m, seed, bonus_policy, bool(baseline))
+            key = (prompt.id, label, m, seed, bonus_policy, bool(baseline), draft_mode)
             if key in done:
                 records.append(done[key])
                 continue
             ids = encode_chat(tokenizer, prompt.text, f"prompt {prompt.id!r}")
             prompt_seed_value = prompt_seed(seed, prompt.id)
             res = speculative_generate(
-                model, draft, rule, m, settings, max_new_tokens, prompt_seed_value, ids, eos, bonus_policy=bonus_policy
-            )
+                model, draft, rule, m, settings, max_new_tokens, prompt_seed_value, ids, eos,
+                bonus_policy=bonus_policy, draft_mode=draft_mode,
+            )  # fmt: skip
             rec = {
                 "id": prompt.id,
                 "task": prompt.task,
@@ -288,6 +331,7 @@ def decode_prompts(
                 "m": m,
                 "seed": seed,
                 "bonus_policy": bonus_policy,
+                "draft_mode": draft_mode,
                 "token_ids": [int(t) for t in res.tokens],
                 "text": tokenizer.decode(res.tokens, skip_special_tokens=True),
                 "tokens": len(res.tokens),

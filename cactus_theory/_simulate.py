@@ -113,6 +113,10 @@ def simulate(
     if n_positions < m + 1:
         raise ValueError(f"a block of m = {m} drafts needs m + 1 = {m + 1} positions; got {n_positions}")
     rng = np.random.default_rng(seed)
+    if getattr(rule, "block_level", False):
+        if bonus_policy != "verifier":
+            raise ValueError(f"{rule.describe()} judges whole blocks: its bonus token comes from the verifier only")
+        return _simulate_blocks(rule, p, q, lg, int(m), int(n_runs), rng)
     # Acceptance of every (slot, position, token) once; corrections per distinct rejected pair.
     n_slots = m + 1 if rule.slot_dependent else 1
     slot_rules = [rule.at_slot(j) for j in range(n_slots)]
@@ -177,6 +181,50 @@ def simulate(
         accepted_blocks.append(count)
         starts.append(start)
         position[runs] = start + count + 1
+    return SimulationResult(
+        accepted=np.concatenate(accepted_blocks) if accepted_blocks else np.zeros(0, dtype=np.int64),
+        block_start=np.concatenate(starts) if starts else np.zeros(0, dtype=np.int64),
+        drafts=drafts,
+        accepts=accepts,
+        emitted_counts=emitted,
+        bonus_counts=bonus,
+        m=int(m),
+    )
+
+
+def _simulate_blocks(rule, p, q, lg, m, n_runs, rng):
+    """``simulate`` for a block rule: each step drafts all m tokens, draws tau from the rule's
+    ``block_law`` and the token emitted after it (the bonus when tau = m)."""
+    n_positions, vocab = p.shape
+    position = np.zeros(n_runs, dtype=np.int64)
+    drafts = np.zeros(n_positions, dtype=np.int64)
+    accepts = np.zeros(n_positions, dtype=np.int64)
+    emitted = np.zeros((n_positions, vocab), dtype=np.int64)
+    bonus = np.zeros((n_positions, vocab), dtype=np.int64)
+    accepted_blocks, starts = [], []
+    offsets = np.arange(m)
+    while True:
+        runs = np.flatnonzero(position + m <= n_positions - 1)
+        if runs.size == 0:
+            break
+        start = position[runs]
+        t = start[:, None] + offsets  # (runs, m)
+        tokens = _sample_rows(rng, p[t].reshape(-1, vocab)).reshape(t.shape)
+        rows = start[:, None] + np.arange(m + 1)
+        part = lg.rows(rows) if lg is not None else None
+        law = rule.block_law(p[t], q[rows], tokens, logits=part)
+        tau = _sample_rows(rng, law.accepted)
+        out = _sample_rows(rng, law.emitted[np.arange(runs.size), tau])
+        np.add.at(drafts, t.ravel(), 1)
+        kept = offsets[None, :] < tau[:, None]
+        np.add.at(accepts, t[kept], 1)
+        np.add.at(emitted, (t[kept], tokens[kept]), 1)
+        full = tau == m
+        np.add.at(emitted, (start[~full] + tau[~full], out[~full]), 1)
+        np.add.at(bonus, (start[full] + m, out[full]), 1)
+        accepted_blocks.append(tau)
+        starts.append(start)
+        position[runs] = start + tau + 1
     return SimulationResult(
         accepted=np.concatenate(accepted_blocks) if accepted_blocks else np.zeros(0, dtype=np.int64),
         block_start=np.concatenate(starts) if starts else np.zeros(0, dtype=np.int64),

@@ -219,6 +219,8 @@ def _chi_square_p_value(counts, probs, min_expected=5.0):
 def check_monte_carlo(rule, seed):
     """Sampling the rule (``simulate``) agrees with its exact laws: emitted tokens, the relaxed and
     the verifier bonus, the per-position acceptance (binomial) and the accepted length."""
+    if getattr(rule, "block_level", False):
+        return "a block rule: block_monte_carlo samples whole blocks"
     p, q, lg = make_case(seed + 3, 6, batch=(8,))
     p2, q2, lg2 = make_case(seed + 4, 6, batch=(8,))
     odd = np.arange(8)[:, None] % 2 == 1  # mix in rows of another case so every rule has rejections
@@ -250,6 +252,7 @@ def check_monte_carlo(rule, seed):
     sim_v = simulate(rule0, p, q, m=m, n_runs=3000, seed=seed + 12, logits=logits)
     pv = _chi_square_p_value(sim_v.bonus_counts, q)
     _true(pv > level, f"verifier bonus tokens do not follow q (chi-square p = {pv:.2e})", p=p, q=q)
+    return None
 
 
 def _torch():
@@ -302,6 +305,100 @@ def check_numpy_torch_agree(rule, seed):
     return None
 
 
+def _position_rows(seed, positions, vocab):
+    """Position-dependent (p, q) rows with exact zeros and a one-hot row: a context-free world."""
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet(np.full(vocab, 0.6), size=positions)
+    q = rng.dirichlet(np.full(vocab, 0.6), size=positions)
+    p[rng.random(p.shape) < 0.15] = 0.0
+    q[rng.random(q.shape) < 0.15] = 0.0
+    p[:, 0] += 1e-3 * (p.sum(-1) == 0)
+    q[:, 1] += 1e-3 * (q.sum(-1) == 0)
+    q[positions // 2] = np.eye(vocab)[rng.integers(vocab)]
+    return p / p.sum(-1, keepdims=True), q / q.sum(-1, keepdims=True)
+
+
+def _sequence_law(rule, p, q, m, length):
+    """{tokens: probability} of the first ``length`` tokens that decoding with ``rule`` emits in a
+    context-free world with these rows (blocks of m drafts, each started after the last emitted
+    token), by enumerating the drafts, tau and the token after it at every step."""
+    import itertools
+
+    vocab = q.shape[-1]
+    memo = {}
+
+    def law_from(s):
+        if s >= length:
+            return {(): 1.0}
+        if s in memo:
+            return memo[s]
+        out = {}
+        for drafts in itertools.product(range(vocab), repeat=m):
+            weight = float(np.prod([p[s + j, x] for j, x in enumerate(drafts)]))
+            if weight == 0.0:
+                continue
+            block = rule.block_law(p[s : s + m][None], q[s : s + m + 1][None], np.array([drafts]))
+            for tau in range(m + 1):
+                p_tau = weight * block.accepted[0, tau]
+                if p_tau == 0.0:
+                    continue
+                for y in np.flatnonzero(block.emitted[0, tau] > 0).tolist():
+                    head = (*drafts[:tau], y)
+                    for tail, p_tail in law_from(s + tau + 1).items():
+                        key = (head + tail)[: length - s]
+                        out[key] = out.get(key, 0.0) + p_tau * block.emitted[0, tau, y] * p_tail
+        memo[s] = out
+        return out
+
+    return law_from(0)
+
+
+def check_block_lossless(rule, seed):
+    """A lossless rule emits the verifier's sequence law block after block (enumerated over a
+    tiny vocabulary, m = 2, position-dependent distributions): P(y_1..y_4) = q_1(y_1)...q_4(y_4)."""
+    if not rule.lossless:
+        return "not lossless"
+    if rule.needs_logits:
+        return "needs logits"
+    p, q = _position_rows(seed, 8, 3)
+    law = _sequence_law(rule, p, q, 2, 4)
+    for seq, prob in law.items():
+        want = float(np.prod([q[i, y] for i, y in enumerate(seq)]))
+        _close(prob, want, f"P{seq} of the emitted sequence is not the verifier's", rtol=1e-9, atol=1e-12, p=p, q=q)
+    _close(sum(law.values()), 1.0, "the sequence law does not sum to 1", rtol=1e-12, atol=0, p=p, q=q)
+    return None
+
+
+def check_block_at_least_token(rule, seed):
+    """A block rule accepts at least as many drafts as token-wise SpS, at every block start (exact)."""
+    if not getattr(rule, "block_level", False):
+        return "not a block rule"
+    from ._block import block_accepted_length
+
+    p, q = _position_rows(seed, 6, 3)
+    for m in (1, 2, 3):
+        ours = block_accepted_length(rule, p, q, m, method="exact")
+        sps = block_accepted_length("sps", p, q, m)
+        _true(ours >= sps - 1e-12, f"AL({m}) {ours} below SpS's {sps}", p=p, q=q)
+    return None
+
+
+def check_block_monte_carlo(rule, seed):
+    """Sampling a block rule (``simulate``) gives its exact accepted length (``block_accepted_length``)."""
+    if not getattr(rule, "block_level", False):
+        return "not a block rule"
+    from ._block import block_accepted_length
+
+    p, q = _position_rows(seed, 9, 4)
+    m = 3
+    sim = simulate(rule, p, q, m=m, n_runs=6000, seed=seed + 5)
+    exact = np.concatenate([block_accepted_length(rule, p, q, m, method="exact"), np.zeros(m)])
+    diff = sim.accepted - exact[sim.block_start]
+    bound = 4.5 * diff.std() / np.sqrt(diff.size) + 1e-12
+    _true(abs(diff.mean()) < bound, f"simulated accepted lengths average {diff.mean():+.4f} off the exact", p=p, q=q)
+    return None
+
+
 #: The checks by name, in the order ``check_rule`` runs them.
 CHECKS = {
     "probabilities": check_probabilities,
@@ -314,6 +411,9 @@ CHECKS = {
     "spec_round_trip": check_spec_round_trip,
     "monte_carlo": check_monte_carlo,
     "numpy_torch_agree": check_numpy_torch_agree,
+    "block_lossless": check_block_lossless,
+    "block_at_least_token": check_block_at_least_token,
+    "block_monte_carlo": check_block_monte_carlo,
 }
 #: Checks over random inputs, run on ``cases`` seeds; the others run once.
 _PER_CASE = ("probabilities", "bonus_laws", "acceptance_all", "emitted_matches_bruteforce", "lossless")
@@ -328,7 +428,9 @@ def check_rule(rule, *, checks=None, seed=0, cases=10) -> dict:
     brute force (so a wrong ``emitted`` override is caught); lossless rules emit q; a drafter
     without probabilities is one-hot; bad input is refused naming the argument; parameters
     round-trip through the spec string; Monte Carlo agrees with the exact laws; NumPy agrees
-    with torch (skipped without torch). ``checks`` runs a subset by name; the input-driven checks
+    with torch (skipped without torch); a lossless rule emits the verifier's sequence law block
+    after block (enumerated); a block rule accepts at least what SpS does and sampling it gives
+    its exact accepted length. ``checks`` runs a subset by name; the input-driven checks
     run on ``cases`` random inputs from ``seed``.
 
     Raises
@@ -379,7 +481,7 @@ def conformance_rules(builtin_only: bool = False) -> list:
     return list(rules.values())
 
 
-def same_rules(rules, *, seeds=range(6), vocab=7) -> list:
+def same_rules(rules, *, seeds=range(20), vocab=12) -> list:
     """Pairs of rules (spec strings) of different classes that are one rule: the same acceptance
     for every drafted token and the same emitted law on random inputs, and neither declares the
     other in ``same_law_as``. A rule written again under a new name shows up here (Medusa's

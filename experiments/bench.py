@@ -388,7 +388,17 @@ def bench_scaling(positions=100_000):
         shard = big.manifest["shards"][0]["positions"]
         tracemalloc.start()
         shard_statistics(
-            (big.directory, 0, list(rules), (4, 8, 20), SamplingSettings(**big.metadata["sampling"]), "verifier", None)
+            (
+                big.directory,
+                0,
+                list(rules),
+                (4, 8, 20),
+                SamplingSettings(**big.metadata["sampling"]),
+                "verifier",
+                None,
+                "sampled",
+                1024,
+            )
         )
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()

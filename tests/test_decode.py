@@ -197,3 +197,42 @@ def test_answer_extraction_and_humaneval_execution():
     good = problem["prompt"] + problem["canonical_solution"]
     assert table.humaneval_passes(problem, table.extract_code(f"```python\n{good}```", problem["prompt"]))
     assert not table.humaneval_passes(problem, problem["prompt"] + "    return not True\n")
+
+
+@pytest.mark.parametrize("draft_mode", ["sampled", "greedy"])
+@pytest.mark.parametrize("spec", ["block", "strict"])
+def test_block_and_strict_emit_the_verifier_distribution(models, spec, draft_mode):
+    # lossless in real decoding: the first two tokens follow the verifier's law (a block of 2
+    # drafts covers both), whether the drafter samples or drafts greedily
+    from cactus_theory import make_rule
+
+    verifier, draft = models
+    settings = SamplingSettings(temperature=1.0, top_k=4, top_p=1.0)
+    law = _exact_two_token_law(verifier, settings)
+    counts = _decode_two_tokens(verifier, draft, make_rule(spec), settings, law, m=2, draft_mode=draft_mode)
+    assert _chi_square_p_value(law, counts) > 1e-3
+
+
+@pytest.mark.parametrize("m", [1, 4])
+def test_greedy_block_equals_greedy_verifier(models, m):
+    from cactus_theory import make_rule
+
+    verifier, draft = models
+    greedy = SamplingSettings(temperature=0.0, top_k=0, top_p=1.0)
+    alone = autoregressive_generate(verifier, PROMPT, greedy, max_new_tokens=20)
+    for drafter in (draft, NgramDrafter()):
+        out = speculative_generate(
+            verifier, drafter, make_rule("block"), m=m, sampling=greedy, max_new_tokens=20, prompt_ids=PROMPT
+        )
+        assert out.tokens == alone.tokens
+        assert all(0 <= a <= d for a, d in zip(out.accepted, out.drafted, strict=True))
+
+
+def test_a_block_rule_has_no_relaxed_bonus(models):
+    from cactus_theory import make_rule
+
+    verifier, draft = models
+    with pytest.raises(ValueError, match="judges whole blocks"):
+        speculative_generate(verifier, draft, make_rule("block"), m=2, prompt_ids=PROMPT, bonus_policy="relaxed")
+    with pytest.raises(ValueError, match="draft_mode must be one of"):
+        speculative_generate(verifier, draft, SpS(), m=2, prompt_ids=PROMPT, draft_mode="beam")

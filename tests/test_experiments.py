@@ -168,6 +168,10 @@ def test_the_real_pair_pipeline_on_tiny_models(models, tmp_path, capsys):
     script("dump_real_trace").main(["--models", models, "--data", data, "--per-task", "1", "--max-new-tokens", "4",
                                     "--dtype", "float32", "--out", str(trace)])  # fmt: skip
     assert len(Trace(trace)) == 3
+    script("block_verification").main(["--trace", str(trace), "--out", str(tmp_path), "--bootstrap", "20", "--decode",
+                                       "--data", data, "--models", models, "--prompts", "2", "--max-new-tokens", "8",
+                                       "--dtype", "float32"])  # fmt: skip
+    assert set(json.loads((tmp_path / "block_verification.json").read_text())["decoding"]["rules"]) == {"sps", "block"}
     script("embed_trace").main(["--trace", str(trace), "--models", models, "--target", str(tmp_path / "embedded")])
     assert Trace(tmp_path / "embedded").metadata["verifier"]["name"] == PAIR[0]
     decoding = tmp_path / "decoding"

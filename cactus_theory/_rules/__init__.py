@@ -10,7 +10,7 @@ each module's ``__all__`` (its rule classes and helpers such as ``mentored_surro
 import importlib
 import pkgutil
 
-from ._protocol import BONUS_POLICIES, GeneralizedRule, Rule, RuleLogits, as_rule
+from ._protocol import BONUS_POLICIES, BlockLaw, GeneralizedRule, Rule, RuleLogits, as_rule
 from ._registry import ENTRY_POINT_GROUP, RuleInfo, available_rules, load_plugins, make_rule, make_rules
 
 _MODULES = tuple(
@@ -34,6 +34,7 @@ globals().update(rule_exports())
 __all__ = [
     "BONUS_POLICIES",
     "ENTRY_POINT_GROUP",
+    "BlockLaw",
     "GeneralizedRule",
     "Rule",
     "RuleInfo",

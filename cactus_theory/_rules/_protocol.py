@@ -45,11 +45,13 @@ from ._registry import _default, _fields, _format_value, _register, _same
 
 __all__ = [
     "BONUS_POLICIES",
+    "BlockLaw",
     "GeneralizedRule",
     "Rule",
     "RuleLogits",
     "as_rule",
     "gss_emitted",
+    "prefix_product_law",
     "prepare",
     "ratio_acceptance",
     "residual",
@@ -271,6 +273,9 @@ class Rule:
     #: Spec names of other registered rules this one may equal at some settings on purpose (the
     #: duplicate check of the conformance suite accepts equal laws with these).
     same_law_as: ClassVar[tuple] = ()
+    #: The rule judges a whole drafted block at once (``block_law``), not token by token; its
+    #: per-token methods are its one-draft case (a block of m = 1).
+    block_level: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -409,6 +414,46 @@ class Rule:
     def _logits_exact(self, p, q, lg):
         return True
 
+    # -- the block level ------------------------------------------------------------------------
+    def block_law(self, draft_probs, target_probs, drafted_tokens, *, logits=None) -> BlockLaw:
+        """The law of one verification step of a drafted block: how many drafts it accepts and
+        what it emits after them.
+
+        Parameters
+        ----------
+        draft_probs : array (..., m, V)
+            The drafter's distribution at each drafted position (None: one-hot on the drafts).
+        target_probs : array (..., m + 1, V)
+            The verifier's at each drafted position and at the bonus position.
+        drafted_tokens : int array (..., m)
+        logits : RuleLogits
+            Rows (..., m + 1, V), for the rules that need raw logits (the draft's bonus row is
+            not read).
+
+        Returns
+        -------
+        BlockLaw
+            ``accepted`` (..., m + 1): P(tau = i), i = 0..m; ``emitted`` (..., m + 1, V): the law
+            of the token emitted after i accepted drafts (the correction at draft i + 1, or, for
+            i = m, the bonus token under the verifier policy: q at the bonus position).
+
+        A token rule's law is the prefix product: P(tau = i) = a_1 ... a_i (1 - a_{i+1}), the
+        draft at place j judged by ``at_slot(j)``. Exact, float64, NumPy.
+        """
+        p, q, tokens, lg = _block_inputs(self, draft_probs, target_probs, drafted_tokens, logits)
+        m = tokens.shape[-1]
+        accept = np.empty(tokens.shape)
+        emitted = np.empty((*tokens.shape[:-1], m + 1, q.shape[-1]))
+        for j in range(m):
+            part = _slot_logits(lg, j, q.ndim)
+            rule = self.at_slot(j)
+            a, r = rule.acceptance_and_correction(p[..., j, :], q[..., j, :], tokens[..., j], logits=part,
+                                                  validate=False)  # fmt: skip
+            accept[..., j] = np.asarray(a, dtype=np.float64)
+            emitted[..., j, :] = np.asarray(r, dtype=np.float64)
+        emitted[..., m, :] = q[..., m, :]
+        return BlockLaw(accepted=prefix_product_law(accept), emitted=emitted)
+
     # -- to implement ------------------------------------------------------------------------
     def _acceptance(self, b, p, q, n, lg):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -428,7 +473,11 @@ class Rule:
                 break
         always = cls.label_fields if cls.label_fields is not None else tuple(f.name for f in fields[:1])
         defaults = {f.name: _default(f) for f in fields}
-        args = [f"{k}={_format_value(v)}" for k, v in shown.items() if k in always or not _same(v, defaults[k])]
+        args = [
+            f"{k}={_format_value(v)}"
+            for k, v in shown.items()
+            if (k in always and v is not None) or not _same(v, defaults[k])
+        ]
         return f"{name}({', '.join(args)})" if args else name
 
     @property
@@ -492,6 +541,87 @@ def gss_emitted(h, p):
     accept = _ratio_acceptance(h, p)
     rejected = np.sum(p * (1.0 - accept), axis=-1, keepdims=True)
     return p * accept + rejected * residual(_NUMPY, h, p)
+
+
+@dataclass(frozen=True)
+class BlockLaw:
+    """One verification step of a drafted block (``Rule.block_law``).
+
+    Attributes
+    ----------
+    accepted : array (..., m + 1)
+        P(tau = i), the probability that exactly i drafts are accepted.
+    emitted : array (..., m + 1, V)
+        The law of the token emitted after i accepted drafts (index m: the bonus token).
+    """
+
+    accepted: np.ndarray
+    emitted: np.ndarray
+
+    @property
+    def expected_accepted(self):
+        """E[tau] given the drafts, shape (...)."""
+        return self.accepted @ np.arange(self.accepted.shape[-1], dtype=np.float64)
+
+
+def prefix_product_law(accept):
+    """P(tau = i), i = 0..m, of token-by-token verification with acceptances ``accept`` (..., m):
+    a_1 ... a_i (1 - a_{i+1}), and a_1 ... a_m for i = m."""
+    m = accept.shape[-1]
+    reach = np.concatenate([np.ones((*accept.shape[:-1], 1)), np.cumprod(accept, axis=-1)], axis=-1)
+    law = reach.copy()
+    law[..., :m] *= 1.0 - accept
+    return law
+
+
+def _block_inputs(rule, draft_probs, target_probs, drafted_tokens, logits):
+    """(p (..., m, V), q (..., m + 1, V), tokens (..., m), logits) as float64 host arrays, checked
+    (distributions, shapes, token range) with the rule's per-position checks."""
+    tokens = np.asarray(drafted_tokens)
+    if tokens.ndim < 1 or not np.issubdtype(tokens.dtype, np.integer):
+        raise ValueError(
+            f"drafted_tokens must be integer token ids of shape (..., m); got dtype {tokens.dtype}, "
+            f"shape {tokens.shape}"
+        )
+    m = tokens.shape[-1]
+    b = namespace(target_probs)
+    q = np.asarray(b.to_numpy(b.asarray(target_probs)), dtype=np.float64)
+    if q.ndim < 2 or q.shape[-2] != m + 1 or q.shape[:-2] != tokens.shape[:-1]:
+        raise ValueError(
+            f"target_probs with shape {q.shape} must be (..., m + 1, V) for drafted_tokens of shape {tokens.shape}: "
+            "the verifier's rows at the m drafted positions and at the bonus position"
+        )
+    vocab = q.shape[-1]
+    if ((tokens < 0) | (tokens >= vocab)).any():
+        raise ValueError(f"drafted_tokens must lie in [0, {vocab})")
+    if draft_probs is None:  # a drafter without probabilities: one-hot on its drafts
+        p = np.zeros((*tokens.shape, vocab))
+        np.put_along_axis(p, tokens[..., None], 1.0, axis=-1)
+    else:
+        bp = namespace(draft_probs)
+        p = np.asarray(bp.to_numpy(bp.asarray(draft_probs)), dtype=np.float64)
+        if p.shape != (*tokens.shape, vocab):
+            raise ValueError(
+                f"draft_probs with shape {p.shape} must be (..., m, V) = {(*tokens.shape, vocab)}: the drafter's rows "
+                "at the drafted positions"
+            )
+    # the bonus position has no draft row: a placeholder (never read) so that both check as (..., m + 1, V)
+    p_pad = np.concatenate([p, np.full((*tokens.shape[:-1], 1, vocab), 1.0 / vocab)], axis=-2)
+    p_host, q_host, lg = rule._host(p_pad, q, logits)
+    return p_host[..., :m, :], q_host, tokens.astype(np.int64), lg
+
+
+def _slot_logits(lg, j, ndim):
+    """``lg`` (rows (..., m + 1, V)) at block place j: rows (..., V), per-row values (...)."""
+    if lg is None:
+        return None
+    changes = {}
+    for f in dataclasses.fields(lg):
+        value = getattr(lg, f.name)
+        if f.name != "temperature" and value is not None:
+            value = np.asarray(value)
+            changes[f.name] = value[..., j, :] if value.ndim == ndim else value[..., j]
+    return dataclasses.replace(lg, **changes)
 
 
 def as_rule(rule) -> Rule:

@@ -143,6 +143,8 @@ def _first_sentence(doc) -> str:
 
 
 def _format_value(value) -> str:
+    if value is None:
+        return "none"
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, (float, np.floating)):

@@ -1,0 +1,127 @@
+"""The accepted length of a block of m drafts, for token rules and block rules alike, and the
+greedy drafting of multi-token-prediction and EAGLE-style drafters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._emitted import block_sums, expected_accepted_length, step_metrics
+from ._rules._protocol import as_rule
+
+__all__ = ["BlockLength", "block_accepted_length", "greedy_draft"]
+
+DRAFT_MODES = ("sampled", "greedy")
+
+
+def greedy_draft(draft_probs):
+    """The drafter's distribution when it drafts greedily (MTP heads, EAGLE): one-hot on argmax p
+    (the lowest token id among ties), same shape, float64 NumPy. The drafted token is then the
+    argmax, and a rule sees this p.
+
+    Examples
+    --------
+    >>> greedy_draft([[0.2, 0.5, 0.3]])
+    array([[0., 1., 0.]])
+    """
+    p = np.asarray(draft_probs, dtype=np.float64)
+    if p.ndim < 1 or p.shape[-1] < 1:
+        raise ValueError(f"draft_probs must have a vocabulary axis (last); got shape {p.shape}")
+    out = np.zeros(p.shape)
+    np.put_along_axis(out, np.argmax(p, axis=-1)[..., None], 1.0, axis=-1)
+    return out
+
+
+def draft_rows(draft_probs, draft_mode):
+    """``draft_probs`` as the rule sees them under a draft mode ("sampled": as given; "greedy":
+    ``greedy_draft``)."""
+    if draft_mode not in DRAFT_MODES:
+        raise ValueError(f"draft_mode must be one of {DRAFT_MODES}; got {draft_mode!r}")
+    return draft_probs if draft_mode == "sampled" else greedy_draft(draft_probs)
+
+
+@dataclass(frozen=True)
+class BlockLength:
+    """``block_accepted_length``'s result: per block start, the expected accepted drafts, its
+    standard error (0 where exact), and how it was computed: "exact" (a token rule's prefix
+    product, or a block rule's enumeration) or "monte-carlo" (with ``n_paths`` paths)."""
+
+    accepted_length: np.ndarray
+    standard_error: np.ndarray
+    method: str
+    n_paths: int = 0
+
+    @property
+    def mean(self) -> float:
+        """AL(m) averaged over the block starts."""
+        return float(np.mean(self.accepted_length))
+
+    @property
+    def mean_standard_error(self) -> float:
+        """A bound on the standard error of ``mean`` (the starts' errors, which may be
+        correlated through shared paths, added as if perfectly correlated: their mean)."""
+        return float(np.mean(self.standard_error))
+
+
+def block_accepted_length(
+    rule,
+    draft_probs,
+    target_probs,
+    m: int,
+    *,
+    logits=None,
+    method="auto",
+    n_paths=1024,
+    seed=0,
+    max_support=1_000_000,
+    full_output=False,
+):
+    """Expected accepted drafts E[tau] of a block of m drafts started at each position whose
+    window fits: T - m + 1 values for rows (T, V), under independent positions (the rows at a
+    position do not depend on what was accepted before: a trace's model).
+
+    Token rules: the prefix product sum_k prod_{j<k} beta_{t+j} of their per-position acceptance
+    (``expected_accepted_length``; slot-dependent rules per slot): exact. Block rules (``block``):
+    E[tau] = sum_i E[w_i], the block weights' expectations (``BlockVerification``), exact by
+    enumeration when the drafted blocks' support allows (``method="exact"``, or ``"auto"`` when
+    every start needs at most ``max_support`` weight values: V^m up to about 10^6), else by Monte
+    Carlo over ``n_paths`` drafted paths per start (``method="monte-carlo"``; seeded, with its
+    standard error; each path contributes its exact E[tau | drafts], so the only noise is the
+    drafts'). ``full_output=True`` returns a ``BlockLength`` (values, standard errors, method);
+    otherwise the values.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from cactus_theory import make_rule
+    >>> small, big = np.array([[1 / 3, 2 / 3]] * 3), np.array([[2 / 3, 1 / 3]] * 3)   # Sun et al.'s toy pair
+    >>> [round(float(block_accepted_length(r, big, small, 2)[0]), 6) for r in ("sps", "block")]
+    [1.111111, 1.222222]
+    """
+    rule = as_rule(rule)
+    if not (isinstance(m, (int, np.integer)) and m >= 1):
+        raise ValueError(f"m (drafted tokens per verification) must be an integer >= 1; got {m!r}")
+    if method not in ("auto", "exact", "monte-carlo"):
+        raise ValueError(f"method must be 'auto', 'exact' or 'monte-carlo'; got {method!r}")
+    if not (isinstance(n_paths, (int, np.integer)) and n_paths >= 2):
+        raise ValueError(f"n_paths must be an integer >= 2; got {n_paths!r}")
+    p, q, lg = rule._host(draft_probs, target_probs, logits)
+    if p.ndim != 2:
+        raise ValueError(f"draft_probs and target_probs must be (positions, vocabulary); got shape {p.shape}")
+    if p.shape[0] < m:
+        raise ValueError(f"a block of m = {m} drafts needs at least {m} positions; got {p.shape[0]}")
+    starts = p.shape[0] - m + 1
+    if getattr(rule, "block_level", False):
+        used, values, errors = rule.expected_block_lengths(
+            p, q, int(m), method=method, n_paths=int(n_paths), seed=seed, max_support=max_support
+        )
+        result = BlockLength(values, errors, used, int(n_paths) if used == "monte-carlo" else 0)
+    else:
+        if rule.slot_dependent:
+            beta = np.stack([step_metrics(rule.at_slot(j), p, q, logits=lg).acceptance for j in range(m)])
+            values = block_sums(beta, beta, int(m), per_slot=True)[:starts]
+        else:
+            values = expected_accepted_length(step_metrics(rule, p, q, logits=lg).acceptance, int(m))[:starts]
+        result = BlockLength(values, np.zeros(starts), "exact")
+    return result if full_output else result.accepted_length

@@ -1,0 +1,192 @@
+"""Block verification: the whole drafted block judged at once (Sun, Mendlovic, Leviathan, Aharoni,
+Beirami, Ro and Suresh, "Block Verification Accelerates Speculative Decoding", ICLR 2025,
+arXiv 2403.10444, Algorithm 2)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from ._protocol import _NUMPY, BlockLaw, Rule, _block_inputs, ratio_acceptance, residual
+
+__all__ = ["BlockVerification"]
+
+
+def _ratios(p, q, tokens):
+    """q(x)/p(x) of the drafted tokens, with the limit convention for p(x) = 0 (1 if q(x) > 0)."""
+    qx = np.take_along_axis(q, tokens[..., None], -1)[..., 0]
+    px = np.take_along_axis(p, tokens[..., None], -1)[..., 0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(px > 0, qx / np.where(px > 0, px, 1.0), np.where(qx > 0, 1.0, 0.0))
+
+
+def block_weights(p, q, tokens):
+    """The weights w_0 = 1, w_i = min(w_{i-1} q_i(x_i) / p_i(x_i), 1), shape (..., m + 1)."""
+    r = _ratios(p, q[..., : tokens.shape[-1], :], tokens)
+    w = np.ones((*tokens.shape[:-1], tokens.shape[-1] + 1))
+    for i in range(tokens.shape[-1]):
+        w[..., i + 1] = np.minimum(w[..., i] * r[..., i], 1.0)
+    return w
+
+
+def _exact_expected_weights(p, q, m, max_support):
+    """[E w_1, ..., E w_m] for one block start (rows (m, V)) by enumerating the weights' law
+    (equal weights merged); None when the law would hold more than ``max_support`` values."""
+    law = {1.0: 1.0}
+    out = []
+    for i in range(m):
+        support = np.flatnonzero(p[i] > 0)
+        if len(law) * len(support) > max_support:
+            return None
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.where(p[i, support] > 0, q[i, support] / p[i, support], 0.0)
+        new = {}
+        for w, prob in law.items():
+            for x, rx in zip(support.tolist(), r.tolist(), strict=True):
+                v = min(w * rx, 1.0)
+                new[v] = new.get(v, 0.0) + prob * p[i, x]
+        law = new
+        out.append(sum(v * prob for v, prob in law.items()))
+    return out
+
+
+def _sample_tokens(rng, probs, n):
+    """n draws per row of ``probs`` (T, V), shape (T, n) (inverse CDF, rows in chunks)."""
+    out = np.empty((probs.shape[0], n), dtype=np.int64)
+    cdf = np.cumsum(probs, axis=-1)
+    cdf /= cdf[:, -1:]
+    chunk = max(1, (1 << 22) // max(n * probs.shape[1], 1))
+    for a in range(0, probs.shape[0], chunk):
+        u = rng.random((min(chunk, probs.shape[0] - a), n))
+        out[a : a + chunk] = (cdf[a : a + chunk, None, :] < u[..., None]).sum(axis=-1)
+    return np.minimum(out, probs.shape[1] - 1)
+
+
+@dataclass(frozen=True)
+class BlockVerification(Rule):
+    """Block verification: accept the longest prefix of the drafted block that a joint coupling
+    of the whole block allows (lossless, and never below token-wise SpS in expectation).
+
+    For drafts x_1..x_m with weights w_0 = 1, w_i = min(w_{i-1} q_i(x_i) / p_i(x_i), 1) and
+    residual masses Z_{i+1} = sum_x (w_i q_{i+1}(x) - p_{i+1}(x))+, each place i draws one coin
+    and passes with h_i = Z_{i+1} / (Z_{i+1} + 1 - w_i) (h_m = w_m); tau is the last place that
+    passes (0 if none). It emits x_1..x_tau and then a token from norm((w_tau q_{tau+1} -
+    p_{tau+1})+), or the bonus token from q_{m+1} when tau = m. ``block_law`` gives the exact law
+    of tau and of that token. A block of one draft is SpS, so the per-token methods
+    (``acceptance``, ``correction``, ``emitted`` = q) are SpS's. Lossless: the emitted sequence
+    follows the verifier (checked by enumeration in the conformance suite). Under independent
+    positions E[tau] = sum_i E[w_i] (checked against the algorithm by enumeration); the
+    analysis uses it (``block_accepted_length``). Sun et al., ICLR 2025, Algorithm 2; the bonus
+    policy is the verifier's (there is no relaxed bonus for a block rule).
+    """
+
+    name: ClassVar[str] = "block"
+    reference: ClassVar[str] = (
+        'Sun, Mendlovic, Leviathan, Aharoni, Beirami, Ro & Suresh, "Block Verification Accelerates Speculative '
+        'Decoding", ICLR 2025 (Algorithm 2); vLLM rejection_sample_method="block"'
+    )
+    table: ClassVar[dict] = {
+        "acceptance": "the block's tau: last place i with coin ≤ Z_{i+1} / (Z_{i+1} + 1 − w_i)",
+        "correction": "norm((w_τ q − p)+) at τ + 1",
+        "emitted": "q (the sequence law)",
+        "lossless": "yes",
+    }
+    comparison: ClassVar[tuple] = (("", {}, "verifier"),)
+    lossless: ClassVar[bool] = True
+    block_level: ClassVar[bool] = True
+    #: one draft at a time it is SpS (the per-token view the conformance checks see)
+    same_law_as: ClassVar[tuple] = ("sps",)
+
+    def _acceptance(self, b, p, q, n, lg):
+        return ratio_acceptance(b, b.take_last(q, n), b.take_last(p, n))
+
+    def _correction(self, b, p, q, n, lg):
+        return residual(b, q, p)
+
+    def _acceptance_all(self, p, q, lg):
+        return ratio_acceptance(_NUMPY, q, p)
+
+    def emitted(self, draft_probs, target_probs, *, logits=None):
+        """q: the one-draft block is SpS, lossless (exact)."""
+        _, q, _ = self._host(draft_probs, target_probs, logits)
+        return q
+
+    def block_law(self, draft_probs, target_probs, drafted_tokens, *, logits=None) -> BlockLaw:
+        """The exact law of tau and of the token emitted after it (Algorithm 2), float64."""
+        p, q, tokens, _ = _block_inputs(self, draft_probs, target_probs, drafted_tokens, logits)
+        m = tokens.shape[-1]
+        w = block_weights(p, q, tokens)  # (..., m + 1)
+        excess = np.maximum(w[..., :m, None] * q[..., :m, :] - p, 0.0)  # rows 0..m-1: positions 1..m
+        z = excess.sum(axis=-1)  # z[..., i] = Z_{i+1}, the residual mass after i accepted drafts
+        h = np.empty(w.shape)  # h[..., i] for places i = 1..m (index 0 unused)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            denominator = z[..., 1:] + 1.0 - w[..., 1:m]
+            h[..., 1:m] = np.where(denominator > 0, z[..., 1:] / np.where(denominator > 0, denominator, 1.0), 1.0)
+        h[..., m] = w[..., m]
+        h[..., 0] = 1.0
+        # P(tau = i) = h_i prod_{j > i} (1 - h_j); tau = 0 with prod_{j >= 1} (1 - h_j)
+        after = np.ones(w.shape)
+        for i in range(m - 1, -1, -1):
+            after[..., i] = after[..., i + 1] * (1.0 - h[..., i + 1])
+        accepted = h * after
+        with np.errstate(divide="ignore", invalid="ignore"):
+            corrections = np.where(z[..., None] > 0, excess / np.where(z > 0, z, 1.0)[..., None], q[..., :m, :])
+        emitted = np.concatenate([corrections, q[..., m:, :]], axis=-2)
+        return BlockLaw(accepted=accepted, emitted=emitted)
+
+    def expected_block_lengths(self, p, q, m, *, method="auto", n_paths=1024, seed=0, max_support=1_000_000):
+        """E[tau] of a block of m drafts started at each position of validated float64 rows
+        (T, V) whose windows fit (T - m + 1 values), under independent positions, with its
+        standard error and the method used: ("exact" or "monte-carlo", values, standard errors).
+
+        ``method="exact"`` enumerates the law of the weights w_i (equal values merged; an error
+        when a start needs more than ``max_support`` values); ``"monte-carlo"`` averages
+        sum_i w_i over ``n_paths`` drafted paths per start (each the exact E[tau | drafts]
+        given the coins, so the only noise is the drafts'; paths are shared between
+        overlapping starts, independent across paths); ``"auto"`` is exact when every start
+        fits ``max_support``, else Monte Carlo.
+        """
+        return self.expected_block_lengths_for(
+            p, q, (m,), method=method, n_paths=n_paths, seed=seed, max_support=max_support
+        )[m]
+
+    def expected_block_lengths_for(self, p, q, ms, *, method="auto", n_paths=1024, seed=0, max_support=1_000_000):
+        """``expected_block_lengths`` for several m at once, {m: (method, values, errors)}; the
+        Monte Carlo paths are drawn once and serve every m."""
+        out, todo = {}, []
+        for m in ms:
+            if method in ("auto", "exact"):
+                values = []
+                for t in range(p.shape[0] - m + 1):
+                    weights = _exact_expected_weights(p[t : t + m], q[t : t + m], m, max_support)
+                    if weights is None:
+                        if method == "exact":
+                            raise ValueError(
+                                f"exact block lengths need more than max_support={max_support} weight values at "
+                                f"start {t}: use method='monte-carlo'"
+                            )
+                        break
+                    values.append(sum(weights))
+                else:
+                    out[m] = ("exact", np.asarray(values, dtype=np.float64), np.zeros(len(values)))
+                    continue
+            todo.append(m)
+        if todo:
+            rng = np.random.default_rng(seed)
+            tokens = _sample_tokens(rng, p, n_paths)  # (T, n_paths)
+            rows = np.arange(p.shape[0])[:, None]
+            px, qx = p[rows, tokens], q[rows, tokens]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                r = np.where(px > 0, qx / np.where(px > 0, px, 1.0), np.where(qx > 0, 1.0, 0.0))
+            for m in todo:
+                starts = p.shape[0] - m + 1
+                w = np.ones((starts, n_paths))
+                total = np.zeros((starts, n_paths))
+                for i in range(m):
+                    np.minimum(w * r[i : i + starts], 1.0, out=w)
+                    total += w
+                error = total.std(axis=1, ddof=1) / np.sqrt(n_paths)
+                out[m] = ("monte-carlo", total.mean(axis=1), error)
+        return out

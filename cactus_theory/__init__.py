@@ -80,6 +80,7 @@ from ._trace import (
     trace_from_arrays,
 )
 from ._traceset import TraceSet, merge_traces, open_traces, synthesize_trace
+from ._trees import MULTI_DRAFT_METHODS, MultiDraftComparison, compare_multi_draft
 from ._worst_case import WorstCase, worst_case_drift, worst_case_sweep
 from ._zoo import compare_rules, comparison_entries, comparison_markdown
 
@@ -98,6 +99,8 @@ __all__ = [
     "SYNTHETIC_KINDS",
     "AnalysisResult",
     "AnalysisRow",
+    "MULTI_DRAFT_METHODS",
+    "MultiDraftComparison",
     "BlockLength",
     "BlockLaw",
     "CostModel",
@@ -135,6 +138,7 @@ __all__ = [
     "block_statistics",
     "block_sums",
     "cactus_surrogate",
+    "compare_multi_draft",
     "compare_rules",
     "comparison_entries",
     "comparison_markdown",

@@ -17,15 +17,25 @@ from ._engines import run_dask, run_local
 from ._io import csv_text
 from ._progress import progress_bar
 from ._prompts import prompt_seed
-from ._rules import BONUS_POLICIES, make_rules
+from ._rules import BONUS_POLICIES, make_rules, optimal_multi_draft_acceptance
 from ._sampling import SamplingSettings
 from ._trace import Trace
 
 __all__ = ["METRICS", "AnalysisResult", "AnalysisRow", "analyze_trace", "parse_rules"]
 
 #: Per-position metrics (means over positions); ``logits_exact`` is the share of positions whose
-#: result the stored logits determine exactly (1 unless a rule needs logits a trace lacks).
-METRICS = ("acceptance", "acceptance_outside_support", "kl_emitted_target", "tv", "entropy_change", "logits_exact")
+#: result the stored logits determine exactly (1 unless a rule needs logits a trace lacks);
+#: ``optimal_acceptance`` the largest acceptance a lossless verification of the rule's k drafts
+#: drawn i.i.d. from p reaches there (1 - TV for one draft; ``optimal_multi_draft_acceptance``).
+METRICS = (
+    "acceptance",
+    "acceptance_outside_support",
+    "kl_emitted_target",
+    "tv",
+    "entropy_change",
+    "logits_exact",
+    "optimal_acceptance",
+)
 #: A block rule's AL is enumerated exactly where each block start's weights take at most this many
 #: values, else estimated by Monte Carlo (``block_accepted_length``).
 BLOCK_EXACT_SUPPORT = 10_000
@@ -43,14 +53,21 @@ def _rule_label(rule):
     return rule.describe() if hasattr(rule, "describe") else type(rule).__name__
 
 
-def _sequence_stats(rule, p, q, lg, ms, bonus_policy, seed=0, block_paths=1024):
+def _sequence_stats(rule, p, q, lg, ms, bonus_policy, seed=0, block_paths=1024, optimum=None):
     """Per-sequence sums of one rule: per-position metrics, and per m the AL and block drift.
     A block rule's AL comes from ``expected_block_lengths_for`` (exact or Monte Carlo with
-    ``block_paths`` paths seeded by ``seed``); its drift is its token-level one (0: lossless)."""
+    ``block_paths`` paths seeded by ``seed``); its drift is its token-level one (0: lossless).
+    A multi-draft rule's acceptance is over its k drafts, so its AL is that of a tree of width k.
+    ``optimum``: a dict caching the optimal acceptance's sum per k over the rules of a sequence."""
     logits = lg if rule.needs_logits else None
     sm = step_metrics(rule, p, q, logits=logits)
-    per = {name: float(np.sum(getattr(sm, name))) for name in METRICS if name != "logits_exact"}
+    per = {name: float(np.sum(getattr(sm, name))) for name in METRICS[:5]}
     per["logits_exact"] = float(np.sum(rule.logits_exact(p, q, logits=logits))) if logits is not None else p.shape[0]
+    k = getattr(rule, "draft_count", 1)
+    optimum = {} if optimum is None else optimum
+    if k not in optimum:
+        optimum[k] = float(np.sum(optimal_multi_draft_acceptance(p, q, k)))
+    per["optimal_acceptance"] = optimum[k]
     top = max(ms)
     if rule.slot_dependent:  # acceptance and drift per slot of the block (the bonus at slot m)
         slots = [step_metrics(rule.at_slot(j), p, q, logits=logits) for j in range(top + 1)]
@@ -116,8 +133,10 @@ def _shard_stats(args, threads=None):
         p = draft_rows(p, draft_mode)
         seed = prompt_seed(0, seq.id)  # the block rules' Monte Carlo paths: the same whatever the engine
         rec = {"id": seq.id, "task": seq.task, "positions": seq.n_positions, "rules": {}}
+        optimum = {}
         for rule in rules:
-            rec["rules"][_rule_label(rule)] = _sequence_stats(rule, p, q, lg, ms, bonus_policy, seed, block_paths)
+            rec["rules"][_rule_label(rule)] = _sequence_stats(rule, p, q, lg, ms, bonus_policy, seed, block_paths,
+                                                              optimum)  # fmt: skip
         out.append(rec)
     return out
 
@@ -190,7 +209,8 @@ class AnalysisResult:
     def table(self, task="all", trace="all") -> str:
         """The rows of one task (or of one trace, over all its tasks) as a fixed-width text table."""
         lines = [
-            f"{'rule':<34} {'m':>3} {'accept':>7} {'outside':>7} {'AL':>7} {'AL 95% CI':>15} {'vLLM MAL':>8} "
+            f"{'rule':<34} {'m':>3} {'accept':>7} {'/opt':>6} {'outside':>7} {'AL':>7} {'AL 95% CI':>15} "
+            f"{'vLLM MAL':>8} "
             f"{'KL(pi||q)':>9} {'KL/token':>9} {'TV':>6} {'dH':>7}"
         ]
         for r in self.rows if trace == "all" else self.trace_rows:
@@ -201,7 +221,8 @@ class AnalysisResult:
             else:  # no interval: one sequence, or no bootstrap
                 interval = "n/a (1 seq)" if r["sequences"] < 2 else "n/a"
             lines.append(
-                f"{r['rule']:<34} {r['m']:>3} {r['acceptance']:>7.4f} {r['acceptance_outside_support']:>7.4f} "
+                f"{r['rule']:<34} {r['m']:>3} {r['acceptance']:>7.4f} {r['acceptance_of_optimum']:>6.3f} "
+                f"{r['acceptance_outside_support']:>7.4f} "
                 f"{r['al']:>7.3f} {interval:>15} {r['mean_acceptance_length']:>8.3f} "
                 f"{r['kl_emitted_target']:>9.5f} {r['kl_per_token']:>9.5f} {r['tv']:>6.4f} {r['entropy_change']:>7.4f}"
             )
@@ -224,14 +245,17 @@ def _ratio_ci(num, den, rng, n_boot):
     sequences). The interval is (nan, nan) when it cannot be had: fewer than two sequences (a
     bootstrap over one sequence has zero width, which is not a 95% interval) or ``n_boot = 0``."""
     num, den = np.asarray(num, float), np.asarray(den, float)
+    if den.sum() == 0:  # nothing to divide by (e.g. an optimum of 0 everywhere): no ratio
+        return float("nan"), float("nan"), float("nan")
     value = num.sum() / den.sum()
     if not np.isfinite(value):  # an infinite drift stays infinite
         return value, value, value
     if len(num) < 2 or n_boot == 0:
         return value, float("nan"), float("nan")
     idx = rng.integers(len(num), size=(n_boot, len(num)))
-    boot = num[idx].sum(axis=1) / den[idx].sum(axis=1)
-    lo, hi = np.percentile(boot, [2.5, 97.5])
+    with np.errstate(divide="ignore", invalid="ignore"):  # a resample of sequences whose denominator is 0
+        boot = num[idx].sum(axis=1) / den[idx].sum(axis=1)
+        lo, hi = np.nanpercentile(boot, [2.5, 97.5])
     return value, float(lo), float(hi)
 
 
@@ -246,6 +270,8 @@ class AnalysisRow(TypedDict, total=False):
     bonus_policy: str
     draft_mode: str  # "sampled" (n ~ p) or "greedy" (n = argmax p, p one-hot for the rule)
     m: int
+    draft_count: int  # drafts verified per position: 1 for a chain, k for a tree of width k
+    verified_tokens: int  # rows the verifier scores per step: k m + 1 (drafts and the bonus position)
     task: str
     trace: str
     sequences: int
@@ -258,6 +284,8 @@ class AnalysisRow(TypedDict, total=False):
     tv: float
     entropy_change: float
     logits_exact: float
+    optimal_acceptance: float
+    acceptance_of_optimum: float  # acceptance / optimal_acceptance (ratio of the sums over positions)
     kl_per_token: float
     tv_per_token: float
 
@@ -411,6 +439,8 @@ def _row(rule, m, task, trace, sel, rng, n_boot, bonus_policy, draft_mode="sampl
         bonus_policy=bonus_policy,
         draft_mode=draft_mode,
         m=m,
+        draft_count=getattr(rule, "draft_count", 1),
+        verified_tokens=getattr(rule, "draft_count", 1) * m + 1,
         task=task,
         trace=trace,
         sequences=len(sel),
@@ -421,6 +451,10 @@ def _row(rule, m, task, trace, sel, rng, n_boot, bonus_policy, draft_mode="sampl
         mean_acceptance_length=1 + al[0],
     )
     tokens = [s["rules"][label][f"al_sum_{m}"] + s["rules"][label][f"al_n_{m}"] for s in sel]
+    stats["acceptance_of_optimum"] = _ratio_ci(
+        [s["rules"][label]["acceptance"] for s in sel], [s["rules"][label]["optimal_acceptance"] for s in sel], rng,
+        n_boot,
+    )  # fmt: skip
     for name in BLOCK_METRICS:
         stats[f"{name}_per_token"] = _ratio_ci(
             [s["rules"][label][f"{name}_block_{m}"] for s in sel], tokens, rng, n_boot

@@ -370,7 +370,7 @@ def _cmd_merge(args) -> int:
 
 def _cmd_decode(args) -> int:
     from ._analysis import parse_rules
-    from ._decode import NgramDrafter, decode_prompts, decoding_summary
+    from ._decode import NgramDrafter, check_chain_rule, decode_prompts, decoding_summary
     from ._hf import load_model
     from ._prompts import Prompt
 
@@ -380,6 +380,7 @@ def _cmd_decode(args) -> int:
     if len(rules) != 1:
         raise ValueError(f"--rule must name one rule; {args.rule!r} gives {len(rules)}")
     (rule,) = rules
+    check_chain_rule(rule)  # before loading any model
     if args.prompt is not None:
         prompts = [Prompt(id="prompt-0", task=args.task or "prompt", text=args.prompt, index=0)]
     else:
@@ -702,7 +703,12 @@ def build_parser() -> argparse.ArgumentParser:
     cb.add_argument("--draft", required=True, help="draft model: Hugging Face id, local directory or .gguf file")
     _model_options(cb)
     _sampling_options(cb)
-    cb.add_argument("--max-block", type=_int_at_least(1), default=21, help="largest verifier block timed (m + 1)")
+    cb.add_argument(
+        "--max-block",
+        type=_int_at_least(1),
+        default=21,
+        help="largest verifier block timed (m + 1; k m + 1 for a tree of width k)",
+    )
     cb.add_argument("--context", type=_int_at_least(1), default=256, help="tokens in the KV caches while timing")
     cb.add_argument("--repeats", type=_int_at_least(1), default=5, help="timings per part (median)")
     cb.add_argument(

@@ -106,6 +106,16 @@ def _block_step(rule, drafted, draft_rows, q_rows, q_raw, draft_raw, sampling, c
     return tau, [*drafted[:tau], token]
 
 
+def check_chain_rule(rule):
+    """Refuse a multi-draft rule: decoding here drafts chains (one draft per position)."""
+    if getattr(rule, "multi_draft", False):
+        raise ValueError(
+            f"{rule.describe()} verifies a tree of k = {rule.draft_count} drafts per position, and real decoding here "
+            "runs chains (one draft per position; tree attention is not implemented): decode with its one-draft "
+            "form, or predict the tree from a trace (analyze / plan)"
+        )
+
+
 def autoregressive_generate(model, prompt_ids, sampling=None, max_new_tokens=128, seed=0, eos_ids=()):
     """The verifier alone: the baseline for accuracy and wall time (the same sampling loop as the dumper)."""
     import torch
@@ -140,8 +150,9 @@ def speculative_generate(
     draft model). Rules that need raw logits get both models' full rows. A block rule
     (``block``) judges the m drafts at once: the number accepted and the token after them are
     drawn from its ``block_law`` (the verifier's bonus policy only). ``draft_mode="greedy"``
-    drafts argmax p, and the rule sees p one-hot (an MTP head or EAGLE drafter). Returns a
-    ``DecodeResult`` with timings.
+    drafts argmax p, and the rule sees p one-hot (an MTP head or EAGLE drafter). Multi-draft
+    rules (trees) are refused: decoding here drafts chains. Returns a ``DecodeResult`` with
+    timings.
     """
     import torch
 
@@ -153,6 +164,7 @@ def speculative_generate(
         raise ValueError(f"bonus_policy must be one of {BONUS_POLICIES}; got {bonus_policy!r}")
     if draft_mode not in DRAFT_MODES:
         raise ValueError(f"draft_mode must be one of {DRAFT_MODES}; got {draft_mode!r}")
+    check_chain_rule(rule)
     block_level = getattr(rule, "block_level", False)
     if block_level and bonus_policy != "verifier":
         raise ValueError(

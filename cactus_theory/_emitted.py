@@ -82,11 +82,22 @@ def step_metrics(rule, draft_probs, target_probs, drafted_token=None, *, logits=
     """Acceptance and the drift of the emitted distribution from the verifier, per position.
 
     All exact (from ``emitted_distribution``); NumPy float64 out. ``logits`` (a ``RuleLogits``)
-    for the rules that need the raw logits.
+    for the rules that need the raw logits. For a multi-draft rule (k drafts per position) the
+    acceptance is the chance that some draft is accepted (``multi_acceptance``, over the drafts)
+    and the emitted law is over the k drafts; ``drafted_token`` does not apply to it.
     """
     rule = as_rule(rule)
     p, q, lg = rule._host(draft_probs, target_probs, logits)
-    if drafted_token is None:
+    if getattr(rule, "multi_draft", False):
+        if drafted_token is not None:
+            raise ValueError(
+                f"{rule.describe()} verifies k = {rule.draft_count} drafts per position: step_metrics gives its "
+                "acceptance over the drafts (drafted_token=None); rule.verify(...) judges one drafted tuple"
+            )
+        pi = np.asarray(rule.emitted(p, q), dtype=np.float64)
+        acceptance = np.clip(np.asarray(rule.multi_acceptance(p, q), dtype=np.float64), 0.0, 1.0)
+        outside = np.clip(np.asarray(rule.multi_outside_support(p, q), dtype=np.float64), 0.0, 1.0)
+    elif drafted_token is None:
         both = getattr(rule, "emitted_and_acceptance_all", None)
         if both is not None:
             pi, accept_all = both(p, q, logits=lg)

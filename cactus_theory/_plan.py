@@ -159,15 +159,29 @@ class CostModel:
         slope = max((times[-1] - times[-2]) / (sizes[-1] - sizes[-2]), 0.0)
         return np.where(k > sizes[-1], times[-1] + slope * (k - sizes[-1]), out)[()]
 
-    def step_time(self, m, accepted_length):
-        """Expected seconds of one step drafting m tokens that accepts ``accepted_length`` on average."""
-        m = np.asarray(m, dtype=float)
-        return m * self.draft_token + self.verify(m + 1) + self.step_overhead + (accepted_length + 1) * self.judge_token
+    def step_time(self, m, accepted_length, width=1):
+        """Expected seconds of one step drafting m levels that accepts ``accepted_length`` on average.
 
-    def speedup(self, m, accepted_length):
+        ``width`` k > 1: a tree of depth m with k candidates per level (a multi-draft rule): the
+        drafter runs once per level (m draft passes, each giving the k children of one node) and
+        the verifier scores k m + 1 tokens at once (tree attention)."""
+        m = np.asarray(m, dtype=float)
+        return (
+            m * self.draft_token
+            + self.verify(width * m + 1)
+            + self.step_overhead
+            + (accepted_length + 1) * self.judge_token
+        )
+
+    def speedup(self, m, accepted_length, width=1):
         """Tokens per second against the verifier alone: (AL + 1) verify(1) / step_time(m).
         Finite, positive, and at most AL + 1 (a step costs at least one verifier token)."""
-        return (np.asarray(accepted_length) + 1) * self.verify(1) / self.step_time(m, accepted_length)
+        return (np.asarray(accepted_length) + 1) * self.verify(1) / self.step_time(m, accepted_length, width)
+
+    @property
+    def largest_block(self) -> int:
+        """The largest verifier block the cost model measured; larger ones are extrapolated."""
+        return max(self.verify_block)
 
     def to_json(self) -> str:
         data = {"format": COST_FORMAT, "version": 1, **asdict(self)}
@@ -358,7 +372,8 @@ def calibrate_cost(verifier, draft, *, max_block=21, context=256, repeats=5, set
 class Plan:
     """``predict_speedup``'s result: one row per rule x m x task (the analysis rows plus
     ``tokens_per_step``, ``step_time``, ``speedup`` and its interval ``speedup_lo`` /
-    ``speedup_hi``), the best m per rule, and the fastest setting within ``max_kl``."""
+    ``speedup_hi``, and ``verify_extrapolated``: the step's verifier block is larger than any
+    the cost model timed), the best m per rule, and the fastest setting within ``max_kl``."""
 
     rows: list
     cost: CostModel
@@ -389,6 +404,13 @@ class Plan:
                 f"{r['rule']:<34} {r['m']:>6} {r['al']:>6.2f} {r['tokens_per_step']:>11.2f} {r['speedup']:>7.2f}x "
                 f"[{r['speedup_lo']:>5.2f}, {r['speedup_hi']:>5.2f}] {r['kl_emitted_target']:>9.4f}"
             )
+        far = sorted({r.get("verified_tokens", r["m"] + 1) for r in self.best_m(task) if r.get("verify_extrapolated")})
+        if far:
+            lines.append(
+                f"(verifier blocks of {', '.join(map(str, far))} tokens extrapolated beyond the "
+                f"{self.cost.largest_block} "
+                "timed: calibrate with --max-block at least the largest)"
+            )
         best = self.fastest(task=task)
         bound = "no bound" if self.max_kl is None else f"KL(pi || q) <= {self.max_kl:g}"
         if best is None:
@@ -415,6 +437,12 @@ def predict_speedup(analysis, cost, *, max_kl=None) -> Plan:
     Plan; ``max_kl`` bounds the mean emitted KL(pi || q) per position for ``Plan.fastest``.
     Exact given the cost model: the tokens per step are the trace's exact expectations.
 
+    A multi-draft rule's row (``draft_count`` k > 1) is a tree of depth m and width k: m draft
+    passes and one verifier pass over k m + 1 tokens. Its AL assumes the accepted child's own
+    children are drafted too, as in a full tree (which costs k + ... + k^m tokens); a tree of
+    k m tokens that expands one node per level reaches that AL only when the accepted child is
+    the expanded one, so for it the prediction is an upper bound.
+
     Examples
     --------
     >>> from cactus_theory import CostModel
@@ -430,12 +458,14 @@ def predict_speedup(analysis, cost, *, max_kl=None) -> Plan:
         raise ValueError(f"max_kl must be a number >= 0 (nats per position); got {max_kl!r}")
     rows = []
     for r in analysis.rows:
-        m = r["m"]
+        m, width = r["m"], r.get("draft_count", 1)
         row = dict(r)
         row["tokens_per_step"] = r["al"] + 1
-        row["step_time"] = float(cost.step_time(m, r["al"]))
-        row["speedup"] = float(cost.speedup(m, r["al"]))
-        row["speedup_lo"] = float(cost.speedup(m, r["al_lo"]))
-        row["speedup_hi"] = float(cost.speedup(m, r["al_hi"]))
+        row["step_time"] = float(cost.step_time(m, r["al"], width))
+        row["speedup"] = float(cost.speedup(m, r["al"], width))
+        row["speedup_lo"] = float(cost.speedup(m, r["al_lo"], width))
+        row["speedup_hi"] = float(cost.speedup(m, r["al_hi"], width))
+        # a block larger than any the cost model timed: its verify time is extrapolated
+        row["verify_extrapolated"] = bool(width * m + 1 > cost.largest_block and len(cost.verify_block) > 1)
         rows.append(row)
     return Plan(rows=rows, cost=cost, max_kl=max_kl)

@@ -55,13 +55,14 @@ def plot_rule_front(comparison, m=8, axes=None):
     """AL(m) of every rule against its emitted drift, KL(pi || q) (left) and TV(pi, q) (right),
     with the front of rules no other dominates (``compare_rules`` output). Rules with an infinite
     KL (they emit tokens the verifier excludes) sit on the right edge of the KL panel, marked.
+    Chains only: trees (multi-draft rules) verify k m + 1 tokens per step and are left out.
     Returns the Figure.
     """
     import matplotlib.pyplot as plt
 
     from ._pareto import pareto_front
 
-    rows = [r for r in comparison["rows"] if r["m"] == m]
+    rows = [r for r in comparison["rows"] if r["m"] == m and r.get("draft_count", 1) == 1]
     if not rows:
         raise ValueError(
             f"the comparison has no rows for m = {m}; it has m in {sorted({r['m'] for r in comparison['rows']})}"

@@ -279,6 +279,21 @@ def block_section(trace, progress=None, ms=BLOCK_MS, n_boot=200, block_paths=256
     return "\n".join(lines), _png(fig)
 
 
+def multi_draft_section(trace, progress=None, ks=(1, 2, 4, 8), m=8, n_boot=200):
+    """(Markdown, PNG) of multi-draft and tree verification against the optimum on ``trace``
+    (``compare_multi_draft`` at k in ``ks`` and depth m; ``experiments/multi_draft.py`` runs
+    k = 1..8 and m = 4, 8)."""
+    from ._trees import compare_multi_draft
+
+    result = compare_multi_draft(trace, ks=ks, ms=(m,), n_boot=n_boot, progress=progress)
+    text = (
+        "Trees of depth m with k drafts per level; acceptance per position (some draft accepted) and tree AL under "
+        "independent positions, against the optimum for k i.i.d. drafts (`experiments/multi_draft.py` runs k = 1..8, "
+        "m = 4 and 8).\n\n" + result.markdown()
+    )
+    return text, _png(result.figure())
+
+
 def _with_interval(row, key, fmt):
     """A value with its interval, "v [lo, hi]"."""
     return f"{fmt.format(row[key])} [{fmt.format(row[key + '_lo'])}, {fmt.format(row[key + '_hi'])}]"
@@ -364,6 +379,17 @@ def build_report(
             "bootstrap 95% intervals over sequences.",
         )
     )
+    say("      multi-draft and tree verification against the optimum")
+    multi_md, multi_png = multi_draft_section(tr, progress)
+    figures.append(
+        (
+            "multi_draft.png",
+            multi_png,
+            "Acceptance per position (left) and tree AL at m = 8 (right) against k drafts per position: recursive "
+            "rejection sampling (i.i.d. and without replacement), SpecTr, EAGLE-2/3's top-k children and the optimum "
+            "for k i.i.d. drafts (dashed), with bootstrap 95% intervals over sequences.",
+        )
+    )
     say("      predicted speedups: this machine's calibration, if any, and a GPU-like cost ratio")
     plans = _plans(tr, dataclasses.replace(full, rows=[r for r in full.rows if r["m"] in PLAN_MS]))
     for key, (title, plan) in plans.items():
@@ -402,6 +428,10 @@ def build_report(
         "",
         block_md,
         "",
+        "## Multi-draft and tree verification",
+        "",
+        multi_md,
+        "",
         "## Predicted speedups",
         "",
     ]
@@ -423,6 +453,7 @@ def build_report(
         f"<h1>cactus_theory report</h1><pre>{html.escape(table)}</pre>",
         f"<h2>Every rule at the paper grid's parameters</h2><pre>{html.escape(zoo_md)}</pre>",
         f"<h2>Block verification and the engines' lossless methods</h2><pre>{html.escape(block_md)}</pre>",
+        f"<h2>Multi-draft and tree verification</h2><pre>{html.escape(multi_md)}</pre>",
         f"<h2>Predicted speedups</h2><pre>{html.escape(plan_text)}</pre>",
     ]
     for _name, data, caption in figures:

@@ -117,6 +117,8 @@ def simulate(
         if bonus_policy != "verifier":
             raise ValueError(f"{rule.describe()} judges whole blocks: its bonus token comes from the verifier only")
         return _simulate_blocks(rule, p, q, lg, int(m), int(n_runs), rng)
+    if getattr(rule, "multi_draft", False):
+        return _simulate_tree(rule, p, q, int(m), int(n_runs), rng, bonus_policy)
     # Acceptance of every (slot, position, token) once; corrections per distinct rejected pair.
     n_slots = m + 1 if rule.slot_dependent else 1
     slot_rules = [rule.at_slot(j) for j in range(n_slots)]
@@ -225,6 +227,81 @@ def _simulate_blocks(rule, p, q, lg, m, n_runs, rng):
         accepted_blocks.append(tau)
         starts.append(start)
         position[runs] = start + tau + 1
+    return SimulationResult(
+        accepted=np.concatenate(accepted_blocks) if accepted_blocks else np.zeros(0, dtype=np.int64),
+        block_start=np.concatenate(starts) if starts else np.zeros(0, dtype=np.int64),
+        drafts=drafts,
+        accepts=accepts,
+        emitted_counts=emitted,
+        bonus_counts=bonus,
+        m=int(m),
+    )
+
+
+def _simulate_tree(rule, p, q, m, n_runs, rng, bonus_policy):
+    """``simulate`` for a multi-draft rule: a tree of depth m, k drafts verified per level."""
+    n_positions, vocab = p.shape
+    k = rule.draft_count
+    laws: dict[bytes, tuple] = {}  # (position, drafts) -> (P(draft i accepted; none), residual law)
+
+    def level(t):
+        """One level at positions t: (accepted, emitted token)."""
+        drafts = np.asarray(rule.sample_drafts(rng, p[t]), dtype=np.int64).reshape(t.size, k)
+        keys = np.concatenate([t[:, None], drafts], axis=1)
+        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+        accept_law, rest = np.empty((len(unique), k + 1)), np.empty((len(unique), vocab))
+        for u, key in enumerate(unique):
+            tag = key.tobytes()
+            if tag not in laws:
+                law = rule.verify(p[key[0]], q[key[0]], key[1:])
+                left = law.emitted.copy()
+                for i, x in enumerate(key[1:].tolist()):
+                    if x >= 0:
+                        left[x] -= law.accepted[i]
+                left = np.maximum(left, 0.0)
+                laws[tag] = (law.accepted, left / left.sum() if left.sum() > 1e-300 else q[key[0]])
+            accept_law[u], rest[u] = laws[tag]
+        inverse = inverse.reshape(-1)
+        choice = _sample_rows(rng, accept_law[inverse])
+        ok = choice < k
+        out = np.where(ok, drafts[np.arange(t.size), np.minimum(choice, k - 1)], 0)
+        bad = np.flatnonzero(~ok)
+        if bad.size:
+            out[bad] = _sample_rows(rng, rest[inverse[bad]])
+        return ok, out
+
+    position = np.zeros(n_runs, dtype=np.int64)
+    drafts = np.zeros(n_positions, dtype=np.int64)
+    accepts = np.zeros(n_positions, dtype=np.int64)
+    emitted = np.zeros((n_positions, vocab), dtype=np.int64)
+    bonus = np.zeros((n_positions, vocab), dtype=np.int64)
+    accepted_blocks, starts = [], []
+    while True:
+        runs = np.flatnonzero(position + m <= n_positions - 1)
+        if runs.size == 0:
+            break
+        start = position[runs]
+        in_block = np.ones(runs.size, dtype=bool)
+        count = np.zeros(runs.size, dtype=np.int64)
+        for j in range(m):
+            live = np.flatnonzero(in_block)
+            if live.size == 0:
+                break
+            t = start[live] + j
+            ok, out = level(t)
+            np.add.at(drafts, t, 1)
+            np.add.at(accepts, t[ok], 1)
+            np.add.at(emitted, (t, out), 1)
+            count[live[ok]] += 1
+            in_block[live[~ok]] = False
+        full = np.flatnonzero(in_block)
+        if full.size:
+            t = start[full] + m
+            token = _sample_rows(rng, q[t]) if bonus_policy == "verifier" else level(t)[1]
+            np.add.at(bonus, (t, token), 1)
+        accepted_blocks.append(count)
+        starts.append(start)
+        position[runs] = start + count + 1
     return SimulationResult(
         accepted=np.concatenate(accepted_blocks) if accepted_blocks else np.zeros(0, dtype=np.int64),
         block_start=np.concatenate(starts) if starts else np.zeros(0, dtype=np.int64),

@@ -103,7 +103,10 @@ def comparison_markdown(comparison, m_front=8) -> str:
             f"{_fmt(front_row['kl_per_token'])} | {r['logits_exact']:.3f} |"
         )
     if m_front in ms:
-        at = [per_m[m_front] for per_m in by_rule.values()]
+        every = [per_m[m_front] for per_m in by_rule.values()]
+        # a tree verifies k m + 1 tokens per step: it is not on the front of chains of m drafts
+        at = [r for r in every if r.get("draft_count", 1) == 1]
+        trees = [r["rule"] for r in every if r.get("draft_count", 1) > 1]
         kl_front = pareto_front([(r["rule"], r["al"], r["kl_emitted_target"]) for r in at])
         tv_front = pareto_front([(r["rule"], r["al"], r["tv"]) for r in at])
         dominated = [r["rule"] for r in at if r["rule"] not in kl_front + tv_front]
@@ -116,6 +119,14 @@ def comparison_markdown(comparison, m_front=8) -> str:
             "- AL against KL(π‖q): " + ", ".join(f"`{x}`" for x in kl_front) + ".",
             "- AL against TV(π, q): " + ", ".join(f"`{x}`" for x in tv_front) + ".",
             "- Dominated on both: " + ", ".join(f"`{x}`" for x in dominated) + ".",
+        ]
+        if trees:
+            out.append(
+                "- Not on the front: the trees " + ", ".join(f"`{x}`" for x in trees) + " (k drafts per position: "
+                "they verify k m + 1 tokens per step, a different cost; compared with each other and the optimum in "
+                "their own section)."
+            )
+        out += [
             "",
             "**Rules that accept tokens the verifier excludes** (q(n) = 0 after its top-k / top-p), with the share "
             "of their acceptance that such tokens make up: " + ", ".join(shares) + ". Each of them emits tokens "

@@ -360,6 +360,8 @@ def check_block_lossless(rule, seed):
         return "not lossless"
     if rule.needs_logits:
         return "needs logits"
+    if _multi(rule):
+        return "a multi-draft rule: lossless and multi_enumeration check its law at a position"
     p, q = _position_rows(seed, 8, 3)
     law = _sequence_law(rule, p, q, 2, 4)
     for seq, prob in law.items():
@@ -399,6 +401,112 @@ def check_block_monte_carlo(rule, seed):
     return None
 
 
+def _multi(rule):
+    return getattr(rule, "multi_draft", False)
+
+
+def _small_multi(rule):
+    """The rule at k <= 3 (enumeration over V^k tuples stays small)."""
+    return dataclasses.replace(rule, k=min(rule.k, 3)) if rule.k > 3 else rule
+
+
+def check_multi_verify(rule, seed):
+    """A multi-draft rule's ``verify``: P(draft i accepted) and P(none) form a distribution, the
+    emitted law is one, and it puts at least the acceptance's mass on each accepted draft."""
+    if not _multi(rule):
+        return "not a multi-draft rule"
+    rng = np.random.default_rng(seed)
+    p, q, _ = make_case(seed, int(rng.integers(2, 8)))
+    for tokens, _weight in rule.draft_tuples(p)[:50]:
+        drafts = np.array(list(tokens) + [-1] * (rule.k - len(tokens)))
+        law = rule.verify(p, q, drafts)
+        ok = law.accepted.shape == (rule.k + 1,) and (law.accepted >= -1e-15).all()
+        _true(ok, f"verify's acceptance law {law.accepted} is not k + 1 probabilities", p=p, q=q, drafts=drafts)
+        _close(law.accepted.sum(), 1.0, "verify's acceptance law does not sum to 1", rtol=0, atol=1e-12, p=p, q=q)
+        _true(law.emitted >= -1e-15, "verify's emitted law has a negative entry", p=p, q=q, drafts=drafts)
+        _close(law.emitted.sum(), 1.0, "verify's emitted law does not sum to 1", rtol=0, atol=1e-12, p=p, q=q)
+        for i, x in enumerate(drafts.tolist()):
+            if x >= 0:
+                _true(law.emitted[x] >= law.accepted[i] - 1e-12, f"draft {i} accepted more often than emitted",
+                      p=p, q=q, drafts=drafts)  # fmt: skip
+    return None
+
+
+def check_multi_enumeration(rule, seed):
+    """``multi_acceptance``, ``emitted`` and ``multi_outside_support`` (the rule's fast forms) equal
+    the enumeration over every drafted tuple of ``verify`` (k <= 3, V <= 6)."""
+    if not _multi(rule):
+        return "not a multi-draft rule"
+    small = _small_multi(rule)
+    p, q, _ = make_case(seed, int(np.random.default_rng(seed).integers(2, 7)), batch=(2,))
+    acc, pi, outside = small._enumerate(p, q)
+    _close(small.multi_acceptance(p, q), acc, "multi_acceptance differs from the enumeration over the drafts",
+           rtol=1e-9, atol=1e-12, p=p, q=q)  # fmt: skip
+    _close(small.emitted(p, q), pi, "the emitted law differs from the enumeration over the drafts", rtol=1e-9,
+           atol=1e-12, p=p, q=q)  # fmt: skip
+    _close(small.multi_outside_support(p, q), outside, "multi_outside_support differs from the enumeration",
+           rtol=1e-9, atol=1e-12, p=p, q=q)  # fmt: skip
+    return None
+
+
+def _best_lossless_acceptance(rule, p, q):
+    """1 - max_C [P(every draft in C) - q(C)] over every token set C (max-flow min-cut): what no
+    lossless verification of this drafting law can beat (brute force over 2^V sets)."""
+    import itertools
+
+    tuples = rule.draft_tuples(p)
+    best = 0.0
+    vocab = len(q)
+    for size in range(vocab + 1):
+        for subset in itertools.combinations(range(vocab), size):
+            inside = set(subset)
+            mass = sum(w for t, w in tuples if set(t) <= inside)
+            best = max(best, mass - float(q[list(subset)].sum()))
+    return 1.0 - best
+
+
+def check_multi_below_optimum(rule, seed):
+    """A lossless multi-draft rule accepts no more than the maximal coupling of its drafts and q
+    allows (brute force over token sets); with i.i.d. drafts, the bound is
+    ``optimal_multi_draft_acceptance``."""
+    if not _multi(rule):
+        return "not a multi-draft rule"
+    if not rule.lossless:
+        return "not lossless"
+    from ._rules import optimal_multi_draft_acceptance
+
+    small = _small_multi(rule)
+    p, q, _ = make_case(seed, int(np.random.default_rng(seed).integers(2, 7)))
+    bound = _best_lossless_acceptance(small, p, q)
+    ours = float(small.multi_acceptance(p, q))
+    _true(ours <= bound + 1e-12, f"acceptance {ours} above the lossless optimum {bound}", p=p, q=q)
+    if small.drafting == "iid":
+        closed = float(optimal_multi_draft_acceptance(p, q, small.k))
+        _close(closed, bound, "optimal_multi_draft_acceptance differs from the brute force", rtol=0, atol=1e-12,
+               p=p, q=q)  # fmt: skip
+    return None
+
+
+def check_multi_single_draft(rule, seed):
+    """At k = 1 the rule is its one-draft form (``single()``): the same acceptance, averaged over
+    the drafted token, and the same emitted law."""
+    if not _multi(rule):
+        return "not a multi-draft rule"
+    one = dataclasses.replace(rule, k=1)
+    single = one.single()
+    p, q, _ = make_case(seed, int(np.random.default_rng(seed).integers(2, 9)))
+    acc, pi = 0.0, np.zeros(len(q))
+    for (token,), weight in one.draft_tuples(p):
+        a = float(single.acceptance(p, q, token))
+        acc += weight * a
+        pi += weight * (a * np.eye(len(q))[token] + (1 - a) * np.asarray(single.correction(p, q, token)))
+    _close(one.multi_acceptance(p, q), acc, f"k = 1 differs from {single.describe()}'s acceptance", rtol=1e-9,
+           atol=1e-12, p=p, q=q)  # fmt: skip
+    _close(one.emitted(p, q), pi, f"k = 1 differs from {single.describe()}'s emitted law", rtol=1e-9, atol=1e-12,
+           p=p, q=q)  # fmt: skip
+    return None
+
+
 #: The checks by name, in the order ``check_rule`` runs them.
 CHECKS = {
     "probabilities": check_probabilities,
@@ -414,9 +522,26 @@ CHECKS = {
     "block_lossless": check_block_lossless,
     "block_at_least_token": check_block_at_least_token,
     "block_monte_carlo": check_block_monte_carlo,
+    "multi_verify": check_multi_verify,
+    "multi_enumeration": check_multi_enumeration,
+    "multi_below_optimum": check_multi_below_optimum,
+    "multi_single_draft": check_multi_single_draft,
 }
 #: Checks over random inputs, run on ``cases`` seeds; the others run once.
-_PER_CASE = ("probabilities", "bonus_laws", "acceptance_all", "emitted_matches_bruteforce", "lossless")
+_PER_CASE = (
+    "probabilities",
+    "bonus_laws",
+    "acceptance_all",
+    "emitted_matches_bruteforce",
+    "lossless",
+    "multi_verify",
+    "multi_enumeration",
+    "multi_below_optimum",
+    "multi_single_draft",
+)
+#: Checks of the per-token protocol: a multi-draft rule runs them on its one-draft form
+#: (``single()``), whose acceptance and correction its per-token methods are.
+_PER_TOKEN = ("probabilities", "acceptance_all", "emitted_matches_bruteforce", "numpy_torch_agree")
 
 
 def check_rule(rule, *, checks=None, seed=0, cases=10) -> dict:
@@ -430,8 +555,11 @@ def check_rule(rule, *, checks=None, seed=0, cases=10) -> dict:
     round-trip through the spec string; Monte Carlo agrees with the exact laws; NumPy agrees
     with torch (skipped without torch); a lossless rule emits the verifier's sequence law block
     after block (enumerated); a block rule accepts at least what SpS does and sampling it gives
-    its exact accepted length. ``checks`` runs a subset by name; the input-driven checks
-    run on ``cases`` random inputs from ``seed``.
+    its exact accepted length; a multi-draft rule's ``verify`` gives laws, its fast forms equal
+    the enumeration over every drafted tuple, a lossless one stays below the maximal coupling of
+    its drafts and q, and at k = 1 it is its one-draft form (its per-token checks run on that
+    form, ``single()``). ``checks`` runs a subset by name; the input-driven checks run on
+    ``cases`` random inputs from ``seed``.
 
     Raises
     ------
@@ -450,9 +578,10 @@ def check_rule(rule, *, checks=None, seed=0, cases=10) -> dict:
     for name in names:
         seeds = [seed + 7919 * i for i in range(cases)] if name in _PER_CASE else [seed]
         skipped = None
+        subject = rule.single() if _multi(rule) and name in _PER_TOKEN else rule
         for s in seeds:
             try:
-                skipped = CHECKS[name](rule, s)
+                skipped = CHECKS[name](subject, s)
             except _Failed as exc:
                 raise AssertionError(f"check_rule({label!r}): {name} failed (seed {s}): {exc}") from None
             except Exception as exc:
@@ -483,7 +612,8 @@ def conformance_rules(builtin_only: bool = False) -> list:
 
 def same_rules(rules, *, seeds=range(20), vocab=12) -> list:
     """Pairs of rules (spec strings) of different classes that are one rule: the same acceptance
-    for every drafted token and the same emitted law on random inputs, and neither declares the
+    for every drafted token (over the drafts, for multi-draft rules) and the same emitted law on
+    random inputs, and neither declares the
     other in ``same_law_as``. A rule written again under a new name shows up here (Medusa's
     typical acceptance added as a new rule when ``tas`` exists)."""
     import itertools
@@ -495,7 +625,8 @@ def same_rules(rules, *, seeds=range(20), vocab=12) -> list:
         out = []
         for p, q, lg in cases:
             logits = _logits_for(rule, lg)
-            out.append((rule.acceptance_all(p, q, logits=logits), emitted_distribution(rule, p, q, logits=logits)))
+            accept = rule.multi_acceptance(p, q) if _multi(rule) else rule.acceptance_all(p, q, logits=logits)
+            out.append((accept, emitted_distribution(rule, p, q, logits=logits)))
         return out
 
     laws = [law(r) for r in rules]
@@ -507,7 +638,9 @@ def same_rules(rules, *, seeds=range(20), vocab=12) -> list:
             type(rb), "same_law_as", ()
         )
         equal = all(
-            np.allclose(x[0], y[0], atol=1e-12) and np.allclose(x[1], y[1], atol=1e-12)
+            np.shape(x[0]) == np.shape(y[0])
+            and np.allclose(x[0], y[0], atol=1e-12)
+            and np.allclose(x[1], y[1], atol=1e-12)
             for x, y in zip(la, lb, strict=True)
         )
         if equal and not declared:

@@ -71,6 +71,14 @@ def test_rules_comparison(tiny_trace, tmp_path):
     assert "--trace" in (tmp_path / "rules_comparison.md").read_text()
 
 
+def test_multi_draft(tiny_trace, tmp_path):
+    script("multi_draft").main(["--trace", tiny_trace, "--out", str(tmp_path), "--bootstrap", "10", "--k", "1", "3",
+                                "--m", "2"])  # fmt: skip
+    data = json.loads((tmp_path / "multi_draft.json").read_text())
+    assert {(r["method"], r["k"]) for r in data["rows"]} >= {("optimum (i.i.d.)", 1), ("eagle-tree", 3)}
+    assert (tmp_path / "multi_draft.png").stat().st_size > 0
+
+
 def test_rejection_sources(tiny_trace, capsys):
     script("rejection_sources").main(["--trace", tiny_trace, "--rules", "sps,cactus"])
     assert "| sps |" in capsys.readouterr().out

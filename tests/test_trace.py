@@ -506,7 +506,8 @@ def test_report_on_a_small_trace(tmp_path):
     assert main(["report", "--trace", str(tmp_path / "t"), "--out", str(tmp_path / "r"), "--quiet"]) == 0
     md = (tmp_path / "r" / "report.md").read_text()
     # the per-task figure too (two tasks), and the GPU-like plan (no calibration of this pair exists)
-    assert md.count("![") == 10 and "cactus(delta=1)" in md and "plan_gpu_like.png" in md
+    assert md.count("![") == 11 and "cactus(delta=1)" in md and "plan_gpu_like.png" in md
+    assert "multi_draft.png" in md and "optimum (i.i.d.)" in md
     assert "block_verification.png" in md and "| block vs sps |" in md
     assert "## Predicted speedups" in md and "No calibration of this trace's model pair" in md
     assert "Every rule at the paper grid's parameters" in md and "`rfsd(divergence=js, threshold=0.3)`" in md

@@ -276,6 +276,14 @@ class Rule:
     #: The rule judges a whole drafted block at once (``block_law``), not token by token; its
     #: per-token methods are its one-draft case (a block of m = 1).
     block_level: ClassVar[bool] = False
+    #: The rule verifies several drafts per position (``MultiDraftRule``: multi-draft and tree
+    #: verification); its per-token methods are its one-draft form (``single()``).
+    multi_draft: ClassVar[bool] = False
+
+    @property
+    def draft_count(self) -> int:
+        """Drafts verified per position: 1, or k for a multi-draft rule (a tree of width k)."""
+        return 1
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

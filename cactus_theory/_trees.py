@@ -1,0 +1,203 @@
+"""Multi-draft and tree verification against the optimum on a trace: each method's acceptance and
+tree AL for k = 1..8 drafts per position, where the deployed methods lose most, and sampled
+against top-k children."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._analysis import analyze_trace
+from ._rules import make_rule
+from ._sampling import SamplingSettings
+
+__all__ = ["MULTI_DRAFT_METHODS", "MultiDraftComparison", "compare_multi_draft"]
+
+#: The methods compared, as spec templates in k: (label, template, how the children are drawn).
+MULTI_DRAFT_METHODS = (
+    ("rrs", "rrs(k={k})", "sampled i.i.d."),
+    ("rrs without replacement", "rrs(k={k}, replacement=false)", "sampled distinct"),
+    ("spectr", "spectr(k={k})", "sampled i.i.d."),
+    ("eagle-tree", "eagle-tree(k={k})", "top-k of p"),
+    ("optimum (i.i.d.)", "multi-draft-optimal(k={k})", "sampled i.i.d."),
+)
+#: Bins of the verifier's entropy (nats) and of its top-1 mass for "where the methods lose".
+ENTROPY_BINS = (0.0, 0.1, 0.5, 1.0, 2.0, np.inf)
+TOP1_BINS = (0.0, 0.5, 0.8, 0.95, 0.99, 1.0 + 1e-12)
+
+
+@dataclass
+class MultiDraftComparison:
+    """``compare_multi_draft``'s result.
+
+    Attributes
+    ----------
+    rows : list of dict
+        One per method x k x m (over all tasks): ``method``, ``rule`` (spec), ``children``, ``k``,
+        ``m``, ``acceptance``, ``optimal_acceptance`` (i.i.d. optimum at the same k),
+        ``acceptance_of_optimum`` (with ``_lo`` / ``_hi``), ``al`` (with ``al_lo`` / ``al_hi``),
+        ``verified_tokens`` (k m + 1).
+    by_entropy, by_top1 : list of dict
+        At ``k_bins``: per bin of the verifier's entropy / top-1 mass, the positions in it and
+        each method's mean acceptance there with the optimum's.
+    """
+
+    rows: list
+    by_entropy: list
+    by_top1: list
+    ks: tuple
+    ms: tuple
+    k_bins: int
+    positions: int
+    sequences: int
+    seconds: float
+
+    def table(self, m=None) -> str:
+        """Acceptance (fraction of the optimum) and tree AL per method and k, at one m."""
+        m = self.ms[-1] if m is None else m
+        rows = {(r["method"], r["k"]): r for r in self.rows if r["m"] == m}
+        methods = list(dict.fromkeys(r["method"] for r in self.rows))
+        head = f"{'k':>2} " + " ".join(f"{name[:22]:>22}" for name in methods)
+        lines = [f"acceptance (of the i.i.d. optimum) and tree AL at m = {m}", head]
+        for k in self.ks:
+            cells = []
+            for name in methods:
+                r = rows[(name, k)]
+                cells.append(f"{r['acceptance']:.3f} ({r['acceptance_of_optimum']:.3f}) {r['al']:5.2f}".rjust(22))
+            lines.append(f"{k:>2} " + " ".join(cells))
+        return "\n".join(lines)
+
+    def markdown(self) -> str:
+        """The tables of the results page and the report's section."""
+        lines = []
+        methods = list(dict.fromkeys(r["method"] for r in self.rows))
+        for m in self.ms:
+            rows = {(r["method"], r["k"]): r for r in self.rows if r["m"] == m}
+            lines += [
+                f"Tree AL at m = {m} (bootstrap 95% intervals over sequences); in brackets the acceptance per "
+                "position as a fraction of the i.i.d. optimum at the same k:",
+                "",
+                "| k | " + " | ".join(methods) + " |",
+                "|---|" + "---|" * len(methods),
+            ]
+            for k in self.ks:
+                cells = [
+                    f"{rows[(n, k)]['al']:.2f} [{rows[(n, k)]['al_lo']:.2f}, {rows[(n, k)]['al_hi']:.2f}] "
+                    f"({rows[(n, k)]['acceptance_of_optimum']:.3f})"
+                    for n in methods
+                ]
+                lines.append(f"| {k} | " + " | ".join(cells) + " |")
+            lines.append("")
+        for title, bins, unit in (
+            ("the verifier's entropy H(q)", self.by_entropy, "nats"),
+            ("the verifier's top-1 mass", self.by_top1, ""),
+        ):
+            lines += [
+                f"Mean acceptance per position at k = {self.k_bins} by {title} (the optimum: i.i.d. drafts):",
+                "",
+                f"| {title} | positions | " + " | ".join(methods) + " |",
+                "|---|---|" + "---|" * len(methods),
+            ]
+            for i, b in enumerate(bins):
+                closed = "]" if i == len(bins) - 1 and np.isfinite(b["hi"]) else ")"  # the last top-1 bin holds 1
+                span = f"[{b['lo']:g}, {b['hi']:g}{closed}" + (f" {unit}" if unit else "")
+                cells = [f"{b['acceptance'][n]:.3f}" if b["positions"] else "n/a" for n in methods]
+                lines.append(f"| {span} | {b['positions']} | " + " | ".join(cells) + " |")
+            lines.append("")
+        return "\n".join(lines)
+
+    def figure(self):
+        """Acceptance against k (left) and tree AL at the largest m against k (right), per method."""
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        m = self.ms[-1]
+        for i, name in enumerate(dict.fromkeys(r["method"] for r in self.rows)):
+            rs = sorted((r for r in self.rows if r["method"] == name and r["m"] == m), key=lambda r: r["k"])
+            style = {"color": "black", "ls": "--"} if name.startswith("optimum") else {"color": f"C{i}"}
+            ks = [r["k"] for r in rs]
+            axes[0].plot(ks, [r["acceptance"] for r in rs], marker="o", ms=3, label=name, **style)
+            errors = [[r["al"] - r["al_lo"] for r in rs], [r["al_hi"] - r["al"] for r in rs]]
+            axes[1].errorbar(ks, [r["al"] for r in rs], yerr=errors, marker="o", ms=3, capsize=2, label=name, **style)
+        axes[0].set_ylabel("acceptance per position (some draft accepted)")
+        axes[1].set_ylabel(f"tree AL at m = {m}")
+        for ax in axes:
+            ax.set_xlabel("k (drafts per position)")
+            ax.grid(alpha=0.3)
+        axes[0].legend(fontsize=8)
+        fig.tight_layout()
+        return fig
+
+
+def _bins(values, edges, per_method):
+    out = []
+    for lo, hi in itertools.pairwise(edges):
+        inside = (values >= lo) & (values < hi)
+        out.append({
+            "lo": float(lo), "hi": float(min(hi, 1.0) if edges is TOP1_BINS else hi), "positions": int(inside.sum()),
+            "acceptance": {n: float(a[inside].mean()) if inside.any() else float("nan") for n, a in per_method.items()},
+        })  # fmt: skip
+    return out
+
+
+def compare_multi_draft(trace, ks=tuple(range(1, 9)), ms=(4, 8), *, k_bins=4, n_boot=1000, methods=None,
+                        progress=None) -> MultiDraftComparison:  # fmt: skip
+    """Each multi-draft method's acceptance and tree AL on ``trace`` for each k in ``ks`` and depth
+    m in ``ms``, against the optimum for k i.i.d. drafts, with bootstrap intervals over sequences
+    (``analyze_trace``); and, at ``k_bins`` drafts, each method's mean acceptance per bin of the
+    verifier's entropy and top-1 mass (where the deployed methods lose most). ``methods``: (label,
+    spec template in k, children) tuples, default ``MULTI_DRAFT_METHODS``. The tree AL is under
+    the independent-positions model of the analysis (docs: "Multi-draft and tree verification").
+    """
+    from ._trace import load_trace
+    from ._traceset import open_traces
+
+    start = time.perf_counter()
+    methods = MULTI_DRAFT_METHODS if methods is None else tuple(methods)
+    traces = open_traces(trace if trace is not None else load_trace())
+    specs = {(name, k): make_rule(template.format(k=k)).describe() for name, template, _ in methods for k in ks}
+    result = analyze_trace(traces, list(dict.fromkeys(specs.values())), ms=tuple(ms), n_boot=n_boot, progress=progress)
+    by_rule = {(r["rule"], r["m"]): r for r in result.rows if r["task"] == "all"}
+    rows = []
+    for name, _, children in methods:
+        for k in ks:
+            for m in ms:
+                r = by_rule[(specs[(name, k)], m)]
+                rows.append({
+                    "method": name, "rule": r["rule"], "children": children, "k": k, "m": m,
+                    "acceptance": r["acceptance"], "optimal_acceptance": r["optimal_acceptance"],
+                    "acceptance_of_optimum": r["acceptance_of_optimum"],
+                    "acceptance_of_optimum_lo": r["acceptance_of_optimum_lo"],
+                    "acceptance_of_optimum_hi": r["acceptance_of_optimum_hi"],
+                    "al": r["al"], "al_lo": r["al_lo"], "al_hi": r["al_hi"], "verified_tokens": r["verified_tokens"],
+                })  # fmt: skip
+    settings = SamplingSettings(**(traces.metadata.get("sampling") or {}))
+    per_method = {name: [] for name, _, _ in methods}
+    entropy, top1 = [], []
+    for seq in traces:
+        if seq.n_positions == 0:
+            continue
+        p, q = seq.distributions(settings)
+        q64 = np.asarray(q, dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            entropy.append(-np.sum(np.where(q64 > 0, q64 * np.log(q64), 0.0), axis=-1))
+        top1.append(q64.max(-1))
+        for name, template, _ in methods:
+            rule = make_rule(template.format(k=k_bins))
+            per_method[name].append(np.asarray(rule.multi_acceptance(p, q), dtype=np.float64))
+    per_method = {n: np.concatenate(v) for n, v in per_method.items()}
+    entropy, top1 = np.concatenate(entropy), np.concatenate(top1)
+    return MultiDraftComparison(
+        rows=rows,
+        by_entropy=_bins(entropy, ENTROPY_BINS, per_method),
+        by_top1=_bins(top1, TOP1_BINS, per_method),
+        ks=tuple(ks),
+        ms=tuple(ms),
+        k_bins=k_bins,
+        positions=int(entropy.size),
+        sequences=len(result.sequences),
+        seconds=time.perf_counter() - start,
+    )

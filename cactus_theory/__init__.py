@@ -8,6 +8,7 @@ from ._decode import (
     autoregressive_generate,
     decode_prompts,
     decoding_summary,
+    matched_times,
     speculative_generate,
 )
 from ._divergences import (
@@ -31,7 +32,16 @@ from ._engines import local_dask_cluster
 from ._gamma import APPROX_METHODS, GammaConvergenceWarning, GammaResult, approx_gamma, exact_gamma
 from ._hf import load_model
 from ._pareto import pareto_front
-from ._plan import CostModel, Plan, calibrate_cost, default_cost_path, load_cost, predict_speedup
+from ._plan import (
+    DEFAULT_COST_PROFILE,
+    CostModel,
+    Plan,
+    calibrate_cost,
+    cost_profiles,
+    default_cost_path,
+    load_cost,
+    predict_speedup,
+)
 from ._plotting import (
     figure_png,
     plot_al_vs_kl,
@@ -41,6 +51,7 @@ from ._plotting import (
     plot_rule_front,
     plot_step,
 )
+from ._policies import DRAFT_POLICIES, DraftPolicy, make_draft_policy, policy_blocks
 from ._prompts import (
     Prompt,
     benchmark_file,
@@ -82,7 +93,7 @@ from ._trace import (
 from ._traceset import TraceSet, merge_traces, open_traces, synthesize_trace
 from ._trees import MULTI_DRAFT_METHODS, MultiDraftComparison, compare_multi_draft
 from ._worst_case import WorstCase, worst_case_drift, worst_case_sweep
-from ._zoo import compare_rules, comparison_entries, comparison_markdown
+from ._zoo import compare_rules, comparison_entries, comparison_markdown, write_comparison
 
 __version__ = "0.1.0"
 
@@ -100,6 +111,8 @@ __all__ = [
     "AnalysisResult",
     "AnalysisRow",
     "MULTI_DRAFT_METHODS",
+    "DRAFT_POLICIES",
+    "DraftPolicy",
     "MultiDraftComparison",
     "BlockLength",
     "BlockLaw",
@@ -139,6 +152,12 @@ __all__ = [
     "block_sums",
     "cactus_surrogate",
     "compare_multi_draft",
+    "cost_profiles",
+    "DEFAULT_COST_PROFILE",
+    "make_draft_policy",
+    "matched_times",
+    "write_comparison",
+    "policy_blocks",
     "compare_rules",
     "comparison_entries",
     "comparison_markdown",

@@ -15,6 +15,7 @@ from ._block import DRAFT_MODES, draft_rows
 from ._emitted import block_sums, expected_accepted_length, step_metrics
 from ._engines import run_dask, run_local
 from ._io import csv_text
+from ._policies import make_draft_policy, policy_blocks
 from ._progress import progress_bar
 from ._prompts import prompt_seed
 from ._rules import BONUS_POLICIES, make_rules, optimal_multi_draft_acceptance
@@ -53,12 +54,15 @@ def _rule_label(rule):
     return rule.describe() if hasattr(rule, "describe") else type(rule).__name__
 
 
-def _sequence_stats(rule, p, q, lg, ms, bonus_policy, seed=0, block_paths=1024, optimum=None):
+def _sequence_stats(rule, p, q, lg, ms, bonus_policy, seed=0, block_paths=1024, optimum=None, policies=(),
+                    cost=None):  # fmt: skip
     """Per-sequence sums of one rule: per-position metrics, and per m the AL and block drift.
     A block rule's AL comes from ``expected_block_lengths_for`` (exact or Monte Carlo with
     ``block_paths`` paths seeded by ``seed``); its drift is its token-level one (0: lossless).
     A multi-draft rule's acceptance is over its k drafts, so its AL is that of a tree of width k.
-    ``optimum``: a dict caching the optimal acceptance's sum per k over the rules of a sequence."""
+    ``optimum``: a dict caching the optimal acceptance's sum per k over the rules of a sequence.
+    ``policies``: drafting policies (``DraftPolicy``) whose AL, drafted tokens and draft forwards
+    per block start are summed too (``policy_blocks``; ``cost`` for ``cost-optimal``)."""
     logits = lg if rule.needs_logits else None
     sm = step_metrics(rule, p, q, logits=logits)
     per = {name: float(np.sum(getattr(sm, name))) for name in METRICS[:5]}
@@ -93,6 +97,20 @@ def _sequence_stats(rule, p, q, lg, ms, bonus_policy, seed=0, block_paths=1024, 
             al = expected_accepted_length(beta, m)
         per[f"al_sum_{m}"] = float(np.sum(al[:starts]))
         per[f"al_n_{m}"] = starts
+        if block is None:  # vLLM's per-position acceptance: P(the first j + 1 drafts accepted), j < m
+            reach, sums = np.ones(starts), []
+            for j in range(m):
+                idx = np.arange(starts) + j
+                b = beta[min(j, beta.shape[0] - 1)] if rule.slot_dependent else beta
+                reach = reach * np.where(idx < p.shape[0], b[np.minimum(idx, p.shape[0] - 1)], 0.0)
+                sums.append(float(reach.sum()))
+            per[f"accept_pos_sum_{m}"] = sums
+        for policy in policies:
+            al_p, drafted, forwards = policy_blocks(policy, p, beta[:m] if rule.slot_dependent else beta, m, cost)
+            tag = f"{m}@{policy.describe()}"
+            per[f"al_sum_{tag}"] = float(np.sum(al_p[:starts]))
+            per[f"drafted_sum_{tag}"] = float(np.sum(drafted[:starts]))
+            per[f"forwards_sum_{tag}"] = float(np.sum(forwards[:starts]))
         for name, values in drift.items():
             bonus = None
             if bonus_policy == "relaxed":
@@ -111,7 +129,8 @@ def _sequence_stats(rule, p, q, lg, ms, bonus_policy, seed=0, block_paths=1024, 
 def _shard_stats(args, threads=None):
     """Per-sequence sums for one shard (runs in a worker process). ``threads``: the compiled
     kernels' threads in the calling thread, or {Dask worker address: threads}."""
-    directory, index, rules, ms, settings, bonus_policy, tasks, draft_mode, block_paths = args
+    directory, index, rules, ms, settings, bonus_policy, tasks, draft_mode, block_paths, *rest = args
+    policies, cost = rest if rest else ((), None)  # drafting policies and their cost model (none: fixed m)
     if isinstance(threads, dict):
         from distributed import get_worker
 
@@ -133,10 +152,12 @@ def _shard_stats(args, threads=None):
         p = draft_rows(p, draft_mode)
         seed = prompt_seed(0, seq.id)  # the block rules' Monte Carlo paths: the same whatever the engine
         rec = {"id": seq.id, "task": seq.task, "positions": seq.n_positions, "rules": {}}
+        if isinstance(seq.meta.get("prompt_tokens"), int):
+            rec["prompt_tokens"] = seq.meta["prompt_tokens"]  # for the planner's whole-request cost
         optimum = {}
         for rule in rules:
             rec["rules"][_rule_label(rule)] = _sequence_stats(rule, p, q, lg, ms, bonus_policy, seed, block_paths,
-                                                              optimum)  # fmt: skip
+                                                              optimum, policies, cost)  # fmt: skip
         out.append(rec)
     return out
 
@@ -216,12 +237,13 @@ class AnalysisResult:
         for r in self.rows if trace == "all" else self.trace_rows:
             if r["task"] != task or r.get("trace", "all") != trace:
                 continue
+            label = r["rule"] if not r.get("draft_policy") else f"{r['rule']} [{r['draft_policy']}]"
             if r["al_lo"] == r["al_lo"]:
                 interval = f"[{r['al_lo']:>6.3f},{r['al_hi']:>6.3f}]"
             else:  # no interval: one sequence, or no bootstrap
                 interval = "n/a (1 seq)" if r["sequences"] < 2 else "n/a"
             lines.append(
-                f"{r['rule']:<34} {r['m']:>3} {r['acceptance']:>7.4f} {r['acceptance_of_optimum']:>6.3f} "
+                f"{label:<34} {r['m']:>3} {r['acceptance']:>7.4f} {r['acceptance_of_optimum']:>6.3f} "
                 f"{r['acceptance_outside_support']:>7.4f} "
                 f"{r['al']:>7.3f} {interval:>15} {r['mean_acceptance_length']:>8.3f} "
                 f"{r['kl_emitted_target']:>9.5f} {r['kl_per_token']:>9.5f} {r['tv']:>6.4f} {r['entropy_change']:>7.4f}"
@@ -271,6 +293,10 @@ class AnalysisRow(TypedDict, total=False):
     draft_mode: str  # "sampled" (n ~ p) or "greedy" (n = argmax p, p one-hot for the rule)
     m: int
     draft_count: int  # drafts verified per position: 1 for a chain, k for a tree of width k
+    draft_policy: str  # a drafting policy that stops blocks early (absent: always m drafts)
+    drafted: float  # with a policy: drafted tokens per step (mean over block starts)
+    draft_forwards: float  # with a policy: draft forwards per step (a stop reads p at one more place)
+    acceptance_by_position: list  # P(draft j accepted), j = 1..m: vLLM's num_accepted_tokens_per_pos / drafts
     verified_tokens: int  # rows the verifier scores per step: k m + 1 (drafts and the bonus position)
     task: str
     trace: str
@@ -304,6 +330,8 @@ def analyze_trace(
     client=None,
     draft_mode="sampled",
     block_paths=1024,
+    draft_policies=None,
+    cost=None,
 ):
     """Statistics of ``rules`` (Rule objects or spec strings) on ``trace``: a Trace, a directory,
     a glob pattern, a TraceSet or a list of them (several traces are one dataset, checked for
@@ -351,6 +379,19 @@ def analyze_trace(
     if client is not None and processes > 1:
         raise ValueError("give either client= (a Dask cluster) or processes > 1 (local workers), not both")
     rules = make_rules(list(rules)) if not isinstance(rules, str) else make_rules(rules)
+    if isinstance(draft_policies, str):
+        draft_policies = [draft_policies]
+    policies = []
+    for spec in draft_policies or ():
+        policy = make_draft_policy(spec)
+        if policy is not None and policy not in policies:
+            policies.append(policy)
+    if any(p.needs_cost for p in policies) and cost is None:
+        raise ValueError("draft policy cost-optimal needs cost= (a CostModel: the planner passes its own)")
+    if policies:
+        blocks = [r.describe() for r in rules if getattr(r, "block_level", False)]
+        if blocks:
+            raise ValueError(f"{', '.join(blocks)} judge whole blocks: drafting policies are for token rules and trees")
     if bonus_policy == "relaxed":
         blocks = [r.describe() for r in rules if getattr(r, "block_level", False)]
         if blocks:
@@ -380,7 +421,7 @@ def analyze_trace(
         for i in sorted({s["shard"] for s in t.manifest["sequences"] if wanted is None or s["task"] in wanted}):
             # absolute: a worker of a remote cluster does not run in this directory
             jobs.append((os.path.abspath(t.directory), i, list(rules), tuple(ms), settings, bonus_policy, wanted,
-                         draft_mode, int(block_paths)))  # fmt: skip
+                         draft_mode, int(block_paths), policies, cost))  # fmt: skip
             names.append(name)
             total += t.manifest["shards"][i]["positions"]
     with progress_bar(total=total, desc="analyse", unit="pos", enabled=progress) as bar:
@@ -404,6 +445,8 @@ def analyze_trace(
                 sel = [s for s in sequences if task in ("all", s["task"])]
                 if sel:
                     rows.append(_row(rule, m, task, "all", sel, rng, n_boot, bonus_policy, draft_mode))
+                    for policy in policies:
+                        rows.append(_row(rule, m, task, "all", sel, rng, n_boot, bonus_policy, draft_mode, policy))
     trace_rows = []
     if len(traces.traces) > 1:
         for rule in rules:
@@ -423,14 +466,14 @@ def analyze_trace(
     )
 
 
-def _row(rule, m, task, trace, sel, rng, n_boot, bonus_policy, draft_mode="sampled") -> AnalysisRow:
-    """The statistics of one rule at one m over the sequences ``sel``."""
+def _row(rule, m, task, trace, sel, rng, n_boot, bonus_policy, draft_mode="sampled", policy=None) -> AnalysisRow:
+    """The statistics of one rule at one m (under a drafting policy) over the sequences ``sel``."""
     label = _rule_label(rule)
     pos = [s["positions"] for s in sel]
     stats = {name: _ratio_ci([s["rules"][label][name] for s in sel], pos, rng, n_boot) for name in METRICS}
-    al = _ratio_ci(
-        [s["rules"][label][f"al_sum_{m}"] for s in sel], [s["rules"][label][f"al_n_{m}"] for s in sel], rng, n_boot
-    )
+    tag = m if policy is None else f"{m}@{policy.describe()}"
+    starts = [s["rules"][label][f"al_n_{m}"] for s in sel]
+    al = _ratio_ci([s["rules"][label][f"al_sum_{tag}"] for s in sel], starts, rng, n_boot)
     delta = getattr(rule, "delta", None)
     row = AnalysisRow(
         rule=label,
@@ -450,6 +493,13 @@ def _row(rule, m, task, trace, sel, rng, n_boot, bonus_policy, draft_mode="sampl
         al_hi=al[2],
         mean_acceptance_length=1 + al[0],
     )
+    if policy is not None:  # drafts and draft forwards per step (means over block starts)
+        row["draft_policy"] = policy.describe()
+        row["drafted"] = float(sum(s["rules"][label][f"drafted_sum_{tag}"] for s in sel) / max(sum(starts), 1))
+        row["draft_forwards"] = float(sum(s["rules"][label][f"forwards_sum_{tag}"] for s in sel) / max(sum(starts), 1))
+    elif f"accept_pos_sum_{m}" in sel[0]["rules"][label]:  # vLLM's num_accepted_tokens_per_pos / num_drafts
+        sums = np.sum([s["rules"][label][f"accept_pos_sum_{m}"] for s in sel], axis=0)
+        row["acceptance_by_position"] = [float(x) for x in sums / max(sum(starts), 1)]
     tokens = [s["rules"][label][f"al_sum_{m}"] + s["rules"][label][f"al_n_{m}"] for s in sel]
     stats["acceptance_of_optimum"] = _ratio_ci(
         [s["rules"][label]["acceptance"] for s in sel], [s["rules"][label]["optimal_acceptance"] for s in sel], rng,
@@ -461,4 +511,7 @@ def _row(rule, m, task, trace, sel, rng, n_boot, bonus_policy, draft_mode="sampl
         )
     for name, (v, lo, hi) in stats.items():
         row[name], row[f"{name}_lo"], row[f"{name}_hi"] = v, lo, hi
+    if policy is not None:  # the per-token drift above is of fixed blocks of m, not of this policy's
+        for name in BLOCK_METRICS:
+            row[f"{name}_per_token"] = row[f"{name}_per_token_lo"] = row[f"{name}_per_token_hi"] = float("nan")
     return row

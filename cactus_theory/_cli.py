@@ -6,12 +6,14 @@ import argparse
 import json
 import os
 import sys
+import time
 
 import numpy as np
 
 from ._divergences import available_divergences, binary_divergence, get_divergence
 from ._gamma import APPROX_METHODS, approx_gamma, exact_gamma
 from ._io import check_output
+from ._plan import DEFAULT_COST_PROFILE
 
 __all__ = ["main"]
 
@@ -178,7 +180,8 @@ def _prompts_from(args):
 
     prompts = []
     for path in args.prompts:
-        prompts.extend(load_prompts(path, dataset=args.dataset, limit=args.per_file, field=args.field, task=args.task))
+        prompts.extend(load_prompts(path, dataset=args.dataset, limit=args.per_file, field=args.field, task=args.task,
+                                    task_field=args.task_field))  # fmt: skip
     ids = [p.id for p in prompts]
     if len(set(ids)) != len(ids):
         raise ValueError("two prompt files give the same prompt ids: label them with --task, one run per task")
@@ -311,7 +314,7 @@ def _cmd_calibrate(args) -> int:
     )  # the default is known only once the models are: checked before the timing
     cost = calibrate_cost(
         verifier, draft, max_block=args.max_block, context=args.context, repeats=args.repeats, settings=_settings(args),
-        progress=progress,
+        progress=progress, prompt_lengths=args.prompt_lengths, second_context=args.second_context,
     )  # fmt: skip
     cost.save(out)
     blocks = cost.verify_block
@@ -320,6 +323,12 @@ def _cmd_calibrate(args) -> int:
           f"{blocks[top] * 1e3:.1f} ms ({blocks[top] / blocks[1]:.2f}x one token); step overhead "
           f"{cost.step_overhead * 1e3:.2f} ms; judging a token {cost.judge_token * 1e3:.2f} ms")  # fmt: skip
     print(f"draft / verifier cost ratio: {cost.draft_token / blocks[1]:.3f}")
+    for name, per in cost.prefill.items():
+        print(f"{name} prefill: " + ", ".join(f"{n} tokens {s:.2f} s" for n, s in per.items()))
+    print(f"context slope per 1,000 tokens: verify {cost.context_slope['verify'] * 1e6:.1f} ms, draft "
+          f"{cost.context_slope['draft'] * 1e6:.1f} ms")  # fmt: skip
+    for problem in cost.problems():
+        print(f"warning: {problem}")
     print(f"wrote {out}")
     return 0
 
@@ -328,17 +337,43 @@ def _cmd_plan(args) -> int:
     from ._analysis import analyze_trace, parse_rules
     from ._outputs import write_outputs
     from ._plan import CostModel, load_cost, predict_speedup
+    from ._policies import AUTO_POLICIES, make_draft_policy
 
-    cost = load_cost(args.cost) if args.cost else CostModel.from_ratio(args.cost_ratio)  # checked before the work
+    # the cost model and the policies are checked before the work
+    if args.cost:
+        cost = load_cost(args.cost)
+    elif args.cost_ratio is not None:
+        cost = CostModel.from_ratio(args.cost_ratio)
+    else:
+        cost = CostModel.from_profile(args.cost_profile or DEFAULT_COST_PROFILE)
+    problems = cost.problems()
+    if problems and not args.trust_cost:
+        raise ValueError("the cost model cannot be trusted as it is: " + "; ".join(problems)
+                         + ". Recalibrate on an idle machine, or plan anyway with --trust-cost")  # fmt: skip
+    policies = []
+    for spec in args.draft_policy or ():
+        policies += list(AUTO_POLICIES) if spec == "auto" else [spec]
+    for spec in policies:
+        make_draft_policy(spec)
     if args.out:
         check_output(args.out)
     traces = _traces(args)
     result = analyze_trace(
         traces, parse_rules(args.rules, args.delta), ms=args.m, n_boot=args.bootstrap, processes=args.processes,
-        progress=_progress(args), tasks=args.task, draft_mode=args.draft_mode,
+        progress=_progress(args), tasks=args.task, draft_mode=args.draft_mode, draft_policies=policies, cost=cost,
     )  # fmt: skip
-    plan = predict_speedup(result, cost, max_kl=args.max_kl)
+    plan = predict_speedup(result, cost, max_kl=args.max_kl, allow_untrusted=args.trust_cost,
+                           prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens)  # fmt: skip
     kind = plan.cost.source.get("kind", "cost file")
+    given = args.cost or args.cost_ratio is not None or args.cost_profile
+    default = "" if given else " (the default; --cost for this machine's calibration)"
+    if kind == "profile":
+        kind = (
+            f"measured profile {plan.cost.source.get('name')} ({plan.cost.source.get('hardware')}, "
+            f"{plan.cost.source.get('engine')}){default}"
+        )
+    elif kind == "ratio":
+        kind = "a what-if ratio"
     ratio = plan.cost.draft_token / plan.cost.verify_block[1]
     print(f"{len(traces)} sequences, {traces.n_positions} positions; cost: {kind}, draft / verifier ratio {ratio:.3f}")
     for task in _tasks_to_show(plan.rows):
@@ -372,6 +407,7 @@ def _cmd_decode(args) -> int:
     from ._analysis import parse_rules
     from ._decode import NgramDrafter, check_chain_rule, decode_prompts, decoding_summary
     from ._hf import load_model
+    from ._policies import make_draft_policy
     from ._prompts import Prompt
 
     if args.out:
@@ -381,6 +417,10 @@ def _cmd_decode(args) -> int:
         raise ValueError(f"--rule must name one rule; {args.rule!r} gives {len(rules)}")
     (rule,) = rules
     check_chain_rule(rule)  # before loading any model
+    policy = make_draft_policy(args.draft_policy)
+    if policy is not None and policy.needs_cost:
+        raise ValueError("--draft-policy cost-optimal needs a cost model: it is for 'plan'; decode with p-min(...), "
+                         "entropy(...) or accept-prob(...)")  # fmt: skip
     if args.prompt is not None:
         prompts = [Prompt(id="prompt-0", task=args.task or "prompt", text=args.prompt, index=0)]
     else:
@@ -403,6 +443,7 @@ def _cmd_decode(args) -> int:
         out=args.out,
         progress=_progress(args),
         draft_mode=args.draft_mode,
+        draft_policy=policy,
     )
     if args.prompt is not None:
         rec = records[0]
@@ -419,6 +460,7 @@ def _cmd_decode(args) -> int:
                 f"[verifier alone] {base['tokens']} tokens, {base['tokens_per_second']:.2f} tok/s: speedup "
                 f"{rec['tokens_per_second'] / base['tokens_per_second']:.2f}x"
             )
+            print(decoding_summary(records, seed=args.seed))  # prefill apart, matched lengths, flags
         return 0
     print(decoding_summary(records, seed=args.seed))
     if args.out:
@@ -470,12 +512,37 @@ def _rules_epilog() -> str:
     )
 
 
+def _cmd_compare(args) -> int:
+    from ._zoo import compare_rules, write_comparison
+
+    check_output(args.out)
+    start = time.perf_counter()
+    traces = _traces(args)
+    comparison = compare_rules(traces, n_boot=args.bootstrap, processes=args.processes, progress=_progress(args))
+    command = f"cactus-theory compare {' '.join(args.trace or [])} --bootstrap {args.bootstrap}".replace("  ", " ")
+    label = ", ".join(args.trace) if args.trace else None
+    paths = write_comparison(comparison, args.out, command=command, seconds=time.perf_counter() - start,
+                             trace_label=label)  # fmt: skip
+    with open(paths[0], encoding="utf-8") as fh:
+        print(fh.read())
+    for path in paths:
+        print(f"wrote {path}")
+    return 0
+
+
 def _cmd_report(args) -> int:
     from ._report import build_report
 
     check_output(args.out)
-    table = build_report(args.out, trace=args.trace, progress=_progress(args))
+    timings = []
+    start = time.perf_counter()
+    table = build_report(args.out, trace=args.trace, progress=_progress(args), timings=timings)
     print(table)
+    if args.profile:
+        print("\nwhere the time went:")
+        for name, seconds in timings:
+            print(f"  {seconds:7.1f} s  {name}")
+        print(f"  {time.perf_counter() - start:7.1f} s  total")
     print(f"report written to {os.path.join(args.out, 'report.md')} and report.html")
     return 0
 
@@ -522,6 +589,15 @@ def _bonus_policy_option(parser):
     )
 
 
+#: What loading a model pair costs, for the commands that load one.
+MODEL_MEMORY = """\
+Models: a GGUF file is dequantised on its first load (about 45 s per billion parameters on 2
+cores, several minutes on a busy machine; a message says so) and cached; later loads take
+seconds. Memory: the Qwen2.5-Coder 1.5B + 0.5B pair peaks at 9-11 GB during dump, calibrate
+and decode (float32 weights of both models and transformers' load); bfloat16 halves the
+weights once loaded."""
+
+
 def _model_options(parser):
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), help="model dtype")
@@ -544,7 +620,16 @@ def _prompt_file_options(parser, group=None):
         "--dataset", choices=DATASETS, default=None, help="read the files as this benchmark, with its instruction"
     )
     parser.add_argument("--field", default=None, help="JSON key or CSV column of the prompt text")
-    parser.add_argument("--task", default=None, help="task label of the prompts (default: the file's name)")
+    parser.add_argument(
+        "--task",
+        default=None,
+        help="task label of every prompt (default: each record's --task-field, else the file's name)",
+    )
+    parser.add_argument(
+        "--task-field",
+        default="task",
+        help="JSON key or CSV column with a record's own task label (used where present)",
+    )
     parser.add_argument("--per-file", type=_int_at_least(0), default=None, help="first N prompts of each file")
 
 
@@ -592,7 +677,7 @@ def build_parser() -> argparse.ArgumentParser:
         "dump",
         help="dump a logit trace from a verifier and a draft model",
         formatter_class=_Formatter,
-        epilog=RECORD_FORMATS + "\nModels: a Hugging Face id, a local directory, or a .gguf file.",
+        epilog=RECORD_FORMATS + "\nModels: a Hugging Face id, a local directory, or a .gguf file.\n\n" + MODEL_MEMORY,
     )
     d.add_argument("--verifier", required=True, help="verifier: Hugging Face id, local directory or .gguf file")
     d.add_argument("--draft", required=True, help="draft model: Hugging Face id, local directory or .gguf file")
@@ -671,7 +756,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser(
         "decode",
         help="speculative decoding with real models and any rule, on one prompt or a file of them",
-        epilog=_rules_epilog() + "\n\n" + RECORD_FORMATS,
+        epilog=_rules_epilog() + "\n\n" + RECORD_FORMATS + "\n\n" + MODEL_MEMORY,
         formatter_class=_Formatter,
     )
     c.add_argument("--verifier", required=True, help="verifier: Hugging Face id, local directory or .gguf file")
@@ -691,6 +776,11 @@ def build_parser() -> argparse.ArgumentParser:
     _model_options(c)
     _bonus_policy_option(c)
     _draft_mode_option(c)
+    c.add_argument(
+        "--draft-policy",
+        default=None,
+        help="stop a block early when the drafter is unsure: p-min(0.4), entropy(1), accept-prob(0.3)",
+    )
     _progress_options(c)
     c.set_defaults(func=_cmd_decode)
 
@@ -698,6 +788,7 @@ def build_parser() -> argparse.ArgumentParser:
         "calibrate",
         help="time a model pair's forward passes on this machine: a cost file for 'plan'",
         formatter_class=_Formatter,
+        epilog=MODEL_MEMORY,
     )
     cb.add_argument("--verifier", required=True, help="verifier: Hugging Face id, local directory or .gguf file")
     cb.add_argument("--draft", required=True, help="draft model: Hugging Face id, local directory or .gguf file")
@@ -712,6 +803,18 @@ def build_parser() -> argparse.ArgumentParser:
     cb.add_argument("--context", type=_int_at_least(1), default=256, help="tokens in the KV caches while timing")
     cb.add_argument("--repeats", type=_int_at_least(1), default=5, help="timings per part (median)")
     cb.add_argument(
+        "--prompt-lengths",
+        type=_ints,
+        default=[32, 128, 512],
+        help="prompt lengths whose processing is timed per model (whole-request cost)",
+    )
+    cb.add_argument(
+        "--second-context",
+        type=_int_at_least(2),
+        default=None,
+        help="a longer context for the context slope (default: 2 x --context)",
+    )
+    cb.add_argument(
         "--out", default=None, help="cost file (default: in the user cache, named by models, dtype, device)"
     )
     _progress_options(cb)
@@ -724,13 +827,39 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_Formatter,
     )
     pl.add_argument("trace", nargs="*", default=None, help="trace directories or globs (default: the embedded trace)")
-    costs = pl.add_mutually_exclusive_group(required=True)
+    costs = pl.add_mutually_exclusive_group()
     costs.add_argument("--cost", default=None, help="cost file from 'calibrate' (or written by hand)")
     costs.add_argument(
         "--cost-ratio",
         type=_nonnegative("a cost ratio", finite=True),
         default=None,
-        help="draft token cost / verifier token cost, block cost flat in m",
+        help="a what-if: draft token cost / verifier token cost, block cost flat in m",
+    )
+    costs.add_argument(
+        "--cost-profile",
+        default=None,
+        help="a published measured profile shipped with the package (default, when no cost is given: "
+        f"{DEFAULT_COST_PROFILE}; an unknown name lists them)",
+    )
+    pl.add_argument(
+        "--draft-policy",
+        action="append",
+        default=None,
+        help="also plan with this drafting policy (p-min(0.4), entropy(1), accept-prob(0.3), cost-optimal; "
+        "repeatable; 'auto': a sweep of each)",
+    )
+    pl.add_argument("--trust-cost", action="store_true", help="plan even from a cost model with problems")
+    pl.add_argument(
+        "--prompt-tokens",
+        type=_nonnegative("a token count", finite=True),
+        default=None,
+        help="prompt length of the predicted requests (default: the trace's, per task)",
+    )
+    pl.add_argument(
+        "--output-tokens",
+        type=_nonnegative("a token count", finite=True),
+        default=None,
+        help="output length of the predicted requests (default: the trace's, per task)",
     )
     pl.add_argument(
         "--max-kl",
@@ -768,6 +897,18 @@ def build_parser() -> argparse.ArgumentParser:
     _progress_options(mg)
     mg.set_defaults(func=_cmd_merge)
 
+    cp = sub.add_parser(
+        "compare",
+        help="every registered rule at its declared settings (the paper grid), each with its bonus policy, on a trace",
+        formatter_class=_Formatter,
+    )
+    cp.add_argument("trace", nargs="*", default=None, help="trace directories or globs (default: the embedded trace)")
+    cp.add_argument("--out", default="rules_comparison", help="write rules_comparison.md / .json / .png here")
+    cp.add_argument("--bootstrap", type=_int_at_least(0), default=1000, help="bootstrap resamples")
+    cp.add_argument("--processes", type=_int_at_least(1), default=1, help="local worker processes over shards")
+    _progress_options(cp)
+    cp.set_defaults(func=_cmd_compare)
+
     r = sub.add_parser(
         "report",
         help="the main job: a report from the embedded trace and a synthetic suite",
@@ -775,6 +916,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--trace", default=None, help="trace directory (default: the embedded trace)")
     r.add_argument("--out", default="cactus_report", help="output directory")
+    r.add_argument("--profile", action="store_true", help="print the seconds of each section (also in report.md)")
     _progress_options(r)
     r.set_defaults(func=_cmd_report)
     return parser

@@ -18,6 +18,7 @@ import numpy as np
 from ._block import DRAFT_MODES, greedy_draft
 from ._hf import CachedModel, generate, sample_token
 from ._io import json_lines
+from ._policies import draft_features, make_draft_policy
 from ._rules._protocol import BONUS_POLICIES, RuleLogits, as_rule
 from ._sampling import SamplingSettings, processed_probs
 
@@ -27,6 +28,7 @@ __all__ = [
     "autoregressive_generate",
     "decode_prompts",
     "decoding_summary",
+    "matched_times",
     "speculative_generate",
 ]
 
@@ -41,6 +43,15 @@ class DecodeResult:
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
     total_seconds: float = 0.0
+    #: Seconds processing the prompt (both models; the verifier alone: its own).
+    prefill_seconds: float = 0.0
+    #: Seconds after the prefill at which each emitted token was available (per token).
+    token_seconds: list = field(default_factory=list)
+
+    @property
+    def decode_seconds(self) -> float:
+        """Seconds after the prefill."""
+        return self.total_seconds - self.prefill_seconds
 
     @property
     def accepted_length(self) -> float:
@@ -121,8 +132,11 @@ def autoregressive_generate(model, prompt_ids, sampling=None, max_new_tokens=128
     import torch
 
     gen = torch.Generator().manual_seed(seed)
-    tokens, _, seconds = generate(model, prompt_ids, sampling or SamplingSettings(), max_new_tokens, gen, set(eos_ids))
-    return DecodeResult(tokens=tokens, verify_seconds=seconds, total_seconds=seconds)
+    timing = {}
+    tokens, _, seconds = generate(model, prompt_ids, sampling or SamplingSettings(), max_new_tokens, gen, set(eos_ids),
+                                  timing=timing)  # fmt: skip
+    return DecodeResult(tokens=tokens, verify_seconds=seconds, total_seconds=seconds, prefill_seconds=timing["prefill"],
+                        token_seconds=timing["token_seconds"])  # fmt: skip
 
 
 def speculative_generate(
@@ -138,6 +152,7 @@ def speculative_generate(
     *,
     bonus_policy="verifier",
     draft_mode="sampled",
+    draft_policy=None,
 ):
     """Speculative decoding of ``prompt_ids`` with ``rule``; ``draft`` is a causal LM or an ``NgramDrafter``.
 
@@ -151,8 +166,10 @@ def speculative_generate(
     (``block``) judges the m drafts at once: the number accepted and the token after them are
     drawn from its ``block_law`` (the verifier's bonus policy only). ``draft_mode="greedy"``
     drafts argmax p, and the rule sees p one-hot (an MTP head or EAGLE drafter). Multi-draft
-    rules (trees) are refused: decoding here drafts chains. Returns a ``DecodeResult`` with
-    timings.
+    rules (trees) are refused: decoding here drafts chains. ``draft_policy`` (``"p-min(0.4)"``,
+    ``"entropy(1)"``, ``"accept-prob(0.3)"``) stops a block early when the drafter is unsure, as
+    ``policy_blocks`` models it (the stop reads p at one more place: one more draft forward).
+    Returns a ``DecodeResult`` with timings (the prefill apart, and when each token was out).
     """
     import torch
 
@@ -165,6 +182,13 @@ def speculative_generate(
     if draft_mode not in DRAFT_MODES:
         raise ValueError(f"draft_mode must be one of {DRAFT_MODES}; got {draft_mode!r}")
     check_chain_rule(rule)
+    policy = make_draft_policy(draft_policy)
+    if policy is not None and (policy.needs_cost or isinstance(draft, NgramDrafter)):
+        raise ValueError(
+            f"draft policy {policy.describe()} "
+            + ("needs a cost model: it is for the planner; decode with p-min, entropy or accept-prob"
+               if policy.needs_cost else "reads the drafter's probabilities; the n-gram drafter has none")
+        )  # fmt: skip
     block_level = getattr(rule, "block_level", False)
     if block_level and bonus_policy != "verifier":
         raise ValueError(
@@ -191,11 +215,16 @@ def speculative_generate(
         ver.feed(context[:-1])
         if drf is not None:
             drf.feed(context[:-1])
+    result.prefill_seconds = time.perf_counter() - start
+    features = {}
 
     def draft_after(token):
         """The drafter's next token after ``token``: (token, processed row, raw row or None)."""
         raw = drf.feed([token])[-1]
         p = processed_probs(raw[None], sampling)[0]
+        if policy is not None:
+            top1, entropy = draft_features(p.double().cpu().numpy()[None])
+            features["top1"], features["entropy"] = float(top1[0]), float(entropy[0])
         if draft_mode == "greedy":  # the rule sees the drafter's one-hot
             drafted = int(torch.argmax(p))
             p_row = greedy_draft(p.double().cpu().numpy())
@@ -211,9 +240,13 @@ def speculative_generate(
         if ngram:
             drafted = draft.propose(context, budget)
         else:
-            token = context[-1]
+            token, confidence = context[-1], 1.0
             for _ in range(budget):
                 token, p_row, p_raw = draft_after(token)
+                if policy is not None:
+                    if policy.stop(features["top1"], features["entropy"], confidence):
+                        break  # the drafter is unsure here: verify what is drafted
+                    confidence *= features["top1"]
                 drafted.append(token)
                 draft_rows.append(p_row)
                 if need_logits:
@@ -267,6 +300,7 @@ def speculative_generate(
         emitted = emitted[: max_new_tokens - len(result.tokens)]
         context.extend(emitted)
         result.tokens.extend(emitted)
+        result.token_seconds.extend([time.perf_counter() - start - result.prefill_seconds] * len(emitted))
         if any(t in eos_ids for t in emitted):
             break
     result.total_seconds = time.perf_counter() - start
@@ -275,7 +309,8 @@ def speculative_generate(
 
 def _record_key(rec):
     draft_mode = rec.get("draft_mode", "sampled")  # records written before draft modes existed sampled
-    return (rec["id"], rec["rule"], rec["m"], rec["seed"], rec["bonus_policy"], rec["baseline"] is not None, draft_mode)
+    return (rec["id"], rec["rule"], rec["m"], rec["seed"], rec["bonus_policy"], rec["baseline"] is not None, draft_mode,
+            rec.get("draft_policy"))  # fmt: skip
 
 
 def decode_prompts(
@@ -293,6 +328,7 @@ def decode_prompts(
     out=None,
     progress=None,
     draft_mode="sampled",
+    draft_policy=None,
 ):
     """Speculative decoding of many prompts with the models loaded once: one record per prompt.
 
@@ -300,16 +336,21 @@ def decode_prompts(
     a model or an ``NgramDrafter``. Each prompt goes through the chat template and is seeded by
     ``prompt_seed(seed, prompt.id)``; with ``baseline`` the verifier alone decodes it too, with
     the same seed (for the speedup). Records (dicts: id, task, rule, m, token ids, text, accepted
-    and drafted counts per step, AL, timings, tokens per second, and the baseline's) are
+    and drafted counts per step, AL, timings with the prefill apart and when each token was out,
+    tokens per second, the share of the cores other processes used meanwhile, and the baseline's) are
     returned; with ``out`` they are also appended to that JSON Lines file as each prompt
     finishes, and prompts already recorded there with the same rule, m, seed, bonus policy,
-    draft mode and baseline setting are not decoded again (their records are read back).
+    draft mode, drafting policy and baseline setting are not decoded again (their records are
+    read back).
     """
     from ._hf import encode_chat, eos_ids
+    from ._plan import machine_sample, other_load
     from ._progress import progress_bar
     from ._prompts import prompt_seed
 
     rule = as_rule(rule)
+    policy = make_draft_policy(draft_policy)
+    policy_label = None if policy is None else policy.describe()
     model, tokenizer = verifier[0], verifier[1]
     settings = settings or SamplingSettings()
     eos = eos_ids(model, tokenizer)
@@ -326,15 +367,16 @@ def decode_prompts(
     sink = open(out, "a", encoding="utf-8") if out is not None else None
     try:
         for prompt in progress_bar(prompts, desc="decode", unit="prompt", enabled=progress):
-            key = (prompt.id, label, m, seed, bonus_policy, bool(baseline), draft_mode)
+            key = (prompt.id, label, m, seed, bonus_policy, bool(baseline), draft_mode, policy_label)
             if key in done:
                 records.append(done[key])
                 continue
             ids = encode_chat(tokenizer, prompt.text, f"prompt {prompt.id!r}")
             prompt_seed_value = prompt_seed(seed, prompt.id)
+            sample_start = machine_sample()
             res = speculative_generate(
                 model, draft, rule, m, settings, max_new_tokens, prompt_seed_value, ids, eos,
-                bonus_policy=bonus_policy, draft_mode=draft_mode,
+                bonus_policy=bonus_policy, draft_mode=draft_mode, draft_policy=policy,
             )  # fmt: skip
             rec = {
                 "id": prompt.id,
@@ -344,6 +386,8 @@ def decode_prompts(
                 "seed": seed,
                 "bonus_policy": bonus_policy,
                 "draft_mode": draft_mode,
+                "draft_policy": policy_label,
+                "prompt_tokens": len(ids),
                 "token_ids": [int(t) for t in res.tokens],
                 "text": tokenizer.decode(res.tokens, skip_special_tokens=True),
                 "tokens": len(res.tokens),
@@ -351,6 +395,8 @@ def decode_prompts(
                 "drafted": [int(d) for d in res.drafted],
                 "al": res.accepted_length,
                 "seconds": res.total_seconds,
+                "prefill_seconds": res.prefill_seconds,
+                "token_seconds": [round(float(t), 6) for t in res.token_seconds],
                 "draft_seconds": res.draft_seconds,
                 "verify_seconds": res.verify_seconds,
                 "tokens_per_second": res.tokens_per_second,
@@ -362,8 +408,13 @@ def decode_prompts(
                     "token_ids": [int(t) for t in alone.tokens],
                     "tokens": len(alone.tokens),
                     "seconds": alone.total_seconds,
+                    "prefill_seconds": alone.prefill_seconds,
+                    "token_seconds": [round(float(t), 6) for t in alone.token_seconds],
                     "tokens_per_second": alone.tokens_per_second,
                 }
+            busy = other_load(sample_start, machine_sample())
+            if busy is not None:
+                rec["other_load"] = busy  # the share of the cores other processes used meanwhile
             records.append(rec)
             if sink is not None:
                 sink.write(json.dumps(rec) + "\n")
@@ -380,17 +431,56 @@ def _speedup(columns, idx):
     return (tokens.sum() / seconds.sum()) / (b_tokens.sum() / b_seconds.sum())
 
 
+def _ratio_interval(num, den, rng, n_boot):
+    """sum(num) / sum(den) and its paired bootstrap 95% interval over prompts."""
+    value = num.sum() / den.sum()
+    if len(num) < 2:
+        return value, value, value
+    idx = rng.integers(len(num), size=(n_boot, len(num)))
+    lo, hi = np.percentile(num[idx].sum(axis=1) / den[idx].sum(axis=1), [2.5, 97.5])
+    return value, lo, hi
+
+
+#: Outputs whose lengths differ by more than this share between speculative decoding and the
+#: verifier alone are flagged (their tokens per second compare different texts).
+LENGTH_MISMATCH = 0.2
+#: A prompt during which other processes kept more than this share of the cores busy is flagged.
+BUSY_SHARE = 0.25
+
+
+def matched_times(rec):
+    """(n, speculative (prefill, decode) seconds, alone's) to the first n = min(lengths) tokens of a
+    decoding record with a baseline: the two runs compared on the same number of tokens. None if
+    the record has no per-token times (written by an older version)."""
+    base = rec.get("baseline")
+    if not base or "token_seconds" not in rec or "token_seconds" not in base:
+        return None
+    n = min(rec["tokens"], base["tokens"])
+    if n == 0:
+        return None
+    return (n, (rec["prefill_seconds"], rec["token_seconds"][n - 1]),
+            (base["prefill_seconds"], base["token_seconds"][n - 1]))  # fmt: skip
+
+
 def decoding_summary(records, seed=0, n_boot=1000) -> str:
     """A table per task (and all) of decoding records: prompts, tokens, AL, vLLM MAL, tokens per
-    second, and with baselines the verifier alone's tokens per second and the speedup
-    (sum of tokens over sum of seconds, speculative over alone) with a bootstrap 95% interval
-    over prompts (paired resampling)."""
+    second, and with baselines the verifier alone's tokens per second and the speedup (sum of
+    tokens over sum of seconds, speculative over alone), with a bootstrap 95% interval over
+    prompts (paired resampling). Records with per-token times add like-for-like columns: the
+    prefill's share of the speculative time, and the request and decode speedups over the same
+    number of tokens per prompt (the shorter output's), so outputs of different lengths compare
+    fairly. Below the table: prompts whose output lengths differ by more than 20%, and prompts
+    during which other processes kept more than a quarter of the cores busy."""
     rng = np.random.default_rng(seed)
     tasks = sorted({r["task"] for r in records})
-    lines = [
+    matched_all = all(matched_times(r) is not None for r in records) and records
+    head = (
         f"{'task':<14} {'prompts':>7} {'tokens':>7} {'AL':>6} {'MAL':>6} {'tok/s':>7} "
         f"{'alone tok/s':>11} {'speedup':>8} {'95% CI':>15}"
-    ]
+    )
+    if matched_all:
+        head += f" {'prefill':>7} {'request (matched)':>26} {'decode (matched)':>26}"
+    lines = [head]
     for task in ["all", *tasks] if len(tasks) > 1 else tasks:
         sel = [r for r in records if task in ("all", r["task"])]
         tokens = np.array([r["tokens"] for r in sel], dtype=float)
@@ -409,5 +499,28 @@ def decoding_summary(records, seed=0, n_boot=1000) -> str:
                 boots = [_speedup(columns, rng.integers(len(sel), size=len(sel))) for _ in range(n_boot)]
                 lo, hi = np.percentile(boots, [2.5, 97.5])
             row += f" {b_tokens.sum() / b_seconds.sum():>11.2f} {value:>7.2f}x [{lo:5.2f}, {hi:5.2f}]"
+            if matched_all:
+                times = [matched_times(r) for r in sel]
+                spec = np.array([[t[1][0], t[1][1]] for t in times])
+                base = np.array([[t[2][0], t[2][1]] for t in times])
+                share = spec[:, 0].sum() / spec.sum()
+                req = _ratio_interval(base.sum(1), spec.sum(1), rng, n_boot)
+                dec = _ratio_interval(base[:, 1], spec[:, 1], rng, n_boot)
+                row += f" {share:>7.0%} " + " ".join(
+                    f"{v:>7.2f}x [{a:5.2f}, {b:5.2f}]".rjust(26) for v, a, b in (req, dec)
+                )
         lines.append(row)
+    notes = []
+    for r in records:
+        base = r.get("baseline")
+        if base and max(r["tokens"], base["tokens"]) > 0:
+            gap = abs(r["tokens"] - base["tokens"]) / max(r["tokens"], base["tokens"])
+            if gap > LENGTH_MISMATCH:
+                notes.append(f"{r['id']}: {r['tokens']} tokens speculative, {base['tokens']} alone (outputs of "
+                             "different lengths: compare the matched columns)")  # fmt: skip
+        if r.get("other_load", 0.0) > BUSY_SHARE:
+            notes.append(f"{r['id']}: other processes kept {r['other_load']:.0%} of the cores busy while it ran: "
+                         "its timings are suspect")  # fmt: skip
+    if notes:
+        lines += ["", "flagged:", *(f"  {n}" for n in notes)]
     return "\n".join(lines)

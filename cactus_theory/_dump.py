@@ -11,6 +11,7 @@ prompts already in the trace are skipped.
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import numpy as np
@@ -24,7 +25,7 @@ from ._hf import (
     teacher_forced_logits,
     tokenizer_hash,
 )
-from ._io import json_lines, termination_as_exception, utc_timestamp
+from ._io import Terminated, json_lines, termination_as_exception, utc_timestamp
 from ._progress import progress_bar
 from ._prompts import prompt_seed, select_part
 from ._sampling import SamplingSettings
@@ -138,7 +139,6 @@ def dump_trace(
         prompts = select_part(prompts, *part)
     if completions is not None:
         completions = _check_completions(completions, prompts, max_new_tokens)
-    import torch  # the arguments are checked first: a mistake costs no model load, nor the torch import
 
     v_model, v_tok, v_info = load_model(verifier, device, dtype, cache=cache, progress=progress)
     d_model, _d_tok, d_info = load_model(draft, device, dtype, cache=cache, progress=progress)
@@ -164,40 +164,72 @@ def dump_trace(
     if part is not None:
         metadata["part"] = f"{int(part[0])}/{int(part[1])}"
     eos = eos_ids(v_model, v_tok)
-    written, start = 0, time.perf_counter()
+    written, start, finished = 0, time.perf_counter(), 0
+
+    def note(message):  # what a user must know, progress bars or not: resumed, stopped, done
+        print(message, file=sys.stderr, flush=True)
+
+    def held():
+        return sum(s["positions"] for s in writer.manifest["sequences"]) + sum(len(b["tokens"]) for b in writer._buffer)
+
     with (
         termination_as_exception(),
         TraceWriter(
             out, vocab, top_k=top_k, metadata=metadata, store_full=store_full, shard_positions=shard_positions
         ) as writer,
     ):
+        done_before = sum(1 for p in prompts if p.id in writer.done_ids)
+        if done_before:
+            note(f"resuming {out}: {done_before} of {len(prompts)} prompts done, {held():,} positions in the trace")
         todo = [p for p in prompts if p.id not in writer.done_ids][: limit if limit is not None else None]
         bar = progress_bar(todo, desc="dump", unit="prompt", enabled=progress)
-        for prompt in bar:
-            prompt_ids = encode_chat(v_tok, prompt.text, f"prompt {prompt.id!r}")
-            if completions is None:
-                gen = torch.Generator().manual_seed(prompt_seed(seed, prompt.id))
-                tokens, target_rows, _ = generate(
-                    v_model, prompt_ids, settings, max_new_tokens, gen, eos, keep_logits=True
-                )
-            else:
-                tokens = completions[prompt.id]
-                if vocab is not None and max(tokens) >= vocab:
-                    raise ValueError(
-                        f"completions[{prompt.id!r}] holds token id {max(tokens)}, outside the verifier's "
-                        f"vocabulary of {vocab}: tokenize the completions with the verifier's tokenizer"
-                    )
-                target_rows = teacher_forced_logits(v_model, prompt_ids, tokens)
-            draft_rows = teacher_forced_logits(d_model, prompt_ids, tokens)
-            writer.add(
-                prompt.id,
-                prompt.task,
-                tokens,
-                target_rows,
-                draft_rows,
-                meta={"source": prompt.source, "prompt_tokens": len(prompt_ids)},
+        try:
+            _dump_prompts(bar, todo, writer, v_model, v_tok, d_model, completions, settings, max_new_tokens, seed,
+                          eos, vocab, start, counters := {"written": 0, "finished": 0})  # fmt: skip
+        except (KeyboardInterrupt, Terminated):
+            bar.close()
+            note(
+                f"stopped after {counters['finished']} prompt(s) of this run ({counters['written']:,} positions); "
+                f"{done_before + counters['finished']} of {len(prompts)} prompts are in {out} ({held():,} positions): "
+                "rerun the same command to resume"
             )
-            written += len(tokens)
-            bar.set_postfix(prompt=prompt.id, tokens=written, tok_s=f"{written / (time.perf_counter() - start):.1f}")
+            raise
         bar.close()
+        written, finished = counters["written"], counters["finished"]
+        total = held()
+    note(f"this run: {finished} prompt(s), {written:,} positions; the trace holds {done_before + finished} of "
+         f"{len(prompts)} prompts, {total:,} positions")  # fmt: skip
     return written
+
+
+def _dump_prompts(bar, todo, writer, v_model, v_tok, d_model, completions, settings, max_new_tokens, seed, eos,
+                  vocab, start, counters):  # fmt: skip
+    """The dump loop of ``dump_trace`` (counters: positions written and prompts finished so far)."""
+    import torch
+
+    written = 0
+    for prompt in bar:
+        prompt_ids = encode_chat(v_tok, prompt.text, f"prompt {prompt.id!r}")
+        if completions is None:
+            gen = torch.Generator().manual_seed(prompt_seed(seed, prompt.id))
+            tokens, target_rows, _ = generate(v_model, prompt_ids, settings, max_new_tokens, gen, eos, keep_logits=True)
+        else:
+            tokens = completions[prompt.id]
+            if vocab is not None and max(tokens) >= vocab:
+                raise ValueError(
+                    f"completions[{prompt.id!r}] holds token id {max(tokens)}, outside the verifier's "
+                    f"vocabulary of {vocab}: tokenize the completions with the verifier's tokenizer"
+                )
+            target_rows = teacher_forced_logits(v_model, prompt_ids, tokens)
+        draft_rows = teacher_forced_logits(d_model, prompt_ids, tokens)
+        writer.add(
+            prompt.id,
+            prompt.task,
+            tokens,
+            target_rows,
+            draft_rows,
+            meta={"source": prompt.source, "prompt_tokens": len(prompt_ids)},
+        )
+        written += len(tokens)
+        counters["written"], counters["finished"] = written, counters["finished"] + 1
+        bar.set_postfix(prompt=prompt.id, tokens=written, tok_s=f"{written / (time.perf_counter() - start):.1f}")

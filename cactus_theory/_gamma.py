@@ -393,7 +393,8 @@ def exact_gamma(
         gamma = q + sqrt(delta q (1 - q)); squared Hellinger: gamma = sin^2(b + 2 arcsin(sqrt(delta)/2))
         with q = sin^2 b; TV: gamma = q + delta); for KL with numba installed, a compiled
         per-pair kernel (Newton in log-log coordinates, then certification in float64 with an
-        error bound, the pairs it cannot decide passed to the long-double certification);
+        error bound, and in double-double for the pairs float64 cannot decide: the largest
+        feasible float at 50 digits; long double only for q or 1 - gamma below 1e-280);
         otherwise "newton". Same accuracy contract.
         "newton": vectorised bracketed Newton (secant without a derivative) on
         sqrt(B_f) = sqrt(delta) with a bisection safeguard. "brentq" / "toms748": a Python
@@ -408,8 +409,8 @@ def exact_gamma(
         True (default): the 2-ulp contract below. False (the compiled KL kernel only): gamma is
         the largest float that float64 with its error bound certifies, so it still never
         spends more than delta, but may lie below the largest feasible float by the width of
-        that bound (about 10 eps of B_f: measured up to 18 ulp, none for about half the pairs); no
-        long-double step, about 10x faster (``docs/results/bench.md``).
+        that bound (about 10 eps of B_f: measured up to about 20 ulp, none for about 60% of the
+        pairs); no double-double step, about twice as fast (``docs/results/bench.md``).
 
     Returns
     -------

@@ -12,6 +12,7 @@ import inspect
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 
@@ -132,10 +133,10 @@ def load_model(spec, device="cpu", dtype="float32", *, cache=True, progress=None
     """(model, tokenizer, identity); see ``_load_model``. ``progress``: transformers' loading bars
     (True, False, or None: only on a terminal)."""
     with _transformers_bars(progress):
-        return _load_model(spec, device, dtype, cache)
+        return _load_model(spec, device, dtype, cache, progress)
 
 
-def _load_model(spec, device="cpu", dtype="float32", cache=True):
+def _load_model(spec, device="cpu", dtype="float32", cache=True, progress=None):
     """(model, tokenizer, identity) from a Hugging Face id, a local directory, a GGUF file, or an
     already built (model, tokenizer) pair.
 
@@ -154,7 +155,7 @@ def _load_model(spec, device="cpu", dtype="float32", cache=True):
     if spec.endswith(".gguf"):
         if not os.path.isfile(spec):
             raise ValueError(f"GGUF file {spec!r} does not exist (experiments/fetch_models.py builds the Qwen pair)")
-        model, tokenizer = _load_gguf(spec, tdtype, cache)
+        model, tokenizer = _load_gguf(spec, tdtype, cache, progress)
         name = os.path.basename(spec)
         identity = model_identity(name[: -len(".gguf")], _source_of_gguf(spec), {name: _file_entry(spec)})
     elif _looks_like_path(spec):
@@ -187,16 +188,35 @@ def _from_pretrained(spec, tdtype, **kwargs):
     return model, tokenizer
 
 
-def _load_gguf(path, tdtype, cache):
+def gguf_estimate(path):
+    """(parameters, seconds, GiB) a GGUF file's first load is expected to take: parameters from
+    the file size at Q4_K_M's 4.85 bits per weight; about 45 s per billion parameters to
+    dequantise on one of this project's 2-core machines (1.5B: 65-75 s idle, several minutes
+    on a busy machine); memory: the float32 weights twice (transformers' dequantised tensors and
+    the model) plus 1 GiB."""
+    params = os.path.getsize(path) * 8 / 4.85
+    return params, 45.0 * params / 1e9, 2 * 4 * params / 2**30 + 1.0
+
+
+def _load_gguf(path, tdtype, cache, progress=None):
     import torch
 
     directory, name = os.path.split(os.path.abspath(path))
+    root = os.path.join(cache_root(), "dequantised")
+    target = os.path.join(root, file_sha256(path)) if cache else None
+    if target is not None and os.path.exists(os.path.join(target, "COMPLETE")):
+        return _from_pretrained(target, tdtype)
+    if progress is not False:  # minutes without a word otherwise: say what is happening and what it costs
+        params, seconds, gib = gguf_estimate(path)
+        print(
+            f"dequantising {name} (about {params / 1e9:.1f}B parameters): about {max(seconds / 60, 0.1):.0f} min and "
+            f"{gib:.0f} GiB of memory on 2 cores, longer on a busy machine"
+            + ("; cached for later loads" if cache else " (--no-model-cache: every load pays it)"),
+            file=sys.stderr,
+            flush=True,
+        )
     if not cache:
         return _from_pretrained(directory, tdtype, gguf_file=name)
-    root = os.path.join(cache_root(), "dequantised")
-    target = os.path.join(root, file_sha256(path))
-    if os.path.exists(os.path.join(target, "COMPLETE")):
-        return _from_pretrained(target, tdtype)
     model, tokenizer = _from_pretrained(directory, torch.float32, gguf_file=name)
     os.makedirs(root, exist_ok=True)
     remove_stale_temporaries(root)
@@ -316,23 +336,29 @@ def sample_token(probs, generator) -> int:
     return int(torch.multinomial(probs.double().cpu(), 1, generator=generator)[0])
 
 
-def generate(model, prompt_ids, settings, max_new_tokens, generator, eos, keep_logits=False):
+def generate(model, prompt_ids, settings, max_new_tokens, generator, eos, keep_logits=False, timing=None):
     """The one sampling loop: sample from ``model`` with a KV cache after ``prompt_ids``, until an
     end-of-sequence id or ``max_new_tokens``. Returns (tokens, raw logit rows (T, V) float32 as
-    NumPy or None, seconds)."""
+    NumPy or None, seconds). ``timing`` (a dict) receives "prefill" (seconds to process the
+    prompt) and "token_seconds" (seconds after the prefill at which each token was emitted)."""
     runner = CachedModel(model)
     start = time.perf_counter()
     logits = runner.feed(prompt_ids)[-1]
-    tokens, rows = [], []
+    prefilled = time.perf_counter()
+    tokens, rows, stamps = [], [], []
     for _ in range(max_new_tokens):
         if keep_logits:
             rows.append(logits.cpu())
         token = sample_token(processed_probs(logits[None], settings)[0], generator)
         tokens.append(token)
+        stamps.append(time.perf_counter() - prefilled)
         if token in eos:
             break
         logits = runner.feed([token])[-1]
     seconds = time.perf_counter() - start
+    if timing is not None:
+        timing["prefill"] = prefilled - start
+        timing["token_seconds"] = stamps
     if not keep_logits:
         return tokens, None, seconds
     import torch

@@ -11,6 +11,8 @@ import math
 
 import numpy as np
 
+from ._dd import kl_binary_dd, two_sum
+
 try:  # pragma: no cover - depends on the environment
     import numba
 
@@ -114,25 +116,26 @@ _H = np.array([(-1.0) ** j / ((j + 2) * (j + 1)) for j in range(20)][::-1])
 
 
 def _kl_h(u, coeffs):
-    """h(u) = (1 + u) log1p(u) - u >= 0 for u >= -1, and a bound on its absolute rounding error.
+    """(h(u), a bound on its absolute rounding error, log1p(u)): h(u) = (1 + u) log1p(u) - u >= 0
+    for u >= -1 (log1p(u) is returned for the Newton slope; -inf at u = -1).
 
     Series (|u| < 0.1, alternating, terms decreasing): 3 eps of the value. Otherwise the
     rounding of 1 + u (eps/2), of log1p (1 ulp) and of the product (eps/2) moves (1 + u) log1p(u)
     by 2.1 eps of itself, and the subtraction rounds by eps/2 of the value (bound: eps). Measured
     against long double on 600,000 pairs, the error stays below half of this bound."""
+    if u == -1.0:
+        return 1.0, 0.0, -math.inf
+    log = math.log1p(u)
     if abs(u) < 0.1:
         poly = 0.0
         for c in coeffs:
             poly = poly * u + c
         value = u * u * poly
-        return value, 3.0 * _EPS * value
-    if u == -1.0:
-        return 1.0, 0.0
-    log = math.log1p(u)
+        return value, 3.0 * _EPS * value, log
     value = (1.0 + u) * log - u
     # + eps |u log1p(u)|: the relative rounding of u itself (h'(u) = log1p(u)), which can exceed
     # a few eps of the value near u = -1
-    return value, 2.1 * _EPS * (1.0 + u) * abs(log) + _EPS * value + _EPS * abs(u * log)
+    return value, 2.1 * _EPS * (1.0 + u) * abs(log) + _EPS * value + _EPS * abs(u * log), log
 
 
 def _kl_binary(q, d, coeffs):
@@ -140,16 +143,69 @@ def _kl_binary(q, d, coeffs):
     the terms' own bounds, plus 6 eps of the value for the rounding of 1 - q, d / q, d / (1 - q),
     the products and the sum (u h'(u) <= 2 h(u), so each relative rounding of u moves a term by
     at most twice that)."""
+    b, err, _ = _kl_binary_slope(q, d, coeffs)
+    return b, err
+
+
+def _kl_binary_slope(q, d, coeffs):
+    """``_kl_binary`` and dB/dd = log1p(d / q) - log1p(-d / (1 - q)), from the same logarithms."""
     r = 1.0 - q
-    h1, e1 = _kl_h(d / q, coeffs)
-    h2, e2 = _kl_h(-d / r, coeffs)
+    h1, e1, l1 = _kl_h(d / q, coeffs)
+    h2, e2, l2 = _kl_h(-d / r, coeffs)
     value = q * h1 + r * h2
-    return value, q * e1 + r * e2 + 6.0 * _EPS * value
+    return value, q * e1 + r * e2 + 6.0 * _EPS * value, l1 - l2
 
 
 if HAVE_NUMBA:  # the kernel below calls these by their global names: compile them too
     _kl_h = numba.njit(cache=True, nogil=True)(_kl_h)
+    _kl_binary_slope = numba.njit(cache=True, nogil=True)(_kl_binary_slope)
     _kl_binary = numba.njit(cache=True, nogil=True)(_kl_binary)
+
+
+def _dd_feasible(g, q, delta):
+    """B_KL(g; q) <= delta, decided in double-double with its error bound (``kl_binary_dd``)."""
+    bh, bl, bound = kl_binary_dd(g, q)
+    s, e = two_sum(bh, -delta)
+    return s + (e + bl + bound) <= 0.0
+
+
+def _dd_largest_feasible(g, q, delta):
+    """From g (certified feasible), the largest float x with B_KL(x; q) <= delta, from one
+    double-double evaluation at g and the expansion B(x) = B(g) + B'(g)(x - g) + R, 0 <= R <=
+    (x - g)^2 / 2 (1/g + 1/(1 - x)) (B is convex; B'' = 1/x + 1/(1 - x)), every float above g
+    decided with the bounds of both; (x, True), or (g, False) when one is not decided."""
+    bh, bl, bound = kl_binary_dd(g, q)
+    s, e = two_sum(delta, -bh)
+    r = s + (e - bl)  # delta - B(g), to about 1e-32 of itself
+    r_lo = r - bound - _EPS * abs(r) - 1e-300
+    r_hi = r + bound + _EPS * abs(r) + 1e-300
+    l1 = math.log(g / q)
+    l2 = math.log((1.0 - g) / (1.0 - q))
+    slope = l1 - l2
+    slope_err = 4.0 * _EPS * (2.0 + abs(l1) + abs(l2))
+    x = g
+    for _ in range(256):
+        up = np.nextafter(x, 2.0)
+        if up >= 1.0:
+            return g, False
+        step = up - g  # exact: the floats are close
+        lin = slope * step
+        lin_err = step * slope_err + _EPS * abs(lin)
+        quad = 0.5 * step * step * (1.0 / g + 1.0 / (1.0 - up)) * (1.0 + 8.0 * _EPS)
+        if lin + lin_err + quad <= r_lo:  # B(up) <= delta, certified
+            x = up
+        elif lin - lin_err > r_hi:  # B(up) > delta, certified: x is the largest feasible float
+            return x, True
+        else:
+            return g, False
+    return g, False
+
+
+if HAVE_NUMBA:
+    _dd_feasible = numba.njit(cache=True, nogil=True)(_dd_feasible)
+    _dd_largest_feasible = numba.njit(cache=True, nogil=True)(_dd_largest_feasible)
+#: Below this, q or 1 - gamma leave double-double's safe range: the long-double path decides.
+_DD_SMALLEST = 1e-280
 
 
 def _kl_gamma(q_arr, delta_arr, coeffs, tight, maxiter, gamma_out, status_out, iterations_out, converged_out):
@@ -181,8 +237,9 @@ def _kl_gamma(q_arr, delta_arr, coeffs, tight, maxiter, gamma_out, status_out, i
         if not d > 0.0:
             d = 0.5 * top
         converged_out[i] = False
+        log_delta = math.log(delta)
         for it in range(maxiter):
-            b, err = _kl_binary(q, d, coeffs)
+            b, err, slope = _kl_binary_slope(q, d, coeffs)
             if b > delta:
                 hi = d
             else:
@@ -191,10 +248,12 @@ def _kl_gamma(q_arr, delta_arr, coeffs, tight, maxiter, gamma_out, status_out, i
             if abs(b - delta) <= err + 4.0 * _EPS * delta:
                 converged_out[i] = True
                 break  # B is resolved to its rounding: the certification takes it from here
-            slope = math.log1p(d / q) - math.log1p(-d / top)
-            elasticity = d * slope / b if b > 0.0 else 2.0
-            step = (math.log(b) - math.log(delta)) / elasticity if b > 0.0 else -1.0
-            new = d * math.exp(-step)
+            if b > 0.0 and abs(b - delta) < 1e-3 * delta:  # close: plain Newton, no logarithms
+                new = d - (b - delta) / slope if slope > 0.0 else 0.5 * (lo + hi)
+            else:
+                elasticity = d * slope / b if b > 0.0 else 2.0
+                step = (math.log(b) - log_delta) / elasticity if b > 0.0 else -1.0
+                new = d * math.exp(-step)
             if not (lo < new < hi):
                 new = math.sqrt(lo * hi) if lo > 0.0 and hi > 4.0 * lo else 0.5 * (lo + hi)
             if abs(new - d) <= 4.0 * _EPS * d or new == d:
@@ -235,6 +294,34 @@ def _kl_gamma(q_arr, delta_arr, coeffs, tight, maxiter, gamma_out, status_out, i
                     bu, eu = _kl_binary(q, up - q, coeffs)
                     if bu - eu > delta:
                         status = 0
+                    elif q >= _DD_SMALLEST and g > q and 1.0 - up >= _DD_SMALLEST:
+                        # undecided in float64: one double-double evaluation at g and the
+                        # expansion around it decide the floats above g ...
+                        x, decided = _dd_largest_feasible(g, q, delta)
+                        if decided:
+                            g, status = x, 0
+                    if status == 1 and q >= _DD_SMALLEST and g > q:
+                        # ... or, where they do not, bisection in double-double: the largest
+                        # feasible float lies in (g, top), top the first float float64 certifies
+                        # infeasible
+                        top_g, n_up = up, 0
+                        while top_g < 1.0 and n_up < 64 and not bu - eu > delta:
+                            top_g = np.nextafter(top_g, 2.0)
+                            bu, eu = _kl_binary(q, top_g - q, coeffs)
+                            n_up += 1
+                        if (bu - eu > delta or top_g >= 1.0) and 1.0 - top_g >= _DD_SMALLEST:
+                            lo_g, hi_g = g, top_g
+                            while True:
+                                mid = lo_g + 0.5 * (hi_g - lo_g)
+                                if mid <= lo_g or mid >= hi_g:
+                                    mid = np.nextafter(lo_g, 2.0)
+                                    if mid >= hi_g:
+                                        break
+                                if _dd_feasible(mid, q, delta):
+                                    lo_g = mid
+                                else:
+                                    hi_g = mid
+                            g, status = lo_g, 0
         gamma_out[i], status_out[i] = g, status
 
 

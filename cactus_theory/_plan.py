@@ -17,9 +17,11 @@ verifier alone emits one token per ``verify(1)``, so
 
 AL(m) is the analysis's: exact for the trace's positions, averaged over block starts, with its
 bootstrap interval, which maps to an interval of the speedup (the speedup increases with AL).
-Not captured: the extra draft forward when all m drafts are accepted (the draft's cache must see
-the last draft), end-of-sequence truncation, the prompt's prefill, and cache effects of a
-growing context (calibrate at a context length like the real one's).
+The extra draft forward of a step whose m drafts were all accepted (the drafter's cache must see
+its last draft) is charged with that step's probability (the analysis's
+``acceptance_by_position[m - 1]``). Whole requests add both models' prompt processing and the
+cost of a growing context (``request_times``). Not captured: end-of-sequence truncation of the
+last step and Python overhead outside the timed parts.
 
 Cost sources: ``calibrate_cost`` (time the forward passes of a real model pair on this machine),
 ``CostModel.from_ratio`` (a draft/verifier cost ratio with a flat block cost: a GPU at batch 1),
@@ -33,13 +35,13 @@ import json
 import os
 import platform
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
 from ._io import atomic_write, csv_text, utc_timestamp
 
-__all__ = ["CostModel", "Plan", "calibrate_cost", "load_cost", "predict_speedup"]
+__all__ = ["CostModel", "Plan", "calibrate_cost", "cost_profiles", "load_cost", "predict_speedup"]
 
 COST_FORMAT = "cactus_theory.cost"
 _COST_MAX_BYTES = 1 << 20
@@ -74,6 +76,78 @@ def _isotonic(values):
     return np.concatenate([np.full(c, m) for m, c in blocks])
 
 
+def _size_map(value, name, what="sizes"):
+    """{int size: value} from a dict with integer or digit-string keys (``what``: "block sizes",
+    "prompt lengths"), checked and sorted."""
+    if not isinstance(value, dict) or not value:
+        raise ValueError(f"{name} must map {what} (integers >= 1) to seconds, e.g. {{1: 0.2, 9: 0.3}}")
+    out, spelled = {}, {}
+    for k, v in value.items():
+        if isinstance(k, bool) or not (isinstance(k, (int, np.integer)) or (isinstance(k, str) and k.isdigit())):
+            raise ValueError(f"{name} keys must be {what} (integers >= 1); got {_short(k)}")
+        size = int(k)
+        if size < 1 or size > 1_000_000:
+            raise ValueError(f"{name} keys must be {what} from 1 to 1,000,000; got {_short(k)}")
+        if size in out:
+            raise ValueError(f"{name} gives {what[:-1]} {size} twice ({spelled[size]!r} and {k!r})")
+        out[size], spelled[size] = v, k
+    return dict(sorted(out.items()))
+
+
+def _checked_prefill(prefill):
+    if not isinstance(prefill, dict) or set(prefill) - {"verifier", "draft"}:
+        raise ValueError('prefill must be {"verifier": {prompt tokens: s}, "draft": {...}} (either may be left out)')
+    return {
+        model: {
+            L: _positive(s, f"prefill[{model!r}][{L}]")
+            for L, s in _size_map(times, f"prefill[{model!r}]", "prompt lengths").items()
+        }
+        for model, times in prefill.items()
+    }
+
+
+def _checked_samples(samples):
+    """The timed repeats: lists of seconds, in the shape of the fields they stand behind."""
+
+    def times(value, name):
+        if not isinstance(value, list) or not value or len(value) > 10_000:
+            raise ValueError(f"samples{name} must be a list of 1 to 10,000 timings (seconds)")
+        return [_positive(v, f"samples{name}") for v in value]
+
+    if not isinstance(samples, dict) or set(samples) - {"draft_token", "verify_block", "prefill"}:
+        raise ValueError('samples must be {"draft_token": [...], "verify_block": {k: [...]}, "prefill": {...}}')
+    out = {}
+    if "draft_token" in samples:
+        out["draft_token"] = times(samples["draft_token"], "['draft_token']")
+    if "verify_block" in samples:
+        blocks = _size_map(samples["verify_block"], "samples['verify_block']", "block sizes")
+        out["verify_block"] = {k: times(v, f"['verify_block'][{k}]") for k, v in blocks.items()}
+    if "prefill" in samples:
+        if not isinstance(samples["prefill"], dict) or set(samples["prefill"]) - {"verifier", "draft"}:
+            raise ValueError('samples[\'prefill\'] must be {"verifier": {L: [...]}, "draft": {L: [...]}}')
+        out["prefill"] = {
+            model: {L: times(v, f"['prefill'][{model!r}][{L}]")
+                    for L, v in _size_map(per, f"samples['prefill'][{model!r}]", "prompt lengths").items()}
+            for model, per in samples["prefill"].items()
+        }  # fmt: skip
+    return out
+
+
+def _relative_spread(values):
+    """Median absolute deviation over the median: a robust relative spread of repeated timings."""
+    values = np.asarray(values, dtype=float)
+    centre = np.median(values)
+    return float(np.median(np.abs(values - centre)) / centre) if centre > 0 else 0.0
+
+
+#: A calibration is flagged when a repeated timing spreads more than this (relative MAD), ...
+NOISY_SPREAD = 0.15
+#: ... when a bigger verifier block is timed this much below a smaller one (beyond the noise),
+NON_MONOTONE_DROP = 0.05
+#: ... or when other processes kept more than this share of the machine's cores busy while it ran.
+BUSY_LOAD = 0.25
+
+
 @dataclass(frozen=True)
 class CostModel:
     """Seconds (or any one unit) of the parts of a speculative-decoding step.
@@ -95,7 +169,24 @@ class CostModel:
     judge_token : float
         Per drafted token the rule judges (acceptance, and the correction when it rejects).
     source : dict
-        Provenance: how the figures were obtained (calibration: models, dtype, device, versions).
+        Provenance: how the figures were obtained (calibration: models, dtype, device, versions;
+        a published profile: its repository, file, hardware, engine).
+    prefill : dict {"verifier": {L: s}, "draft": {L: s}}
+        Processing a prompt of L tokens (one forward over the prompt), per model, at measured
+        lengths; interpolated through (0, 0) and extrapolated linearly (``prefill_time``). Empty:
+        prompts cost nothing (per-step predictions only).
+    context : int or None
+        The context length (tokens) ``draft_token`` and ``verify_block`` were timed at.
+    context_slope : dict {"verify": s, "draft": s}
+        Seconds one forward gains per token of context (attention over a longer cache), so the
+        cost at context c is the timed one plus slope (c - context).
+    samples : dict
+        The timed repeats behind the medians: {"draft_token": [...], "verify_block": {k: [...]},
+        "prefill": {"verifier": {L: [...]}, ...}}: the spread the intervals draw from and the
+        trust checks read (``problems``).
+    load : dict {"other", "cores"}
+        The share of the machine's cores other processes kept busy while the calibration ran
+        (``other_load``: from /proc on Linux), and the cores.
     """
 
     draft_token: float
@@ -103,25 +194,34 @@ class CostModel:
     step_overhead: float = 0.0
     judge_token: float = 0.0
     source: dict = field(default_factory=dict)
+    prefill: dict = field(default_factory=dict)
+    context: int | None = None
+    context_slope: dict = field(default_factory=dict)
+    samples: dict = field(default_factory=dict)
+    load: dict = field(default_factory=dict)
 
     def __post_init__(self):
         _positive(self.draft_token, "draft_token")
         _positive(self.step_overhead, "step_overhead")
         _positive(self.judge_token, "judge_token")
+        object.__setattr__(self, "prefill", _checked_prefill(self.prefill))
+        if self.context is not None and (isinstance(self.context, bool) or not isinstance(self.context, int)
+                                         or self.context < 0):  # fmt: skip
+            raise ValueError(f"context must be the context length (tokens) the step costs were timed at; got "
+                             f"{_short(self.context)}")  # fmt: skip
+        if not isinstance(self.context_slope, dict) or set(self.context_slope) - {"verify", "draft"}:
+            raise ValueError('context_slope must be {"verify": s, "draft": s} (seconds per context token per forward)')
+        for key, value in self.context_slope.items():
+            _positive(value, f"context_slope[{key!r}]")
+        object.__setattr__(self, "samples", _checked_samples(self.samples))
+        if not isinstance(self.load, dict) or set(self.load) - {"other", "cores"}:
+            raise ValueError('load must be {"other": share of the cores busy with other work, "cores": n}')
+        for key, value in self.load.items():
+            _positive(value, f"load[{key!r}]")
         if not isinstance(self.source, dict):
             raise ValueError(f"source must be an object (provenance: kind, models, ...); got {_short(self.source)}")
-        if not isinstance(self.verify_block, dict) or not self.verify_block:
-            raise ValueError("verify_block must map block sizes k >= 1 to seconds, e.g. {1: 0.2, 9: 0.3}")
-        blocks, spelled = {}, {}
-        for k, v in self.verify_block.items():
-            if isinstance(k, bool) or not (isinstance(k, (int, np.integer)) or (isinstance(k, str) and k.isdigit())):
-                raise ValueError(f"verify_block keys must be block sizes (integers >= 1); got {_short(k)}")
-            size = int(k)
-            if size < 1 or size > 1_000_000:
-                raise ValueError(f"verify_block keys must be block sizes from 1 to 1,000,000; got {_short(k)}")
-            if size in blocks:
-                raise ValueError(f"verify_block gives block size {size} twice ({spelled[size]!r} and {k!r})")
-            blocks[size], spelled[size] = _positive(v, f"verify_block[{size}]"), k
+        blocks = {k: _positive(v, f"verify_block[{k}]")
+                  for k, v in _size_map(self.verify_block, "verify_block", "block sizes").items()}  # fmt: skip
         if 1 not in blocks:
             raise ValueError("verify_block needs k = 1 (one token: the verifier alone decoding)")
         if blocks[1] <= 0:
@@ -140,43 +240,161 @@ class CostModel:
         return [k for k, t, top in zip(self.verify_block, given, np.maximum.accumulate(given), strict=True) if t < top]
 
     @classmethod
+    def from_profile(cls, name):
+        """A published, measured cost profile shipped with the package (``cost_profiles()`` lists
+        them with their hardware and engine): e.g. ``"qwen3-32b-0.6b-gb200-vllm"``, vLLM's forward
+        passes of Qwen3-32B verifying and Qwen3-0.6B drafting on one GB200 at batch size 1, from
+        graphcore-research/relaxed-spec-dec-repro's ``profiles/paper``."""
+        profiles = cost_profiles()
+        if name not in profiles:
+            raise ValueError(f"unknown cost profile {name!r}; the profiles: {', '.join(sorted(profiles))}")
+        return load_cost(profiles[name])
+
+    @classmethod
     def from_ratio(cls, ratio):
-        """Draft token cost ``ratio`` (relative to one verifier token), block cost flat in its
-        size (a memory-bound verifier: a GPU at batch size 1), no overhead. Units: one verifier
-        forward."""
+        """A what-if, not a measurement: draft token cost ``ratio`` (relative to one verifier
+        token), block cost flat in its size (an idealised memory-bound verifier), no overhead.
+        Units: one verifier forward. Measured GPU profiles (``from_profile``) are not flat: vLLM
+        verifying 4 tokens of Qwen3-32B on a GB200 takes 2.5x one token."""
         ratio = _positive(ratio, "cost ratio")
         return cls(draft_token=ratio, verify_block={1: 1.0}, source={"kind": "ratio", "ratio": ratio})
 
-    def verify(self, k):
+    def _context_extra(self, role, context):
+        if context is None or self.context is None:
+            return 0.0
+        return self.context_slope.get(role, 0.0) * (np.asarray(context, dtype=float) - self.context)
+
+    def verify(self, k, context=None):
         """Seconds of a verifier block of k tokens (array-like k), from ``verify_fit``:
-        non-decreasing in k, and at least ``verify(1) > 0``."""
+        non-decreasing in k, and at least ``verify(1) > 0``; at ``context`` tokens of context
+        when the model has a context slope (never below half the timed cost)."""
         sizes = np.array(list(self.verify_block), dtype=float)
         times = _isotonic(list(self.verify_block.values()))
         k = np.asarray(k, dtype=float)
         if sizes.size == 1:
-            return np.full(k.shape, times[0])[()]
-        out = np.interp(k, sizes, times)
-        slope = max((times[-1] - times[-2]) / (sizes[-1] - sizes[-2]), 0.0)
-        return np.where(k > sizes[-1], times[-1] + slope * (k - sizes[-1]), out)[()]
+            out = np.full(k.shape, times[0])
+        else:
+            slope = max((times[-1] - times[-2]) / (sizes[-1] - sizes[-2]), 0.0)
+            out = np.where(k > sizes[-1], times[-1] + slope * (k - sizes[-1]), np.interp(k, sizes, times))
+        return np.maximum(out + self._context_extra("verify", context), 0.5 * out)[()]
 
-    def step_time(self, m, accepted_length, width=1):
+    def draft_time(self, context=None):
+        """Seconds of one drafted token at ``context`` tokens of context (``draft_token`` if no slope)."""
+        return float(np.maximum(self.draft_token + self._context_extra("draft", context), 0.5 * self.draft_token))
+
+    def step_time(self, m, accepted_length, width=1, *, drafted=None, forwards=None, context=None, all_accepted=0.0):
         """Expected seconds of one step drafting m levels that accepts ``accepted_length`` on average.
 
         ``width`` k > 1: a tree of depth m with k candidates per level (a multi-draft rule): the
         drafter runs once per level (m draft passes, each giving the k children of one node) and
-        the verifier scores k m + 1 tokens at once (tree attention)."""
+        the verifier scores k m + 1 tokens at once (tree attention). ``drafted`` and ``forwards``:
+        the mean drafted tokens and draft forwards per step when a drafting policy stops blocks
+        early (default m each); the verifier then scores ``drafted`` + 1 tokens (a mean: the block
+        cost is close to linear over the sizes a step spans). ``context``: the context length.
+        ``all_accepted``: P(every draft of the block accepted); such a step runs one more draft
+        forward (the drafter's cache must see its last draft before the next block)."""
         m = np.asarray(m, dtype=float)
+        drafted = m if drafted is None else np.asarray(drafted, dtype=float)
+        forwards = drafted if forwards is None else np.asarray(forwards, dtype=float)
         return (
-            m * self.draft_token
-            + self.verify(width * m + 1)
+            (forwards + np.asarray(all_accepted, dtype=float)) * self.draft_time(context)
+            + self.verify(width * drafted + 1, context)
             + self.step_overhead
-            + (accepted_length + 1) * self.judge_token
+            + (np.asarray(accepted_length) + 1) * self.judge_token
         )
 
-    def speedup(self, m, accepted_length, width=1):
+    def speedup(self, m, accepted_length, width=1, *, drafted=None, forwards=None, context=None, all_accepted=0.0):
         """Tokens per second against the verifier alone: (AL + 1) verify(1) / step_time(m).
         Finite, positive, and at most AL + 1 (a step costs at least one verifier token)."""
-        return (np.asarray(accepted_length) + 1) * self.verify(1) / self.step_time(m, accepted_length, width)
+        step = self.step_time(m, accepted_length, width, drafted=drafted, forwards=forwards, context=context,
+                              all_accepted=all_accepted)  # fmt: skip
+        return (np.asarray(accepted_length) + 1) * self.verify(1, context) / step
+
+    # -- whole requests ---------------------------------------------------------------------------
+    @property
+    def has_prefill(self) -> bool:
+        """Whether prompt processing was measured (else requests are predicted without it)."""
+        return bool(self.prefill.get("verifier"))
+
+    def prefill_time(self, prompt_tokens, model="verifier"):
+        """Seconds to process a prompt of ``prompt_tokens`` tokens with one model ("verifier" or
+        "draft"): the measured lengths' non-decreasing fit, linear through (0, 0) below the
+        smallest and extrapolated with the last two points' slope above the largest. 0 when not
+        measured."""
+        if model not in ("verifier", "draft"):
+            raise ValueError(f"model must be 'verifier' or 'draft'; got {model!r}")
+        points = self.prefill.get(model)
+        tokens = np.asarray(prompt_tokens, dtype=float)
+        if not points:
+            return np.zeros(tokens.shape)[()]
+        sizes = np.array([0.0, *points], dtype=float)
+        times = np.concatenate([[0.0], _isotonic(list(points.values()))])
+        slope = max((times[-1] - times[-2]) / (sizes[-1] - sizes[-2]), 0.0)
+        out = np.where(tokens > sizes[-1], times[-1] + slope * (tokens - sizes[-1]), np.interp(tokens, sizes, times))
+        return out[()]
+
+    def request_times(self, prompt_tokens, output_tokens, m, accepted_length, width=1, *, drafted=None,
+                      forwards=None, all_accepted=0.0):  # fmt: skip
+        """Seconds of one whole request, speculative and the verifier alone:
+        {"prefill", "decode", "total", "baseline_prefill", "baseline_decode", "baseline_total"}.
+
+        Speculative: both models process the prompt, then output / (AL + 1) steps; the verifier
+        alone: its prefill and one ``verify(1)`` per token. Steps run at the mean context during
+        decoding (prompt + output / 2) when the model has a context slope."""
+        prompt, output = float(prompt_tokens), float(output_tokens)
+        context = prompt + output / 2
+        steps = output / (np.asarray(accepted_length, dtype=float) + 1)
+        prefill = self.prefill_time(prompt, "verifier") + self.prefill_time(prompt, "draft")
+        decode = steps * self.step_time(m, accepted_length, width, drafted=drafted, forwards=forwards, context=context,
+                                        all_accepted=all_accepted)  # fmt: skip
+        base_prefill = self.prefill_time(prompt, "verifier")
+        base_decode = output * self.verify(1, context)
+        return {
+            "prefill": prefill, "decode": decode, "total": prefill + decode,
+            "baseline_prefill": base_prefill, "baseline_decode": base_decode,
+            "baseline_total": base_prefill + base_decode,
+        }  # fmt: skip
+
+    # -- trust --------------------------------------------------------------------------------------
+    def spread(self) -> dict:
+        """Relative spread (median absolute deviation / median) of each timed part's repeats."""
+        out = {}
+        if "draft_token" in self.samples:
+            out["draft_token"] = _relative_spread(self.samples["draft_token"])
+        for k, values in self.samples.get("verify_block", {}).items():
+            out[f"verify_block[{k}]"] = _relative_spread(values)
+        for model, per in self.samples.get("prefill", {}).items():
+            for length, values in per.items():
+                out[f"prefill[{model}][{length}]"] = _relative_spread(values)
+        return out
+
+    def problems(self) -> list:
+        """Why this cost model's predictions may not hold, in words (empty: none found): a bigger
+        verifier block timed more than ``NON_MONOTONE_DROP`` (or 3x its noise) below a smaller
+        one, repeats spreading more than ``NOISY_SPREAD``, a machine busier than ``BUSY_LOAD``
+        per core while it was timed."""
+        found = []
+        spread = self.spread()
+        best_k, best_t = None, -np.inf
+        for k, t in self.verify_block.items():
+            noise = max(NON_MONOTONE_DROP, 3 * spread.get(f"verify_block[{k}]", 0.0))
+            if best_k is not None and t < best_t * (1 - noise):
+                found.append(
+                    f"non-monotone: a verifier block of {k} tokens timed {t:.4g} s, {1 - t / best_t:.0%} below the "
+                    f"block of {best_k} ({best_t:.4g} s); the model uses the isotonic fit, but the timing is suspect"
+                )
+            if t > best_t:
+                best_k, best_t = k, t
+        noisy = [f"{name} ({value:.0%})" for name, value in spread.items() if value > NOISY_SPREAD]
+        if noisy:
+            found.append(f"noisy: repeats spread more than {NOISY_SPREAD:.0%} (median absolute deviation / median) "
+                         f"for {', '.join(noisy[:6])}{' and more' if len(noisy) > 6 else ''}")  # fmt: skip
+        if self.load.get("other", 0.0) > BUSY_LOAD:
+            found.append(
+                f"busy machine: other processes kept {self.load['other']:.0%} of the cores busy while it was timed "
+                f"(above {BUSY_LOAD:.0%}); rerun the calibration on an idle machine"
+            )
+        return found
 
     @property
     def largest_block(self) -> int:
@@ -226,7 +444,7 @@ def load_cost(path) -> CostModel:
     if data.get("format", COST_FORMAT) != COST_FORMAT:
         raise ValueError(f"cost file {path!r} has format {_short(data.get('format'))}, expected {COST_FORMAT!r}")
     data = {k: v for k, v in data.items() if k not in ("format", "version")}
-    known = {"draft_token", "verify_block", "step_overhead", "judge_token", "source"}
+    known = {f.name for f in fields(CostModel)}
     unknown = sorted(set(data) - known)
     if unknown:
         shown = ", ".join(_short(k, 40) for k in unknown[:5])
@@ -239,6 +457,18 @@ def load_cost(path) -> CostModel:
         return CostModel(**data)
     except ValueError as exc:
         raise ValueError(f"cost file {path!r}: {exc}") from None
+
+
+DEFAULT_COST_PROFILE = "qwen3-32b-0.6b-gb200-vllm"
+"""The measured profile ``plan`` uses when given no cost (and the report's GPU section)."""
+
+
+def cost_profiles() -> dict:
+    """{name: path} of the measured cost profiles shipped with the package (``CostModel.from_profile``)."""
+    folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "profiles")
+    if not os.path.isdir(folder):
+        return {}
+    return {f[: -len(".json")]: os.path.join(folder, f) for f in sorted(os.listdir(folder)) if f.endswith(".json")}
 
 
 def cost_directory() -> str:
@@ -254,16 +484,54 @@ def default_cost_path(verifier_name, draft_name, dtype, device) -> str:
     return os.path.join(cost_directory(), "".join(c if c.isalnum() or c in "._-" else "_" for c in name) + ".json")
 
 
-def _median_time(fn, repeats):
+def _timings(fn, repeats):
+    """``repeats`` wall times of ``fn()``, seconds."""
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    return times
 
 
-def calibrate_cost(verifier, draft, *, max_block=21, context=256, repeats=5, settings=None, progress=None):
+def machine_sample():
+    """(wall seconds, CPU seconds busy on the whole machine, CPU seconds of this process) now,
+    from /proc (Linux); None elsewhere. Two samples give ``other_load``."""
+    try:
+        with open("/proc/stat", encoding="ascii") as fh:
+            cpu = [int(x) for x in fh.readline().split()[1:]]
+        with open("/proc/self/stat", encoding="ascii") as fh:
+            fields_ = fh.read().rsplit(")", 1)[1].split()
+    except (OSError, ValueError, IndexError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    idle = cpu[3] + (cpu[4] if len(cpu) > 4 else 0)  # idle + iowait
+    busy = sum(cpu[:8]) - idle
+    own = int(fields_[11]) + int(fields_[12])  # utime + stime of every thread of this process
+    return time.perf_counter(), busy / tick, own / tick
+
+
+def other_load(start, end):
+    """The share of the machine's cores that other processes kept busy between two
+    ``machine_sample``s (0: this process alone; 1: every core busy with something else)."""
+    if start is None or end is None or end[0] <= start[0]:
+        return None
+    other = (end[1] - start[1]) - (end[2] - start[2])
+    return float(max(other, 0.0) / ((end[0] - start[0]) * (os.cpu_count() or 1)))
+
+
+def calibrate_cost(
+    verifier,
+    draft,
+    *,
+    max_block=21,
+    context=256,
+    repeats=5,
+    settings=None,
+    progress=None,
+    prompt_lengths=(32, 128, 512),
+    second_context=None,
+):
     """Time the parts of a step for a model pair on this machine: a CostModel.
 
     ``verifier`` and ``draft`` are (model, tokenizer, identity) triples from ``load_model``.
@@ -272,8 +540,14 @@ def calibrate_cost(verifier, draft, *, max_block=21, context=256, repeats=5, set
     one drafted token (a forward of one token, its processed row with ``settings``, the
     sampling); a verifier block of k = 1..``max_block`` tokens (a forward and its k processed
     rows), the cache cropped back after each; the cropping itself; and SpS judging one drafted
-    token on rows of the vocabulary's size (as ``speculative_generate`` does). Deterministic
-    inputs; the timings are whatever this machine gives (run it idle).
+    token on rows of the vocabulary's size (as ``speculative_generate`` does). Then the whole
+    request's other parts: each model processing prompts of ``prompt_lengths`` tokens (a fresh
+    cache each, ``min(repeats, 3)`` times), and one drafted token and one verifier token at
+    ``second_context`` tokens of context (default 2 x ``context``), whose difference per token is
+    the context slope. Every repeat is kept (``samples``: the intervals and the trust checks
+    read them) with the machine's load average before and after. Deterministic inputs; the
+    timings are whatever this machine gives (run it idle: ``CostModel.problems`` says when it
+    was not).
     """
     import torch
 
@@ -289,6 +563,13 @@ def calibrate_cost(verifier, draft, *, max_block=21, context=256, repeats=5, set
         raise ValueError(f"repeats must be an integer >= 1; got {repeats!r}")
     if not (isinstance(context, (int, np.integer)) and context >= 1):
         raise ValueError(f"context must be an integer >= 1; got {context!r}")
+    lengths = sorted({int(n) for n in prompt_lengths})
+    if any(n < 1 for n in lengths):
+        raise ValueError(f"prompt_lengths must be integers >= 1; got {list(prompt_lengths)!r}")
+    second_context = 2 * context if second_context is None else second_context
+    if not (isinstance(second_context, (int, np.integer)) and second_context > context):
+        raise ValueError(f"second_context must be an integer > context ({context}); got {second_context!r}")
+    sample_start = machine_sample()
     settings = settings or SamplingSettings()
     v_model, tokenizer, v_info = verifier
     d_model, _, d_info = draft
@@ -297,7 +578,9 @@ def calibrate_cost(verifier, draft, *, max_block=21, context=256, repeats=5, set
         "in a single forward pass; the acceptance rule decides how many of the drafted tokens to keep. "
     )
     ids = tokenizer(text, add_special_tokens=False)["input_ids"] if tokenizer is not None else list(range(100))
-    ids = (ids * (context // max(len(ids), 1) + 1))[:context]
+    longest = max(context, second_context, *lengths)
+    stream = ids * (longest // max(len(ids), 1) + 1)
+    ids = stream[:context]
     ver, drf = CachedModel(v_model), CachedModel(d_model)
     ver.feed(ids)
     drf.feed(ids)
@@ -316,15 +599,18 @@ def calibrate_cost(verifier, draft, *, max_block=21, context=256, repeats=5, set
         processed_probs(rows, settings).double().cpu().numpy()
         ver.crop(len(ids))
 
-    bar = progress_bar(total=max_block + 3, desc="calibrate", unit="part", enabled=progress)
+    bar = progress_bar(total=max_block + 5, desc="calibrate", unit="part", enabled=progress)
+    samples = {"verify_block": {}, "prefill": {"verifier": {}, "draft": {}}}
     with bar:
         draft_step()  # warm-up
-        draft_token = _median_time(draft_step, repeats)
+        samples["draft_token"] = _timings(draft_step, repeats)
+        draft_token = float(np.median(samples["draft_token"]))
         bar.update(1)
         verify_block = {}
         verify_step(1)
         for k in range(1, max_block + 1):
-            verify_block[k] = _median_time(lambda k=k: verify_step(k), repeats)
+            samples["verify_block"][k] = _timings(lambda k=k: verify_step(k), repeats)
+            verify_block[k] = float(np.median(samples["verify_block"][k]))
             bar.update(1)
 
         def crop_step():
@@ -343,8 +629,40 @@ def calibrate_cost(verifier, draft, *, max_block=21, context=256, repeats=5, set
         drf.crop(len(ids))
         coin = np.random.default_rng(0)
         drafted = int(np.argmax(p_row))
-        judge_token = _median_time(lambda: _rule_step(SpS(), p_row, q_row, drafted, None, coin, gen), repeats)
-        bar.update(2)
+        judge_token = float(np.median(_timings(lambda: _rule_step(SpS(), p_row, q_row, drafted, None, coin, gen),
+                                               repeats)))  # fmt: skip
+        bar.update(1)
+        prefill = {"verifier": {}, "draft": {}}
+        for name, model in (("verifier", v_model), ("draft", d_model)):
+            for length in lengths:
+                runs = _timings(lambda model=model, length=length: CachedModel(model).feed(stream[:length]),
+                                min(repeats, 3))  # fmt: skip
+                samples["prefill"][name][length] = runs
+                prefill[name][length] = float(np.median(runs))
+        bar.update(1)
+        # the context slope: the same forwards after a longer context
+        far = stream[:second_context]
+        ver_far, drf_far = CachedModel(v_model), CachedModel(d_model)
+        ver_far.feed(far)
+        drf_far.feed(far)
+
+        def at_far(runner, length):
+            def run():
+                runner.feed([token])
+                runner.crop(length)
+
+            return run
+
+        slopes = {}
+        for role, near, far_runner in (("verify", ver, ver_far), ("draft", drf, drf_far)):
+            at_far(far_runner, len(far))()  # warm-up
+            t_near = float(np.median(_timings(at_far(near, len(ids)), repeats)))  # the same forward, both contexts
+            t_far = float(np.median(_timings(at_far(far_runner, len(far)), repeats)))
+            slopes[role] = max((t_far - t_near) / (second_context - context), 0.0)
+        context_slope = slopes
+        bar.update(1)
+    busy = other_load(sample_start, machine_sample())
+    load = {} if busy is None else {"other": busy, "cores": float(os.cpu_count() or 1)}
     source = {
         "kind": "calibration",
         "verifier": v_info,
@@ -352,6 +670,7 @@ def calibrate_cost(verifier, draft, *, max_block=21, context=256, repeats=5, set
         "dtype": str(next(v_model.parameters()).dtype).replace("torch.", ""),
         "device": str(next(v_model.parameters()).device),
         "context": int(context),
+        "second_context": int(second_context),
         "repeats": int(repeats),
         "sampling": settings.as_dict(),
         "threads": torch.get_num_threads(),
@@ -365,58 +684,88 @@ def calibrate_cost(verifier, draft, *, max_block=21, context=256, repeats=5, set
         step_overhead=step_overhead,
         judge_token=judge_token,
         source=source,
+        prefill=prefill,
+        context=int(context),
+        context_slope=context_slope,
+        samples=samples,
+        load=load,
     )
 
 
 @dataclass
 class Plan:
-    """``predict_speedup``'s result: one row per rule x m x task (the analysis rows plus
-    ``tokens_per_step``, ``step_time``, ``speedup`` and its interval ``speedup_lo`` /
-    ``speedup_hi``, and ``verify_extrapolated``: the step's verifier block is larger than any
-    the cost model timed), the best m per rule, and the fastest setting within ``max_kl``."""
+    """``predict_speedup``'s result: one row per rule x m x task (x drafting policy) with the
+    analysis's fields plus ``tokens_per_step``, ``step_time``, ``speedup`` and its interval
+    ``speedup_lo`` / ``speedup_hi`` (``interval``: what it includes), ``verify_extrapolated`` (the
+    step's verifier block is larger than any the cost model timed) and, when the cost model
+    measured prompt processing, ``request_speedup`` (with its interval), ``prefill_share``,
+    ``prompt_tokens``, ``output_tokens``, ``request_seconds`` and ``baseline_request_seconds``.
+    Rankings use the request speedup when every row has one (what a user waits for), else the
+    per-step one (``key``). ``warnings``: the cost model's problems, if it was used anyway."""
 
     rows: list
     cost: CostModel
     max_kl: float | None = None
+    warnings: list = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        """The speedup the rankings use: "request_speedup" if every row has one, else "speedup"."""
+        return "request_speedup" if self.rows and all("request_speedup" in r for r in self.rows) else "speedup"
 
     def best_m(self, task="all") -> list:
-        """Per rule, the row with the largest speedup over m."""
-        best = {}
+        """Per rule (and drafting policy), the row with the largest speedup over m."""
+        key, best = self.key, {}
         for r in self.rows:
-            if r["task"] == task and (r["rule"] not in best or r["speedup"] > best[r["rule"]]["speedup"]):
-                best[r["rule"]] = r
-        return sorted(best.values(), key=lambda r: -r["speedup"])
+            setting = (r["rule"], r.get("draft_policy"))
+            if r["task"] == task and (setting not in best or r[key] > best[setting][key]):
+                best[setting] = r
+        return sorted(best.values(), key=lambda r: -r[key])
 
     def fastest(self, max_kl=None, task="all"):
         """The fastest row whose mean emitted KL(pi || q) per position is at most ``max_kl``
         (default: the plan's bound; None: no bound). None if no row qualifies."""
         bound = self.max_kl if max_kl is None else max_kl
         rows = [r for r in self.rows if r["task"] == task and (bound is None or r["kl_emitted_target"] <= bound)]
-        return max(rows, key=lambda r: r["speedup"]) if rows else None
+        return max(rows, key=lambda r: r[self.key]) if rows else None
 
     def table(self, task="all") -> str:
         """The best m of every rule, fastest first, and the fastest setting within the bound."""
-        lines = [
-            f"{'rule':<34} {'best m':>6} {'AL':>6} {'tokens/step':>11} {'speedup':>8} {'95% CI':>15} {'KL(pi||q)':>9}"
-        ]
+        request = self.key == "request_speedup"
+        policies = any(r.get("draft_policy") for r in self.rows)
+        head = f"{'rule':<34} " + (f"{'drafting':<16} " if policies else "") + f"{'best m':>6} {'AL':>6} "
+        head += f"{'tokens/step':>11} {'per step':>8} {'95% CI':>15} "
+        head += f"{'request':>8} {'95% CI':>15} {'prefill':>7} " if request else ""
+        lines = [head + f"{'KL(pi||q)':>9}"]
         for r in self.best_m(task):
-            lines.append(
-                f"{r['rule']:<34} {r['m']:>6} {r['al']:>6.2f} {r['tokens_per_step']:>11.2f} {r['speedup']:>7.2f}x "
-                f"[{r['speedup_lo']:>5.2f}, {r['speedup_hi']:>5.2f}] {r['kl_emitted_target']:>9.4f}"
-            )
+            line = f"{r['rule']:<34} " + (f"{r.get('draft_policy') or 'fixed':<16} " if policies else "")
+            line += f"{r['m']:>6} {r['al']:>6.2f} {r['tokens_per_step']:>11.2f} {r['speedup']:>7.2f}x "
+            line += f"[{r['speedup_lo']:>5.2f}, {r['speedup_hi']:>5.2f}] "
+            if request:
+                line += (f"{r['request_speedup']:>7.2f}x [{r['request_speedup_lo']:>5.2f}, "
+                         f"{r['request_speedup_hi']:>5.2f}] {r['prefill_share']:>7.0%} ")  # fmt: skip
+            lines.append(line + f"{r['kl_emitted_target']:>9.4f}")
+        if request:
+            r0 = next(r for r in self.rows if r["task"] == task)
+            lines.append(f"(requests of {r0['prompt_tokens']:.0f} prompt and {r0['output_tokens']:.0f} output tokens; "
+                         "prefill: the part of the speculative request spent processing the prompt)")  # fmt: skip
         far = sorted({r.get("verified_tokens", r["m"] + 1) for r in self.best_m(task) if r.get("verify_extrapolated")})
         if far:
             lines.append(
                 f"(verifier blocks of {', '.join(map(str, far))} tokens extrapolated beyond the "
-                f"{self.cost.largest_block} "
-                "timed: calibrate with --max-block at least the largest)"
+                f"{self.cost.largest_block} timed: calibrate with --max-block at least the largest)"
             )
+        if self.cost.source.get("kind") == "ratio":
+            lines.append("(a what-if: a cost ratio with a flat block cost, not a measurement)")
+        for warning in self.warnings:
+            lines.append(f"warning: {warning}")
         best = self.fastest(task=task)
         bound = "no bound" if self.max_kl is None else f"KL(pi || q) <= {self.max_kl:g}"
         if best is None:
             lines.append(f"no setting within {bound}")
         else:
-            lines.append(f"fastest with {bound}: {best['rule']} at m = {best['m']}: {best['speedup']:.2f}x")
+            policy = f" ({best['draft_policy']})" if best.get("draft_policy") else ""
+            lines.append(f"fastest with {bound}: {best['rule']}{policy} at m = {best['m']}: {best[self.key]:.2f}x")
         return "\n".join(lines)
 
     def to_csv(self) -> str:
@@ -424,24 +773,73 @@ class Plan:
 
     def to_json(self) -> str:
         return json.dumps(
-            {"cost": json.loads(self.cost.to_json()), "max_kl": self.max_kl, "rows": self.rows}, indent=1, default=str
-        )
+            {"cost": json.loads(self.cost.to_json()), "max_kl": self.max_kl, "warnings": self.warnings,
+             "rows": self.rows}, indent=1, default=str,
+        )  # fmt: skip
 
 
-def predict_speedup(analysis, cost, *, max_kl=None) -> Plan:
+def _request_lengths(analysis, task):
+    """(mean prompt tokens, mean output tokens) of the analysis's sequences of ``task``; None for
+    a length the trace does not record."""
+    seqs = [s for s in getattr(analysis, "sequences", []) if task in ("all", s.get("task"))]
+    prompts = [s["prompt_tokens"] for s in seqs if "prompt_tokens" in s]
+    outputs = [s["positions"] for s in seqs if "positions" in s]
+    return (float(np.mean(prompts)) if prompts else None, float(np.mean(outputs)) if outputs else None)
+
+
+def _timing_factors(cost, key, rng, n):
+    """``n`` draws of (one timed repeat / the median) of a cost part: the machine's spread."""
+    if key == "draft_token":
+        values = cost.samples.get("draft_token")
+    else:
+        blocks = cost.samples.get("verify_block", {})
+        values = blocks[min(blocks, key=lambda k: abs(k - key))] if blocks else None
+    if not values:
+        return np.ones(n)
+    values = np.asarray(values, dtype=float)
+    return rng.choice(values / np.median(values), size=n)
+
+
+def predict_speedup(
+    analysis,
+    cost,
+    *,
+    max_kl=None,
+    prompt_tokens=None,
+    output_tokens=None,
+    allow_untrusted=False,
+    n_draws=2000,
+    seed=0,
+) -> Plan:
     """Predicted wall-time speedups of every row of an analysis under a cost model.
 
     ``analysis``: an ``AnalysisResult`` (``analyze_trace`` with the rules, deltas and m values
     to compare; its AL intervals become speedup intervals). ``cost``: a CostModel, a path to a
-    cost file, or a number (the draft/verifier cost ratio, ``CostModel.from_ratio``). Returns a
-    Plan; ``max_kl`` bounds the mean emitted KL(pi || q) per position for ``Plan.fastest``.
-    Exact given the cost model: the tokens per step are the trace's exact expectations.
+    cost file, or a number (the draft/verifier cost ratio, ``CostModel.from_ratio``: a what-if,
+    labelled so). Returns a Plan; ``max_kl`` bounds the mean emitted KL(pi || q) per position
+    for ``Plan.fastest``.
+
+    Per step: ``speedup`` = (AL + 1) verify(1) / step_time(m), exact given the cost model (the
+    tokens per step are the trace's exact expectations). Per request, when the cost model
+    measured prompt processing (``CostModel.prefill``): ``request_speedup`` = the verifier
+    alone's time for the request over speculative decoding's, both prefills included, for
+    requests of ``prompt_tokens`` and ``output_tokens`` tokens (default: the means of the
+    trace's sequences of the row's task), and ``prefill_share``, the part of the speculative
+    request spent processing the prompt.
+
+    The intervals (``speedup_lo`` / ``_hi``, ``request_speedup_lo`` / ``_hi``) combine the AL's
+    bootstrap interval (as a normal of that width) with the calibration's timing spread (each
+    draw takes one timed repeat of the draft token and of the verifier blocks, over their
+    medians), ``n_draws`` draws seeded by ``seed``; ``interval`` says which went in. A cost model
+    with ``problems()`` (a non-monotone or noisy calibration, a busy machine) is refused unless
+    ``allow_untrusted``; the plan keeps the problems (``Plan.warnings``).
 
     A multi-draft rule's row (``draft_count`` k > 1) is a tree of depth m and width k: m draft
     passes and one verifier pass over k m + 1 tokens. Its AL assumes the accepted child's own
     children are drafted too, as in a full tree (which costs k + ... + k^m tokens); a tree of
     k m tokens that expands one node per level reaches that AL only when the accepted child is
-    the expanded one, so for it the prediction is an upper bound.
+    the expanded one, so for it the prediction is an upper bound. A row with ``drafted`` (a
+    drafting policy: the mean drafted tokens per step) is charged for those.
 
     Examples
     --------
@@ -456,16 +854,69 @@ def predict_speedup(analysis, cost, *, max_kl=None) -> Plan:
         cost = CostModel.from_ratio(cost)
     if max_kl is not None and not (np.isfinite(max_kl) and max_kl >= 0):
         raise ValueError(f"max_kl must be a number >= 0 (nats per position); got {max_kl!r}")
+    for name, value in (("prompt_tokens", prompt_tokens), ("output_tokens", output_tokens)):
+        if value is not None and not (isinstance(value, (int, float, np.integer, np.floating)) and value >= 0
+                                      and np.isfinite(value)):  # fmt: skip
+            raise ValueError(f"{name} must be a number of tokens >= 0; got {value!r}")
+    if not (isinstance(n_draws, (int, np.integer)) and n_draws >= 2):
+        raise ValueError(f"n_draws must be an integer >= 2; got {n_draws!r}")
+    problems = cost.problems()
+    if problems and not allow_untrusted:
+        raise ValueError(
+            "the cost model cannot be trusted as it is: " + "; ".join(problems) + ". Recalibrate on an idle "
+            "machine (cactus-theory calibrate), or plan anyway with allow_untrusted=True (--trust-cost)"
+        )
+    rng = np.random.default_rng(seed)
+    timed = bool(cost.samples)
+    f_one = _timing_factors(cost, 1, rng, n_draws)
+    f_draft = _timing_factors(cost, "draft_token", rng, n_draws)
+    lengths = {}
     rows = []
     for r in analysis.rows:
         m, width = r["m"], r.get("draft_count", 1)
+        drafted, passes = r.get("drafted"), r.get("draft_forwards")
+        full = (r.get("acceptance_by_position") or [0.0])[-1] if drafted is None and width == 1 else 0.0
         row = dict(r)
         row["tokens_per_step"] = r["al"] + 1
-        row["step_time"] = float(cost.step_time(m, r["al"], width))
-        row["speedup"] = float(cost.speedup(m, r["al"], width))
-        row["speedup_lo"] = float(cost.speedup(m, r["al_lo"], width))
-        row["speedup_hi"] = float(cost.speedup(m, r["al_hi"], width))
-        # a block larger than any the cost model timed: its verify time is extrapolated
+        row["step_time"] = float(cost.step_time(m, r["al"], width, drafted=drafted, forwards=passes, all_accepted=full))
+        row["speedup"] = float(cost.speedup(m, r["al"], width, drafted=drafted, forwards=passes, all_accepted=full))
+        # draws: AL from its interval, the timed parts from their repeats
+        has_interval = bool(np.isfinite(r.get("al_lo", np.nan)) and np.isfinite(r.get("al_hi", np.nan)))
+        se = (r["al_hi"] - r["al_lo"]) / 3.92 if has_interval else 0.0
+        al = np.clip(r["al"] + se * rng.standard_normal(n_draws), 0.0, m * 1.0)
+        size = m if drafted is None else drafted
+        forwards = size if passes is None else passes
+        f_block = _timing_factors(cost, width * size + 1, rng, n_draws)
+        step = ((forwards + full) * cost.draft_time() * f_draft + cost.verify(width * size + 1) * f_block
+                + cost.step_overhead + (al + 1) * cost.judge_token)  # fmt: skip
+        draws = (al + 1) * cost.verify(1) * f_one / step
+        if has_interval or timed:
+            row["speedup_lo"], row["speedup_hi"] = (float(x) for x in np.percentile(draws, [2.5, 97.5]))
+        else:
+            row["speedup_lo"] = row["speedup_hi"] = float("nan")
+        row["interval"] = " + ".join(x for x, on in (("AL", has_interval), ("timing", timed)) if on) or "none"
         row["verify_extrapolated"] = bool(width * m + 1 > cost.largest_block and len(cost.verify_block) > 1)
+        if cost.has_prefill:
+            if r["task"] not in lengths:
+                lengths[r["task"]] = _request_lengths(analysis, r["task"])
+            prompt = prompt_tokens if prompt_tokens is not None else lengths[r["task"]][0]
+            output = output_tokens if output_tokens is not None else lengths[r["task"]][1]
+            if prompt is not None and output:
+                t = cost.request_times(prompt, output, m, r["al"], width, drafted=drafted, forwards=passes,
+                                       all_accepted=full)  # fmt: skip
+                row.update(prompt_tokens=float(prompt), output_tokens=float(output),
+                           request_seconds=float(t["total"]), baseline_request_seconds=float(t["baseline_total"]),
+                           request_speedup=float(t["baseline_total"] / t["total"]),
+                           prefill_share=float(t["prefill"] / t["total"]))  # fmt: skip
+                steps = output / (al + 1)
+                context = prompt + output / 2
+                step_c = ((forwards + full) * cost.draft_time(context) * f_draft
+                          + cost.verify(width * size + 1, context) * f_block
+                          + cost.step_overhead + (al + 1) * cost.judge_token)  # fmt: skip
+                spec = t["prefill"] + steps * step_c
+                base = t["baseline_prefill"] + output * cost.verify(1, context) * f_one
+                row["request_speedup_lo"], row["request_speedup_hi"] = (
+                    float(x) for x in np.percentile(base / spec, [2.5, 97.5])
+                )
         rows.append(row)
-    return Plan(rows=rows, cost=cost, max_kl=max_kl)
+    return Plan(rows=rows, cost=cost, max_kl=max_kl, warnings=problems)

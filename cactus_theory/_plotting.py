@@ -19,6 +19,24 @@ def figure_png(fig, dpi=110) -> bytes:
     return buf.getvalue()
 
 
+#: Markers for the settings of one family (delta, parameters), in order.
+SETTING_MARKERS = "osD^v<>ph*P"
+
+
+def family_colour(family):
+    """One colour per rule family, the same in every figure: the registry's names in order on
+    matplotlib's 20-colour palette (tab20); a name outside the registry gets grey."""
+    import matplotlib
+
+    from ._rules import available_rules
+
+    names = sorted(available_rules())
+    palette = matplotlib.colormaps["tab20"].colors
+    if family not in names:
+        return (0.5, 0.5, 0.5)
+    return palette[(names.index(family) * 7) % len(palette)]  # a stride: neighbours in the registry differ
+
+
 def plot_step(rule, draft_probs, target_probs, ax=None, top=None, *, logits=None):
     """Bar chart of the draft p, the verifier q and what one step of ``rule`` emits, pi (exact).
 
@@ -71,18 +89,17 @@ def plot_rule_front(comparison, m=8, axes=None):
         fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     fig = axes[0].figure
     families = sorted({r["family"] for r in rows})
-    colours = {f: f"C{i % 10}" for i, f in enumerate(families)}
-    markers = {f: "osD^v<>ph*"[i // 10 % 10] for i, f in enumerate(families)}
+    colours = {f: family_colour(f) for f in families}
     finite_kl = [r["kl_emitted_target"] for r in rows if np.isfinite(r["kl_emitted_target"])]
     edge = 1.6 * max(finite_kl, default=1.0)
     for ax, key, title in ((axes[0], "kl_emitted_target", "KL(pi || q)"), (axes[1], "tv", "TV(pi, q)")):
         xs = {r["rule"]: (r[key] if np.isfinite(r[key]) else edge) for r in rows}
         for family in families:
             fam = [r for r in rows if r["family"] == family]
-            ax.scatter(
-                [xs[r["rule"]] for r in fam], [r["al"] for r in fam], color=colours[family], marker=markers[family],
-                label=family, s=28, zorder=3,
-            )  # fmt: skip
+            for j, r in enumerate(fam):  # a marker per setting of the family, its colour for the family
+                ax.scatter(xs[r["rule"]], r["al"], color=colours[family], marker=SETTING_MARKERS[j % 11],
+                           label=family if j == 0 else None, s=28, zorder=3, edgecolors="k",
+                           linewidths=0.3)  # fmt: skip
         front = pareto_front([(r["rule"], r["al"], r[key]) for r in rows])
         pts = sorted((xs[r["rule"]], r["al"]) for r in rows if r["rule"] in front)
         ax.step([x for x, _ in pts], [y for _, y in pts], where="post", color="k", lw=1, alpha=0.6, label="front")
@@ -136,8 +153,8 @@ def _sweep(ax, families, key, deltas, errors):
     """One panel: budgeted families as lines over delta (dodged error bars), others as dashed references."""
     values = []
     budgeted = [f for f, rs in families.items() if any(r["delta"] is not None for r in rs)]
-    for idx, (family, rs) in enumerate(families.items()):
-        color = f"C{idx % 10}"
+    for family, rs in families.items():
+        color = family_colour(family)
         with_delta = sorted((r for r in rs if r["delta"] is not None), key=lambda r: r["delta"])
         if with_delta:
             shift = 1.04 ** (budgeted.index(family) - (len(budgeted) - 1) / 2)  # dodge the error bars
@@ -207,11 +224,11 @@ def plot_al_vs_kl(rows, m=None):
 
     m = m or _middle_m(rows)
     fig, ax = plt.subplots(figsize=(6, 4.2))
-    for idx, (family, rs) in enumerate(_by_family(rows, m).items()):
+    for family, rs in _by_family(rows, m).items():
         rs = sorted(rs, key=lambda r: r["kl_emitted_target"])
         ax.plot(
             [r["kl_emitted_target"] for r in rs], [r["al"] for r in rs], marker="o", ms=4, label=family,
-            color=f"C{idx % 10}",
+            color=family_colour(family),
         )  # fmt: skip
     ax.set_xscale("symlog", linthresh=1e-3)
     ax.set_xlabel("mean KL(pi || q) of the emitted distribution (nats / position)")
@@ -233,6 +250,7 @@ def plot_plan(plan, task="all", ax=None, title=None):
     from ._pareto import pareto_front
 
     rows = plan.best_m(task)
+    key = plan.key
     if not rows:
         raise ValueError(f"the plan has no rows for task {task!r}")
     if ax is None:
@@ -245,26 +263,34 @@ def plot_plan(plan, task="all", ax=None, title=None):
     def x_of(r):
         return r["kl_emitted_target"] if np.isfinite(r["kl_emitted_target"]) else edge
 
-    for i, family in enumerate(families):
+    for family in families:
         fam = [r for r in rows if r["family"] == family]
-        ax.errorbar(
-            [x_of(r) for r in fam], [r["speedup"] for r in fam],
-            yerr=[[r["speedup"] - r["speedup_lo"] for r in fam], [r["speedup_hi"] - r["speedup"] for r in fam]],
-            fmt="o", ms=5, capsize=2, color=f"C{i % 10}", label=family, zorder=3,
-        )  # fmt: skip
-    front = pareto_front([(r["rule"], r["speedup"], r["kl_emitted_target"]) for r in rows])
-    pts = sorted((x_of(r), r["speedup"]) for r in rows if r["rule"] in front)
+        for j, r in enumerate(fam):  # colour: the family; marker: the setting
+            ax.errorbar(
+                [x_of(r)], [r[key]], yerr=[[r[key] - r[f"{key}_lo"]], [r[f"{key}_hi"] - r[key]]],
+                fmt=SETTING_MARKERS[j % 11], ms=5, capsize=2, color=family_colour(family),
+                label=family if j == 0 else None, zorder=3,
+            )  # fmt: skip
+    front = pareto_front([(r["rule"], r[key], r["kl_emitted_target"]) for r in rows])
+    pts = sorted((x_of(r), r[key]) for r in rows if r["rule"] in front)
     ax.step([x for x, _ in pts], [y for _, y in pts], where="post", color="k", lw=1, alpha=0.6, label="front")
     ax.axhline(1.0, color="grey", lw=1, ls="--", label="verifier alone")
     if plan.max_kl is not None:
         ax.axvline(plan.max_kl, color="C3", lw=1, ls=":", label=f"KL bound {plan.max_kl:g}")
-    for r in rows:
-        if r["rule"] in front:
-            ax.annotate(f"m={r['m']}", (x_of(r), r["speedup"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.set_xscale("symlog", linthresh=1e-3)
     ax.set_xlim(left=0.0)
+    # labels on the front only, in display space: one is left out where it would overlap the last one drawn
+    ax.figure.canvas.draw()
+    placed = []
+    for r in sorted((r for r in rows if r["rule"] in front), key=lambda r: (x_of(r), r[key])):
+        at = ax.transData.transform((x_of(r), r[key]))
+        if any(abs(at[0] - x) < 28 and abs(at[1] - y) < 10 for x, y in placed):
+            continue
+        placed.append(at)
+        ax.annotate(f"m={r['m']}", (x_of(r), r[key]), fontsize=7, xytext=(4, 4), textcoords="offset points")
     ax.set_xlabel("mean KL(pi || q) per position (emitted vs verifier)")
-    ax.set_ylabel("predicted speedup over the verifier alone (best m)")
+    ax.set_ylabel("predicted " + ("request " if key == "request_speedup" else "") + "speedup over the verifier alone "
+                  "(best m)")  # fmt: skip
     ax.set_title(title or f"Predicted speedup ({plan.cost.source.get('kind', 'cost model')})", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")

@@ -41,8 +41,9 @@ Prompt files: JSON Lines (.jsonl, .jsonl.gz: one object or string per line), JSO
 list of objects or strings), CSV / TSV (.csv, .tsv: a header row) or plain text (any other
 extension: one prompt per line, blank lines skipped). The text is the field --field (JSON key
 or CSV column); by default the first of prompt, text, question, turns that a record has
-("turns": its first element). Tasks are labelled --task (default: the file's name without its
-extensions); prompt ids are TASK-INDEX. --dataset gsm8k|humaneval|mbpp|mt_bench|spec_bench
+("turns": its first element). A prompt's task is its record's own task field (--task-field,
+default "task") where the record has one, else the file's name without its extensions; --task
+labels them all. Prompt ids are TASK-INDEX. --dataset gsm8k|humaneval|mbpp|mt_bench|spec_bench
 reads a benchmark file in its own format, with the instruction the paper's setup uses."""
 
 DATASETS = ("gsm8k", "humaneval", "mbpp", "mt_bench", "spec_bench")
@@ -202,11 +203,29 @@ def _unicode(text: str, where: str) -> str:
     return text
 
 
-def _generic_records(path, field):
-    """(index, text) of every record of a prompt file in any of the RECORD_FORMATS."""
+def _record_task(record, task_field, where):
+    """The record's own task label (its ``task_field``), or None where it has none."""
+    if task_field is None or not isinstance(record, dict) or task_field not in record:
+        return None
+    value = record[task_field]
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or not str(value).strip():
+        raise ValueError(f"{where}: the task field {task_field!r} must be a non-empty string; got {value!r}")
+    label = str(value).strip()
+    if len(label) > 100 or any(c in label for c in "/\\\n\r\t") or label != _unicode(label, where):
+        raise ValueError(f"{where}: the task {label[:40]!r} is not a label (at most 100 characters, no slashes or "
+                         "line breaks)")  # fmt: skip
+    return label
+
+
+def _generic_records(path, field, task_field=None):
+    """(index, text, the record's own task or None) of every record of a prompt file in any of the
+    RECORD_FORMATS."""
     low = path.lower()
     if low.endswith((".jsonl", ".jsonl.gz")):
-        return [(i, _pick(rec, field, f"{path}, line {n}")) for i, (n, rec) in enumerate(json_lines(path))]
+        return [
+            (i, _pick(rec, field, f"{path}, line {n}"), _record_task(rec, task_field, f"{path}, line {n}"))
+            for i, (n, rec) in enumerate(json_lines(path))
+        ]
     if low.endswith((".json", ".json.gz")):
         try:
             data = json.loads(read_text(path))
@@ -216,28 +235,45 @@ def _generic_records(path, field):
             ) from None
         if not isinstance(data, list):
             raise ValueError(f"{path}: a .json prompt file must hold a list of records or strings")
-        return [(i, _pick(rec, field, f"{path}, record {i}")) for i, rec in enumerate(data)]
+        return [
+            (i, _pick(rec, field, f"{path}, record {i}"), _record_task(rec, task_field, f"{path}, record {i}"))
+            for i, rec in enumerate(data)
+        ]
     if low.endswith((".csv", ".tsv", ".csv.gz", ".tsv.gz")):
         tab = low.endswith((".tsv", ".tsv.gz"))
         reader = csv.DictReader(io.StringIO(read_text(path), newline=""), delimiter="\t" if tab else ",")
-        return [(i, _pick(dict(row), field, f"{path}, row {i + 2}")) for i, row in enumerate(reader)]
+        return [
+            (i, _pick(dict(row), field, where), _record_task(dict(row), task_field, where))
+            for i, row in enumerate(reader)
+            for where in (f"{path}, row {i + 2}",)
+        ]
     if field is not None:
         raise ValueError(f"{path}: a plain text file has one prompt per line; --field applies to JSON and CSV")
     lines = read_text(path).split("\n")
     return [
-        (i, _unicode(text, f"{path}, line {n}"))
+        (i, _unicode(text, f"{path}, line {n}"), None)
         for i, (n, text) in enumerate((n, line.rstrip("\r")) for n, line in enumerate(lines, 1) if line.strip())
     ]
 
 
 def load_prompts(
-    path, dataset: str | None = None, limit: int | None = None, start: int = 0, *, field=None, task=None
+    path,
+    dataset: str | None = None,
+    limit: int | None = None,
+    start: int = 0,
+    *,
+    field=None,
+    task=None,
+    task_field="task",
 ) -> list[Prompt]:
     """Prompts from one file.
 
     Without ``dataset``, any file in the ``RECORD_FORMATS``: JSON Lines, JSON, CSV / TSV or plain
-    text, the text from ``field`` (default: the first of ``PROMPT_FIELDS`` present), labelled
-    ``task`` (default: the file's stem). With ``dataset`` (one of ``DATASETS``), the benchmark's own
+    text, the text from ``field`` (default: the first of ``PROMPT_FIELDS`` present), each
+    labelled by its own ``task_field`` (a JSON key or CSV column, default ``"task"``) where the
+    record has one, else by the file's stem; ``task`` labels every prompt of the file and
+    overrides both (``task_field=None`` ignores the records' fields). Prompt ids are
+    TASK-INDEX, the index of the record in the file. With ``dataset`` (one of ``DATASETS``), the benchmark's own
     format and instruction (e.g. GSM8K's "Solve the problem step by step ..."); the dataset is
     never guessed from the path. A record without the field, invalid JSON or an empty prompt
     raise a ValueError naming the file and line.
@@ -264,14 +300,15 @@ def load_prompts(
                 ) from None
     else:
         label = task or _stem(path)
-        records = _generic_records(path, field)
+        records = _generic_records(path, field, None if task else task_field)
     out = []
-    for i, text in records:
+    for i, text, *own in records:
         if i < start:
             continue
         if limit is not None and len(out) >= limit:
             break
-        out.append(Prompt(id=f"{label}-{i}", task=label, text=text, index=i))
+        name = (own[0] if own else None) or label
+        out.append(Prompt(id=f"{name}-{i}", task=name, text=text, index=i))
     return out
 
 

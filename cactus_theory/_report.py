@@ -12,7 +12,8 @@ import time
 import numpy as np
 
 from ._io import check_output, publish_directory
-from ._plotting import _delta_axis
+from ._plan import DEFAULT_COST_PROFILE
+from ._plotting import _delta_axis, family_colour
 from ._plotting import figure_png as _png
 from ._progress import say as _say
 
@@ -105,9 +106,9 @@ def _fig_emitted_kl(result, worst=None):
     for r in rows:
         families.setdefault(r["family"], []).append(r)
     deltas = sorted({r["delta"] for r in rows if r["delta"] is not None})
-    for idx, (family, rs) in enumerate(families.items()):
+    for family, rs in families.items():
         if rs[0]["delta"] is None:
-            ax.axhline(rs[0]["kl_emitted_target"], ls="--", lw=1, color=f"C{idx}", label=family)
+            ax.axhline(rs[0]["kl_emitted_target"], ls="--", lw=1, color=family_colour(family), label=family)
             continue
         rs = sorted(rs, key=lambda r: r["delta"])
         ax.errorbar(
@@ -119,7 +120,7 @@ def _fig_emitted_kl(result, worst=None):
             ],
             marker="o",
             capsize=3,
-            color=f"C{idx}",
+            color=family_colour(family),
             label=family,
         )
     if deltas:
@@ -187,8 +188,8 @@ def _model_name(entry) -> str:
 
 
 PLAN_MS = (1, 2, 3, 4, 6, 8, 10, 12, 16, 20)
-#: The GPU-like regime of the report: drafting a token costs 5% of a verifier pass, block cost flat.
-GPU_LIKE_RATIO = 0.05
+#: The measured GPU profile the report's GPU section uses (``CostModel.from_profile``).
+GPU_PROFILE = DEFAULT_COST_PROFILE
 
 
 def find_calibration(trace):
@@ -216,9 +217,10 @@ def find_calibration(trace):
 
 
 def _plans(trace, result):
-    """{key: (title, Plan)}: this machine's calibration (when there is one) and the GPU-like ratio,
-    from ``result``, an analysis of ``trace`` at the m values of PLAN_MS."""
-    from ._plan import predict_speedup
+    """{key: (title, Plan)}: this machine's calibration (when there is one; with its problems, if
+    any, printed under the table) and a measured GPU profile (``GPU_PROFILE``), from ``result``,
+    an analysis of ``trace`` at the m values of PLAN_MS."""
+    from ._plan import CostModel, predict_speedup
 
     plans = {}
     cost = find_calibration(trace)
@@ -227,10 +229,14 @@ def _plans(trace, result):
         title = (
             f"this machine, calibrated ({src.get('dtype', '?')} on {src.get('device', '?')}, {src.get('created', '')})"
         )
-        plans["machine"] = (title, predict_speedup(result, cost))
-    plans["gpu_like"] = (
-        f"GPU-like: draft / verifier cost {GPU_LIKE_RATIO}, flat block cost",
-        predict_speedup(result, GPU_LIKE_RATIO),
+        plans["machine"] = (title, predict_speedup(result, cost, allow_untrusted=True))
+    gpu = CostModel.from_profile(GPU_PROFILE)
+    src = gpu.source
+    plans["gpu_profile"] = (
+        f"a measured GPU profile: {src['verifier']} verifying, {src['draft']} drafting, {src['engine']} on one "
+        f"{src['hardware']} at batch size 1 ({src['repository']}@{src['commit'][:7]}, {src['path']}; the trace's AL "
+        "is of a smaller pair)",
+        predict_speedup(result, gpu),
     )
     return plans
 
@@ -294,6 +300,69 @@ def multi_draft_section(trace, progress=None, ks=(1, 2, 4, 8), m=8, n_boot=200):
     return text, _png(result.figure())
 
 
+_HTML_STYLE = (
+    "<style>body{font-family:sans-serif;max-width:1200px;margin:auto}table{border-collapse:collapse;font-size:12px;"
+    "margin:8px 0}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}th{background:#f2f2f2}"
+    "code{background:#f6f6f6}figure{margin:16px 0}img{max-width:100%}</style>"
+)
+
+
+def _inline_html(text):
+    """One line of Markdown to HTML: escaped, with `code` and **bold**."""
+    import re
+
+    out = html.escape(text)
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+    return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", out)
+
+
+def markdown_html(text):
+    """The Markdown the report writes (pipe tables, bullet lists, paragraphs, fenced code) as HTML:
+    tables become tables, not pipe text."""
+    lines = text.split("\n")
+    out, i = [], 0
+    while i < len(lines):
+        line = lines[i]
+        if line.lstrip().startswith("|"):
+            block = []
+            while i < len(lines) and lines[i].lstrip().startswith("|"):
+                block.append([c.strip() for c in lines[i].strip().strip("|").split("|")])
+                i += 1
+            head, rows = block[0], block[1:]
+            if rows and all(set(c) <= set("-: ") for c in rows[0]):
+                rows = rows[1:]  # the alignment row
+            cells = "".join(f"<th>{_inline_html(c)}</th>" for c in head)
+            body = "".join("<tr>" + "".join(f"<td>{_inline_html(c)}</td>" for c in r) + "</tr>" for r in rows)
+            out.append(f"<table><tr>{cells}</tr>{body}</table>")
+        elif line.startswith("```"):
+            i += 1
+            code = []
+            while i < len(lines) and not lines[i].startswith("```"):
+                code.append(lines[i])
+                i += 1
+            i += 1
+            out.append(f"<pre>{html.escape(chr(10).join(code))}</pre>")
+        elif line.startswith("- "):
+            items = []
+            while i < len(lines) and lines[i].startswith("- "):
+                items.append(f"<li>{_inline_html(lines[i][2:])}</li>")
+                i += 1
+            out.append(f"<ul>{''.join(items)}</ul>")
+        elif line.startswith("#"):
+            level = min(len(line) - len(line.lstrip("#")) + 1, 6)
+            out.append(f"<h{level}>{_inline_html(line.lstrip('#').strip())}</h{level}>")
+            i += 1
+        elif line.strip():
+            para = []
+            while i < len(lines) and lines[i].strip() and not lines[i].lstrip().startswith(("|", "- ", "```", "#")):
+                para.append(_inline_html(lines[i]))
+                i += 1
+            out.append(f"<p>{' '.join(para)}</p>")
+        else:
+            i += 1
+    return "\n".join(out)
+
+
 def _with_interval(row, key, fmt):
     """A value with its interval, "v [lo, hi]"."""
     return f"{fmt.format(row[key])} [{fmt.format(row[key + '_lo'])}, {fmt.format(row[key + '_hi'])}]"
@@ -307,8 +376,12 @@ def build_report(
     rules="sps,tas,topk,cactus,cactus-exact,mentored",
     progress=None,
     max_positions=None,
+    timings=None,
 ):
     """Write ``report.md``, ``report.html`` and PNG figures into ``out_dir``; return the summary table.
+
+    ``timings``: a list that receives (section, seconds) for each part of the report (the same
+    table ends report.md: where the main job's time goes, so that a regression shows).
 
     Nothing is written until every part is computed; then the files are published through a
     staging directory, the index files last (``publish_directory``), so a report killed midway
@@ -328,10 +401,19 @@ def build_report(
     def say(message):
         _say(message, progress)
 
+    laps = [] if timings is None else timings
+    last = [time.perf_counter()]
+
+    def lap(section):
+        now = time.perf_counter()
+        laps.append((section, now - last[0]))
+        last[0] = now
+
     figures = []
     say("[1/3] gamma solvers and closed forms")
     figures.append(("gamma_forms.png", *_fig_gamma()))
     figures.append(("taylor_overspend.png", *_fig_overspend()))
+    lap("gamma solvers and closed forms (2 figures)")
     say("[2/3] rules on the trace")
     tr = load_trace(trace)
     # one analysis serves the tables, the figures (at ms) and the plans (at PLAN_MS)
@@ -352,6 +434,7 @@ def build_report(
                 caption + f" Trace: {len(tr)} sequences, {tr.n_positions} positions; settings {result.settings}.",
             )
         )
+    lap("the trace: main rules over delta and m (analysis, 3 figures)")
     say("      every rule at the paper grid's parameters")
     from ._plotting import plot_rule_front
     from ._zoo import compare_rules, comparison_markdown
@@ -368,6 +451,7 @@ def build_report(
             "KL = inf) and TV(pi, q) (right), with the front of rules no other dominates.",
         )
     )
+    lap("every rule at the paper grid's parameters")
     say("      block verification, SpS and strict verification, sampled and greedy drafting")
     block_md, block_png = block_section(tr, progress)
     figures.append(
@@ -379,6 +463,7 @@ def build_report(
             "bootstrap 95% intervals over sequences.",
         )
     )
+    lap("block verification, sampled and greedy drafting")
     say("      multi-draft and tree verification against the optimum")
     multi_md, multi_png = multi_draft_section(tr, progress)
     figures.append(
@@ -390,7 +475,8 @@ def build_report(
             "for k i.i.d. drafts (dashed), with bootstrap 95% intervals over sequences.",
         )
     )
-    say("      predicted speedups: this machine's calibration, if any, and a GPU-like cost ratio")
+    lap("multi-draft and tree verification")
+    say("      predicted speedups: this machine's calibration, if any, and a measured GPU profile")
     plans = _plans(tr, dataclasses.replace(full, rows=[r for r in full.rows if r["m"] in PLAN_MS]))
     for key, (title, plan) in plans.items():
         from ._plotting import plot_plan
@@ -404,10 +490,13 @@ def build_report(
                 "settings no other beats on both (cactus-theory plan).",
             )
         )
+    lap("predicted speedups")
     say("      Gamma(delta): worst-case search on synthetic pairs")
     worst = worst_case_curve(sorted(deltas))
+    lap("Gamma(delta): worst-case search")
     figures.append(("emitted_kl_vs_delta.png", *_fig_emitted_kl(result, worst)))
     figures.append(("entropy_change.png", *_fig_entropy(result)))
+    lap("drift and entropy figures")
     say("[3/3] writing")
     table = result.table()
     md = [
@@ -445,15 +534,22 @@ def build_report(
         ]
     for name, _, caption in figures:
         md += [f"![{name}]({name})", "", caption, ""]
-    md.append(f"Generated in {time.perf_counter() - start:.0f} s.")
+    lap("writing the pages")
+    md += ["## Where the time went", "", "| section | seconds |", "|---|---|"]
+    md += [f"| {name} | {seconds:.1f} |" for name, seconds in laps]
+    md.append(f"| total | {time.perf_counter() - start:.1f} |")
+    md += ["", f"Generated in {time.perf_counter() - start:.0f} s ({os.cpu_count()} cores)."]
     files = {name: data for name, data, _ in figures}
     files["report.md"] = "\n".join(md)
     plan_text = "\n\n".join(f"{title}:\n{plan.table()}" for title, plan in plans.values())
+    at = md.index("## Where the time went")
+    timing_md = "\n".join(md[at + 2 : at + 5 + len(laps)])
     body = [
+        _HTML_STYLE,
         f"<h1>cactus_theory report</h1><pre>{html.escape(table)}</pre>",
-        f"<h2>Every rule at the paper grid's parameters</h2><pre>{html.escape(zoo_md)}</pre>",
-        f"<h2>Block verification and the engines' lossless methods</h2><pre>{html.escape(block_md)}</pre>",
-        f"<h2>Multi-draft and tree verification</h2><pre>{html.escape(multi_md)}</pre>",
+        f"<h2>Every rule at the paper grid's parameters</h2>{markdown_html(zoo_md)}",
+        f"<h2>Block verification and the engines' lossless methods</h2>{markdown_html(block_md)}",
+        f"<h2>Multi-draft and tree verification</h2>{markdown_html(multi_md)}",
         f"<h2>Predicted speedups</h2><pre>{html.escape(plan_text)}</pre>",
     ]
     for _name, data, caption in figures:
@@ -461,7 +557,8 @@ def build_report(
         body.append(
             f'<figure><img src="data:image/png;base64,{b64}"/><figcaption>{html.escape(caption)}</figcaption></figure>'
         )
-    files["report.html"] = "<html><body>" + "\n".join(body) + "</body></html>"
+    body.append(f"<h2>Where the time went</h2>{markdown_html(timing_md)}")
+    files["report.html"] = '<html><head><meta charset="utf-8"></head><body>' + "\n".join(body) + "</body></html>"
     # everything is built before anything is published; the index files go last
     publish_directory(files, out_dir, last=("report.md", "report.html"))
     return table

@@ -18,7 +18,12 @@ from ._analysis import analyze_trace
 from ._pareto import pareto_front
 from ._rules import available_rules, make_rule
 
-__all__ = ["compare_rules", "comparison_entries", "comparison_markdown"]
+__all__ = [
+    "compare_rules",
+    "comparison_entries",
+    "comparison_markdown",
+    "write_comparison",
+]
 
 
 def comparison_entries() -> list:
@@ -133,3 +138,39 @@ def comparison_markdown(comparison, m_front=8) -> str:
             "the verifier never would, so its KL(π‖q) is infinite.",
         ]
     return "\n".join(out)
+
+
+def write_comparison(comparison, out_dir, *, command, seconds, trace_label=None) -> list:
+    """Write the comparison page into ``out_dir``, atomically: rules_comparison.md (the table, the
+    fronts and the rules that accept tokens the verifier excludes, with the ``command`` that
+    made it and its ``seconds``), rules_comparison.json and rules_comparison.png (AL against the
+    emitted drift at m = 8). What ``cactus-theory compare`` and ``experiments/rules_comparison.py``
+    write; returns the paths."""
+    import json
+    import os
+    import platform
+
+    from ._io import atomic_write
+    from ._plotting import figure_png, plot_rule_front
+
+    where = trace_label or "the embedded one (Qwen2.5-Coder-0.5B drafting for 1.5B)."
+    title = "on the embedded trace" if trace_label is None else "on a trace"
+    md = [
+        f"# Every rule {title}, at the paper grid's parameters",
+        "",
+        f"Command: `{command}` ({seconds:.0f} s on {os.cpu_count()} cores, {platform.machine()}). Trace: {where}",
+        "",
+        comparison_markdown(comparison),
+        "",
+        "![AL against emitted drift](rules_comparison.png)",
+    ]
+    png = figure_png(plot_rule_front(comparison, m=8))
+    os.makedirs(out_dir, exist_ok=True)
+    return [
+        atomic_write(os.path.join(out_dir, name), data)
+        for name, data in (
+            ("rules_comparison.md", "\n".join(md) + "\n"),
+            ("rules_comparison.json", json.dumps(comparison, indent=1, default=str)),
+            ("rules_comparison.png", png),
+        )
+    ]

@@ -398,6 +398,8 @@ def bench_scaling(positions=100_000):
                 None,
                 "sampled",
                 1024,
+                (),  # no drafting policies
+                None,  # no cost model
             )
         )
         peak = tracemalloc.get_traced_memory()[1]

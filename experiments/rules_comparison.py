@@ -13,13 +13,10 @@ verifier excludes), rules_comparison.json and rules_comparison.png into --out-di
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import time
 
-from cactus_theory import compare_rules, comparison_markdown, figure_png, plot_rule_front
-from cactus_theory.io import atomic_write
+from cactus_theory import compare_rules, write_comparison
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -36,28 +33,12 @@ def main(argv=None):
     matplotlib.use("Agg")
     start = time.perf_counter()
     comparison = compare_rules(args.trace or None, n_boot=args.bootstrap, processes=args.processes)
-    seconds = time.perf_counter() - start
-    png = figure_png(plot_rule_front(comparison, m=8))
-    where = ", ".join(args.trace) if args.trace else "the embedded one (Qwen2.5-Coder-0.5B drafting for 1.5B)."
     command = f"python experiments/rules_comparison.py --processes {args.processes} --bootstrap {args.bootstrap}"
     if args.trace:
         command += " --trace " + " ".join(args.trace)
-    md = [
-        "# Every rule on the embedded trace, at the paper grid's parameters",
-        "",
-        f"Command: `{command}` ({seconds:.0f} s on {os.cpu_count()} cores, {platform.machine()}). Trace: {where}",
-        "",
-        comparison_markdown(comparison),
-        "",
-        "![AL against emitted drift](rules_comparison.png)",
-    ]
-    os.makedirs(args.out_dir, exist_ok=True)
-    for name, data in (
-        ("rules_comparison.md", "\n".join(md) + "\n"),
-        ("rules_comparison.json", json.dumps(comparison, indent=1, default=str)),
-        ("rules_comparison.png", png),
-    ):
-        print("wrote", atomic_write(os.path.join(args.out_dir, name), data))
+    for path in write_comparison(comparison, args.out_dir, command=command, seconds=time.perf_counter() - start,
+                                 trace_label=", ".join(args.trace) if args.trace else None):  # fmt: skip
+        print("wrote", path)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from cactus_theory import SamplingSettings, Trace, trace_from_arrays
+from cactus_theory._cli import main
 
 ROOT = pathlib.Path(__file__).parents[1]
 EXPERIMENTS = ROOT / "experiments"
@@ -92,15 +93,6 @@ def test_approx_gamma_errors(tmp_path):
 def test_gamma_worst_case(tmp_path):
     script("gamma_worst_case").main(["--quick", "--out-dir", str(tmp_path)])
     assert (tmp_path / "gamma_worst_case.csv").read_text().count("\n") > 2
-
-
-def test_plan_vs_reality(tiny_trace, tmp_path):
-    cost = tmp_path / "cost.json"
-    cost.write_text(json.dumps({"draft_token": 0.12, "verify_block": {"1": 0.23, "9": 0.31, "21": 0.4}}))
-    script("plan_vs_reality").main(["--cost", str(cost), "--trace", tiny_trace, "--bootstrap", "10", "--out",
-                                    str(tmp_path)])  # fmt: skip
-    rows = json.loads((tmp_path / "plan_vs_reality.json").read_text())["reality"]
-    assert rows and (tmp_path / "plan_this_machine.png").stat().st_size > 1000
 
 
 @pytest.mark.torch
@@ -204,6 +196,19 @@ def test_the_real_pair_pipeline_on_tiny_models(models, tmp_path, capsys):
     ]
     script("decoding_vs_simulation").main(args)
     assert (tmp_path / "dvs.md").exists()
+    cost = tmp_path / "cost.json"
+    assert main(["calibrate", "--verifier", f"{models}/{PAIR[0]}.gguf", "--draft", f"{models}/{PAIR[1]}.gguf",
+                 "--dtype", "float32", "--max-block", "9", "--context", "16", "--repeats", "2", "--prompt-lengths",
+                 "8,16", "--out", str(cost), "--quiet"]) == 0  # fmt: skip
+    script("plan_vs_reality").main(["--data", data, "--models", models, "--cost", str(cost), "--trust-cost",
+                                    "--max-new-tokens", "4", "--heldout-trace", str(tmp_path / "heldout"), "--records",
+                                    str(tmp_path / "records.jsonl"), "--out", str(tmp_path), "--bootstrap", "10",
+                                    "--dtype", "float32", "--mt-bench", "1",
+                                    "--translation", "1", "--qa", "0"])  # fmt: skip
+    result = json.loads((tmp_path / "plan_vs_reality.json").read_text())
+    assert {r["task"] for r in result["rows"]} == {"translation"} and result["gpu_profile"]
+    assert all(r["predicted_lo"] <= r["predicted"] <= r["predicted_hi"] for r in result["rows"])
+    assert all(np.isfinite(r["own_predicted"]) for r in result["rows"])  # from the trace of the held-out prompts
     capsys.readouterr()
     script("model_load_times").main(["--models", models, "--cache", str(tmp_path / "load-cache")])
     assert "| same logits |" in capsys.readouterr().out

@@ -84,12 +84,13 @@ def test_predicted_speedup_matches_the_closed_form_for_constant_acceptance(tmp_p
     for row in (r for r in plan.rows if r["task"] == "all"):
         m = row["m"]
         al = beta * (1 - beta**m) / (1 - beta)  # expected accepted drafts of a block of m
-        want = (al + 1) / (m * 0.25 + 1)
+        # m drafts, one more draft forward when all m are accepted (probability beta^m), one verifier pass
+        want = (al + 1) / ((m + beta**m) * 0.25 + 1)
         assert row["al"] == pytest.approx(al, rel=1e-9)
         assert row["speedup"] == pytest.approx(want, rel=1e-9)
         assert row["speedup_lo"] <= row["speedup"] <= row["speedup_hi"]
     best = plan.best_m()[0]
-    speedups = {m: (beta * (1 - beta**m) / (1 - beta) + 1) / (m * 0.25 + 1) for m in ms}
+    speedups = {m: (beta * (1 - beta**m) / (1 - beta) + 1) / ((m + beta**m) * 0.25 + 1) for m in ms}
     assert best["m"] == max(speedups, key=speedups.get)
 
 

@@ -506,9 +506,15 @@ def test_report_on_a_small_trace(tmp_path):
     assert main(["report", "--trace", str(tmp_path / "t"), "--out", str(tmp_path / "r"), "--quiet"]) == 0
     md = (tmp_path / "r" / "report.md").read_text()
     # the per-task figure too (two tasks), and the GPU-like plan (no calibration of this pair exists)
-    assert md.count("![") == 11 and "cactus(delta=1)" in md and "plan_gpu_like.png" in md
+    assert md.count("![") == 11 and "cactus(delta=1)" in md and "plan_gpu_profile.png" in md
     assert "multi_draft.png" in md and "optimum (i.i.d.)" in md
     assert "block_verification.png" in md and "| block vs sps |" in md
     assert "## Predicted speedups" in md and "No calibration of this trace's model pair" in md
     assert "Every rule at the paper grid's parameters" in md and "`rfsd(divergence=js, threshold=0.3)`" in md
-    assert "data:image/png;base64," in (tmp_path / "r" / "report.html").read_text()
+    html = (tmp_path / "r" / "report.html").read_text()
+    assert "data:image/png;base64," in html
+    # tables are tables: no Markdown pipe rows in the HTML, outside the fixed-width text blocks
+    outside_pre = [part.split("</pre>", 1)[-1] for part in html.split("<pre>")]
+    assert not any(line.lstrip().startswith("|") for part in outside_pre for line in part.splitlines())
+    assert html.count("<table>") >= 5 and "Where the time went" in html
+    assert "## Where the time went" in md and "| Gamma(delta): worst-case search |" in md

@@ -172,8 +172,15 @@ class Cactus(GeneralizedRule):
         return self.delta == 0
 
     def gamma(self, target_prob):
-        """The bonus for drafted tokens with verifier probability ``target_prob`` (NumPy)."""
+        """The bonus for drafted tokens with verifier probability ``target_prob`` (NumPy). The
+        exact bonus is solved and certified once per distinct q(n) (rows repeat values: zeros,
+        ties, the same token across positions)."""
         if self.bonus == "exact":
+            q = np.asarray(target_prob, dtype=np.float64)
+            if q.size > 64:
+                values, inverse = np.unique(q, return_inverse=True)
+                if values.size < q.size:
+                    return np.asarray(exact_gamma(values, self.delta, self.divergence))[inverse].reshape(q.shape)
             return exact_gamma(target_prob, self.delta, self.divergence)
         return approx_gamma(target_prob, self.delta, self.divergence, method=self.bonus)
 

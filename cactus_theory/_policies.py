@@ -1,0 +1,170 @@
+"""Drafting policies: when to stop drafting a block early, from the drafter's own distribution.
+
+A policy looks at the drafter's processed distribution p at each place of the block before it
+drafts there, and stops the block when the drafter is unsure. The drafter's distribution at
+every position is in a trace, so a policy's accepted length, drafted tokens and draft forwards
+per step are exact under the analysis's model of independent positions (``policy_blocks``).
+
+- ``fixed``: always m drafts.
+- ``p-min(threshold)``: llama.cpp's ``--draft-p-min`` (common/speculative.cpp): stop when the
+  drafter's top-1 probability falls below ``threshold``.
+- ``entropy(threshold)``: stop when the entropy of p exceeds ``threshold`` nats.
+- ``accept-prob(threshold)``: stop when the drafter's estimate that every draft so far is
+  accepted, the product of its top-1 probabilities (EAGLE-2 uses the drafter's confidence as
+  its acceptance estimate), falls below ``threshold``.
+- ``cost-optimal``: the myopic cost-optimal length under a cost model: draft one more token
+  while the tokens it is expected to add (the acceptance estimate above) per second it costs
+  (a draft forward and the verifier block's growth) exceed the step's tokens per second so far.
+  Needs a cost model (the planner's): not for real decoding.
+
+The stop decision at place j reads p at that place, which costs a draft forward: a block that
+stops early after L drafts ran L + 1 draft forwards, one that reaches m ran m.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["AUTO_POLICIES", "DRAFT_POLICIES", "DraftPolicy", "make_draft_policy", "policy_blocks"]
+
+DRAFT_POLICIES = ("fixed", "p-min", "entropy", "accept-prob", "cost-optimal")
+#: The sweep ``plan --draft-policy auto`` compares (each policy at a few thresholds).
+AUTO_POLICIES = (
+    "p-min(0.2)", "p-min(0.4)", "p-min(0.6)", "p-min(0.8)",
+    "entropy(0.5)", "entropy(1)", "entropy(2)",
+    "accept-prob(0.1)", "accept-prob(0.3)", "accept-prob(0.5)",
+    "cost-optimal",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DraftPolicy:
+    """One drafting policy (``make_draft_policy`` builds it from a spec string).
+
+    Attributes
+    ----------
+    kind : str
+        One of ``DRAFT_POLICIES``.
+    threshold : float or None
+        The policy's threshold (``p-min``, ``entropy``, ``accept-prob``).
+    """
+
+    kind: str = "fixed"
+    threshold: float | None = None
+
+    def __post_init__(self):
+        if self.kind not in DRAFT_POLICIES:
+            raise ValueError(f"draft policy must be one of {', '.join(DRAFT_POLICIES)}; got {self.kind!r}")
+        needs = self.kind in ("p-min", "entropy", "accept-prob")
+        if needs and self.threshold is None:
+            raise ValueError(f"draft policy {self.kind} needs a threshold, e.g. {self.kind}(0.4)")
+        if not needs and self.threshold is not None:
+            raise ValueError(f"draft policy {self.kind} takes no threshold")
+        if needs:
+            value = self.threshold
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0:
+                raise ValueError(f"draft policy {self.kind}: threshold must be a finite number >= 0; got {value!r}")
+            if self.kind in ("p-min", "accept-prob") and value > 1:
+                raise ValueError(f"draft policy {self.kind}: threshold is a probability in [0, 1]; got {value!r}")
+
+    def describe(self) -> str:
+        """The spec string (``make_draft_policy(policy.describe()) == policy``)."""
+        return self.kind if self.threshold is None else f"{self.kind}({self.threshold:g})"
+
+    @property
+    def needs_cost(self) -> bool:
+        return self.kind == "cost-optimal"
+
+    def stop(self, top1, entropy, confidence):
+        """Whether to stop before drafting at a place whose p has top-1 probability ``top1`` and
+        entropy ``entropy`` (arrays), with ``confidence`` the product of the top-1 probabilities
+        of the drafts already made (for ``accept-prob``). ``cost-optimal`` is not decided here."""
+        if self.kind == "p-min":
+            return top1 < self.threshold
+        if self.kind == "entropy":
+            return entropy > self.threshold
+        if self.kind == "accept-prob":
+            return confidence * top1 < self.threshold
+        return np.zeros(np.shape(top1), dtype=bool)
+
+
+def make_draft_policy(spec) -> DraftPolicy | None:
+    """A DraftPolicy from ``"p-min(0.4)"``, ``"entropy(threshold=1.5)"``, ``"accept-prob(0.3)"``,
+    ``"cost-optimal"`` or ``"fixed"`` (None and "fixed" give None: always m drafts)."""
+    if spec is None or isinstance(spec, DraftPolicy):
+        return None if spec is None or spec.kind == "fixed" else spec
+    if not isinstance(spec, str):
+        raise ValueError(f"draft policy must be a spec string such as 'p-min(0.4)'; got {spec!r}")
+    match = re.fullmatch(r"\s*([a-z-]+)\s*(?:\(\s*(?:threshold\s*=\s*)?([^()]*?)\s*\))?\s*", spec.lower())
+    if not match:
+        raise ValueError(f"draft policy {spec!r} is not of the form name or name(threshold)")
+    kind, raw = match.group(1), match.group(2)
+    if kind not in DRAFT_POLICIES:
+        raise ValueError(f"draft policy {spec!r}: unknown policy {kind!r}; the policies: {', '.join(DRAFT_POLICIES)}")
+    threshold = None
+    if raw:
+        try:
+            threshold = float(raw)
+        except ValueError:
+            raise ValueError(f"draft policy {spec!r}: the threshold {raw!r} is not a number") from None
+    policy = DraftPolicy(kind, threshold)
+    return None if policy.kind == "fixed" else policy
+
+
+def draft_features(p):
+    """(top-1 probability, entropy in nats) of each row of the drafter's distributions (T, V)."""
+    p = np.asarray(p, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        entropy = -np.sum(np.where(p > 0, p * np.log(p), 0.0), axis=-1)
+    return p.max(axis=-1), entropy
+
+
+def policy_blocks(policy, draft_probs, beta, m, cost=None):
+    """Per block start t of a sequence, under ``policy``: (AL_t, drafted tokens L_t, draft
+    forwards). ``beta``: the rule's acceptance per position (T,) or per slot (slots, T); ``m``
+    the largest block. Exact under independent positions: the policy reads only p, so L_t is
+    fixed by the trace and AL_t = sum_{j=1}^{L_t} prod_{i<j} beta_{t+i}. Positions past the end
+    count as rejections (the block is cut there). ``cost`` (a CostModel) for ``cost-optimal``."""
+    top1, entropy = draft_features(draft_probs)
+    beta = np.asarray(beta, dtype=np.float64)
+    per_slot = beta.ndim == 2
+    n = top1.shape[0]
+    if policy is not None and policy.needs_cost and cost is None:
+        raise ValueError("draft policy cost-optimal needs a cost model (plan with --cost or --cost-ratio)")
+    starts = np.arange(n)
+    al = np.zeros(n)
+    drafted = np.zeros(n, dtype=np.int64)
+    forwards = np.zeros(n, dtype=np.int64)
+    live = np.ones(n, dtype=bool)
+    reach = np.ones(n)  # P(every draft so far accepted)
+    confidence = np.ones(n)  # the drafter's estimate of it
+    expected, seconds = np.ones(n), None
+    if policy is not None and policy.needs_cost:
+        seconds = np.full(n, float(cost.verify(1)))
+    for j in range(m):
+        pos = starts + j
+        inside = pos < n
+        at = np.minimum(pos, n - 1)
+        live &= inside
+        if policy is not None:
+            forwards += live  # reading p at this place takes the draft forward there
+            if policy.needs_cost:
+                gain = confidence * top1[at]
+                extra = cost.draft_time() + cost.verify(j + 2) - cost.verify(j + 1)
+                go = gain * seconds > expected * extra  # gain / extra > expected / seconds, without dividing
+                expected = np.where(live & go, expected + gain, expected)
+                seconds = np.where(live & go, seconds + extra, seconds)
+            else:
+                go = ~policy.stop(top1[at], entropy[at], confidence)
+            live &= go
+        else:
+            forwards += live
+        b = beta[min(j, beta.shape[0] - 1), at] if per_slot else beta[at]
+        reach = np.where(live, reach * b, reach)
+        al += np.where(live, reach, 0.0)
+        drafted += live
+        confidence = np.where(live, confidence * top1[at], confidence)
+    return al, drafted, forwards

@@ -1,0 +1,149 @@
+"""Drafting policies (issue 24): each policy's block lengths and accepted length against a plain
+loop over block starts, the fixed policy against the closed form, and the CLI."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cactus_theory import CostModel, analyze_trace, expected_accepted_length, load_trace, make_draft_policy
+from cactus_theory._cli import main
+from cactus_theory._policies import policy_blocks
+
+
+def _rows(seed, positions=30, vocab=6):
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet(np.full(vocab, rng.choice([0.2, 1.0, 5.0])), size=positions)
+    beta = rng.uniform(0, 1, size=positions)
+    return p, beta
+
+
+def _loop(policy, p, beta, m, cost=None):
+    """The policy written out for each block start: (AL, drafted, forwards)."""
+    out = []
+    n = len(p)
+    for t in range(n):
+        al, reach, confidence, drafted, forwards = 0.0, 1.0, 1.0, 0, 0
+        expected, seconds = 1.0, float(cost.verify(1)) if cost is not None else None
+        for j in range(m):
+            if t + j >= n:
+                break
+            row = p[t + j]
+            top1 = row.max()
+            entropy = -sum(x * math.log(x) for x in row if x > 0)
+            forwards += 1
+            kind = policy.kind if policy is not None else "fixed"
+            if kind == "p-min" and top1 < policy.threshold:
+                break
+            if kind == "entropy" and entropy > policy.threshold:
+                break
+            if kind == "accept-prob" and confidence * top1 < policy.threshold:
+                break
+            if kind == "cost-optimal":
+                gain = confidence * top1
+                extra = cost.draft_time() + float(cost.verify(j + 2)) - float(cost.verify(j + 1))
+                if not gain * seconds > expected * extra:
+                    break
+                expected, seconds = expected + gain, seconds + extra
+            reach *= beta[t + j]
+            al += reach
+            drafted += 1
+            confidence *= top1
+        out.append((al, drafted, forwards))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("spec", ["fixed", "p-min(0.4)", "entropy(1)", "accept-prob(0.3)", "cost-optimal"])
+@pytest.mark.parametrize("seed", range(4))
+def test_policy_blocks_equal_the_policy_written_out(spec, seed):
+    p, beta = _rows(seed)
+    policy = make_draft_policy(spec)
+    cost = CostModel(draft_token=0.05, verify_block={1: 1.0, 5: 1.2, 9: 1.9})
+    for m in (1, 3, 8):
+        want = _loop(policy, p, beta, m, cost)
+        al, drafted, forwards = policy_blocks(policy, p, beta, m, cost)
+        np.testing.assert_allclose(al, want[:, 0], atol=1e-12)
+        np.testing.assert_array_equal(drafted, want[:, 1])
+        np.testing.assert_array_equal(forwards, want[:, 2])
+
+
+@settings(max_examples=50, deadline=None)
+@given(seed=st.integers(0, 2**31), m=st.integers(1, 12))
+def test_the_fixed_policy_is_the_closed_form_and_stopping_never_adds(seed, m):
+    p, beta = _rows(seed)
+    al, drafted, _ = policy_blocks(None, p, beta, m)
+    np.testing.assert_allclose(al, expected_accepted_length(beta, m), atol=1e-12)
+    for spec in ("p-min(0.5)", "entropy(0.8)", "accept-prob(0.4)"):
+        al_p, drafted_p, forwards = policy_blocks(make_draft_policy(spec), p, beta, m)
+        assert (al_p <= al + 1e-12).all() and (drafted_p <= drafted).all()
+        assert (forwards <= np.minimum(drafted_p + 1, drafted)).all() and (forwards >= drafted_p).all()
+    # thresholds that never stop are the fixed policy
+    al_0, _, _ = policy_blocks(make_draft_policy("p-min(0)"), p, beta, m)
+    np.testing.assert_allclose(al_0, al, atol=1e-12)
+
+
+def test_policy_specs_and_bad_ones():
+    assert make_draft_policy("p-min(0.4)").describe() == "p-min(0.4)"
+    assert make_draft_policy("entropy(threshold=1.5)").threshold == 1.5
+    assert make_draft_policy("fixed") is None and make_draft_policy(None) is None
+    assert make_draft_policy("cost-optimal").needs_cost
+    for bad, match in (
+        ("p-min", "needs a threshold"),
+        ("p-min(1.5)", "probability in"),
+        ("entropy(-1)", "finite number >= 0"),
+        ("greedy(0.3)", "unknown policy"),
+        ("cost-optimal(2)", "takes no threshold"),
+        ("p-min(x)", "not a number"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            make_draft_policy(bad)
+    with pytest.raises(ValueError, match="needs a cost model"):
+        policy_blocks(make_draft_policy("cost-optimal"), *_rows(0), 4)
+
+
+def test_analysis_rows_of_policies():
+    trace = load_trace()
+    result = analyze_trace(
+        trace, ["sps"], ms=(4,), n_boot=0, draft_policies=["p-min(0.4)", "p-min(0)"], tasks=["gsm8k"]
+    )
+    rows = {r.get("draft_policy"): r for r in result.rows if r["task"] == "all"}
+    assert rows["p-min(0)"]["al"] == pytest.approx(rows[None]["al"], rel=1e-12)
+    assert rows["p-min(0)"]["drafted"] == pytest.approx(rows["p-min(0)"]["draft_forwards"])
+    assert rows["p-min(0.4)"]["al"] < rows[None]["al"] and rows["p-min(0.4)"]["drafted"] < 4
+    # vLLM's per-position acceptance: decreasing in the place, the first is the acceptance where a block starts
+    by_pos = rows[None]["acceptance_by_position"]
+    assert len(by_pos) == 4 and all(a >= b for a, b in itertools.pairwise(by_pos))
+    assert sum(by_pos) == pytest.approx(rows[None]["al"], rel=1e-12)  # AL = sum of P(draft j accepted)
+    with pytest.raises(ValueError, match="judge whole blocks"):
+        analyze_trace(trace, ["block"], ms=(2,), draft_policies=["p-min(0.4)"])
+    with pytest.raises(ValueError, match="needs cost="):
+        analyze_trace(trace, ["sps"], ms=(2,), draft_policies=["cost-optimal"])
+
+
+def test_cli_plan_with_a_drafting_policy_on_the_embedded_trace(capsys):
+    assert main(["plan", "--draft-policy", "p-min(0.4)", "--cost-ratio", "0.3", "--rules", "sps,cactus", "--delta",
+                 "1", "--m", "2,4,8", "--bootstrap", "50", "--quiet"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "p-min(0.4)" in out and "fixed" in out and "a what-if" in out
+    assert main(["plan", "--draft-policy", "auto", "--cost-profile", "qwen3-32b-0.6b-gb200-vllm", "--rules", "sps",
+                 "--m", "4,8", "--bootstrap", "0", "--quiet", "--task", "gsm8k"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "measured profile qwen3-32b-0.6b-gb200-vllm (NVIDIA GB200, vllm 0.20.1)" in out
+    assert "cost-optimal" in out and "entropy(0.5)" in out
+
+
+def test_cli_plan_without_a_cost_uses_the_measured_default_profile(capsys):
+    # the issue's command, as written: no cost given -> the shipped measured GPU profile, said so
+    assert main(["plan", "--draft-policy", "p-min(0.4)", "--rules", "sps", "--m", "2,4", "--bootstrap", "0",
+                 "--quiet", "--task", "gsm8k"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "measured profile qwen3-32b-0.6b-gb200-vllm" in out and "(the default;" in out
+    assert "p-min(0.4)" in out
+    with pytest.raises(SystemExit):
+        main(["plan", "--cost-ratio", "0.3", "--cost-profile", "qwen3-32b-0.6b-gb200-vllm"])
+    capsys.readouterr()
+    assert main(["plan", "--cost-profile", "nope", "--quiet"]) != 0
+    assert "unknown cost profile 'nope'; the profiles: qwen3-32b-0.6b-gb200-vllm" in capsys.readouterr().err

@@ -21,7 +21,7 @@ import numpy as np
 from scipy import optimize
 
 from ._divergences import FDivergence, get_divergence
-from ._kernels import HAVE_NUMBA, exact_kl_gamma
+from ._kernels import HAVE_NUMBA, dd_residuals, exact_closed_gamma, exact_kl_gamma
 from ._validation import as_delta, as_probability, broadcast
 
 __all__ = ["APPROX_METHODS", "GammaResult", "approx_gamma", "exact_gamma"]
@@ -55,12 +55,15 @@ class GammaResult:
     converged : ndarray of bool
         Whether each element met the tolerance.
     method : str
-        The method actually used: "closed-form inverse", "newton", "brentq" or "toms748"
-        ("auto" resolves to one of the first two), always followed by the certification.
+        The method actually used: "closed-form inverse", "compiled KL kernel", "newton",
+        "brentq" or "toms748" ("auto" resolves to one of the first three), always followed by
+        the certification (compiled for KL, chi2 and squared Hellinger with numba).
     flag : str
         "converged" or a sentence naming how many elements did not converge.
     residual : ndarray
-        B_f(gamma; q) - delta (<= 0: the budget is never overspent; -inf where delta = inf).
+        B_f(gamma; q) - delta (<= 0: the budget is never overspent; -inf where delta = inf), in
+        double-double for KL, chi2 and squared Hellinger with numba, else in long double; a tie
+        closer than that evaluation's error reads 0.
     function_calls : ndarray of int
         Evaluations of B_f per element, solver and certification together.
     """
@@ -392,9 +395,10 @@ def exact_gamma(
         "auto" (default): the divergence's exact closed-form inverse where it has one (chi2:
         gamma = q + sqrt(delta q (1 - q)); squared Hellinger: gamma = sin^2(b + 2 arcsin(sqrt(delta)/2))
         with q = sin^2 b; TV: gamma = q + delta); for KL with numba installed, a compiled
-        per-pair kernel (Newton in log-log coordinates, then certification in float64 with an
-        error bound, and in double-double for the pairs float64 cannot decide: the largest
-        feasible float at 50 digits; long double only for q or 1 - gamma below 1e-280);
+        per-pair kernel (a sixth-order series start, Newton / Halley steps, then one evaluation
+        of B to 2^-60 with a bounded expansion around it, double-double where that cannot
+        decide: the largest feasible float at 50 digits; long double only for q or 1 - gamma
+        below 1e-280), about 10x the Taylor closed form per pair (``docs/results/bench.md``);
         otherwise "newton". Same accuracy contract.
         "newton": vectorised bracketed Newton (secant without a derivative) on
         sqrt(B_f) = sqrt(delta) with a bisection safeguard. "brentq" / "toms748": a Python
@@ -406,11 +410,12 @@ def exact_gamma(
         Also return a ``GammaResult`` with iterations, convergence flags, the method used, the
         residual B_f(gamma; q) - delta and the number of B_f evaluations.
     tight : bool
-        True (default): the 2-ulp contract below. False (the compiled KL kernel only): gamma is
-        the largest float that float64 with its error bound certifies, so it still never
-        spends more than delta, but may lie below the largest feasible float by the width of
-        that bound (about 10 eps of B_f: measured up to about 20 ulp, none for about 60% of the
-        pairs); no double-double step, about twice as fast (``docs/results/bench.md``).
+        True (default): the 2-ulp contract below. False (the compiled KL kernel only): for the
+        rare pairs its 2^-60 evaluation cannot decide, gamma is the largest float that float64
+        with its error bound certifies, so it still never spends more than delta, but may lie
+        below the largest feasible float by the width of that bound (about 10 eps of B_f: up
+        to about 20 ulp); no double-double step. Measured on 10^6 pairs: the same gammas as
+        True, at the same speed (``docs/results/bench.md``).
 
     Returns
     -------
@@ -425,7 +430,9 @@ def exact_gamma(
     float to within 2 ulp; gamma = 1 only where B_f(1; q) <= delta; gamma is nondecreasing in
     delta. The solvers stop at ``xtol + rtol * gamma``; a certification step then moves along the
     float grid to the largest gamma whose B_f, evaluated in long double and raised by its error
-    bound (256 long-double ulp), stays within delta. Where long double is no wider than double
+    bound (256 long-double ulp), stays within delta (KL, chi2 and squared Hellinger with numba:
+    compiled, in float64 with an error bound and double-double where that cannot decide, giving
+    the largest feasible float itself). Where long double is no wider than double
     (some platforms), gamma still never overspends but may lie a few hundred ulp below the
     largest feasible float. For a generator evaluated as written (``FDivergence.from_callable``
     / ``from_sympy``) the certification uses float64 plus a bound on its rounding, so gamma is
@@ -453,11 +460,6 @@ def exact_gamma(
     q, delta = _inputs(target_prob, delta)
     shape = q.shape
     q, delta = q.ravel(), delta.ravel()
-    gamma, decided = _exact_edges(div, q, delta)
-    iterations = np.zeros(q.size, dtype=np.int64)
-    calls = np.zeros(q.size, dtype=np.int64)
-    converged = np.ones(q.size, dtype=bool)
-    todo = np.flatnonzero(~decided)
     if method == "auto":
         if div.inverse_increment_fn is not None:
             method = "closed-form inverse"
@@ -465,18 +467,28 @@ def exact_gamma(
             method = "compiled KL kernel"
         else:
             method = "newton"
-    if todo.size and method == "compiled KL kernel":
-        qt, dt = q[todo], delta[todo]
-        g, status, it, conv = exact_kl_gamma(qt, dt, tight=tight, maxiter=maxiter)
-        iterations[todo] = it
-        converged[todo] = conv
-        calls[todo] = it + 2
+    compiled_closed = method == "closed-form inverse" and HAVE_NUMBA and div.name in ("chi2", "hellinger")
+    compiled_closed = compiled_closed and div is get_divergence(div.name)
+    if method == "compiled KL kernel" or compiled_closed:
+        # the kernels decide the edge cases themselves (as _exact_edges does), so every pair goes in
+        if compiled_closed:
+            gamma, status, calls = exact_closed_gamma(div.name, q, delta)
+            iterations = np.zeros(q.size, dtype=np.int64)
+            converged = np.ones(q.size, dtype=bool)
+        else:
+            gamma, status, iterations, converged = exact_kl_gamma(q, delta, tight=tight, maxiter=maxiter)
+            calls = np.where(status == 2, 0, iterations + 1)  # the search's evaluations and the certification's
         undecided = np.flatnonzero(status == 1)  # left for the long-double certification
         if undecided.size:
-            g[undecided], extra = _certify(div, qt[undecided], dt[undecided], g[undecided])
-            calls[todo[undecided]] += extra
-        gamma[todo] = g
-    elif todo.size:
+            gamma[undecided], extra = _certify(div, q[undecided], delta[undecided], gamma[undecided])
+            calls[undecided] += extra
+    else:
+        gamma, decided = _exact_edges(div, q, delta)
+        iterations = np.zeros(q.size, dtype=np.int64)
+        calls = np.zeros(q.size, dtype=np.int64)
+        converged = np.ones(q.size, dtype=bool)
+        todo = np.flatnonzero(~decided)
+    if not (method == "compiled KL kernel" or compiled_closed) and todo.size:
         qt, dt = q[todo], delta[todo]
         if method == "closed-form inverse":
             start = _closed_inverse(div, qt, dt)
@@ -544,13 +556,24 @@ def _exact_edges(div: FDivergence, q, delta):
 
 
 def _residual(div: FDivergence, q, delta, gamma):
-    """B_f(gamma; q) - delta as float64 (long double where the divergence has a precise form)."""
-    with np.errstate(all="ignore"):
-        d = gamma.astype(np.longdouble) - q.astype(np.longdouble)
-        precise = div.binary_increment_precise(d, q)
-        b = precise if precise is not None else np.asarray(div.binary_increment(d.astype(np.float64), q))
-        out = (np.where(d <= 0, 0.0, b) - delta.astype(np.longdouble)).astype(np.float64)
-    return np.where(np.isinf(delta), -np.inf, out)
+    """B_f(gamma; q) - delta as float64: from double-double for KL, chi2 and squared Hellinger
+    with numba (the kernels' own evaluations, about 2^-98 of B), in long double elsewhere (where
+    the divergence has a precise form). Every gamma here is certified feasible, so a value
+    above 0 can only be the evaluation's own rounding at a tie closer than its bound: it is
+    reported as 0."""
+    out = np.full(q.shape, np.nan)
+    if HAVE_NUMBA and div.name in ("kl", "chi2", "hellinger") and div is get_divergence(div.name):
+        out = dd_residuals(div.name, q, delta, gamma)
+    rest = np.isnan(out)
+    if rest.any():
+        qr, dr, gr = q[rest], delta[rest], gamma[rest]
+        with np.errstate(all="ignore"):
+            d = gr.astype(np.longdouble) - qr.astype(np.longdouble)
+            precise = div.binary_increment_precise(d, qr)
+            b = precise if precise is not None else np.asarray(div.binary_increment(d.astype(np.float64), qr))
+            value = (np.where(d <= 0, 0.0, b) - dr.astype(np.longdouble)).astype(np.float64)
+        out[rest] = np.where(np.isinf(dr), -np.inf, value)
+    return np.minimum(out, 0.0)
 
 
 def approx_gamma(target_prob, delta, divergence="kl", method="taylor"):

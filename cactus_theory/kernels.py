@@ -4,6 +4,7 @@ benchmarks that time them against a baseline: each has a NumPy path that gives t
 
 from ._kernels import (
     HAVE_NUMBA,
+    exact_closed_gamma,
     exact_kl_gamma,
     set_threads,
     warm_up,
@@ -13,6 +14,7 @@ from ._kernels import (
 
 __all__ = [
     "HAVE_NUMBA",
+    "exact_closed_gamma",
     "exact_kl_gamma",
     "set_threads",
     "warm_up",

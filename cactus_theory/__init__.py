@@ -1,12 +1,13 @@
 """cactus_theory: theory and simulation of speculative-decoding acceptance rules (Cactus, ICLR 2026)."""
 
 from ._analysis import AnalysisResult, AnalysisRow, analyze_trace, parse_rules
-from ._block import BlockLength, block_accepted_length, greedy_draft
+from ._block import BlockComparison, BlockLength, block_accepted_length, compare_block_verification, greedy_draft
 from ._decode import (
     DecodeResult,
     NgramDrafter,
     autoregressive_generate,
     decode_prompts,
+    decoding_flags,
     decoding_summary,
     matched_times,
     speculative_generate,
@@ -114,7 +115,9 @@ __all__ = [
     "DRAFT_POLICIES",
     "DraftPolicy",
     "MultiDraftComparison",
+    "BlockComparison",
     "BlockLength",
+    "compare_block_verification",
     "BlockLaw",
     "CostModel",
     "DecodeResult",
@@ -155,6 +158,7 @@ __all__ = [
     "cost_profiles",
     "DEFAULT_COST_PROFILE",
     "make_draft_policy",
+    "decoding_flags",
     "matched_times",
     "write_comparison",
     "policy_blocks",

@@ -65,7 +65,9 @@ def _sequence_stats(rule, p, q, lg, ms, bonus_policy, seed=0, block_paths=1024, 
     per block start are summed too (``policy_blocks``; ``cost`` for ``cost-optimal``)."""
     logits = lg if rule.needs_logits else None
     sm = step_metrics(rule, p, q, logits=logits)
-    per = {name: float(np.sum(getattr(sm, name))) for name in METRICS[:5]}
+    per = {
+        name: float(np.sum(getattr(sm, name))) for name in METRICS if name not in ("logits_exact", "optimal_acceptance")
+    }
     per["logits_exact"] = float(np.sum(rule.logits_exact(p, q, logits=logits))) if logits is not None else p.shape[0]
     k = getattr(rule, "draft_count", 1)
     optimum = {} if optimum is None else optimum
@@ -201,17 +203,10 @@ class AnalysisResult:
         sequences of ``task``, paired: each resample takes the same sequences for both rules, so the
         interval is of the gain, not of two separate ALs. Rules by their spec strings, as in ``rows``."""
         seqs = [s for s in self.sequences if task in ("all", s["task"])]
-        a = np.array([s["rules"][rule][f"al_sum_{m}"] for s in seqs])
-        b = np.array([s["rules"][baseline][f"al_sum_{m}"] for s in seqs])
-        if b.sum() <= 0:
-            return float("nan"), float("nan"), float("nan")  # the baseline accepts nothing: no ratio
-        value = a.sum() / b.sum() - 1
-        if len(seqs) < 2 or n_boot == 0:
-            return float(value), float("nan"), float("nan")
-        idx = np.random.default_rng(seed).integers(len(seqs), size=(n_boot, len(seqs)))
-        with np.errstate(divide="ignore", invalid="ignore"):  # a resample may hold only zero-AL sequences
-            lo, hi = np.nanpercentile(a[idx].sum(axis=1) / b[idx].sum(axis=1) - 1, [2.5, 97.5])
-        return float(value), float(lo), float(hi)
+        a = [s["rules"][rule][f"al_sum_{m}"] for s in seqs]
+        b = [s["rules"][baseline][f"al_sum_{m}"] for s in seqs]
+        # NaN throughout where the baseline accepts nothing
+        return tuple(float(x - 1) for x in _ratio_ci(a, b, np.random.default_rng(seed), n_boot))
 
     def figures(self) -> dict:
         """{file name: PNG bytes} of the analysis figures (acceptance and AL against delta, AL
@@ -388,15 +383,12 @@ def analyze_trace(
             policies.append(policy)
     if any(p.needs_cost for p in policies) and cost is None:
         raise ValueError("draft policy cost-optimal needs cost= (a CostModel: the planner passes its own)")
-    if policies:
-        blocks = [r.describe() for r in rules if getattr(r, "block_level", False)]
-        if blocks:
-            raise ValueError(f"{', '.join(blocks)} judge whole blocks: drafting policies are for token rules and trees")
-    if bonus_policy == "relaxed":
-        blocks = [r.describe() for r in rules if getattr(r, "block_level", False)]
-        if blocks:
-            raise ValueError(f"{', '.join(blocks)} judge whole blocks: their bonus token is the verifier's only; "
-                             "analyse them with bonus_policy='verifier'")  # fmt: skip
+    blocks = [r.describe() for r in rules if getattr(r, "block_level", False)]
+    if policies and blocks:
+        raise ValueError(f"{', '.join(blocks)} judge whole blocks: drafting policies are for token rules and trees")
+    if bonus_policy == "relaxed" and blocks:
+        raise ValueError(f"{', '.join(blocks)} judge whole blocks: their bonus token is the verifier's only; "
+                         "analyse them with bonus_policy='verifier'")  # fmt: skip
     labels = [_rule_label(r) for r in rules]
     if len(set(labels)) != len(labels):
         raise ValueError(f"rules must be distinct; got {labels}")

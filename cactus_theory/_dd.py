@@ -222,25 +222,22 @@ def estrin_chains(ascending):
 
 
 @_njit
+def horner(coeffs, x):
+    """sum_j coeffs[j] x^(n-1-j): the coefficients in Horner order (highest power first)."""
+    acc = 0.0
+    for c in coeffs:
+        acc = acc * x + c
+    return acc
+
+
+@_njit
 def estrin4(w, c0, c1, c2, c3):
     """sum_j c_j w^j by Estrin's scheme in four chains (``estrin_chains``): four independent
     Horner recurrences in w^4, so the processor overlaps them (Horner's single chain waits on
     every multiply-add)."""
     w2 = w * w
     w4 = w2 * w2
-    a = 0.0
-    for c in c0:
-        a = a * w4 + c
-    b = 0.0
-    for c in c1:
-        b = b * w4 + c
-    c_ = 0.0
-    for c in c2:
-        c_ = c_ * w4 + c
-    d = 0.0
-    for c in c3:
-        d = d * w4 + c
-    return (a + w * b) + w2 * (c_ + w * d)
+    return (horner(c0, w4) + w * horner(c1, w4)) + w2 * (horner(c2, w4) + w * horner(c3, w4))
 
 
 # --- a cheaper evaluation of B_KL to about 2^-60 of itself -----------------------------------------

@@ -27,6 +27,7 @@ __all__ = [
     "NgramDrafter",
     "autoregressive_generate",
     "decode_prompts",
+    "decoding_flags",
     "decoding_summary",
     "matched_times",
     "speculative_generate",
@@ -222,15 +223,15 @@ def speculative_generate(
         """The drafter's next token after ``token``: (token, processed row, raw row or None)."""
         raw = drf.feed([token])[-1]
         p = processed_probs(raw[None], sampling)[0]
+        p_row = p.double().cpu().numpy()
         if policy is not None:
-            top1, entropy = draft_features(p.double().cpu().numpy()[None])
+            top1, entropy = draft_features(p_row[None])
             features["top1"], features["entropy"] = float(top1[0]), float(entropy[0])
         if draft_mode == "greedy":  # the rule sees the drafter's one-hot
             drafted = int(torch.argmax(p))
-            p_row = greedy_draft(p.double().cpu().numpy())
+            p_row = greedy_draft(p_row)
         else:
             drafted = sample_token(p, gen)
-            p_row = p.double().cpu().numpy()
         return drafted, p_row, raw.double().cpu().numpy() if need_logits else None
 
     while len(result.tokens) < max_new_tokens:
@@ -448,6 +449,18 @@ LENGTH_MISMATCH = 0.2
 BUSY_SHARE = 0.25
 
 
+def decoding_flags(rec) -> dict:
+    """Why a decoding record's speedup may mislead: {"length_mismatch": its output and the
+    verifier alone's differ by more than ``LENGTH_MISMATCH`` of the longer, "busy": other
+    processes kept more than ``BUSY_SHARE`` of the cores busy while it ran}."""
+    base = rec.get("baseline")
+    longer = max(rec["tokens"], base["tokens"]) if base else 0
+    return {
+        "length_mismatch": longer > 0 and abs(rec["tokens"] - base["tokens"]) / longer > LENGTH_MISMATCH,
+        "busy": rec.get("other_load", 0.0) > BUSY_SHARE,
+    }
+
+
 def matched_times(rec):
     """(n, speculative (prefill, decode) seconds, alone's) to the first n = min(lengths) tokens of a
     decoding record with a baseline: the two runs compared on the same number of tokens. None if
@@ -512,13 +525,11 @@ def decoding_summary(records, seed=0, n_boot=1000) -> str:
         lines.append(row)
     notes = []
     for r in records:
-        base = r.get("baseline")
-        if base and max(r["tokens"], base["tokens"]) > 0:
-            gap = abs(r["tokens"] - base["tokens"]) / max(r["tokens"], base["tokens"])
-            if gap > LENGTH_MISMATCH:
-                notes.append(f"{r['id']}: {r['tokens']} tokens speculative, {base['tokens']} alone (outputs of "
-                             "different lengths: compare the matched columns)")  # fmt: skip
-        if r.get("other_load", 0.0) > BUSY_SHARE:
+        flags = decoding_flags(r)
+        if flags["length_mismatch"]:
+            notes.append(f"{r['id']}: {r['tokens']} tokens speculative, {r['baseline']['tokens']} alone (outputs of "
+                         "different lengths: compare the matched columns)")  # fmt: skip
+        if flags["busy"]:
             notes.append(f"{r['id']}: other processes kept {r['other_load']:.0%} of the cores busy while it ran: "
                          "its timings are suspect")  # fmt: skip
     if notes:

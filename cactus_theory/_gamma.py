@@ -463,12 +463,11 @@ def exact_gamma(
     if method == "auto":
         if div.inverse_increment_fn is not None:
             method = "closed-form inverse"
-        elif div is get_divergence("kl") and HAVE_NUMBA:
+        elif _compiled_builtin(div, "kl"):
             method = "compiled KL kernel"
         else:
             method = "newton"
-    compiled_closed = method == "closed-form inverse" and HAVE_NUMBA and div.name in ("chi2", "hellinger")
-    compiled_closed = compiled_closed and div is get_divergence(div.name)
+    compiled_closed = method == "closed-form inverse" and _compiled_builtin(div, "chi2", "hellinger")
     if method == "compiled KL kernel" or compiled_closed:
         # the kernels decide the edge cases themselves (as _exact_edges does), so every pair goes in
         if compiled_closed:
@@ -477,11 +476,13 @@ def exact_gamma(
             converged = np.ones(q.size, dtype=bool)
         else:
             gamma, status, iterations, converged = exact_kl_gamma(q, delta, tight=tight, maxiter=maxiter)
-            calls = np.where(status == 2, 0, iterations + 1)  # the search's evaluations and the certification's
+            # the search's evaluations and the certification's (counted only when asked for)
+            calls = np.where(status == 2, 0, iterations + 1) if full_output else None
         undecided = np.flatnonzero(status == 1)  # left for the long-double certification
         if undecided.size:
             gamma[undecided], extra = _certify(div, q[undecided], delta[undecided], gamma[undecided])
-            calls[undecided] += extra
+            if calls is not None:
+                calls[undecided] += extra
     else:
         gamma, decided = _exact_edges(div, q, delta)
         iterations = np.zeros(q.size, dtype=np.int64)
@@ -555,6 +556,11 @@ def _exact_edges(div: FDivergence, q, delta):
     return gamma, decided
 
 
+def _compiled_builtin(div: FDivergence, *names) -> bool:
+    """Whether ``div`` is one of the built-in divergences ``names`` and numba compiles their kernels."""
+    return HAVE_NUMBA and div.name in names and div is get_divergence(div.name)
+
+
 def _residual(div: FDivergence, q, delta, gamma):
     """B_f(gamma; q) - delta as float64: from double-double for KL, chi2 and squared Hellinger
     with numba (the kernels' own evaluations, about 2^-98 of B), in long double elsewhere (where
@@ -562,7 +568,7 @@ def _residual(div: FDivergence, q, delta, gamma):
     above 0 can only be the evaluation's own rounding at a tie closer than its bound: it is
     reported as 0."""
     out = np.full(q.shape, np.nan)
-    if HAVE_NUMBA and div.name in ("kl", "chi2", "hellinger") and div is get_divergence(div.name):
+    if _compiled_builtin(div, "kl", "chi2", "hellinger"):
         out = dd_residuals(div.name, q, delta, gamma)
     rest = np.isnan(out)
     if rest.any():

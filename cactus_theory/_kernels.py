@@ -475,12 +475,16 @@ def _kl_gamma(q_arr, delta_arr, tight, maxiter, gamma_out, status_out, iteration
 _kl_gamma_jit = numba.njit(cache=True, nogil=True, parallel=True)(_kl_gamma) if HAVE_NUMBA else None
 
 
+def _flat64(*arrays):
+    """Each array as a contiguous flat float64 array (the kernels' layout; no copy when it is one)."""
+    return [np.ascontiguousarray(a, dtype=np.float64).ravel() for a in arrays]
+
+
 def exact_kl_gamma(q, delta, tight=True, maxiter=100):
     """(gamma, status, iterations, converged) of ``_kl_gamma`` on float64 arrays, or None."""
     if _kl_gamma_jit is None:
         return None
-    q = np.ascontiguousarray(q, dtype=np.float64).ravel()
-    delta = np.ascontiguousarray(delta, dtype=np.float64).ravel()
+    q, delta = _flat64(q, delta)
     gamma = np.empty_like(q)
     status = np.empty(q.shape, dtype=np.int8)
     iterations = np.empty(q.shape, dtype=np.int64)
@@ -616,7 +620,7 @@ def dd_residuals(divergence, q, delta, gamma):
     if _residuals_jit is None:
         return None
     which = {"kl": KL, "chi2": CHI2, "hellinger": HELLINGER}[divergence]
-    arrays = [np.ascontiguousarray(a, dtype=np.float64).ravel() for a in (q, delta, gamma)]
+    arrays = _flat64(q, delta, gamma)
     out = np.empty_like(arrays[0])
     _residuals_jit(which, *arrays, out)
     return out
@@ -681,8 +685,7 @@ def exact_closed_gamma(divergence, q, delta):
     if _closed_gamma_jit is None:
         return None
     which = {"chi2": CHI2, "hellinger": HELLINGER}[divergence]
-    q = np.ascontiguousarray(q, dtype=np.float64).ravel()
-    delta = np.ascontiguousarray(delta, dtype=np.float64).ravel()
+    q, delta = _flat64(q, delta)
     gamma = np.empty_like(q)
     status = np.empty(q.shape, dtype=np.int8)
     evals = np.empty(q.shape, dtype=np.int64)

@@ -76,6 +76,19 @@ def _isotonic(values):
     return np.concatenate([np.full(c, m) for m, c in blocks])
 
 
+def _monotone_curve(sizes, values, x):
+    """The non-decreasing fit of ``values`` at ascending ``sizes`` (``_isotonic``), evaluated at
+    ``x``: linear between sizes, extrapolated beyond the largest with the slope of the last two
+    (never negative; constant for one size)."""
+    sizes = np.asarray(sizes, dtype=float)
+    times = _isotonic(values)
+    x = np.asarray(x, dtype=float)
+    if sizes.size == 1:
+        return np.full(x.shape, times[0])
+    slope = max((times[-1] - times[-2]) / (sizes[-1] - sizes[-2]), 0.0)
+    return np.where(x > sizes[-1], times[-1] + slope * (x - sizes[-1]), np.interp(x, sizes, times))
+
+
 def _size_map(value, name, what="sizes"):
     """{int size: value} from a dict with integer or digit-string keys (``what``: "block sizes",
     "prompt lengths"), checked and sorted."""
@@ -94,16 +107,21 @@ def _size_map(value, name, what="sizes"):
     return dict(sorted(out.items()))
 
 
-def _checked_prefill(prefill):
-    if not isinstance(prefill, dict) or set(prefill) - {"verifier", "draft"}:
-        raise ValueError('prefill must be {"verifier": {prompt tokens: s}, "draft": {...}} (either may be left out)')
+def _per_model(value, name, check, shape):
+    """{"verifier": {L: x}, "draft": {L: x}} (either may be left out), each x checked by
+    ``check(x, its name)`` and the prompt lengths L by ``_size_map``."""
+    if not isinstance(value, dict) or set(value) - {"verifier", "draft"}:
+        raise ValueError(f"{name} must be {shape}")
     return {
-        model: {
-            L: _positive(s, f"prefill[{model!r}][{L}]")
-            for L, s in _size_map(times, f"prefill[{model!r}]", "prompt lengths").items()
-        }
-        for model, times in prefill.items()
-    }
+        model: {L: check(x, f"{name}[{model!r}][{L}]")
+                for L, x in _size_map(per, f"{name}[{model!r}]", "prompt lengths").items()}
+        for model, per in value.items()
+    }  # fmt: skip
+
+
+def _checked_prefill(prefill):
+    return _per_model(prefill, "prefill", _positive,
+                      '{"verifier": {prompt tokens: s}, "draft": {...}} (either may be left out)')  # fmt: skip
 
 
 def _checked_samples(samples):
@@ -111,25 +129,20 @@ def _checked_samples(samples):
 
     def times(value, name):
         if not isinstance(value, list) or not value or len(value) > 10_000:
-            raise ValueError(f"samples{name} must be a list of 1 to 10,000 timings (seconds)")
-        return [_positive(v, f"samples{name}") for v in value]
+            raise ValueError(f"{name} must be a list of 1 to 10,000 timings (seconds)")
+        return [_positive(v, name) for v in value]
 
     if not isinstance(samples, dict) or set(samples) - {"draft_token", "verify_block", "prefill"}:
         raise ValueError('samples must be {"draft_token": [...], "verify_block": {k: [...]}, "prefill": {...}}')
     out = {}
     if "draft_token" in samples:
-        out["draft_token"] = times(samples["draft_token"], "['draft_token']")
+        out["draft_token"] = times(samples["draft_token"], "samples['draft_token']")
     if "verify_block" in samples:
         blocks = _size_map(samples["verify_block"], "samples['verify_block']", "block sizes")
-        out["verify_block"] = {k: times(v, f"['verify_block'][{k}]") for k, v in blocks.items()}
+        out["verify_block"] = {k: times(v, f"samples['verify_block'][{k}]") for k, v in blocks.items()}
     if "prefill" in samples:
-        if not isinstance(samples["prefill"], dict) or set(samples["prefill"]) - {"verifier", "draft"}:
-            raise ValueError('samples[\'prefill\'] must be {"verifier": {L: [...]}, "draft": {L: [...]}}')
-        out["prefill"] = {
-            model: {L: times(v, f"['prefill'][{model!r}][{L}]")
-                    for L, v in _size_map(per, f"samples['prefill'][{model!r}]", "prompt lengths").items()}
-            for model, per in samples["prefill"].items()
-        }  # fmt: skip
+        out["prefill"] = _per_model(samples["prefill"], "samples['prefill']", times,
+                                    '{"verifier": {L: [...]}, "draft": {L: [...]}}')  # fmt: skip
     return out
 
 
@@ -268,14 +281,7 @@ class CostModel:
         """Seconds of a verifier block of k tokens (array-like k), from ``verify_fit``:
         non-decreasing in k, and at least ``verify(1) > 0``; at ``context`` tokens of context
         when the model has a context slope (never below half the timed cost)."""
-        sizes = np.array(list(self.verify_block), dtype=float)
-        times = _isotonic(list(self.verify_block.values()))
-        k = np.asarray(k, dtype=float)
-        if sizes.size == 1:
-            out = np.full(k.shape, times[0])
-        else:
-            slope = max((times[-1] - times[-2]) / (sizes[-1] - sizes[-2]), 0.0)
-            out = np.where(k > sizes[-1], times[-1] + slope * (k - sizes[-1]), np.interp(k, sizes, times))
+        out = _monotone_curve(list(self.verify_block), list(self.verify_block.values()), k)
         return np.maximum(out + self._context_extra("verify", context), 0.5 * out)[()]
 
     def draft_time(self, context=None):
@@ -324,14 +330,9 @@ class CostModel:
         if model not in ("verifier", "draft"):
             raise ValueError(f"model must be 'verifier' or 'draft'; got {model!r}")
         points = self.prefill.get(model)
-        tokens = np.asarray(prompt_tokens, dtype=float)
         if not points:
-            return np.zeros(tokens.shape)[()]
-        sizes = np.array([0.0, *points], dtype=float)
-        times = np.concatenate([[0.0], _isotonic(list(points.values()))])
-        slope = max((times[-1] - times[-2]) / (sizes[-1] - sizes[-2]), 0.0)
-        out = np.where(tokens > sizes[-1], times[-1] + slope * (tokens - sizes[-1]), np.interp(tokens, sizes, times))
-        return out[()]
+            return np.zeros(np.shape(prompt_tokens))[()]
+        return _monotone_curve([0, *points], [0.0, *points.values()], prompt_tokens)[()]
 
     def request_times(self, prompt_tokens, output_tokens, m, accepted_length, width=1, *, drafted=None,
                       forwards=None, all_accepted=0.0):  # fmt: skip

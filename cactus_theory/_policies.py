@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._emitted import _entropy
+
 __all__ = ["AUTO_POLICIES", "DRAFT_POLICIES", "DraftPolicy", "make_draft_policy", "policy_blocks"]
 
 DRAFT_POLICIES = ("fixed", "p-min", "entropy", "accept-prob", "cost-optimal")
@@ -117,9 +119,7 @@ def make_draft_policy(spec) -> DraftPolicy | None:
 def draft_features(p):
     """(top-1 probability, entropy in nats) of each row of the drafter's distributions (T, V)."""
     p = np.asarray(p, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        entropy = -np.sum(np.where(p > 0, p * np.log(p), 0.0), axis=-1)
-    return p.max(axis=-1), entropy
+    return p.max(axis=-1), _entropy(p)
 
 
 def policy_blocks(policy, draft_probs, beta, m, cost=None):
@@ -149,8 +149,8 @@ def policy_blocks(policy, draft_probs, beta, m, cost=None):
         inside = pos < n
         at = np.minimum(pos, n - 1)
         live &= inside
+        forwards += live  # reading p at this place takes the draft forward there
         if policy is not None:
-            forwards += live  # reading p at this place takes the draft forward there
             if policy.needs_cost:
                 gain = confidence * top1[at]
                 extra = cost.draft_time() + cost.verify(j + 2) - cost.verify(j + 1)
@@ -160,8 +160,6 @@ def policy_blocks(policy, draft_probs, beta, m, cost=None):
             else:
                 go = ~policy.stop(top1[at], entropy[at], confidence)
             live &= go
-        else:
-            forwards += live
         b = beta[min(j, beta.shape[0] - 1), at] if per_slot else beta[at]
         reach = np.where(live, reach * b, reach)
         al += np.where(live, reach, 0.0)

@@ -245,44 +245,21 @@ BLOCK_MS = (1, 2, 4, 8, 12, 16, 20)
 
 
 def block_section(trace, progress=None, ms=BLOCK_MS, n_boot=200, block_paths=256):
-    """(Markdown, PNG) of block verification against SpS and strict verification on ``trace``:
-    AL(m) with bootstrap intervals under sampled and greedy drafting, and block's gain over SpS
-    with a paired interval (``AnalysisResult.al_ratio``)."""
-    import matplotlib.pyplot as plt
+    """(Markdown, PNG) of block verification against SpS and strict verification on ``trace``
+    (``compare_block_verification``): AL(m) with bootstrap intervals under sampled and greedy
+    drafting, and block's gain over SpS with a paired interval."""
+    from ._block import compare_block_verification
 
-    from ._analysis import analyze_trace
-
-    rules = ("sps", "strict", "block")
+    result = compare_block_verification(trace, ms, n_boot=n_boot, block_paths=block_paths, progress=progress)
     lines = [
         "AL(m) with bootstrap 95% intervals; block vs sps is AL(block) / AL(sps) - 1, paired (both on the same "
         f"resampled sequences). The block rule's AL is exact for m <= 3 and Monte Carlo beyond ({block_paths} drafted "
         "paths per block start; `experiments/block_verification.py` runs 1,024 and every m).",
         "",
     ]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, mode in zip(axes, ("sampled", "greedy"), strict=True):
-        result = analyze_trace(
-            trace, list(rules), ms=ms, n_boot=n_boot, draft_mode=mode, progress=progress, block_paths=block_paths
-        )
-        rows = {(r["rule"], r["m"]): r for r in result.rows if r["task"] == "all"}
-        lines += [f"{mode.capitalize()} drafting:", "", "| m | sps | strict | block | block vs sps |"]
-        lines.append("|---|---|---|---|---|")
-        for m in ms:
-            cells = [_with_interval(rows[(r, m)], "al", "{:.3f}") for r in rules]
-            gain = [round(x, 6) + 0.0 for x in result.al_ratio("block", "sps", m, n_boot)]  # + 0.0: no "-0.00%"
-            lines.append(f"| {m} | {' | '.join(cells)} | {gain[0]:+.2%} [{gain[1]:+.2%}, {gain[2]:+.2%}] |")
-        lines.append("")
-        for color, rule in zip(("C0", "C2", "C3"), rules, strict=True):
-            rs = [rows[(rule, m)] for m in ms]
-            errors = [[r["al"] - r["al_lo"] for r in rs], [r["al_hi"] - r["al"] for r in rs]]
-            ax.errorbar(ms, [r["al"] for r in rs], yerr=errors, marker="o", ms=3, capsize=2, color=color, label=rule)
-        ax.set_title(f"{mode} drafting")
-        ax.set_xlabel("m (drafted tokens per verification)")
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("AL(m)")
-    axes[0].legend()
-    fig.tight_layout()
-    return "\n".join(lines), _png(fig)
+    for mode in ("sampled", "greedy"):
+        lines += [f"{mode.capitalize()} drafting:", "", *result.table(mode), ""]
+    return "\n".join(lines), _png(result.figure())
 
 
 def multi_draft_section(trace, progress=None, ks=(1, 2, 4, 8), m=8, n_boot=200):
@@ -361,11 +338,6 @@ def markdown_html(text):
         else:
             i += 1
     return "\n".join(out)
-
-
-def _with_interval(row, key, fmt):
-    """A value with its interval, "v [lo, hi]"."""
-    return f"{fmt.format(row[key])} [{fmt.format(row[key + '_lo'])}, {fmt.format(row[key + '_hi'])}]"
 
 
 def build_report(

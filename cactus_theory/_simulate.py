@@ -151,6 +151,20 @@ def simulate(
             out[bad] = _sample_rows(rng, correction_rows(j, t[bad], token[bad]))
         return token, ok, out
 
+    def step(j, t):
+        _, ok, out = rule_step(j, t)
+        return ok, out
+
+    def bonus(t):
+        return _sample_rows(rng, q[t]) if bonus_policy == "verifier" else rule_step(m, t)[2]
+
+    return _walk_chains(step, bonus, m, n_runs, n_positions, vocab)
+
+
+def _walk_chains(step, bonus_token, m, n_runs, n_positions, vocab):
+    """The walk ``simulate`` makes for per-token and tree rules: each run drafts at most m
+    positions a block, ``step(j, t)`` gives (accepted, emitted token) at slot j of the blocks at
+    positions t, a rejection ends a block, and ``bonus_token(t)`` the token after a full one."""
     position = np.zeros(n_runs, dtype=np.int64)
     drafts = np.zeros(n_positions, dtype=np.int64)
     accepts = np.zeros(n_positions, dtype=np.int64)
@@ -169,7 +183,7 @@ def simulate(
             if live.size == 0:
                 break
             t = start[live] + j
-            _, ok, out = rule_step(j, t)
+            ok, out = step(j, t)
             np.add.at(drafts, t, 1)
             np.add.at(accepts, t[ok], 1)
             np.add.at(emitted, (t, out), 1)
@@ -178,11 +192,14 @@ def simulate(
         full = np.flatnonzero(in_block)
         if full.size:
             t = start[full] + m
-            token = _sample_rows(rng, q[t]) if bonus_policy == "verifier" else rule_step(m, t)[2]
-            np.add.at(bonus, (t, token), 1)
+            np.add.at(bonus, (t, bonus_token(t)), 1)
         accepted_blocks.append(count)
         starts.append(start)
         position[runs] = start + count + 1
+    return _result(accepted_blocks, starts, drafts, accepts, emitted, bonus, m)
+
+
+def _result(accepted_blocks, starts, drafts, accepts, emitted, bonus, m):
     return SimulationResult(
         accepted=np.concatenate(accepted_blocks) if accepted_blocks else np.zeros(0, dtype=np.int64),
         block_start=np.concatenate(starts) if starts else np.zeros(0, dtype=np.int64),
@@ -227,15 +244,7 @@ def _simulate_blocks(rule, p, q, lg, m, n_runs, rng):
         accepted_blocks.append(tau)
         starts.append(start)
         position[runs] = start + tau + 1
-    return SimulationResult(
-        accepted=np.concatenate(accepted_blocks) if accepted_blocks else np.zeros(0, dtype=np.int64),
-        block_start=np.concatenate(starts) if starts else np.zeros(0, dtype=np.int64),
-        drafts=drafts,
-        accepts=accepts,
-        emitted_counts=emitted,
-        bonus_counts=bonus,
-        m=int(m),
-    )
+    return _result(accepted_blocks, starts, drafts, accepts, emitted, bonus, m)
 
 
 def _simulate_tree(rule, p, q, m, n_runs, rng, bonus_policy):
@@ -270,44 +279,7 @@ def _simulate_tree(rule, p, q, m, n_runs, rng, bonus_policy):
             out[bad] = _sample_rows(rng, rest[inverse[bad]])
         return ok, out
 
-    position = np.zeros(n_runs, dtype=np.int64)
-    drafts = np.zeros(n_positions, dtype=np.int64)
-    accepts = np.zeros(n_positions, dtype=np.int64)
-    emitted = np.zeros((n_positions, vocab), dtype=np.int64)
-    bonus = np.zeros((n_positions, vocab), dtype=np.int64)
-    accepted_blocks, starts = [], []
-    while True:
-        runs = np.flatnonzero(position + m <= n_positions - 1)
-        if runs.size == 0:
-            break
-        start = position[runs]
-        in_block = np.ones(runs.size, dtype=bool)
-        count = np.zeros(runs.size, dtype=np.int64)
-        for j in range(m):
-            live = np.flatnonzero(in_block)
-            if live.size == 0:
-                break
-            t = start[live] + j
-            ok, out = level(t)
-            np.add.at(drafts, t, 1)
-            np.add.at(accepts, t[ok], 1)
-            np.add.at(emitted, (t, out), 1)
-            count[live[ok]] += 1
-            in_block[live[~ok]] = False
-        full = np.flatnonzero(in_block)
-        if full.size:
-            t = start[full] + m
-            token = _sample_rows(rng, q[t]) if bonus_policy == "verifier" else level(t)[1]
-            np.add.at(bonus, (t, token), 1)
-        accepted_blocks.append(count)
-        starts.append(start)
-        position[runs] = start + count + 1
-    return SimulationResult(
-        accepted=np.concatenate(accepted_blocks) if accepted_blocks else np.zeros(0, dtype=np.int64),
-        block_start=np.concatenate(starts) if starts else np.zeros(0, dtype=np.int64),
-        drafts=drafts,
-        accepts=accepts,
-        emitted_counts=emitted,
-        bonus_counts=bonus,
-        m=int(m),
-    )
+    def bonus(t):
+        return _sample_rows(rng, q[t]) if bonus_policy == "verifier" else level(t)[1]
+
+    return _walk_chains(lambda j, t: level(t), bonus, m, n_runs, n_positions, vocab)

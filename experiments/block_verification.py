@@ -25,28 +25,24 @@ import argparse
 import json
 import os
 import platform
-import time
 
 import numpy as np
 
-from cactus_theory import analyze_trace, figure_png, load_trace, open_traces
+from cactus_theory import analyze_trace, compare_block_verification, figure_png, load_trace, open_traces
 from cactus_theory.io import atomic_write
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MS = tuple(range(1, 21))
-RULES = ("sps", "strict", "block")
 PAIR = ("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
 
 
 def trace_part(trace, n_boot):
-    out = {}
-    for mode in ("sampled", "greedy"):
-        start = time.perf_counter()
-        result = analyze_trace(trace, list(RULES), ms=MS, n_boot=n_boot, draft_mode=mode, progress=False)
-        rows = [r for r in result.rows if r["task"] == "all"]
-        gains = {m: result.al_ratio("block", "sps", m, n_boot) for m in MS}
-        out[mode] = {"rows": rows, "gain": gains, "seconds": time.perf_counter() - start}
-    return out
+    result = compare_block_verification(trace, MS, n_boot=n_boot, progress=False)
+    part = {
+        mode: {"rows": result.rows[mode], "gain": result.gain[mode], "seconds": result.seconds[mode]}
+        for mode in ("sampled", "greedy")
+    }
+    return result, part
 
 
 def monte_carlo_error(trace, m=20):
@@ -105,38 +101,7 @@ def decode_part(args, trace):
     return {"prompts": ids, "max_new_tokens": args.max_new_tokens, "rules": measured}
 
 
-def figure(part):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=False)
-    colors = {"sps": "C0", "strict": "C2", "block": "C3"}
-    for ax, mode in zip(axes, ("sampled", "greedy"), strict=True):
-        rows = part[mode]["rows"]
-        for rule in RULES:
-            rs = sorted((r for r in rows if r["rule"] == rule), key=lambda r: r["m"])
-            ax.errorbar(
-                [r["m"] for r in rs],
-                [r["al"] for r in rs],
-                yerr=[[r["al"] - r["al_lo"] for r in rs], [r["al_hi"] - r["al"] for r in rs]],
-                marker="o",
-                ms=3,
-                capsize=2,
-                color=colors[rule],
-                label=rule,
-            )
-        ax.set_xlabel("m (drafted tokens per verification)")
-        ax.set_title(f"{mode} drafting")
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("AL(m): accepted drafts per verification")
-    axes[0].legend()
-    fig.tight_layout()
-    return figure_png(fig)
-
-
-def markdown(part, mc, decoded, command, trace):
+def markdown(result, mc, decoded, command, trace):
     lines = [
         "# Block verification, SpS and strict verification",
         "",
@@ -149,19 +114,7 @@ def markdown(part, mc, decoded, command, trace):
         "",
     ]
     for mode in ("sampled", "greedy"):
-        rows = {(r["rule"], r["m"]): r for r in part[mode]["rows"]}
-        lines += [
-            f"## {mode.capitalize()} drafting",
-            "",
-            "| m | sps | strict | block | block vs sps |",
-            "|---|---|---|---|---|",
-        ]
-        for m in MS:
-            cells = [f"{rows[(rule, m)]['al']:.3f} [{rows[(rule, m)]['al_lo']:.3f}, {rows[(rule, m)]['al_hi']:.3f}]"
-                     for rule in RULES]  # fmt: skip
-            g = [round(x, 6) + 0.0 for x in part[mode]["gain"][m]]  # + 0.0: no "-0.00%" from rounding noise
-            lines.append(f"| {m} | " + " | ".join(cells) + f" | {g[0]:+.2%} [{g[1]:+.2%}, {g[2]:+.2%}] |")
-        lines.append("")
+        lines += [f"## {mode.capitalize()} drafting", "", *result.table(mode), ""]
     if decoded:
         lines += [
             "## Real decoding (m = 8)",
@@ -193,7 +146,7 @@ def main(argv=None):
     parser.add_argument("--dtype", default="bfloat16", help="with --decode: the models' dtype")
     args = parser.parse_args(argv)
     trace = load_trace(args.trace)
-    part = trace_part(trace, args.bootstrap)
+    result, part = trace_part(trace, args.bootstrap)
     mc = monte_carlo_error(trace)
     decoded = decode_part(args, trace) if args.decode else None
     command = "python experiments/block_verification.py" + (" --decode" if args.decode else "")
@@ -201,9 +154,10 @@ def main(argv=None):
         command += f" --trace {args.trace}"
     data = {"trace": part, "monte_carlo_error_m20": mc, "decoding": decoded}
     atomic_write(os.path.join(args.out, "block_verification.json"), json.dumps(data, indent=1, default=str))
-    atomic_write(os.path.join(args.out, "block_verification.md"), markdown(part, mc, decoded, command, trace))
-    atomic_write(os.path.join(args.out, "block_verification.png"), figure(part))
-    print(markdown(part, mc, decoded, command, trace))
+    text = markdown(result, mc, decoded, command, trace)
+    atomic_write(os.path.join(args.out, "block_verification.md"), text)
+    atomic_write(os.path.join(args.out, "block_verification.png"), figure_png(result.figure()))
+    print(text)
 
 
 if __name__ == "__main__":

@@ -147,7 +147,7 @@ def measure(args, prompts, rules, best, settings):
 
 
 def compare(cost, predicted, own, records, best, prompts, n_boot=2000):
-    from cactus_theory import matched_times
+    from cactus_theory import decoding_flags, matched_times
 
     rng = np.random.default_rng(0)
     rows = []
@@ -187,9 +187,8 @@ def compare(cost, predicted, own, records, best, prompts, n_boot=2000):
                 "error_cost_only": float(t["baseline_total"] / t["total"] / measured - 1),
                 "measured_prefill_share": prefill, "predicted_prefill_share": pred["prefill_share"],
                 "matched_tokens": n_out,
-                "length_mismatch": sum(1 for r in sel if abs(r["tokens"] - r["baseline"]["tokens"])
-                                       > 0.2 * max(r["tokens"], r["baseline"]["tokens"], 1)),
-                "busy": sum(1 for r in sel if r.get("other_load", 0.0) > 0.25),
+                "length_mismatch": sum(decoding_flags(r)["length_mismatch"] for r in sel),
+                "busy": sum(decoding_flags(r)["busy"] for r in sel),
             })  # fmt: skip
     return rows
 

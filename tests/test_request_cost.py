@@ -172,3 +172,17 @@ def test_cli_plan_refuses_an_untrusted_cost_file_and_plans_when_told(tmp_path, c
     assert "non-monotone" in capsys.readouterr().err
     assert main([*args, "--trust-cost"]) == 0
     assert "warning: non-monotone" in capsys.readouterr().out
+
+
+def test_decoding_flags_at_their_thresholds():
+    from cactus_theory import decoding_flags
+
+    # 20% shorter is not flagged, 21% is (of the longer output); a quarter of the cores is not busy, more is
+    assert decoding_flags(_record("a", 80, 100)) == {"length_mismatch": False, "busy": False}
+    assert decoding_flags(_record("a", 79, 100))["length_mismatch"]
+    assert decoding_flags(_record("a", 100, 79))["length_mismatch"]
+    assert not decoding_flags(_record("a", 0, 0))["length_mismatch"]
+    assert not decoding_flags(_record("a", 10, 10, other=0.25))["busy"]
+    assert decoding_flags(_record("a", 10, 10, other=0.26))["busy"]
+    no_baseline = {k: v for k, v in _record("a", 10, 40).items() if k != "baseline"}
+    assert decoding_flags(no_baseline) == {"length_mismatch": False, "busy": False}

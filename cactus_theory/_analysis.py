@@ -12,6 +12,7 @@ from typing import TypedDict
 import numpy as np
 
 from ._block import DRAFT_MODES, draft_rows
+from ._bootstrap import check_resamples, ratio_interval, resample_counts
 from ._emitted import block_sums, expected_accepted_length, step_metrics
 from ._engines import run_dask, run_local
 from ._io import csv_text
@@ -19,7 +20,6 @@ from ._policies import make_draft_policy, policy_blocks
 from ._progress import progress_bar
 from ._prompts import prompt_seed
 from ._rules import BONUS_POLICIES, make_rules, optimal_multi_draft_acceptance
-from ._sampling import SamplingSettings
 from ._trace import Trace
 
 __all__ = ["METRICS", "AnalysisResult", "AnalysisRow", "analyze_trace", "parse_rules"]
@@ -178,6 +178,12 @@ class AnalysisResult:
     traces: list = field(default_factory=list)
     #: Sequences without positions, left out (they hold no data).
     empty_sequences: int = 0
+    #: What a reader must know about how the analysis ran (an m longer than every sequence, ...).
+    notes: list = field(default_factory=list)
+    #: The block sizes analysed (an m longer than the longest sequence is analysed as that length).
+    ms: tuple = ()
+    #: {m asked for: m analysed} (they differ only for an m longer than the longest sequence).
+    m_used: dict = field(default_factory=dict)
 
     def to_csv(self) -> str:
         return csv_text(self.rows + self.trace_rows)  # delta None and a missing interval are empty cells
@@ -206,7 +212,7 @@ class AnalysisResult:
         a = [s["rules"][rule][f"al_sum_{m}"] for s in seqs]
         b = [s["rules"][baseline][f"al_sum_{m}"] for s in seqs]
         # NaN throughout where the baseline accepts nothing
-        return tuple(float(x - 1) for x in _ratio_ci(a, b, np.random.default_rng(seed), n_boot))
+        return tuple(float(x - 1) for x in ratio_interval(a, b, resample_counts(_keys(seqs), n_boot, seed)))
 
     def figures(self) -> dict:
         """{file name: PNG bytes} of the analysis figures (acceptance and AL against delta, AL
@@ -257,23 +263,45 @@ def _nan_to_none(value):
     return value
 
 
-def _ratio_ci(num, den, rng, n_boot):
-    """Ratio of sums over sequences and its percentile bootstrap 95% interval (resampling
-    sequences). The interval is (nan, nan) when it cannot be had: fewer than two sequences (a
-    bootstrap over one sequence has zero width, which is not a 95% interval) or ``n_boot = 0``."""
-    num, den = np.asarray(num, float), np.asarray(den, float)
-    if den.sum() == 0:  # nothing to divide by (e.g. an optimum of 0 everywhere): no ratio
-        return float("nan"), float("nan"), float("nan")
-    value = num.sum() / den.sum()
-    if not np.isfinite(value):  # an infinite drift stays infinite
-        return value, value, value
-    if len(num) < 2 or n_boot == 0:
-        return value, float("nan"), float("nan")
-    idx = rng.integers(len(num), size=(n_boot, len(num)))
-    with np.errstate(divide="ignore", invalid="ignore"):  # a resample of sequences whose denominator is 0
-        boot = num[idx].sum(axis=1) / den[idx].sum(axis=1)
-        lo, hi = np.nanpercentile(boot, [2.5, 97.5])
-    return value, float(lo), float(hi)
+def _check_ms(ms) -> tuple:
+    """The block sizes m: a non-empty list of distinct integers >= 1, in the order given."""
+    if isinstance(ms, (int, np.integer)) and not isinstance(ms, bool):
+        ms = (ms,)
+    try:
+        values = list(ms)
+    except TypeError:
+        raise ValueError(f"ms must be a list of block sizes m (integers >= 1); got {ms!r}") from None
+    if not values:
+        raise ValueError("ms is empty: give at least one block size m (drafted tokens per verification), e.g. (4, 8)")
+    bad = [m for m in values if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1]
+    if bad:
+        raise ValueError(f"ms must be integers >= 1 (drafted tokens per verification); got {bad[0]!r}")
+    return tuple(dict.fromkeys(int(m) for m in values))
+
+
+def _cap_ms(ms, longest):
+    """(the block sizes analysed, notes): an m longer than the longest sequence drafts past every
+    sequence's end, so it gives exactly the numbers of m = ``longest``; it is analysed as that
+    (each size once) and said so."""
+    notes, out = [], []
+    for m in ms:
+        if m > longest:
+            notes.append(
+                f"m = {m} is longer than the longest sequence ({longest} positions): a block cannot draft past a "
+                f"sequence's end, so it is analysed as m = {longest} (the same numbers)"
+            )
+        out.append(min(m, longest))
+    return tuple(dict.fromkeys(out)), notes
+
+
+def _keys(sequences):
+    """The bootstrap's unit ids of analysed sequences: the sequence ids, or trace name and id where
+    an id repeats across the traces of a set (so a merged trace and its parts, or a trace and its
+    copy, resample alike)."""
+    ids = [s["id"] for s in sequences]
+    if len(set(ids)) == len(ids):
+        return ids
+    return [f"{s.get('trace', '')}/{s['id']}" for s in sequences]
 
 
 class AnalysisRow(TypedDict, total=False):
@@ -373,6 +401,10 @@ def analyze_trace(
         raise ValueError(f"processes must be an integer >= 1; got {processes!r}")
     if client is not None and processes > 1:
         raise ValueError("give either client= (a Dask cluster) or processes > 1 (local workers), not both")
+    n_boot = check_resamples(n_boot)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0; got {seed!r}")
+    ms = _check_ms(ms)
     rules = make_rules(list(rules)) if not isinstance(rules, str) else make_rules(rules)
     if isinstance(draft_policies, str):
         draft_policies = [draft_policies]
@@ -395,7 +427,7 @@ def analyze_trace(
     start = time.perf_counter()
     traces = open_traces(trace)
     if settings is None:
-        settings = SamplingSettings(**(traces.metadata.get("sampling") or {}))
+        settings = traces.sampling
     known = sorted({s["task"] for t in traces.traces for s in t.manifest["sequences"]})
     if not known:
         raise ValueError(f"trace {traces.directory!r} holds no sequences: nothing to analyse")
@@ -408,6 +440,10 @@ def analyze_trace(
         if unknown:
             raise ValueError(f"task(s) {unknown} are not in the trace; its tasks: {', '.join(known)}")
     wanted = None if tasks is None else tuple(tasks)
+    longest = max(s["positions"] for t in traces.traces for s in t.manifest["sequences"]
+                  if wanted is None or s["task"] in wanted)  # fmt: skip
+    asked = ms
+    ms, notes = _cap_ms(ms, longest)
     jobs, names, total = [], [], 0
     for name, t in zip(traces.names, traces.traces, strict=True):
         for i in sorted({s["shard"] for s in t.manifest["sequences"] if wanted is None or s["task"] in wanted}):
@@ -428,25 +464,31 @@ def analyze_trace(
     sequences = [{**seq, "trace": name} for name, part in zip(names, parts, strict=True) for seq in part]
     # one order whatever the engine, the shard layout or the order the traces were given in
     sequences.sort(key=lambda s: (s["id"], s["trace"]))
-    rng = np.random.default_rng(seed)
     rows = []
     task_names = ["all", *sorted({s["task"] for s in sequences})]
+    # one resampling per set of sequences, shared by every rule and m (paired, and the same
+    # interval for the same quantity in every table of this trace: ``_bootstrap``)
+    selections = {task: [s for s in sequences if task in ("all", s["task"])] for task in task_names}
+    counts = {task: resample_counts(_keys(sel), n_boot, seed) for task, sel in selections.items()}
     for rule in rules:
         for m in ms:
             for task in task_names:
-                sel = [s for s in sequences if task in ("all", s["task"])]
+                sel = selections[task]
                 if sel:
-                    rows.append(_row(rule, m, task, "all", sel, rng, n_boot, bonus_policy, draft_mode))
+                    rows.append(_row(rule, m, task, "all", sel, counts[task], bonus_policy, draft_mode))
                     for policy in policies:
-                        rows.append(_row(rule, m, task, "all", sel, rng, n_boot, bonus_policy, draft_mode, policy))
+                        rows.append(_row(rule, m, task, "all", sel, counts[task], bonus_policy, draft_mode, policy))
     trace_rows = []
     if len(traces.traces) > 1:
+        per_trace = {name: [s for s in sequences if s["trace"] == name] for name in traces.names}
+        trace_counts = {name: resample_counts(_keys(sel), n_boot, seed) for name, sel in per_trace.items()}
         for rule in rules:
             for m in ms:
                 for name in traces.names:
-                    sel = [s for s in sequences if s["trace"] == name]
+                    sel = per_trace[name]
                     if sel:
-                        trace_rows.append(_row(rule, m, "all", name, sel, rng, n_boot, bonus_policy, draft_mode))
+                        trace_rows.append(_row(rule, m, "all", name, sel, trace_counts[name], bonus_policy,
+                                               draft_mode))  # fmt: skip
     return AnalysisResult(
         rows=rows,
         sequences=sequences,
@@ -455,17 +497,21 @@ def analyze_trace(
         trace_rows=trace_rows,
         traces=list(traces.names),
         empty_sequences=empty,
+        notes=notes,
+        ms=ms,
+        m_used={m: min(m, longest) for m in asked},
     )
 
 
-def _row(rule, m, task, trace, sel, rng, n_boot, bonus_policy, draft_mode="sampled", policy=None) -> AnalysisRow:
-    """The statistics of one rule at one m (under a drafting policy) over the sequences ``sel``."""
+def _row(rule, m, task, trace, sel, counts, bonus_policy, draft_mode="sampled", policy=None) -> AnalysisRow:
+    """The statistics of one rule at one m (under a drafting policy) over the sequences ``sel``,
+    with intervals from the bootstrap ``counts`` of ``sel`` (``resample_counts``; None: none)."""
     label = _rule_label(rule)
     pos = [s["positions"] for s in sel]
-    stats = {name: _ratio_ci([s["rules"][label][name] for s in sel], pos, rng, n_boot) for name in METRICS}
+    stats = {name: ratio_interval([s["rules"][label][name] for s in sel], pos, counts) for name in METRICS}
     tag = m if policy is None else f"{m}@{policy.describe()}"
     starts = [s["rules"][label][f"al_n_{m}"] for s in sel]
-    al = _ratio_ci([s["rules"][label][f"al_sum_{tag}"] for s in sel], starts, rng, n_boot)
+    al = ratio_interval([s["rules"][label][f"al_sum_{tag}"] for s in sel], starts, counts)
     delta = getattr(rule, "delta", None)
     row = AnalysisRow(
         rule=label,
@@ -493,14 +539,12 @@ def _row(rule, m, task, trace, sel, rng, n_boot, bonus_policy, draft_mode="sampl
         sums = np.sum([s["rules"][label][f"accept_pos_sum_{m}"] for s in sel], axis=0)
         row["acceptance_by_position"] = [float(x) for x in sums / max(sum(starts), 1)]
     tokens = [s["rules"][label][f"al_sum_{m}"] + s["rules"][label][f"al_n_{m}"] for s in sel]
-    stats["acceptance_of_optimum"] = _ratio_ci(
-        [s["rules"][label]["acceptance"] for s in sel], [s["rules"][label]["optimal_acceptance"] for s in sel], rng,
-        n_boot,
-    )  # fmt: skip
+    stats["acceptance_of_optimum"] = ratio_interval(
+        [s["rules"][label]["acceptance"] for s in sel], [s["rules"][label]["optimal_acceptance"] for s in sel], counts
+    )
     for name in BLOCK_METRICS:
-        stats[f"{name}_per_token"] = _ratio_ci(
-            [s["rules"][label][f"{name}_block_{m}"] for s in sel], tokens, rng, n_boot
-        )
+        stats[f"{name}_per_token"] = ratio_interval([s["rules"][label][f"{name}_block_{m}"] for s in sel], tokens,
+                                                    counts)  # fmt: skip
     for name, (v, lo, hi) in stats.items():
         row[name], row[f"{name}_lo"], row[f"{name}_hi"] = v, lo, hi
     if policy is not None:  # the per-token drift above is of fixed blocks of m, not of this policy's

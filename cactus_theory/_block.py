@@ -9,6 +9,7 @@ import numpy as np
 
 from ._emitted import block_sums, expected_accepted_length, step_metrics
 from ._rules._protocol import as_rule
+from ._validation import host_probabilities
 
 __all__ = ["BlockComparison", "BlockLength", "block_accepted_length", "compare_block_verification", "greedy_draft"]
 
@@ -25,9 +26,7 @@ def greedy_draft(draft_probs):
     >>> greedy_draft([[0.2, 0.5, 0.3]])
     array([[0., 1., 0.]])
     """
-    p = np.asarray(draft_probs, dtype=np.float64)
-    if p.ndim < 1 or p.shape[-1] < 1:
-        raise ValueError(f"draft_probs must have a vocabulary axis (last); got shape {p.shape}")
+    p = host_probabilities(draft_probs, "draft_probs")
     out = np.zeros(p.shape)
     np.put_along_axis(out, np.argmax(p, axis=-1)[..., None], 1.0, axis=-1)
     return out
@@ -217,6 +216,6 @@ def compare_block_verification(trace, ms=tuple(range(1, 21)), n_boot=1000, block
             block_paths=block_paths,
         )  # fmt: skip
         rows[mode] = [r for r in result.rows if r["task"] == "all"]
-        gain[mode] = {m: result.al_ratio("block", "sps", m, n_boot) for m in ms}
+        gain[mode] = {m: result.al_ratio("block", "sps", m, n_boot) for m in result.ms}
         seconds[mode] = time.perf_counter() - start
-    return BlockComparison(ms=ms, rows=rows, gain=gain, seconds=seconds)
+    return BlockComparison(ms=result.ms, rows=rows, gain=gain, seconds=seconds)

@@ -12,7 +12,7 @@ import numpy as np
 
 from ._divergences import available_divergences, binary_divergence, get_divergence
 from ._gamma import APPROX_METHODS, approx_gamma, exact_gamma
-from ._io import check_output
+from ._io import check_output, refuse_overlap
 from ._plan import DEFAULT_COST_PROFILE
 
 __all__ = ["main"]
@@ -149,11 +149,56 @@ def _nonnegative(what, finite=False, hint=""):
 _budget = _nonnegative("a divergence budget")
 
 
+def _resamples(text: str) -> int:
+    from ._bootstrap import MAX_RESAMPLES, MIN_RESAMPLES, check_resamples
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer number of resamples; got {text!r}") from None
+    try:
+        return check_resamples(value, "the resamples")
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be 0 (no intervals) or {MIN_RESAMPLES:,} to {MAX_RESAMPLES:,} resamples (a 95% percentile interval "
+            f"needs resamples in both 2.5% tails); got {value:,}"
+        ) from None
+
+
+_resamples.__name__ = "resamples"
+
+
 def _settings(args):
     """The SamplingSettings of the options ``_sampling_options`` adds."""
     from ._sampling import SamplingSettings
 
     return SamplingSettings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+
+
+def _check_out(args, inputs, *, directory=True, what="--out"):
+    """``args.out`` (when given) can be written, and is none of the command's ``inputs`` nor inside
+    one (trace directories, prompt and cost files, model files): checked before any work."""
+    out = getattr(args, "out", None)
+    if out is None:
+        return None
+    path = check_output(out, directory=directory, what=what)
+    refuse_overlap(out, [x for x in inputs if x], what=what)
+    return path
+
+
+def _trace_inputs(args):
+    """The paths the positional trace arguments name (globs expanded), for ``_check_out``."""
+    import glob
+
+    out = []
+    for item in getattr(args, "trace", None) or []:
+        out.extend(glob.glob(item) if glob.has_magic(item) else [item])
+    return out
+
+
+def _model_inputs(args):
+    return [x for x in (getattr(args, "verifier", None), getattr(args, "draft", None)) if x and x != "ngram" and
+            os.path.exists(os.path.expanduser(x))]  # fmt: skip
 
 
 def _traces(args):
@@ -193,7 +238,7 @@ def _prompts_from(args):
 def _cmd_dump(args) -> int:
     from ._dump import dump_trace, load_completions
 
-    check_output(args.out)
+    _check_out(args, [*args.prompts, args.completions, *_model_inputs(args)])
     prompts = _prompts_from(args)
     completions = None
     if args.completions:
@@ -254,8 +299,7 @@ def _cmd_analyze(args) -> int:
     from ._analysis import analyze_trace, parse_rules
     from ._outputs import write_outputs
 
-    if args.out:
-        check_output(args.out)
+    _check_out(args, _trace_inputs(args))
     traces = _traces(args)
     settings = _settings(args) if args.temperature is not None else None
     rules = parse_rules(args.rules, args.delta)
@@ -283,6 +327,8 @@ def _cmd_analyze(args) -> int:
     print(f"trace {where}: {len(traces)} sequences, {traces.n_positions} positions; settings {result.settings}{drafts}")
     if result.empty_sequences:
         print(f"{result.empty_sequences} sequence(s) without positions left out")
+    for note in result.notes:
+        print(f"note: {note}")
     if any(r["sequences"] < 2 for r in result.rows):
         print("a 95% interval needs at least two sequences: rows over one sequence have none")
     for task in _tasks_to_show(result.rows):
@@ -305,8 +351,7 @@ def _cmd_calibrate(args) -> int:
     from ._plan import calibrate_cost, default_cost_path
 
     progress = _progress(args)
-    if args.out:
-        check_output(args.out, directory=False)
+    _check_out(args, _model_inputs(args), directory=False)
     verifier = load_model(args.verifier, args.device, args.dtype, cache=not args.no_model_cache, progress=progress)
     draft = load_model(args.draft, args.device, args.dtype, cache=not args.no_model_cache, progress=progress)
     out = args.out or check_output(
@@ -345,7 +390,7 @@ def _cmd_plan(args) -> int:
     elif args.cost_ratio is not None:
         cost = CostModel.from_ratio(args.cost_ratio)
     else:
-        cost = CostModel.from_profile(args.cost_profile or DEFAULT_COST_PROFILE)
+        cost = CostModel.from_profile(DEFAULT_COST_PROFILE if args.cost_profile is None else args.cost_profile)
     problems = cost.problems()
     if problems and not args.trust_cost:
         raise ValueError("the cost model cannot be trusted as it is: " + "; ".join(problems)
@@ -355,8 +400,7 @@ def _cmd_plan(args) -> int:
         policies += list(AUTO_POLICIES) if spec == "auto" else [spec]
     for spec in policies:
         make_draft_policy(spec)
-    if args.out:
-        check_output(args.out)
+    _check_out(args, [*_trace_inputs(args), args.cost])
     traces = _traces(args)
     result = analyze_trace(
         traces, parse_rules(args.rules, args.delta), ms=args.m, n_boot=args.bootstrap, processes=args.processes,
@@ -365,7 +409,7 @@ def _cmd_plan(args) -> int:
     plan = predict_speedup(result, cost, max_kl=args.max_kl, allow_untrusted=args.trust_cost,
                            prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens)  # fmt: skip
     kind = plan.cost.source.get("kind", "cost file")
-    given = args.cost or args.cost_ratio is not None or args.cost_profile
+    given = args.cost or args.cost_ratio is not None or args.cost_profile is not None
     default = "" if given else " (the default; --cost for this machine's calibration)"
     if kind == "profile":
         kind = (
@@ -395,7 +439,7 @@ def _cmd_plan(args) -> int:
 def _cmd_merge(args) -> int:
     from ._traceset import merge_traces
 
-    check_output(args.out)
+    check_output(args.out)  # merge_traces refuses an output that is (inside) a part
     trace = merge_traces(args.out, args.parts, progress=_progress(args), allow_partial=args.allow_partial)
     partial = trace.metadata.get("partial")
     note = f" (partial: {partial['reason']})" if partial else ""
@@ -410,8 +454,7 @@ def _cmd_decode(args) -> int:
     from ._policies import make_draft_policy
     from ._prompts import Prompt
 
-    if args.out:
-        check_output(args.out, directory=False)
+    _check_out(args, [*(args.prompts or []), *_model_inputs(args)], directory=False)
     rules = parse_rules([args.rule], [args.delta])
     if len(rules) != 1:
         raise ValueError(f"--rule must name one rule; {args.rule!r} gives {len(rules)}")
@@ -512,10 +555,19 @@ def _rules_epilog() -> str:
     )
 
 
+def _delta_help() -> str:
+    from ._rules import available_rules
+
+    takers = [name for name, info in available_rules().items() if "delta" in info.rule_class.grid_parameters
+              and "delta" in info.parameters]  # fmt: skip
+    return (f"divergence budgets of the rules that take one and set none ({', '.join(takers)}); other rules "
+            "keep their own parameters")  # fmt: skip
+
+
 def _cmd_compare(args) -> int:
     from ._zoo import compare_rules, write_comparison
 
-    check_output(args.out)
+    _check_out(args, _trace_inputs(args))
     start = time.perf_counter()
     traces = _traces(args)
     comparison = compare_rules(traces, n_boot=args.bootstrap, processes=args.processes, progress=_progress(args))
@@ -533,7 +585,7 @@ def _cmd_compare(args) -> int:
 def _cmd_report(args) -> int:
     from ._report import build_report
 
-    check_output(args.out)
+    _check_out(args, [args.trace])
     timings = []
     start = time.perf_counter()
     table = build_report(args.out, trace=args.trace, progress=_progress(args), timings=timings)
@@ -545,6 +597,17 @@ def _cmd_report(args) -> int:
         print(f"  {time.perf_counter() - start:7.1f} s  total")
     print(f"report written to {os.path.join(args.out, 'report.md')} and report.html")
     return 0
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one line per refusal: 'cactus-theory CMD: error: ... (cactus-theory CMD --help)',
+    exit 2, instead of the usage block and the error."""
+
+    def error(self, message):
+        first = " ".join(str(message).split())
+        if len(first) > 600:
+            first = first[:600] + "..."
+        self.exit(2, f"{self.prog}: error: {first} (see {self.prog} --help)\n")
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -636,7 +699,7 @@ def _prompt_file_options(parser, group=None):
 def build_parser() -> argparse.ArgumentParser:
     from ._prompts import RECORD_FORMATS
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="cactus-theory",
         description="Theory and simulation of speculative-decoding acceptance rules (Cactus, ICLR 2026).",
         formatter_class=_Formatter,
@@ -686,7 +749,9 @@ def build_parser() -> argparse.ArgumentParser:
     _model_options(d)
     d.add_argument("--max-new-tokens", type=_int_at_least(1), default=128, help="tokens generated per prompt")
     d.add_argument("--limit", type=_int_at_least(0), default=None, help="at most this many prompts in this run")
-    d.add_argument("--seed", type=int, default=0, help="sampling seed (each prompt's comes from it and its id)")
+    d.add_argument(
+        "--seed", type=_int_at_least(0), default=0, help="sampling seed (each prompt's comes from it and its id)"
+    )
     _sampling_options(d)
     d.add_argument("--top-logits", type=_int_at_least(1), default=64, help="logits kept per row (K)")
     d.add_argument("--full-rows", action="store_true", help="also store full logit rows")
@@ -727,7 +792,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="trace directories or glob patterns, analysed as one set (default: the embedded trace)",
     )
     a.add_argument("--rules", default="sps,tas,cactus,cactus-exact,mentored", help="rule specs (see below)")
-    a.add_argument("--delta", type=_floats, default=[0.25, 0.5, 1.0, 2.0], help="deltas of rules that set none")
+    a.add_argument("--delta", type=_floats, default=[0.25, 0.5, 1.0, 2.0], help=_delta_help())
     a.add_argument("--m", type=_ints, default=[4, 8, 20], help="drafted tokens per verification")
     a.add_argument("--task", action="append", default=None, help="analyse only this task (repeatable)")
     a.add_argument(
@@ -736,7 +801,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--top-k", type=_int_at_least(0), default=20, help="top-k with --temperature")
     a.add_argument("--top-p", type=float, default=0.95, help="top-p with --temperature")
     a.add_argument(
-        "--bootstrap", type=_int_at_least(0), default=1000, help="bootstrap resamples for the 95%% intervals"
+        "--bootstrap", type=_resamples, default=1000, help="bootstrap resamples for the 95%% intervals (0: none)"
     )
     a.add_argument("--processes", type=_int_at_least(1), default=1, help="local worker processes over shards")
     engine = a.add_mutually_exclusive_group()
@@ -772,7 +837,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", default=None, help="JSON Lines of per-prompt records (appended; a rerun skips done ones)")
     c.add_argument("--max-new-tokens", type=_int_at_least(1), default=128, help="tokens generated per prompt")
     _sampling_options(c)
-    c.add_argument("--seed", type=int, default=0, help="sampling seed")
+    c.add_argument("--seed", type=_int_at_least(0), default=0, help="sampling seed")
     _model_options(c)
     _bonus_policy_option(c)
     _draft_mode_option(c)
@@ -868,10 +933,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="bound on the mean emitted KL(pi || q) per position",
     )
     pl.add_argument("--rules", default="sps,tas,cactus,cactus-exact,mentored", help="rule specs (see below)")
-    pl.add_argument("--delta", type=_floats, default=[0.25, 0.5, 1.0, 2.0], help="deltas of rules that set none")
+    pl.add_argument("--delta", type=_floats, default=[0.25, 0.5, 1.0, 2.0], help=_delta_help())
     pl.add_argument("--m", type=_ints, default=[1, 2, 3, 4, 6, 8, 10, 12, 16, 20], help="draft lengths to compare")
     pl.add_argument("--task", action="append", default=None, help="only this task (repeatable)")
-    pl.add_argument("--bootstrap", type=_int_at_least(0), default=1000, help="bootstrap resamples")
+    pl.add_argument("--bootstrap", type=_resamples, default=1000, help="bootstrap resamples (0: no intervals)")
     pl.add_argument("--processes", type=_int_at_least(1), default=1, help="local worker processes over shards")
     pl.add_argument("--out", default=None, help="write plan.csv, plan.json, plan.png and the analysis here")
     _draft_mode_option(pl)
@@ -904,7 +969,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cp.add_argument("trace", nargs="*", default=None, help="trace directories or globs (default: the embedded trace)")
     cp.add_argument("--out", default="rules_comparison", help="write rules_comparison.md / .json / .png here")
-    cp.add_argument("--bootstrap", type=_int_at_least(0), default=1000, help="bootstrap resamples")
+    cp.add_argument("--bootstrap", type=_resamples, default=1000, help="bootstrap resamples (0: no intervals)")
     cp.add_argument("--processes", type=_int_at_least(1), default=1, help="local worker processes over shards")
     _progress_options(cp)
     cp.set_defaults(func=_cmd_compare)
@@ -992,11 +1057,34 @@ def import_plugin(name: str):
         raise
 
 
+def _plugin_problems(modules, report=True) -> None:
+    """Refuse a --plugin module whose rule classes cannot be used (a parameter without a default);
+    warn, one line each, about entry-point plugins that failed to import (their rules are
+    unavailable; every other command works). Rule warnings are then silenced for the process, so
+    each is said once, the same way every time."""
+    import warnings
+
+    from ._rules import RulePluginWarning, available_rules, plugin_errors
+
+    names = {m.__name__ for m in modules}
+    for key, line in plugin_errors().items():
+        from ._rules._registry import _REGISTRY
+
+        cls = _REGISTRY.get(key, (None,))[0]
+        if cls is not None and cls.__module__ in names:
+            raise ValueError(f"--plugin {cls.__module__}: {line}")
+        if report:
+            print(f"cactus-theory: warning: {line}", file=sys.stderr)
+    warnings.simplefilter("ignore", RulePluginWarning)
+    available_rules()  # listed once here; the warnings above stand for every later listing
+
+
 def main(argv=None) -> int:
     plugins, argv = _take_plugins(sys.argv[1:] if argv is None else argv)
     try:
-        for name in plugins:
-            import_plugin(name)
+        modules = [import_plugin(name) for name in plugins]
+        command = next((a for a in argv if not a.startswith("-")), None)
+        _plugin_problems(modules, report=command != "gamma")  # gamma is the one command without rules
     except Exception as exc:
         if "--debug" in argv:
             raise

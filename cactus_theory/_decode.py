@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._block import DRAFT_MODES, greedy_draft
+from ._bootstrap import percentile_interval, ratio_interval, resample_counts, resampled_sums
 from ._hf import CachedModel, generate, sample_token
 from ._io import json_lines
 from ._policies import draft_features, make_draft_policy
@@ -426,20 +427,21 @@ def decode_prompts(
     return records
 
 
-def _speedup(columns, idx):
-    """(sum tokens / sum seconds) speculative over the verifier alone, on the prompts ``idx``."""
-    tokens, seconds, b_tokens, b_seconds = (c[idx] for c in columns)
-    return (tokens.sum() / seconds.sum()) / (b_tokens.sum() / b_seconds.sum())
+def _speedup_interval(columns, counts):
+    """(sum tokens / sum seconds) speculative over the verifier alone, and its paired bootstrap 95%
+    interval over prompts (``counts``: ``resample_counts``; None: NaN, no interval)."""
+    tokens, seconds, b_tokens, b_seconds = columns
+    value = float((tokens.sum() / seconds.sum()) / (b_tokens.sum() / b_seconds.sum()))
+    if counts is None:
+        return value, float("nan"), float("nan")
+    t, s, bt, bs = resampled_sums(counts, *columns)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (value, *percentile_interval((t / s) / (bt / bs)))
 
 
-def _ratio_interval(num, den, rng, n_boot):
-    """sum(num) / sum(den) and its paired bootstrap 95% interval over prompts."""
-    value = num.sum() / den.sum()
-    if len(num) < 2:
-        return value, value, value
-    idx = rng.integers(len(num), size=(n_boot, len(num)))
-    lo, hi = np.percentile(num[idx].sum(axis=1) / den[idx].sum(axis=1), [2.5, 97.5])
-    return value, lo, hi
+def _cell(value, lo, hi, width=15) -> str:
+    """'[lo, hi]', or 'n/a' where no interval can be had (one prompt, no resamples)."""
+    return (f"[{lo:5.2f}, {hi:5.2f}]" if np.isfinite(lo) and np.isfinite(hi) else "n/a").rjust(width)
 
 
 #: Outputs whose lengths differ by more than this share between speculative decoding and the
@@ -484,7 +486,6 @@ def decoding_summary(records, seed=0, n_boot=1000) -> str:
     number of tokens per prompt (the shorter output's), so outputs of different lengths compare
     fairly. Below the table: prompts whose output lengths differ by more than 20%, and prompts
     during which other processes kept more than a quarter of the cores busy."""
-    rng = np.random.default_rng(seed)
     tasks = sorted({r["task"] for r in records})
     matched_all = all(matched_times(r) is not None for r in records) and records
     head = (
@@ -505,22 +506,18 @@ def decoding_summary(records, seed=0, n_boot=1000) -> str:
         if all(r.get("baseline") for r in sel):
             b_tokens = np.array([r["baseline"]["tokens"] for r in sel], dtype=float)
             b_seconds = np.array([r["baseline"]["seconds"] for r in sel], dtype=float)
-            columns = (tokens, seconds, b_tokens, b_seconds)
-            value = _speedup(columns, np.arange(len(sel)))
-            lo = hi = value
-            if len(sel) > 1:
-                boots = [_speedup(columns, rng.integers(len(sel), size=len(sel))) for _ in range(n_boot)]
-                lo, hi = np.percentile(boots, [2.5, 97.5])
-            row += f" {b_tokens.sum() / b_seconds.sum():>11.2f} {value:>7.2f}x [{lo:5.2f}, {hi:5.2f}]"
+            counts = resample_counts([r["id"] for r in sel], n_boot, seed)  # one resampling per table row
+            value, lo, hi = _speedup_interval((tokens, seconds, b_tokens, b_seconds), counts)
+            row += f" {b_tokens.sum() / b_seconds.sum():>11.2f} {value:>7.2f}x {_cell(value, lo, hi)}"
             if matched_all:
                 times = [matched_times(r) for r in sel]
                 spec = np.array([[t[1][0], t[1][1]] for t in times])
                 base = np.array([[t[2][0], t[2][1]] for t in times])
                 share = spec[:, 0].sum() / spec.sum()
-                req = _ratio_interval(base.sum(1), spec.sum(1), rng, n_boot)
-                dec = _ratio_interval(base[:, 1], spec[:, 1], rng, n_boot)
+                req = ratio_interval(base.sum(1), spec.sum(1), counts)
+                dec = ratio_interval(base[:, 1], spec[:, 1], counts)
                 row += f" {share:>7.0%} " + " ".join(
-                    f"{v:>7.2f}x [{a:5.2f}, {b:5.2f}]".rjust(26) for v, a, b in (req, dec)
+                    f"{v:>7.2f}x {_cell(v, a, b, 0)}".rjust(26) for v, a, b in (req, dec)
                 )
         lines.append(row)
     notes = []

@@ -176,10 +176,19 @@ def _reverse_kl_safe(q, delta):
     # the larger root of (1 + c) gamma^2 - (2q + c) gamma + q^2 = 0 with c = expm1(delta), i.e.
     # gamma - q = (c (1/2 - q) + sqrt(c) sqrt(c + 4 q (1 - q)) / 2) / (1 + c), free of overflow
     # and of cancellation; c = inf (delta > 709) leaves a gap to 1 below float resolution.
+    # Where the root passes the midpoint of [q, 1], the gap to 1 is taken instead: u = 1 - gamma =
+    # 2 (1 - q)^2 / (2 + c - 2q + sqrt(c) sqrt(c + 4 q (1 - q))), each operation monotone in c, so
+    # (1 - q) - u never decreases as delta grows (the first form's rounding near 1 did, by an ulp);
+    # the first form is clamped below the same midpoint, so the switch never steps down.
     with np.errstate(all="ignore"):
         c = np.expm1(delta)
-        inc = (c * (0.5 - q) + 0.5 * np.sqrt(c) * np.sqrt(c + 4 * q * (1 - q))) / (1 + c)
-        return np.where(np.isinf(c), 1.0 - q, np.maximum(inc, 0.0))
+        root = np.sqrt(c) * np.sqrt(c + 4 * q * (1 - q))
+        inc = (c * (0.5 - q) + 0.5 * root) / (1 + c)
+        rest = 1 - q
+        half = 0.5 * rest
+        gap = 2 * rest * rest / ((2 + c - 2 * q) + root)
+        inc = np.where(gap <= half, rest - gap, np.minimum(inc, rest - half))
+        return np.where(np.isinf(c), rest, np.maximum(inc, 0.0))
 
 
 def _hellinger_inverse(q, delta):

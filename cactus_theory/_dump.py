@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 from ._hf import (
+    default_threads,
     encode_chat,
     eos_ids,
     generate,
@@ -24,6 +25,7 @@ from ._hf import (
     software_versions,
     teacher_forced_logits,
     tokenizer_hash,
+    torch_threads,
 )
 from ._io import Terminated, json_lines, termination_as_exception, utc_timestamp
 from ._progress import progress_bar
@@ -100,6 +102,7 @@ def dump_trace(
     progress=None,
     cache=True,
     part=None,
+    threads=None,
 ):
     """Dump a trace of ``prompts`` (``Prompt`` objects) into directory ``out``; resumable.
 
@@ -128,9 +131,17 @@ def dump_trace(
     other); each part goes into its own directory and ``merge_traces`` (``cactus-theory
     merge``) combines them. The metadata records ``part`` ("I/N") and a resume checks it.
 
+    ``threads``: torch's intra-op threads for the forward passes (default: the cores this process
+    may use, ``default_threads``), recorded in the metadata; a resumed dump uses the trace's, so it
+    gives the uninterrupted dump's numbers bit for bit whatever the caller's torch setting (a CPU
+    forward's rounding depends on the thread count).
+
     Returns the number of positions written by this call.
     """
     settings = settings or SamplingSettings()
+    prompt_seed(seed, "")  # the seed is checked before any model is loaded
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1):
+        raise ValueError(f"threads must be an integer >= 1 (torch's threads for the forward passes); got {threads!r}")
     if limit is not None and not (isinstance(limit, (int, np.integer)) and limit >= 0):
         raise ValueError(f"limit must be an integer >= 0 (prompts to dump in this run); got {limit!r}")
     if part is not None:
@@ -158,6 +169,7 @@ def dump_trace(
         "seeding": "per prompt: sha256 of the prompt id with the seed (prompt_seed)",
         "max_new_tokens": int(max_new_tokens),
         "teacher_forced": completions is not None,
+        "threads": int(threads) if threads is not None else default_threads(),
         "versions": software_versions(),
         "created": utc_timestamp(),
     }
@@ -178,14 +190,18 @@ def dump_trace(
             out, vocab, top_k=top_k, metadata=metadata, store_full=store_full, shard_positions=shard_positions
         ) as writer,
     ):
+        # the trace's own thread count, so that a resumed dump rounds as the first run did
+        recorded = writer.manifest.get("metadata", {}).get("threads")
+        metadata["threads"] = recorded if isinstance(recorded, int) and recorded >= 1 else metadata["threads"]
         done_before = sum(1 for p in prompts if p.id in writer.done_ids)
         if done_before:
             note(f"resuming {out}: {done_before} of {len(prompts)} prompts done, {held():,} positions in the trace")
         todo = [p for p in prompts if p.id not in writer.done_ids][: limit if limit is not None else None]
         bar = progress_bar(todo, desc="dump", unit="prompt", enabled=progress)
         try:
-            _dump_prompts(bar, todo, writer, v_model, v_tok, d_model, completions, settings, max_new_tokens, seed,
-                          eos, vocab, start, counters := {"written": 0, "finished": 0})  # fmt: skip
+            with torch_threads(metadata["threads"]):
+                _dump_prompts(bar, todo, writer, v_model, v_tok, d_model, completions, settings, max_new_tokens, seed,
+                              eos, vocab, start, counters := {"written": 0, "finished": 0})  # fmt: skip
         except (KeyboardInterrupt, Terminated):
             bar.close()
             note(

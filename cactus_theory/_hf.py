@@ -22,6 +22,7 @@ from ._sampling import processed_probs
 __all__ = [
     "CachedModel",
     "cache_root",
+    "default_threads",
     "encode_chat",
     "eos_ids",
     "generate",
@@ -30,6 +31,7 @@ __all__ = [
     "sample_token",
     "teacher_forced_logits",
     "tokenizer_hash",
+    "torch_threads",
 ]
 
 
@@ -52,6 +54,30 @@ def software_versions() -> dict:
         "transformers": transformers.__version__,
         "numpy": numpy.__version__,
     }
+
+
+def default_threads() -> int:
+    """The threads a model forward uses by default: the cores this process may run on (affinity),
+    whatever torch's current setting is (another library may have changed it)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@contextlib.contextmanager
+def torch_threads(threads):
+    """Run the block with torch's intra-op threads set to ``threads`` (restored after). A CPU
+    forward's float32 results depend on the thread count (the reductions are split by thread), so
+    a dump fixes it: a resumed dump then equals the uninterrupted one bit for bit."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(threads))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def torch_dtype(dtype):

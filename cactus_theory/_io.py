@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import gzip
 import hashlib
 import io
@@ -24,6 +25,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import tempfile
 import threading
 import time
@@ -39,6 +41,7 @@ __all__ = [
     "pid_alive",
     "publish_directory",
     "read_text",
+    "refuse_overlap",
     "remove_stale_temporaries",
     "sha256_file",
     "termination_as_exception",
@@ -46,6 +49,8 @@ __all__ = [
 ]
 
 TEMP_PREFIX = ".cactus_theory-"
+#: Open flag that refuses a symbolic link at the path (0 where the platform has none).
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _TEMP_RE = re.compile(r"^\.cactus_theory-(\d+)-.*\.tmp$")
 
 
@@ -112,6 +117,11 @@ def check_output(path, *, directory: bool = True, what: str = "--out") -> str:
     absolute path. Nothing is left behind."""
     path = os.path.abspath(os.fspath(path))
     kind = "directory" if directory else "file"
+    if os.path.islink(path) and not os.path.exists(path):
+        raise ValueError(
+            f"{what} {path!r} is a symbolic link to {os.readlink(path)!r}, which does not exist: remove the link or "
+            f"give another {kind}"
+        )
     if os.path.exists(path):
         if directory and not os.path.isdir(path):
             raise ValueError(f"{what} {path!r} is a file, not a directory: give a directory")
@@ -134,6 +144,31 @@ def check_output(path, *, directory: bool = True, what: str = "--out") -> str:
             f"{what} {path!r} cannot be written ({exc.strerror or exc} in {target!r}): choose a {kind} you can write to"
         ) from None
     return path
+
+
+def _inside(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip(os.sep) + os.sep)
+
+
+def refuse_overlap(out, inputs, *, what: str = "--out") -> None:
+    """Refuse an output that is one of its inputs or lies inside one (an input directory, or the
+    input file itself), compared by real path (symbolic links resolved, a path that does not exist
+    yet by its nearest existing parent): a ValueError naming both. ``inputs``: paths of files or
+    directories the job reads (None entries and in-memory objects are skipped). An output is
+    never one of its inputs: writing there would change what is being read."""
+    if out is None:
+        return
+    target = os.path.realpath(os.fspath(out))
+    for item in inputs:
+        if not isinstance(item, (str, os.PathLike)):
+            continue
+        source = os.path.realpath(os.fspath(item))
+        if _inside(target, source):
+            relation = "is" if target == source else "lies inside"
+            raise ValueError(
+                f"{what} {os.fspath(out)!r} {relation} the input {os.fspath(item)!r}: an output is never one of its "
+                "inputs; write to another location"
+            )
 
 
 def csv_text(rows) -> str:
@@ -267,7 +302,9 @@ def publish_directory(files: dict, out_dir, last=()) -> list[str]:
 class DirectoryLock:
     """An exclusive lock on a directory for one writer, held until ``release``.
 
-    ``.cactus_theory.lock`` in the directory holds the owner's pid, host and start time. Where
+    ``.cactus_theory.lock`` in the directory holds the owner's pid, host and start time. It is
+    opened without following a symbolic link (``O_NOFOLLOW``), and only a regular file is used:
+    a link or a FIFO at that path is refused, never written through. Where
     ``fcntl`` exists the lock is an ``flock`` on that file, released by the kernel when the
     process dies, so a stale lock is simply taken over; elsewhere the file is created
     exclusively and a lock of a dead local process is taken over. A second writer gets a
@@ -284,10 +321,35 @@ class DirectoryLock:
 
     def _holder(self) -> str:
         try:
-            with open(self.path) as fh:
-                return fh.read().strip() or "unknown"
+            fd = os.open(self.path, os.O_RDONLY | _NOFOLLOW)
         except OSError:
             return "unknown"
+        try:
+            return os.read(fd, 4096).decode("utf-8", "replace").strip() or "unknown"
+        except OSError:
+            return "unknown"
+        finally:
+            os.close(fd)
+
+    def _open(self, flags):
+        """The lock file's descriptor, opened without following a symbolic link at its path; a
+        link, or anything but a regular file there, raises a LockError (nothing is written)."""
+        try:
+            fd = os.open(self.path, flags | _NOFOLLOW, 0o666 & ~_umask())
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EMLINK) or os.path.islink(self.path):
+                raise LockError(
+                    f"{self.path!r} is a symbolic link, not this package's lock file: refusing to follow it "
+                    "(remove the link, or write to another directory)"
+                ) from None
+            raise
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise LockError(
+                f"{self.path!r} is not a regular file (a FIFO, device or directory): refusing to use it as a lock "
+                "(remove it, or write to another directory)"
+            )
+        return fd
 
     def acquire(self) -> DirectoryLock:
         os.makedirs(self.directory, exist_ok=True)
@@ -297,7 +359,7 @@ class DirectoryLock:
             fcntl = None
         if fcntl is not None:
             while True:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+                fd = self._open(os.O_RDWR | os.O_CREAT | os.O_NONBLOCK)
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except OSError:
@@ -320,7 +382,7 @@ class DirectoryLock:
         else:  # pragma: no cover - not POSIX
             while True:
                 try:
-                    fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666 & ~_umask())
+                    fd = self._open(os.O_RDWR | os.O_CREAT | os.O_EXCL)
                     break
                 except FileExistsError:
                     holder = self._holder()

@@ -96,7 +96,9 @@ def _size_map(value, name, what="sizes"):
         raise ValueError(f"{name} must map {what} (integers >= 1) to seconds, e.g. {{1: 0.2, 9: 0.3}}")
     out, spelled = {}, {}
     for k, v in value.items():
-        if isinstance(k, bool) or not (isinstance(k, (int, np.integer)) or (isinstance(k, str) and k.isdigit())):
+        if isinstance(k, bool) or not (
+            isinstance(k, (int, np.integer)) or (isinstance(k, str) and k.isascii() and k.isdigit())
+        ):
             raise ValueError(f"{name} keys must be {what} (integers >= 1); got {_short(k)}")
         size = int(k)
         if size < 1 or size > 1_000_000:
@@ -130,7 +132,10 @@ def _checked_samples(samples):
     def times(value, name):
         if not isinstance(value, list) or not value or len(value) > 10_000:
             raise ValueError(f"{name} must be a list of 1 to 10,000 timings (seconds)")
-        return [_positive(v, name) for v in value]
+        out = [_positive(v, name) for v in value]
+        if min(out) <= 0:
+            raise ValueError(f"{name} holds a timing of 0 seconds: a timed repeat takes some time (> 0)")
+        return out
 
     if not isinstance(samples, dict) or set(samples) - {"draft_token", "verify_block", "prefill"}:
         raise ValueError('samples must be {"draft_token": [...], "verify_block": {k: [...]}, "prefill": {...}}')
@@ -418,7 +423,12 @@ def load_cost(path) -> CostModel:
     "judge_token": 0.0}``, in seconds). Unknown or missing fields are refused by name."""
     path = str(path)
     if not os.path.isfile(path):
-        what = "is a directory" if os.path.isdir(path) else "does not exist"
+        if os.path.isdir(path):
+            what = "is a directory"
+        elif os.path.exists(path):
+            what = "is not a regular file (a FIFO, socket or device)"
+        else:
+            what = "does not exist"
         raise ValueError(f"cost file {path!r} {what} (write one with 'cactus-theory calibrate')")
     size = os.path.getsize(path)
     if size > _COST_MAX_BYTES:

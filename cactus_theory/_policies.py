@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._emitted import _entropy
+from ._validation import host_probabilities
 
 __all__ = ["AUTO_POLICIES", "DRAFT_POLICIES", "DraftPolicy", "make_draft_policy", "policy_blocks"]
 
@@ -128,8 +129,13 @@ def policy_blocks(policy, draft_probs, beta, m, cost=None):
     the largest block. Exact under independent positions: the policy reads only p, so L_t is
     fixed by the trace and AL_t = sum_{j=1}^{L_t} prod_{i<j} beta_{t+i}. Positions past the end
     count as rejections (the block is cut there). ``cost`` (a CostModel) for ``cost-optimal``."""
-    top1, entropy = draft_features(draft_probs)
+    top1, entropy = draft_features(host_probabilities(draft_probs, "draft_probs"))
     beta = np.asarray(beta, dtype=np.float64)
+    if beta.shape[-1:] != top1.shape or beta.ndim not in (1, 2) or not np.all((beta >= 0) & (beta <= 1)):
+        raise ValueError(
+            f"beta must be acceptance probabilities in [0, 1] per position, shape ({top1.shape[0]},) or (slots, "
+            f"{top1.shape[0]}); got shape {beta.shape}" + (" with values outside [0, 1] or NaN" if beta.size else "")
+        )
     per_slot = beta.ndim == 2
     n = top1.shape[0]
     if policy is not None and policy.needs_cost and cost is None:

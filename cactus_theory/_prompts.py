@@ -116,6 +116,8 @@ class Prompt:
 def prompt_seed(seed: int, prompt_id: str) -> int:
     """The sampling seed of one prompt: from the user's seed and the prompt's id only (sha256 of
     the id), so a resumed, limited or reordered dump samples every prompt exactly as a full one."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0 (the sampling seed); got {seed!r}")
     digest = hashlib.sha256(str(prompt_id).encode("utf-8")).digest()
     words = [int.from_bytes(digest[i : i + 4], "little") for i in range(0, 16, 4)]
     return int(np.random.SeedSequence([int(seed), *words]).generate_state(1, dtype=np.uint64)[0] >> 1)
@@ -144,17 +146,40 @@ def benchmark_prompt(dataset: str, rec: dict) -> str:
     """The user message for one record of a benchmark file: the text, with the instruction the paper's
     setup uses (GSM8K: step by step, answer after '####'; HumanEval: the whole function in one code
     block; MBPP: code passing the first test; MT-Bench and Spec-Bench: the first turn)."""
+    if not isinstance(rec, dict):
+        raise ValueError(f"a {dataset} record is a JSON object; got {type(rec).__name__}")
+
+    def text(key):
+        value = rec.get(key)
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"a {dataset} record's {key!r} must be a non-empty string; got {_short(value)}")
+        return value
+
     if dataset == "gsm8k":
-        return f"{rec['question']}\nSolve the problem step by step and give the final answer after '####'."
+        return f"{text('question')}\nSolve the problem step by step and give the final answer after '####'."
     if dataset == "humaneval":
         return (
             "Complete the following Python function. Reply with the whole function in one "
-            f"```python code block.\n\n```python\n{rec['prompt']}```"
+            f"```python code block.\n\n```python\n{text('prompt')}```"
         )
     if dataset == "mbpp":
-        tests = "\n".join(rec.get("test_list", [])[:1])
-        return f"{rec['text']}\nYour code should pass this test:\n{tests}\nReply with Python code only."
-    return rec["turns"][0]  # mt_bench, spec_bench: the first turn
+        tests = rec.get("test_list", [])
+        if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
+            raise ValueError(f"an mbpp record's 'test_list' must be a list of strings; got {_short(tests)}")
+        return (
+            f"{text('text')}\nYour code should pass this test:\n{chr(10).join(tests[:1])}\nReply with Python code only."
+        )
+    turns = rec.get("turns")  # mt_bench, spec_bench: the first turn
+    if not isinstance(turns, list) or not turns or not isinstance(turns[0], str) or not turns[0].strip():
+        raise ValueError(
+            f"a {dataset} record's 'turns' must be a list of strings (the user turns); got {_short(turns)}"
+        )
+    return turns[0]
+
+
+def _short(value, limit=60) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= limit else shown[:limit] + "..."
 
 
 def _stem(path: str) -> str:
@@ -292,11 +317,13 @@ def load_prompts(
         records = []
         for i, (n, rec) in enumerate(json_lines(path)):
             try:
-                records.append((i, benchmark_prompt(dataset, rec)))
-            except (KeyError, TypeError, IndexError):
+                records.append((i, _unicode(benchmark_prompt(dataset, rec), f"{path}, line {n}")))
+            except ValueError as exc:
+                if str(exc).startswith(f"{path}, line"):
+                    raise
                 raise ValueError(
-                    f"{path}, line {n}: not a {dataset} record (see its loader in cactus_theory._prompts); "
-                    "for a file of your own prompts leave out --dataset"
+                    f"{path}, line {n}: not a {dataset} record ({exc}); for a file of your own prompts leave out "
+                    "--dataset"
                 ) from None
     else:
         label = task or _stem(path)

@@ -25,12 +25,33 @@ class SamplingSettings:
     top_p: float = 0.95
 
     def __post_init__(self):
+        for name in ("temperature", "top_p"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+                raise ValueError(f"{name} must be a number; got {_short(value)}")
         if not (np.isfinite(self.temperature) and self.temperature >= 0):
             raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy); got {self.temperature!r}")
-        if not (isinstance(self.top_k, (int, np.integer)) and self.top_k >= 0):
+        if isinstance(self.top_k, bool) or not (isinstance(self.top_k, (int, np.integer)) and self.top_k >= 0):
             raise ValueError(f"top_k must be an integer >= 0 (0 = no top-k); got {self.top_k!r}")
         if not (0 < self.top_p <= 1):
             raise ValueError(f"top_p must lie in (0, 1] (1 = no top-p); got {self.top_p!r}")
+
+    @classmethod
+    def from_dict(cls, value, where: str = "sampling") -> SamplingSettings:
+        """Settings from a stored dict (a manifest's ``metadata.sampling``): unknown keys and values
+        of the wrong type raise a ValueError naming ``where`` and the field. None or {} gives the
+        defaults."""
+        if value is None:
+            return cls()
+        if not isinstance(value, dict):
+            raise ValueError(f"{where} must be an object with temperature, top_k, top_p; got {_short(value)}")
+        unknown = sorted(set(value) - {"temperature", "top_k", "top_p"})
+        if unknown:
+            raise ValueError(f"{where} has unknown field(s) {unknown}; its fields are temperature, top_k, top_p")
+        try:
+            return cls(**value)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
 
     @property
     def greedy(self) -> bool:
@@ -38,6 +59,11 @@ class SamplingSettings:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def _short(value, limit=60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
 
 
 def processed_probs(logits, settings: SamplingSettings | None = None, **kwargs):

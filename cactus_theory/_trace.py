@@ -253,6 +253,9 @@ def _check_manifest(manifest, path):
             fail(f"{key} must be an integer >= {low}; got {manifest.get(key)!r}")
     if not isinstance(manifest.get("metadata", {}), dict):
         fail("metadata must be an object")
+    for key in ("tail_known", "store_full"):
+        if key in manifest and not isinstance(manifest[key], bool):
+            fail(f"{key} must be true or false; got {manifest[key]!r}")
     shards, sequences = manifest.get("shards"), manifest.get("sequences")
     if not isinstance(shards, list) or not isinstance(sequences, list):
         fail("shards and sequences must be lists")
@@ -301,6 +304,10 @@ def _check_manifest(manifest, path):
 def _read_manifest(directory):
     path = os.path.join(directory, "manifest.json")
     if not os.path.isdir(directory):
+        if os.path.exists(directory):
+            raise TraceError(
+                f"{directory!r} is a file, not a trace directory: give the directory that holds manifest.json"
+            )
         raise TraceError(f"trace directory {directory!r} does not exist")
     try:
         info = os.lstat(path)
@@ -616,6 +623,15 @@ class Trace:
         return self.manifest["metadata"]
 
     @property
+    def sampling(self) -> SamplingSettings:
+        """The sampling settings the trace was recorded with (``metadata.sampling``; defaults where
+        it records none); a malformed entry raises a TraceError naming the trace and the field."""
+        try:
+            return SamplingSettings.from_dict(self.metadata.get("sampling"), "metadata.sampling")
+        except ValueError as exc:
+            raise TraceError(f"{self.directory}: {exc}: the manifest is corrupt") from None
+
+    @property
     def top_k(self) -> int:
         return self.manifest["top_k"]
 
@@ -780,8 +796,19 @@ def import_logits(path, directory, **kwargs):
     target_logits, tokens (and optionally sequence_lengths), or ``.npy`` of shape (2, N, V)
     ([draft, target]) with ``tokens=`` given."""
     ext = os.path.splitext(str(path))[1].lower()
+    if ext in (".npz", ".npy"):
+        try:
+            loaded = np.load(path, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            kind = "a NumPy .npz archive of arrays" if ext == ".npz" else "a NumPy .npy array"
+            raise TraceError(
+                f"{path}: not {kind} ({type(exc).__name__}); pickled objects are never loaded: save the logits with "
+                "numpy.savez (or numpy.save) of plain arrays"
+            ) from None
     if ext == ".npz":
-        with np.load(path) as data:
+        if not hasattr(loaded, "files"):
+            raise TraceError(f"{path}: a .npy array saved under a .npz name: save the arrays with numpy.savez")
+        with loaded as data:
             arrays = {k: data[k] for k in data.files}
     elif ext == ".pt":
         import torch
@@ -790,7 +817,9 @@ def import_logits(path, directory, **kwargs):
         if not isinstance(arrays, dict):
             raise TraceError(f"{path}: expected a dict of tensors with draft_logits, target_logits, tokens")
     elif ext == ".npy":
-        both = np.load(path)
+        both = loaded
+        if hasattr(both, "files"):
+            raise TraceError(f"{path}: an .npz archive saved under a .npy name: rename it to .npz")
         if both.ndim != 3 or both.shape[0] != 2:
             raise TraceError(f"{path}: a .npy import must be (2, positions, V) = [draft, target]; got {both.shape}")
         arrays = {"draft_logits": both[0], "target_logits": both[1], "tokens": kwargs.pop("tokens")}

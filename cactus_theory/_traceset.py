@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ._io import termination_as_exception
+from ._io import refuse_overlap, termination_as_exception
 from ._progress import progress_bar
 from ._trace import RESUME_FIELDS, Trace, TraceError, TraceSequence, TraceWriter, _show, metadata_differences
 
@@ -30,6 +30,7 @@ __all__ = [
     "open_traces",
     "synthesize_trace",
     "trace_fingerprint",
+    "unfinished",
 ]
 
 #: Metadata that the traces of one set must share (models by file hashes), besides K, the
@@ -130,6 +131,34 @@ def _refuse_overlapping_traces(traces) -> None:
                 )
 
 
+def unfinished(trace: Trace) -> str | None:
+    """Why ``trace`` is an unfinished merge or synthesis (a run killed before its end: fewer
+    sequences or positions than its metadata promises), or None. Such a trace is refused by trace
+    sets (and so by every analysis) and as a synthesis source: rerun the command that wrote it,
+    with the same arguments, to finish it."""
+    parts = trace.metadata.get("merged_from")
+    if isinstance(parts, list) and parts and all(isinstance(r, dict) and _is_count(r.get("sequences")) for r in parts):
+        promised = sum(r["sequences"] for r in parts)
+        if len(trace) < promised:
+            return (
+                f"trace {trace.directory!r} is an unfinished merge: it holds {len(trace)} of the {promised} sequences "
+                "its parts have (the merge was stopped): rerun 'cactus-theory merge' with the same parts and --out "
+                "to finish it"
+            )
+    made = trace.metadata.get("synthesized")
+    if isinstance(made, dict) and _is_count(made.get("positions")) and trace.n_positions < made["positions"]:
+        return (
+            f"trace {trace.directory!r} is an unfinished synthesis: it holds {trace.n_positions} of the "
+            f"{made['positions']} positions asked for (the run was stopped): rerun synthesize_trace with the same "
+            "arguments to finish it"
+        )
+    return None
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 class TraceSet:
     """Traces analysed as one dataset, checked to share models, tokenizer, sampling and K.
 
@@ -160,6 +189,10 @@ class TraceSet:
                 opened.extend(Trace(d, verify=verify) for d in _expand(item))
         if not opened:
             raise TraceError("a trace set needs at least one trace")
+        for trace in opened:
+            reason = unfinished(trace)
+            if reason:
+                raise TraceError(reason)
         self.traces = tuple(opened)
         self.names = tuple(_names([t.directory for t in opened]))
         _refuse_overlapping_traces(self.traces)
@@ -171,6 +204,11 @@ class TraceSet:
     @property
     def metadata(self) -> dict:
         return self.traces[0].metadata
+
+    @property
+    def sampling(self):
+        """The sampling settings the traces share (``Trace.sampling``), checked."""
+        return self.traces[0].sampling
 
     @property
     def top_k(self) -> int:
@@ -351,6 +389,10 @@ def merge_traces(out, parts, *, shard_positions=None, progress=None, allow_parti
             raise TraceError(f"part {d!r} is not a trace directory" + (" (it is a file)" if os.path.exists(d) else ""))
         if os.path.realpath(d) == out_real:
             raise TraceError(f"the output {str(out)!r} is also one of the parts: merge into a new directory")
+        try:
+            refuse_overlap(out, [d], what="the output")
+        except ValueError as exc:
+            raise TraceError(f"{exc} (merge into a new directory beside the parts)") from None
     _names(directories)  # refuses a directory given twice
     traces = [Trace(d, verify=True) for d in directories]
     first = traces[0]
@@ -411,9 +453,15 @@ def synthesize_trace(source, directory, n_positions, *, block=32, seed=0, shard_
     if not (isinstance(block, (int, np.integer)) and block >= 1):
         raise ValueError(f"block must be an integer >= 1; got {block!r}")
     src = source if isinstance(source, Trace) else Trace(source)
-    seqs = list(src)
+    if unfinished(src):
+        raise TraceError(unfinished(src))
+    try:
+        refuse_overlap(directory, [src.directory], what="the output")
+    except ValueError as exc:
+        raise TraceError(f"{exc} (synthesize into a new directory)") from None
+    seqs = [seq for seq in src if seq.n_positions > 0]  # an empty sequence has no block to draw
     if not seqs:
-        raise TraceError(f"trace {src.directory!r} holds no sequences to resample")
+        raise TraceError(f"trace {src.directory!r} holds no sequences with positions to resample")
     rng = np.random.default_rng(seed)
     starts = [(i, s) for i, seq in enumerate(seqs) for s in range(max(seq.n_positions - block, 0) + 1)]
     lengths = np.array([seq.n_positions for seq in seqs])

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._analysis import analyze_trace
+from ._bootstrap import check_resamples
 from ._rules import make_rule
-from ._sampling import SamplingSettings
 
 __all__ = ["MULTI_DRAFT_METHODS", "MultiDraftComparison", "compare_multi_draft"]
 
@@ -143,6 +143,16 @@ def _bins(values, edges, per_method):
     return out
 
 
+def _positive_ints(values, name, what):
+    try:
+        out = tuple(values)
+    except TypeError:
+        raise ValueError(f"{name} must be a list of {what} (integers >= 1); got {values!r}") from None
+    if not out or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in out):
+        raise ValueError(f"{name} must be a non-empty list of {what} (integers >= 1); got {values!r}")
+    return tuple(int(v) for v in out)
+
+
 def compare_multi_draft(trace, ks=tuple(range(1, 9)), ms=(4, 8), *, k_bins=4, n_boot=1000, methods=None,
                         progress=None) -> MultiDraftComparison:  # fmt: skip
     """Each multi-draft method's acceptance and tree AL on ``trace`` for each k in ``ks`` and depth
@@ -156,11 +166,34 @@ def compare_multi_draft(trace, ks=tuple(range(1, 9)), ms=(4, 8), *, k_bins=4, n_
     from ._traceset import open_traces
 
     start = time.perf_counter()
+    if isinstance(k_bins, bool) or not isinstance(k_bins, (int, np.integer)) or k_bins < 1:
+        raise ValueError(f"k_bins (drafts per position of the per-bin tables) must be an integer >= 1; got {k_bins!r}")
+    check_resamples(n_boot)
+    ks = _positive_ints(ks, "ks", "drafts per position")
+    ms = _positive_ints(ms, "ms", "tree depths m")
     methods = MULTI_DRAFT_METHODS if methods is None else tuple(methods)
+    if not methods:
+        raise ValueError("methods is empty: give (label, spec template in k, children) tuples, or None for the default")
+    for method in methods:
+        if not (isinstance(method, (tuple, list)) and len(method) == 3 and all(isinstance(x, str) for x in method)):
+            raise ValueError(
+                "methods must be (label, spec template in k, children) tuples of strings, e.g. "
+                f"('rrs', 'rrs(k={{k}})', 'sampled i.i.d.'); got {method!r}"
+            )
+        try:
+            rule = make_rule(method[1].format(k=1))
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(
+                f"methods: {method[0]!r} has the template {method[1]!r}, which gives no rule: {exc}"
+            ) from None
+        if "{k}" not in method[1] or not getattr(rule, "multi_draft", False):
+            raise ValueError(f"methods: {method[0]!r} must be a multi-draft rule's spec with {{k}} for its width; got "
+                             f"{method[1]!r}")  # fmt: skip
     traces = open_traces(trace if trace is not None else load_trace())
     specs = {(name, k): make_rule(template.format(k=k)).describe() for name, template, _ in methods for k in ks}
     result = analyze_trace(traces, list(dict.fromkeys(specs.values())), ms=tuple(ms), n_boot=n_boot, progress=progress)
     by_rule = {(r["rule"], r["m"]): r for r in result.rows if r["task"] == "all"}
+    ms = result.ms  # an m longer than every sequence is analysed as the longest
     rows = []
     for name, _, children in methods:
         for k in ks:
@@ -174,7 +207,7 @@ def compare_multi_draft(trace, ks=tuple(range(1, 9)), ms=(4, 8), *, k_bins=4, n_
                     "acceptance_of_optimum_hi": r["acceptance_of_optimum_hi"],
                     "al": r["al"], "al_lo": r["al_lo"], "al_hi": r["al_hi"], "verified_tokens": r["verified_tokens"],
                 })  # fmt: skip
-    settings = SamplingSettings(**(traces.metadata.get("sampling") or {}))
+    settings = traces.sampling
     per_method = {name: [] for name, _, _ in methods}
     entropy, top1 = [], []
     for seq in traces:

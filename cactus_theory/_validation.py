@@ -14,6 +14,7 @@ __all__ = [
     "broadcast",
     "check_distribution",
     "check_token",
+    "host_probabilities",
 ]
 
 #: Default tolerance on |sum - 1| for a probability vector (float64 inputs).
@@ -123,6 +124,21 @@ def check_distribution(arr, name: str, atol: float = NORMALISATION_ATOL, backend
         return arr
     _diagnose(arr, name, backend)
     raise ValueError(f"{name} must be finite probabilities; its row sums overflow")  # pragma: no cover
+
+
+def host_probabilities(arr, name: str, atol: float = NORMALISATION_ATOL) -> np.ndarray:
+    """``arr`` (a NumPy array or a torch tensor of any float dtype) checked as distributions over
+    the last axis within its own dtype's tolerance (``check_distribution``), as a float64 NumPy
+    array; rows of a lower precision than float64 are renormalised in float64, so that exact
+    computations start from distributions."""
+    from ._backend import namespace
+
+    backend = namespace(arr)
+    checked = check_distribution(arr, name, atol, backend=backend)
+    host = np.asarray(backend.to_numpy(backend.promote(checked)), dtype=np.float64)
+    if backend.eps(checked) > _EPS64:
+        host = host / np.sum(host, axis=-1, keepdims=True)
+    return host
 
 
 def _diagnose(arr, name, backend):

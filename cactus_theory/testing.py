@@ -28,7 +28,7 @@ from ._rules._reference import emitted_bruteforce
 from ._sampling import SamplingSettings, processed_probs
 from ._simulate import simulate
 
-__all__ = ["CHECKS", "check_rule", "conformance_rules", "emitted_bruteforce", "make_case", "same_rules"]
+__all__ = ["CHECKS", "check_rule", "check_sane", "conformance_rules", "emitted_bruteforce", "make_case", "same_rules"]
 
 
 def make_case(seed: int, vocab: int, batch=()):
@@ -61,8 +61,10 @@ def _describe_input(**arrays) -> str:
 
 
 def _close(actual, desired, what, rtol=1e-10, atol=1e-13, **inputs):
+    """``actual`` equals ``desired`` within the tolerances; NaN never equals NaN (a rule whose
+    numbers are all NaN fails every comparison)."""
     try:
-        np.testing.assert_allclose(actual, desired, rtol=rtol, atol=atol)
+        np.testing.assert_allclose(actual, desired, rtol=rtol, atol=atol, equal_nan=False)
     except AssertionError as exc:
         detail = " ".join(str(exc).split())[:600]
         raise _Failed(f"{what}: {detail}; input {_describe_input(**inputs)}") from None
@@ -78,6 +80,41 @@ def _logits_for(rule, lg):
 
 
 # --- the checks ----------------------------------------------------------------------------------
+
+
+def _finite_probabilities(values, what, **inputs):
+    """Finite and in [0, 1] up to rounding (1e-12): the sanity guard; the checks test precision."""
+    arr = np.asarray(values, dtype=np.float64)
+    _true(np.all(np.isfinite(arr)), f"{what} is not finite (NaN or inf)", **inputs)
+    _true(np.all((arr >= -1e-12) & (arr <= 1 + 1e-12)), f"{what} lies outside [0, 1]", **inputs)
+
+
+def check_sane(rule, seed):
+    """What every check needs first: the rule's numbers on one random input are finite
+    probabilities (acceptance in [0, 1], a correction and an emitted law that are distributions;
+    for a block rule its block law, for a multi-draft rule its acceptance over the drafts).
+    ``check_rule`` runs it before each check, so no check passes a rule whose numbers are NaN."""
+    vocab = int(np.random.default_rng(seed).integers(3, 8))
+    p, q, lg = make_case(seed, vocab, batch=(2,))
+    n = np.random.default_rng(seed + 2).integers(vocab, size=2)
+    lg = _logits_for(rule, lg)
+    single = rule.single() if _multi(rule) else rule
+    _finite_probabilities(single.acceptance(p, q, n, logits=lg), "acceptance", p=p, q=q, n=n)
+    r = np.asarray(single.correction(p, q, n, logits=lg), dtype=np.float64)
+    _finite_probabilities(r, "a correction", p=p, q=q, n=n)
+    _close(r.sum(-1), 1.0, "a correction does not sum to 1", rtol=1e-9, atol=0, p=p, q=q, n=n)
+    pi = np.asarray(emitted_distribution(rule, p, q, logits=lg), dtype=np.float64)
+    _finite_probabilities(pi, "the emitted law", p=p, q=q)
+    _close(pi.sum(-1), 1.0, "the emitted law does not sum to 1", rtol=1e-9, atol=0, p=p, q=q)
+    if _multi(rule):
+        _finite_probabilities(rule.multi_acceptance(p, q), "the acceptance over the drafts", p=p, q=q)
+    if getattr(rule, "block_level", False) and not rule.needs_logits:
+        rows_p, rows_q = _position_rows(seed, 3, vocab)
+        law = rule.block_law(rows_p[:2], rows_q, np.array([0, 1]))
+        _finite_probabilities(law.accepted, "the block law's accepted lengths", p=rows_p, q=rows_q)
+        _close(law.accepted.sum(-1), 1.0, "the block law's accepted lengths do not sum to 1", rtol=1e-9, atol=0,
+               p=rows_p, q=rows_q)  # fmt: skip
+    return None
 
 
 def check_probabilities(rule, seed):
@@ -278,6 +315,20 @@ def check_numpy_torch_agree(rule, seed):
             target=torch.as_tensor(lg.target, dtype=dtype), draft=torch.as_tensor(lg.draft, dtype=dtype),
             temperature=lg.temperature,
         )  # fmt: skip
+        p64, q64 = p_t.double().numpy(), q_t.double().numpy()
+        lg64 = RuleLogits(target=lg_t.target.double().numpy(), draft=lg_t.draft.double().numpy(),
+                          temperature=lg.temperature)  # fmt: skip
+        for token in range(10):  # every token as the drafted one: where p > q as well as where p <= q
+            every = np.full(4, token)
+            _close(rule.acceptance(p_t, q_t, torch.as_tensor(every), logits=lg_t).double().numpy(),
+                   rule.acceptance(p64, q64, every, logits=lg64), f"torch {dtype} acceptance differs from NumPy's",
+                   rtol=tol, atol=tol, p=p, q=q, n=every)  # fmt: skip
+        p_t, q_t = torch.as_tensor(p, dtype=dtype), torch.as_tensor(q, dtype=dtype)
+        p_t, q_t = p_t / p_t.sum(-1, keepdim=True), q_t / q_t.sum(-1, keepdim=True)
+        lg_t = RuleLogits(
+            target=torch.as_tensor(lg.target, dtype=dtype), draft=torch.as_tensor(lg.draft, dtype=dtype),
+            temperature=lg.temperature,
+        )  # fmt: skip
         a_t = rule.acceptance(p_t, q_t, torch.as_tensor(n), logits=lg_t)
         r_t = rule.correction(p_t, q_t, torch.as_tensor(n), logits=lg_t)
         _true(isinstance(a_t, torch.Tensor) and a_t.dtype == dtype and r_t.dtype == dtype,
@@ -287,8 +338,17 @@ def check_numpy_torch_agree(rule, seed):
                           temperature=lg.temperature)  # fmt: skip
         _close(a_t.double().numpy(), rule.acceptance(p64, q64, n, logits=lg64),
                f"torch {dtype} acceptance differs from NumPy's", rtol=tol, atol=tol, p=p, q=q, n=n)  # fmt: skip
-        _close(r_t.double().numpy(), rule.correction(p64, q64, n, logits=lg64),
-               f"torch {dtype} correction differs from NumPy's", rtol=tol, atol=tol, p=p, q=q, n=n)  # fmt: skip
+        r64 = rule.correction(p64, q64, n, logits=lg64)
+        if dtype == torch.float64:
+            _close(r_t.double().numpy(), r64, f"torch {dtype} correction differs from NumPy's", rtol=tol, atol=tol,
+                   p=p, q=q, n=n)  # fmt: skip
+        else:  # float32: the correction as it enters the emitted law, p(n) (1 - a) r, since where a draft is
+            # rare or almost always accepted the residual norm((h - p)+) is a ratio of tiny differences
+            a64 = np.asarray(rule.acceptance(p64, q64, n, logits=lg64))[..., None]
+            pn = np.take_along_axis(p64, n[:, None], -1)
+            _close(pn * (1 - a_t.double().numpy())[..., None] * r_t.double().numpy(), pn * (1 - a64) * r64,
+                   f"torch {dtype} correction differs from NumPy's (weighted by p(n) (1 - a))", rtol=tol, atol=tol,
+                   p=p, q=q, n=n)  # fmt: skip
         pi_t = emitted_distribution(rule, p_t, q_t, logits=lg_t)
         _true(isinstance(pi_t, torch.Tensor) and pi_t.dtype == torch.float64,
               "the emitted law of torch input is not a float64 tensor", p=p, q=q)  # fmt: skip
@@ -529,6 +589,7 @@ CHECKS = {
 }
 #: Checks over random inputs, run on ``cases`` seeds; the others run once.
 _PER_CASE = (
+    "numpy_torch_agree",
     "probabilities",
     "bonus_laws",
     "acceptance_all",
@@ -573,6 +634,12 @@ def check_rule(rule, *, checks=None, seed=0, cases=10) -> dict:
     unknown = [c for c in names if c not in CHECKS]
     if unknown:
         raise ValueError(f"unknown check(s) {unknown}; the checks are {', '.join(CHECKS)}")
+    if not names:
+        raise ValueError("checks is empty: name at least one check (None runs them all)")
+    if isinstance(cases, bool) or not isinstance(cases, (int, np.integer)) or cases < 1:
+        raise ValueError(f"cases must be an integer >= 1 (random inputs per input-driven check); got {cases!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0; got {seed!r}")
     label = rule.describe() if hasattr(rule, "describe") else repr(rule)
     report = {}
     for name in names:
@@ -581,6 +648,7 @@ def check_rule(rule, *, checks=None, seed=0, cases=10) -> dict:
         subject = rule.single() if _multi(rule) and name in _PER_TOKEN else rule
         for s in seeds:
             try:
+                check_sane(rule, s)  # no check passes a rule whose numbers are not probabilities
                 skipped = CHECKS[name](subject, s)
             except _Failed as exc:
                 raise AssertionError(f"check_rule({label!r}): {name} failed (seed {s}): {exc}") from None

@@ -88,7 +88,8 @@ def predict_own(trace_dir, cost, rules, best, n_boot, trust):
     """Per (rule, m, task): the prediction from a trace of the held-out prompts themselves."""
     result = analyze_trace(trace_dir, rules, ms=tuple(sorted(set(best.values()))), n_boot=n_boot, progress=False)
     plan = predict_speedup(result, cost, allow_untrusted=trust)
-    return {(r["rule"], r["m"], r["task"]): r for r in plan.rows}
+    # keyed by the m asked for (an m longer than every held-out sequence is analysed as the longest)
+    return {(r["rule"], m, r["task"]): r for m, used in result.m_used.items() for r in plan.rows if r["m"] == used}
 
 
 def dump_heldout(args, prompts, settings):

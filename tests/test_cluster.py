@@ -110,7 +110,7 @@ def test_a_trace_set_refuses_other_models_naming_the_field(tmp_path):
 def test_a_trace_set_from_a_glob_keeps_per_trace_rows(tmp_path):
     _trace(tmp_path / "run-1", 0, ["x0", "x1", "x2"])
     _trace(tmp_path / "run-2", 1, ["x0", "y1"], metadata=_metadata(seed=7))  # ids may repeat, seeds differ
-    result = analyze_trace(str(tmp_path / "run-*"), ["sps", "cactus(delta=1)"], ms=(2,), n_boot=50)
+    result = analyze_trace(str(tmp_path / "run-*"), ["sps", "cactus(delta=1)"], ms=(2,), n_boot=100)
     assert result.traces == ["run-1", "run-2"]
     assert {r["trace"] for r in result.rows} == {"all"}
     by_trace = {(r["trace"], r["rule"]): r for r in result.trace_rows}

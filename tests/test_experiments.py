@@ -66,14 +66,14 @@ def tiny_trace(tmp_path_factory):
 
 def test_rules_comparison(tiny_trace, tmp_path):
     script("rules_comparison").main(["--trace", tiny_trace, "--out-dir", str(tmp_path), "--processes", "1",
-                                     "--bootstrap", "10"])  # fmt: skip
+                                     "--bootstrap", "100"])  # fmt: skip
     comparison = json.loads((tmp_path / "rules_comparison.json").read_text())
     assert {r["rule"] for r in comparison["rows"]} >= {"sps", "cactus(delta=1)", "always-accept"}
     assert "--trace" in (tmp_path / "rules_comparison.md").read_text()
 
 
 def test_multi_draft(tiny_trace, tmp_path):
-    script("multi_draft").main(["--trace", tiny_trace, "--out", str(tmp_path), "--bootstrap", "10", "--k", "1", "3",
+    script("multi_draft").main(["--trace", tiny_trace, "--out", str(tmp_path), "--bootstrap", "100", "--k", "1", "3",
                                 "--m", "2"])  # fmt: skip
     data = json.loads((tmp_path / "multi_draft.json").read_text())
     assert {(r["method"], r["k"]) for r in data["rows"]} >= {("optimum (i.i.d.)", 1), ("eagle-tree", 3)}
@@ -168,7 +168,7 @@ def test_the_real_pair_pipeline_on_tiny_models(models, tmp_path, capsys):
     script("dump_real_trace").main(["--models", models, "--data", data, "--per-task", "1", "--max-new-tokens", "4",
                                     "--dtype", "float32", "--out", str(trace)])  # fmt: skip
     assert len(Trace(trace)) == 3
-    script("block_verification").main(["--trace", str(trace), "--out", str(tmp_path), "--bootstrap", "20", "--decode",
+    script("block_verification").main(["--trace", str(trace), "--out", str(tmp_path), "--bootstrap", "100", "--decode",
                                        "--data", data, "--models", models, "--prompts", "2", "--max-new-tokens", "8",
                                        "--dtype", "float32"])  # fmt: skip
     assert set(json.loads((tmp_path / "block_verification.json").read_text())["decoding"]["rules"]) == {"sps", "block"}
@@ -202,7 +202,7 @@ def test_the_real_pair_pipeline_on_tiny_models(models, tmp_path, capsys):
                  "8,16", "--out", str(cost), "--quiet"]) == 0  # fmt: skip
     script("plan_vs_reality").main(["--data", data, "--models", models, "--cost", str(cost), "--trust-cost",
                                     "--max-new-tokens", "4", "--heldout-trace", str(tmp_path / "heldout"), "--records",
-                                    str(tmp_path / "records.jsonl"), "--out", str(tmp_path), "--bootstrap", "10",
+                                    str(tmp_path / "records.jsonl"), "--out", str(tmp_path), "--bootstrap", "100",
                                     "--dtype", "float32", "--mt-bench", "1",
                                     "--translation", "1", "--qa", "0"])  # fmt: skip
     result = json.loads((tmp_path / "plan_vs_reality.json").read_text())

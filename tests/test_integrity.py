@@ -425,8 +425,8 @@ def _with_empty(directory, n_real, n_empty, seed=0):
 
 
 def test_empty_sequences_do_not_change_the_numbers(tmp_path):
-    with_empty = analyze_trace(_with_empty(tmp_path / "a", 3, 3), ["sps"], ms=(4,), n_boot=50)
-    without = analyze_trace(_with_empty(tmp_path / "b", 3, 0), ["sps"], ms=(4,), n_boot=50)
+    with_empty = analyze_trace(_with_empty(tmp_path / "a", 3, 3), ["sps"], ms=(4,), n_boot=100)
+    without = analyze_trace(_with_empty(tmp_path / "b", 3, 0), ["sps"], ms=(4,), n_boot=100)
     for key in ("al", "al_lo", "al_hi", "acceptance", "positions", "sequences"):
         assert with_empty.rows[0][key] == without.rows[0][key], key
     assert with_empty.empty_sequences == 3

@@ -135,7 +135,7 @@ def test_family_colours_are_one_per_family_and_plan_labels_do_not_overlap():
     names = sorted(__import__("cactus_theory").available_rules())
     assert len({family_colour(n) for n in names}) == min(len(names), 20)
     result = analyze_trace(load_trace(), parse_rules("sps,tas,cactus,cactus-exact,mentored", (0.25, 0.5, 1, 2)),
-                           ms=(2, 4, 8, 12, 20), n_boot=50, tasks=["gsm8k"])  # fmt: skip
+                           ms=(2, 4, 8, 12, 20), n_boot=100, tasks=["gsm8k"])  # fmt: skip
     fig = plot_plan(predict_speedup(result, 0.05))
     fig.canvas.draw()
     ax = fig.axes[0]

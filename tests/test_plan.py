@@ -79,7 +79,7 @@ def test_predicted_speedup_matches_the_closed_form_for_constant_acceptance(tmp_p
     p, q = (x[0] for x in next(iter(trace)).distributions(settings))  # as stored (float32 logits)
     beta = 1 - 0.5 * np.abs(p - q).sum()  # SpS acceptance of every position
     ms = (1, 2, 4, 8, 16)
-    result = analyze_trace(trace, ["sps"], ms=ms, n_boot=50)
+    result = analyze_trace(trace, ["sps"], ms=ms, n_boot=100)
     plan = predict_speedup(result, 0.25)
     for row in (r for r in plan.rows if r["task"] == "all"):
         m = row["m"]
@@ -141,7 +141,7 @@ def test_calibration_on_tiny_models():
 
 
 def test_cli_plan_with_a_ratio_and_with_a_file(tmp_path, capsys):
-    args = ["plan", "--rules", "sps,cactus", "--delta", "1", "--m", "2,8", "--bootstrap", "50", "--quiet"]
+    args = ["plan", "--rules", "sps,cactus", "--delta", "1", "--m", "2,8", "--bootstrap", "100", "--quiet"]
     assert main([*args, "--cost-ratio", "0.05", "--max-kl", "0.05", "--out", str(tmp_path / "p")]) == 0
     out = capsys.readouterr().out
     assert "predicted speedup at the best m" in out and "fastest with KL(pi || q) <= 0.05" in out

@@ -129,7 +129,7 @@ def test_the_cli_lists_and_analyses_a_plugin_rule(tmp_path):
     line = next(x for x in listed.stdout.splitlines() if x.startswith("halfway"))
     assert "midpoint" in line and "[plugin my_rules]" in line
     analysed = _run(tmp_path, None, "analyze", "--plugin", "my_rules", "--rules", "sps,halfway", "--m", "4",
-                    "--bootstrap", "20", "--processes", "2", "--quiet")  # fmt: skip
+                    "--bootstrap", "100", "--processes", "2", "--quiet")  # fmt: skip
     assert analysed.returncode == 0, analysed.stderr
     assert any(x.startswith("halfway") for x in analysed.stdout.splitlines())
     missing = _run(tmp_path, None, "--plugin", "nowhere_rules", "rules")

@@ -125,7 +125,7 @@ def test_analysis_rows_of_policies():
 
 def test_cli_plan_with_a_drafting_policy_on_the_embedded_trace(capsys):
     assert main(["plan", "--draft-policy", "p-min(0.4)", "--cost-ratio", "0.3", "--rules", "sps,cactus", "--delta",
-                 "1", "--m", "2,4,8", "--bootstrap", "50", "--quiet"]) == 0  # fmt: skip
+                 "1", "--m", "2,4,8", "--bootstrap", "100", "--quiet"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "p-min(0.4)" in out and "fixed" in out and "a what-if" in out
     assert main(["plan", "--draft-policy", "auto", "--cost-profile", "qwen3-32b-0.6b-gb200-vllm", "--rules", "sps",

@@ -60,7 +60,7 @@ def test_spec_strings_build_the_rules():
         ("speculative", r"unknown rule 'speculative'.*registered rules: always-accept, block, cactus"),
         ("cactus(delat=1)", r"rule 'cactus' has no parameter 'delat'.*its parameters: delta, divergence, bonus"),
         ("cactus-exact(bonus=taylor)", r"no parameter 'bonus'.*its parameters: delta, divergence"),
-        ("cactus(delta=abc)", r"delta='abc' is not a valid"),
+        ("cactus(delta=abc)", r"delta='abc' is not a number"),
         ("cactus(delta=1", r"unbalanced brackets|not of the form"),
         ("cactus(delta=1, delta=2)", r"delta is given twice"),
         ("cactus(1)", r"argument '1' must be key=value"),

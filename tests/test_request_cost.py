@@ -82,7 +82,7 @@ def test_request_speedups_use_the_traces_prompt_and_output_lengths(tmp_path):
     cost = CostModel(
         draft_token=0.1, verify_block={1: 1.0, 5: 1.3}, prefill={"verifier": {64: 3.0}, "draft": {64: 1.0}}
     )
-    result = analyze_trace(None or __import__("cactus_theory").load_trace(), ["sps"], ms=(4,), n_boot=50,
+    result = analyze_trace(None or __import__("cactus_theory").load_trace(), ["sps"], ms=(4,), n_boot=100,
                            tasks=["gsm8k"])  # fmt: skip
     plan = predict_speedup(result, cost)
     r = next(r for r in plan.rows if r["task"] == "all")

@@ -407,7 +407,9 @@ def test_analysis_matches_a_direct_computation_and_the_cli(tmp_path, capsys):
     assert abs(sps["kl_emitted_target"]) < 1e-12  # lossless
     paths = write_outputs(result, str(tmp_path / "out"))
     assert len(paths) == 5  # csv, json, three figures (two tasks: the per-task one too)
-    assert main(["analyze", str(tmp_path / "t"), "--rules", "sps,tas", "--m", "4", "--quiet", "--bootstrap", "50"]) == 0
+    assert (
+        main(["analyze", str(tmp_path / "t"), "--rules", "sps,tas", "--m", "4", "--quiet", "--bootstrap", "100"]) == 0
+    )
     assert "tas" in capsys.readouterr().out
     with pytest.raises(ValueError, match="unknown rule"):
         parse_rules("cactus,speculative")

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
@@ -281,9 +280,16 @@ from tiny_models import tiny_model, tiny_tokenizer
 from cactus_theory import SamplingSettings, dump_trace
 from cactus_theory._prompts import Prompt
 import time, cactus_theory._dump as dm
-if {slow}:  # a slow model, so that a signal lands while a prompt is in progress
-    forced = dm.teacher_forced_logits
-    dm.teacher_forced_logits = lambda *a: (time.sleep(0.5), forced(*a))[1]
+if {block_after} is not None:  # the draft's pass of prompt block_after + 1 of this run never returns
+    forced, calls = dm.teacher_forced_logits, []
+    def blocking(*a):
+        if len(calls) == {block_after}:
+            print("BLOCKED", file=sys.stderr, flush=True)
+            while True:
+                time.sleep(60)
+        calls.append(1)
+        return forced(*a)
+    dm.teacher_forced_logits = blocking
 prompts = [Prompt(id=f"p{{i}}", task="toy", text=" ".join(f"t{{(5 * i + j) % 60 + 2}}" for j in range(4)), index=i)
            for i in range(6)]
 dump_trace((tiny_model(0), tiny_tokenizer()), (tiny_model(1, layers=1), tiny_tokenizer()), prompts, {out!r},
@@ -292,34 +298,38 @@ dump_trace((tiny_model(0), tiny_tokenizer()), (tiny_model(1, layers=1), tiny_tok
 """
 
 
-def _start_dump(out, shard_positions, slow=False):
-    script = _DUMP_SCRIPT.format(tests=HERE, root=ROOT, out=str(out), shard_positions=shard_positions, slow=slow)
+def _start_dump(out, shard_positions, block_after=None):
+    """A dump in a child process; with ``block_after`` = N it finishes N prompts of this run, prints
+    BLOCKED and blocks inside the next one's draft pass (so a signal always lands mid-prompt,
+    however busy the machine: no timing in the test)."""
+    script = _DUMP_SCRIPT.format(tests=HERE, root=ROOT, out=str(out), shard_positions=shard_positions,
+                                 block_after=block_after)  # fmt: skip
     return subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE)
 
 
-def _shards(out):
-    try:
-        return len(json.loads((out / "manifest.json").read_text())["shards"])
-    except (OSError, ValueError, KeyError):
-        return -1
+def _wait_blocked(child):
+    """Read the child's stderr until it says BLOCKED; returns what it printed."""
+    seen = b""
+    while b"BLOCKED" not in seen:
+        chunk = os.read(child.stderr.fileno(), 4096)
+        assert chunk, seen.decode()[-2000:]  # the child ended without blocking
+        seen += chunk
+    return seen
 
 
 @pytest.mark.models
 def test_sigkill_at_several_moments_then_resume_gives_the_uninterrupted_trace(tmp_path):
     out = tmp_path / "killed"
-    # killed as soon as the blank manifest exists, then after one more shard, then after two more
-    for step in range(3):
-        child = _start_dump(out, shard_positions=3)
-        before = _shards(out)
-        target = 0 if before < 0 else before + step
-        deadline = time.time() + 120
-        while _shards(out) < target:
-            assert child.poll() is None, child.stderr.read().decode()[-2000:]
-            assert time.time() < deadline
-            time.sleep(0.002)
+    # killed with the blank manifest written and no prompt done, then after one more prompt, then after two more
+    done = []
+    for more in (0, 1, 2):
+        child = _start_dump(out, shard_positions=3, block_after=more)
+        _wait_blocked(child)
         child.send_signal(signal.SIGKILL)
         child.wait()
-    assert len(json.loads((out / "manifest.json").read_text())["sequences"]) < len(PROMPTS)  # really cut short
+        done.append(len(json.loads((out / "manifest.json").read_text())["sequences"]))
+    # each prompt of this toy dump fills a shard (shard_positions=3): every completed prompt is on disk
+    assert done == [0, 1, 3] and done[-1] < len(PROMPTS)
     child = _start_dump(out, shard_positions=3)
     assert child.wait(timeout=300) == 0, child.stderr.read().decode()[-2000:]
     _dump(tmp_path / "clean", shard_positions=3)
@@ -331,20 +341,34 @@ def test_sigkill_at_several_moments_then_resume_gives_the_uninterrupted_trace(tm
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_sigterm_or_ctrl_c_keeps_every_completed_sequence(tmp_path, signum):
     out = tmp_path / "t"
-    child = _start_dump(out, shard_positions=100_000, slow=True)  # nothing would reach a shard by size
-    seen = b""
-    while b"prompt=p2" not in seen:  # three prompts done
-        chunk = os.read(child.stderr.fileno(), 4096)
-        assert chunk, seen.decode()[-2000:]
-        seen += chunk
+    child = _start_dump(out, shard_positions=100_000, block_after=3)  # nothing would reach a shard by size
+    _wait_blocked(child)  # three prompts done, the fourth in progress
     child.send_signal(signum)
     assert child.wait(timeout=60) != 0
     kept = Trace(out)
-    assert 2 <= len(kept) < len(PROMPTS)  # the completed sequences held in memory were written
+    assert len(kept) == 3  # the completed sequences held in memory were written
     assert not [f for f in os.listdir(out) if f.endswith(".tmp") or f.endswith(".lock")]
     _dump(out, shard_positions=100_000)  # and the trace resumes to the full one
     _dump(tmp_path / "clean")
     _same_sequences(out, tmp_path / "clean")
+
+
+@pytest.mark.models
+def test_a_resumed_dump_is_bit_identical_whatever_the_callers_torch_threads(tmp_path):
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        _dump(tmp_path / "parts", limit=2)
+        torch.set_num_threads(3)
+        _dump(tmp_path / "parts")
+        torch.set_num_threads(2)
+        _dump(tmp_path / "clean")
+    finally:
+        torch.set_num_threads(before)
+    _same_sequences(tmp_path / "parts", tmp_path / "clean")
+    assert torch.get_num_threads() == before  # and the caller's setting is left as it was
 
 
 # --- the report ---------------------------------------------------------------------------------

@@ -11,13 +11,24 @@ import importlib
 import pkgutil
 
 from ._protocol import BONUS_POLICIES, BlockLaw, GeneralizedRule, Rule, RuleLogits, as_rule
-from ._registry import ENTRY_POINT_GROUP, RuleInfo, available_rules, load_plugins, make_rule, make_rules
-
-_MODULES = tuple(
-    importlib.import_module(f"{__name__}.{info.name}")
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name)
-    if not info.name.startswith("_")
+from ._registry import (
+    ENTRY_POINT_GROUP,
+    RuleInfo,
+    RulePluginWarning,
+    available_rules,
+    builtin_registration,
+    load_plugins,
+    make_rule,
+    make_rules,
+    plugin_errors,
 )
+
+with builtin_registration():  # the names these modules register are built-in: no plugin takes them
+    _MODULES = tuple(
+        importlib.import_module(f"{__name__}.{info.name}")
+        for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name)
+        if not info.name.startswith("_")
+    )
 
 
 def rule_exports() -> dict:
@@ -39,11 +50,13 @@ __all__ = [
     "Rule",
     "RuleInfo",
     "RuleLogits",
+    "RulePluginWarning",
     "as_rule",
     "available_rules",
     "load_plugins",
     "make_rule",
     "make_rules",
+    "plugin_errors",
     "rule_exports",
     *sorted(rule_exports()),
 ]

@@ -40,7 +40,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .._backend import NumpyBackend, namespace
-from .._validation import NORMALISATION_ATOL, check_distribution, check_token
+from .._validation import NORMALISATION_ATOL, check_distribution, check_token, host_probabilities
 from ._registry import _default, _fields, _format_value, _register, _same
 
 __all__ = [
@@ -279,6 +279,9 @@ class Rule:
     #: The rule verifies several drafts per position (``MultiDraftRule``: multi-draft and tree
     #: verification); its per-token methods are its one-draft form (``single()``).
     multi_draft: ClassVar[bool] = False
+    #: Parameters that take a grid's values when a spec leaves them out (``make_rules``,
+    #: ``--delta``): only those with the grid's meaning, e.g. ("delta",) for a divergence budget.
+    grid_parameters: ClassVar[tuple] = ()
 
     @property
     def draft_count(self) -> int:
@@ -369,7 +372,11 @@ class Rule:
             raise ValueError(f"policy must be one of {BONUS_POLICIES}; got {policy!r}")
         b = namespace(draft_probs, target_probs)
         if policy == "verifier":
-            return check_distribution(target_probs, "target_probs", backend=b) if validate else target_probs
+            if not validate:
+                return target_probs
+            if draft_probs is not None:  # not used, but a bad argument is refused wherever it is given
+                prepare(draft_probs, target_probs, None)
+            return check_distribution(target_probs, "target_probs", backend=b)
         if draft_probs is None:
             raise ValueError("policy='relaxed' needs draft_probs: the drafter's distribution at the bonus position")
         pi = self.emitted(draft_probs, target_probs, logits=logits)
@@ -592,8 +599,7 @@ def _block_inputs(rule, draft_probs, target_probs, drafted_tokens, logits):
             f"shape {tokens.shape}"
         )
     m = tokens.shape[-1]
-    b = namespace(target_probs)
-    q = np.asarray(b.to_numpy(b.asarray(target_probs)), dtype=np.float64)
+    q = host_probabilities(target_probs, "target_probs")  # checked within its own dtype's tolerance
     if q.ndim < 2 or q.shape[-2] != m + 1 or q.shape[:-2] != tokens.shape[:-1]:
         raise ValueError(
             f"target_probs with shape {q.shape} must be (..., m + 1, V) for drafted_tokens of shape {tokens.shape}: "
@@ -606,8 +612,7 @@ def _block_inputs(rule, draft_probs, target_probs, drafted_tokens, logits):
         p = np.zeros((*tokens.shape, vocab))
         np.put_along_axis(p, tokens[..., None], 1.0, axis=-1)
     else:
-        bp = namespace(draft_probs)
-        p = np.asarray(bp.to_numpy(bp.asarray(draft_probs)), dtype=np.float64)
+        p = host_probabilities(draft_probs, "draft_probs")
         if p.shape != (*tokens.shape, vocab):
             raise ValueError(
                 f"draft_probs with shape {p.shape} must be (..., m, V) = {(*tokens.shape, vocab)}: the drafter's rows "
@@ -615,7 +620,7 @@ def _block_inputs(rule, draft_probs, target_probs, drafted_tokens, logits):
             )
     # the bonus position has no draft row: a placeholder (never read) so that both check as (..., m + 1, V)
     p_pad = np.concatenate([p, np.full((*tokens.shape[:-1], 1, vocab), 1.0 / vocab)], axis=-2)
-    p_host, q_host, lg = rule._host(p_pad, q, logits)
+    p_host, q_host, lg = rule._host(p_pad, q, logits, validate=False)  # checked above
     return p_host[..., :m, :], q_host, tokens.astype(np.int64), lg
 
 

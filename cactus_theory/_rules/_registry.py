@@ -23,21 +23,33 @@ if TYPE_CHECKING:
 __all__ = [
     "ENTRY_POINT_GROUP",
     "RuleInfo",
+    "RulePluginWarning",
     "available_rules",
     "load_plugins",
     "make_rule",
     "make_rules",
+    "plugin_errors",
 ]
 
 #: The entry point group a distribution uses to add rules: ``[project.entry-points."cactus_theory.rules"]``
 #: ``my_rules = "my_package.my_rules"`` (the module is imported; its rule classes register themselves).
 ENTRY_POINT_GROUP = "cactus_theory.rules"
 _PLUGINS_LOADED = False
+#: Entry-point plugins that failed to import: {entry point name: one line saying why}.
+_PLUGIN_ERRORS: dict[str, str] = {}
+
+
+class RulePluginWarning(UserWarning):
+    """A rule plugin (an entry point of ``cactus_theory.rules``) failed to import, or a registered
+    rule class cannot be listed: its rules are unavailable; everything else works."""
 
 
 def load_plugins() -> list[str]:
     """Import the modules of the ``cactus_theory.rules`` entry point group (once); returns their
-    names. A module that fails to import raises an ImportError naming the entry point."""
+    names. A module that fails to import does not stop the others: it is recorded
+    (``plugin_errors``), and every listing of the rules (``available_rules``) warns about it with
+    the same line (``RulePluginWarning``), every time; ``make_rule`` of a name it might have
+    defined says so."""
     global _PLUGINS_LOADED
     if _PLUGINS_LOADED:
         return []
@@ -53,24 +65,80 @@ def load_plugins() -> list[str]:
         try:
             point.load()
         except Exception as exc:
-            raise ImportError(
-                f"the rule plugin {point.name!r} ({point.value}, entry point group {ENTRY_POINT_GROUP!r}) failed "
-                f"to import: {exc}"
-            ) from exc
+            detail = " ".join(str(exc).split())[:200]
+            _PLUGIN_ERRORS[point.name] = (
+                f"the rule plugin {point.name!r} ({point.value}, entry point group {ENTRY_POINT_GROUP!r}) failed to "
+                f"import ({type(exc).__name__}: {detail}): its rules are unavailable; fix or uninstall it"
+            )
+            continue
         loaded.append(point.value)
     return loaded
 
 
+def plugin_errors() -> dict[str, str]:
+    """{entry point or rule name: one line} for every plugin that failed to import and every
+    registered rule class that cannot be listed (a parameter without a default)."""
+    load_plugins()
+    out = dict(_PLUGIN_ERRORS)
+    for name, (cls, fixed) in sorted(_REGISTRY.items()):
+        problem = _class_problem(cls, fixed)
+        if problem:
+            out[name] = f"rule {name!r} ({cls.__module__}.{cls.__qualname__}) cannot be used: {problem}"
+    return out
+
+
+def _warn_plugin_errors():
+    import warnings
+
+    for line in plugin_errors().values():
+        warnings.warn(line, RulePluginWarning, stacklevel=3)
+
+
 _REGISTRY: dict[str, tuple[type, dict]] = {}
+#: Names registered while the package's own rule modules were imported: never taken by another class.
+_BUILTIN: set[str] = set()
+_LOADING_BUILTINS = False
+
+
+class builtin_registration:
+    """Within the block, registrations are the package's own (``_rules/__init__`` imports its rule
+    modules inside it): their names are built-in, whatever a later class claims about its module."""
+
+    def __enter__(self):
+        global _LOADING_BUILTINS
+        _LOADING_BUILTINS = True
+
+    def __exit__(self, *exc):
+        global _LOADING_BUILTINS
+        _LOADING_BUILTINS = False
 
 
 def _register(name: str, cls: type, fixed: dict):
     if not re.fullmatch(r"[a-z][a-z0-9-]*", name):
         raise ValueError(f"rule name {name!r} must be lower case letters, digits and '-'")
     old = _REGISTRY.get(name)
-    if old is not None and (old[0].__module__, old[0].__qualname__) != (cls.__module__, cls.__qualname__):
-        raise ValueError(f"rule name {name!r} is taken by {old[0].__module__}.{old[0].__qualname__}")
+    if old is not None and old[0] is not cls:
+        builtin = name in _BUILTIN and not _LOADING_BUILTINS
+        same_place = (old[0].__module__, old[0].__qualname__) == (cls.__module__, cls.__qualname__)
+        if builtin or not same_place:  # a plugin module imported again may re-register its own class
+            kind = "a built-in rule" if name in _BUILTIN else "a rule"
+            raise ValueError(
+                f"rule name {name!r} is taken by {kind}, {old[0].__module__}.{old[0].__qualname__}: give "
+                f"{cls.__qualname__} another name"
+            )
     _REGISTRY[name] = (cls, dict(fixed))
+    if _LOADING_BUILTINS:
+        _BUILTIN.add(name)
+
+
+def _class_problem(cls, fixed) -> str | None:
+    """Why a registered class cannot be listed or built from a spec (None when it can)."""
+    if not dataclasses.is_dataclass(cls):
+        return "it is not a dataclass: decorate it with @dataclass(frozen=True)"
+    for f in _fields(cls):
+        if f.name not in fixed and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            return f"its parameter {f.name!r} has no default: give every rule parameter a default"
+    return None
 
 
 @dataclass(frozen=True)
@@ -117,9 +185,12 @@ def available_rules() -> dict[str, RuleInfo]:
     'rfsd(divergence=js, threshold=0.2)'
     """
     load_plugins()
+    _warn_plugin_errors()
     out = {}
     for name in sorted(_REGISTRY):
         cls, fixed = _REGISTRY[name]
+        if _class_problem(cls, fixed):
+            continue  # warned above: a class that cannot be built from a spec is not listed
         params = {f.name: _default(f) for f in _fields(cls) if f.name not in fixed}
         summary = getattr(cls, "alias_summaries", {}).get(name) or _first_sentence(cls.__doc__)
         table = getattr(cls, "alias_tables", {}).get(name) or getattr(cls, "table", {})
@@ -131,7 +202,7 @@ def available_rules() -> dict[str, RuleInfo]:
             summary,
             reference=getattr(cls, "reference", ""),
             table=dict(table),
-            builtin=cls.__module__.startswith("cactus_theory."),
+            builtin=name in _BUILTIN,
         )
     return out
 
@@ -156,6 +227,12 @@ def _format_value(value) -> str:
     return str(value)
 
 
+def _quote(text, limit=80) -> str:
+    """repr(text) for an error message, cut to ``limit`` characters (a 100 kB spec gives one line)."""
+    shown = repr(text)
+    return shown if len(shown) <= limit else shown[:limit] + f"... ({len(str(text)):,} characters)"
+
+
 def _split_top(text: str, sep: str) -> list[str]:
     """Split on ``sep`` outside brackets and parentheses."""
     parts, depth, cur = [], 0, []
@@ -165,14 +242,14 @@ def _split_top(text: str, sep: str) -> list[str]:
         elif ch in ")]":
             depth -= 1
             if depth < 0:
-                raise ValueError(f"unbalanced brackets in rule spec {text!r}")
+                raise ValueError(f"unbalanced brackets in rule spec {_quote(text)}")
         if ch == sep and depth == 0:
             parts.append("".join(cur))
             cur = []
         else:
             cur.append(ch)
     if depth != 0:
-        raise ValueError(f"unbalanced brackets in rule spec {text!r}")
+        raise ValueError(f"unbalanced brackets in rule spec {_quote(text)}")
     parts.append("".join(cur))
     return [p.strip() for p in parts]
 
@@ -182,16 +259,16 @@ def _parse_spec(spec: str):
     text = spec.strip()
     m = re.fullmatch(r"([A-Za-z][A-Za-z0-9_-]*)\s*(?:\((.*)\))?", text, flags=re.S)
     if not m:
-        raise ValueError(f"rule spec {spec!r} is not of the form name or name(key=value, ...)")
+        raise ValueError(f"rule spec {_quote(spec)} is not of the form name or name(key=value, ...)")
     name, body = m.group(1).lower().replace("_", "-"), m.group(2)
     args = {}
     if body is not None and body.strip():
         for item in _split_top(body, ","):
             if "=" not in item:
-                raise ValueError(f"rule spec {spec!r}: argument {item!r} must be key=value")
+                raise ValueError(f"rule spec {_quote(spec)}: argument {_quote(item)} must be key=value")
             key, value = (s.strip() for s in item.split("=", 1))
             if key in args:
-                raise ValueError(f"rule spec {spec!r}: {key} is given twice")
+                raise ValueError(f"rule spec {_quote(spec)}: {key[:40]} is given twice")
             args[key] = value
     return name, args
 
@@ -213,7 +290,13 @@ def _coerce(raw, hint, name: str, spec: str):
         try:
             if origin is tuple:
                 inner = (typing.get_args(option) or (float,))[0]
-                items = [s for s in re.split(r"[;,\s]+", text.strip("[]()")) if s]
+                body = text[1:-1] if len(text) >= 2 and (text[0], text[-1]) in (("[", "]"), ("(", ")")) else text
+                if any(c in body for c in "[]()"):
+                    raise ValueError(
+                        f"rule spec {_quote(spec)}: {name}={_quote(raw)} nests lists; a list parameter is one flat "
+                        "list, e.g. [0.9; 0.6; 0.3]"
+                    )
+                items = [s for s in re.split(r"[;,\s]+", body) if s]
                 return tuple(inner(s) for s in items)
             if origin is bool:
                 if text.lower() in ("true", "1", "yes"):
@@ -227,9 +310,29 @@ def _coerce(raw, hint, name: str, spec: str):
                 return float(text)
             if origin is str:
                 return text
-        except ValueError:
+        except ValueError as exc:
+            if "nests lists" in str(exc):
+                raise
             continue
-    raise ValueError(f"rule spec {spec!r}: {name}={raw!r} is not a valid {hint}")
+    raise ValueError(f"rule spec {_quote(spec)}: {name}={_quote(raw)} is not {_kind(hint)}")
+
+
+def _kind(hint) -> str:
+    """What a parameter's type hint asks for, in words: "a number", "an integer", "true or false"..."""
+    options = (
+        typing.get_args(hint)
+        if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+        else (hint,)
+    )
+    words = []
+    for option in options:
+        origin = typing.get_origin(option) or option
+        word = {float: "a number", int: "an integer", bool: "true or false", str: "a string",
+                type(None): "none"}.get(origin)  # fmt: skip
+        if origin is tuple:
+            word = "a list of numbers such as [0.9; 0.6]"
+        words.append(word or str(option))
+    return " or ".join(dict.fromkeys(words))
 
 
 def make_rule(spec) -> Rule:
@@ -252,21 +355,27 @@ def make_rule(spec) -> Rule:
     if isinstance(spec, Rule):
         return spec
     if not isinstance(spec, str):
-        raise ValueError(f"a rule spec must be a string like 'cactus(delta=1)' or a Rule; got {spec!r}")
+        raise ValueError(f"a rule spec must be a string like 'cactus(delta=1)' or a Rule; got {_quote(spec)}")
     name, args = _parse_spec(spec)
     if name not in _REGISTRY:
         load_plugins()
     if name not in _REGISTRY:
         names = ", ".join(sorted(_REGISTRY))
-        raise ValueError(f"unknown rule {name!r} in {spec!r}; registered rules: {names}")
+        failed = "".join(f"; {line}" for line in _PLUGIN_ERRORS.values())
+        raise ValueError(f"unknown rule {_quote(name)} in {_quote(spec)}; registered rules: {names}{failed}")
     cls, fixed = _REGISTRY[name]
+    problem = _class_problem(cls, fixed)
+    if problem:
+        raise ValueError(f"rule {name!r} ({cls.__module__}.{cls.__qualname__}) cannot be built: {problem}")
     hints = typing.get_type_hints(cls)
     allowed = [f.name for f in _fields(cls) if f.name not in fixed]
     kwargs = dict(fixed)
     for key, raw in args.items():
         if key not in allowed:
             valid = ", ".join(allowed) if allowed else "none"
-            raise ValueError(f"rule {name!r} has no parameter {key!r} (in {spec!r}); its parameters: {valid}")
+            raise ValueError(
+                f"rule {name!r} has no parameter {_quote(key)} (in {_quote(spec)}); its parameters: {valid}"
+            )
         kwargs[key] = _coerce(raw, hints.get(key, str), key, spec)
     return cls(**kwargs)
 
@@ -275,8 +384,10 @@ def make_rules(specs, grid=None) -> list[Rule]:
     """Rules from specs (a list, or one string of comma-separated specs), expanded over a grid.
 
     ``grid`` maps a parameter to values, e.g. ``{"delta": [0.25, 1]}``: every spec whose rule
-    has that parameter and does not set it is built once per value (``--rules cactus,mentored
-    --delta 0.25,1``). Specs that set it, and rules without it, are built once.
+    takes that parameter from a grid (its class lists it in ``grid_parameters``: Cactus's and
+    mentored decoding's divergence budget ``delta``, not relaxed-topk's probability gap of the
+    same name) and does not set it is built once per value (``--rules cactus,mentored --delta
+    0.25,1``). Specs that set it, and rules without it, are built once.
 
     Examples
     --------
@@ -301,6 +412,7 @@ def make_rules(specs, grid=None) -> list[Rule]:
             make_rule(spec)  # raises with the list of names
         cls, fixed = _REGISTRY[name]
         fields = {f.name for f in _fields(cls)} - set(fixed) - set(args)
+        fields &= set(getattr(cls, "grid_parameters", ()))  # a grid value only where it means the same
         expand = [(k, v) for k, v in grid.items() if k in fields]
         combos = [{}]
         for key, values in expand:

@@ -118,6 +118,7 @@ class Cactus(GeneralizedRule):
     """
 
     delta: float = 1.0
+    grid_parameters: ClassVar[tuple] = ("delta",)
     divergence: str | FDivergence = "kl"
     bonus: str = "taylor"
     surrogate_depends_on_token: ClassVar[bool] = True

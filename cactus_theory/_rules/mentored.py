@@ -126,6 +126,7 @@ class Mentored(GeneralizedRule):
     """
 
     delta: float = 1.0
+    grid_parameters: ClassVar[tuple] = ("delta",)
     name: ClassVar[str] = "mentored"
     reference: ClassVar[str] = (
         'Tran-Thien, "An Optimal Lossy Variant of Speculative Decoding" (mentored decoding), 2023; '

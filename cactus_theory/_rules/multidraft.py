@@ -26,6 +26,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from .._validation import host_probabilities
 from ._protocol import _NUMPY, Rule, ratio_acceptance, residual
 
 __all__ = [
@@ -65,8 +66,15 @@ def _normalised(x):
     return np.where(z > 0, x / np.where(z > 0, z, 1.0), 0.0)
 
 
-def top_drafts(p, k):
+def top_drafts(draft_probs, k):
     """The k most likely tokens of each row of p (ties: the lower token id first), shape (..., k)."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"k (drafts per position) must be an integer >= 1; got {k!r}")
+    return _top(host_probabilities(draft_probs, "draft_probs"), k)
+
+
+def _top(p, k):
+    """``top_drafts`` of checked float64 rows."""
     order = np.argsort(-p, axis=-1, kind="stable")
     return order[..., :k]
 
@@ -89,8 +97,12 @@ def optimal_multi_draft_acceptance(draft_probs, target_probs, k):
     >>> round(float(optimal_multi_draft_acceptance(p, q, 1)), 6)   # 1 - TV
     0.6
     """
-    p = np.asarray(draft_probs, dtype=np.float64)
-    q = np.asarray(target_probs, dtype=np.float64)
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"k (drafts per position) must be an integer >= 1; got {k!r}")
+    p = host_probabilities(draft_probs, "draft_probs")
+    q = host_probabilities(target_probs, "target_probs")
+    if p.shape != q.shape:
+        raise ValueError(f"draft_probs with shape {p.shape} and target_probs with shape {q.shape} differ")
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(q > 0, p / np.where(q > 0, q, 1.0), np.where(p > 0, np.inf, 0.0))
     order = np.argsort(-ratio, axis=-1, kind="stable")
@@ -139,10 +151,18 @@ class MultiDraftRule(Rule):
     multi_draft: ClassVar[bool] = True
     #: How the k drafts are drawn: "iid" (from p), "without-replacement" or "top" (the top-k of p).
     drafting: ClassVar[str] = "iid"
+    #: The widest tree verified here: the verifier scores k m + 1 tokens a step, and engines' trees
+    #: are at most a few dozen wide (EAGLE top-k 10, SGLang's topk 8); the recursive rules cost O(k V).
+    MAX_K: ClassVar[int] = 1024
 
     def __post_init__(self):
         if isinstance(self.k, bool) or not isinstance(self.k, (int, np.integer)) or self.k < 1:
             raise ValueError(f"{type(self).__name__} k (drafts per position) must be an integer >= 1; got {self.k!r}")
+        if self.k > self.MAX_K:
+            raise ValueError(
+                f"{type(self).__name__} k = {self.k} drafts per position is more than the {self.MAX_K} supported: a "
+                f"step verifies k m + 1 tokens, and the recursive rules cost O(k V) per position"
+            )
 
     @property
     def draft_count(self) -> int:
@@ -169,9 +189,12 @@ class MultiDraftRule(Rule):
     def draft_tuples(self, p):
         """Every drafted tuple of one row p (V,) with its probability: [(tokens, probability)]; a
         tuple without replacement is shorter than k when p has fewer tokens. For enumeration."""
+        p = host_probabilities(p, "draft_probs")
+        if p.ndim != 1:
+            raise ValueError(f"draft_tuples takes one position's draft_probs, shape (V,); got shape {p.shape}")
         support = [int(x) for x in np.flatnonzero(p > 0)]
         if self.drafting == "top":
-            return [(tuple(int(x) for x in top_drafts(p, self.k)), 1.0)]
+            return [(tuple(int(x) for x in _top(p, self.k)), 1.0)]
         if self.drafting == "iid":
             return [(t, float(np.prod([p[x] for x in t]))) for t in itertools.product(support, repeat=self.k)]
         out = []
@@ -186,9 +209,12 @@ class MultiDraftRule(Rule):
     def sample_drafts(self, rng, p):
         """k drafts per row of p (R, V): (R, k) token ids (-1 where a draw without replacement ran
         out of tokens)."""
+        p = host_probabilities(p, "draft_probs")
+        if p.ndim != 2:
+            raise ValueError(f"sample_drafts takes draft_probs rows of shape (R, V); got shape {p.shape}")
         rows, vocab = p.shape
         if self.drafting == "top":
-            return top_drafts(p, self.k)
+            return _top(p, self.k)
         if self.drafting == "iid":
             cdf = np.cumsum(p, axis=-1)
             u = rng.random((rows, self.k)) * cdf[:, -1:]
@@ -584,7 +610,7 @@ class EagleTree(MultiDraftRule):
 
     def multi_acceptance(self, draft_probs, target_probs):
         p, q, _ = self._host(draft_probs, target_probs)
-        return np.clip(np.take_along_axis(q, top_drafts(p, self.k), -1).sum(-1), 0.0, 1.0)
+        return np.clip(np.take_along_axis(q, _top(p, self.k), -1).sum(-1), 0.0, 1.0)
 
     def emitted(self, draft_probs, target_probs, *, logits=None):
         """q: lossless (exact)."""
@@ -667,13 +693,13 @@ class SGLangTree(MultiDraftRule):
 
     def multi_acceptance(self, draft_probs, target_probs):
         p, q, _ = self._host(draft_probs, target_probs)
-        law, _ = self._first_accepted(q, top_drafts(p, self.k))
+        law, _ = self._first_accepted(q, _top(p, self.k))
         return np.clip(law.sum(-1), 0.0, 1.0)
 
     def emitted(self, draft_probs, target_probs, *, logits=None):
         """The accepted children's law plus the residual's (exact, O(V log V))."""
         p, q, _ = self._host(draft_probs, target_probs, logits)
-        drafts = top_drafts(p, self.k)
+        drafts = _top(p, self.k)
         law, none = self._first_accepted(q, drafts)
         out = none[..., None] * self._residual(q, drafts)
         flat = out.reshape(-1, q.shape[-1])
@@ -682,7 +708,7 @@ class SGLangTree(MultiDraftRule):
 
     def multi_outside_support(self, draft_probs, target_probs):
         p, q, _ = self._host(draft_probs, target_probs)
-        drafts = top_drafts(p, self.k)
+        drafts = _top(p, self.k)
         law, _ = self._first_accepted(q, drafts)
         return np.sum(np.where(np.take_along_axis(q, drafts, -1) > 0, 0.0, law), axis=-1)
 

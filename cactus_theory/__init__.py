@@ -1,49 +1,17 @@
 """cactus_theory: theory and simulation of speculative-decoding acceptance rules (Cactus, ICLR 2026)."""
 
-from ._analysis import AnalysisResult, AnalysisRow, analyze_trace, parse_rules
-from ._block import BlockComparison, BlockLength, block_accepted_length, compare_block_verification, greedy_draft
-from ._decode import (
-    DecodeResult,
-    NgramDrafter,
-    autoregressive_generate,
-    decode_prompts,
-    decoding_flags,
-    decoding_summary,
-    matched_times,
-    speculative_generate,
-)
-from ._divergences import (
-    FDivergence,
-    available_divergences,
-    binary_divergence,
-    divergence,
-    get_divergence,
-    register_divergence,
-)
-from ._dump import dump_trace
-from ._emitted import (
-    StepMetrics,
-    block_statistics,
-    block_sums,
-    emitted_distribution,
-    expected_accepted_length,
-    step_metrics,
-)
-from ._engines import local_dask_cluster
-from ._gamma import APPROX_METHODS, GammaConvergenceWarning, GammaResult, approx_gamma, exact_gamma
-from ._hf import load_model
-from ._pareto import pareto_front
-from ._plan import (
+from ._analysis._analyze import AnalysisResult, AnalysisRow, analyze_trace, parse_rules
+from ._analysis._engines import local_dask_cluster
+from ._analysis._plan import (
     DEFAULT_COST_PROFILE,
     CostModel,
     Plan,
-    calibrate_cost,
     cost_profiles,
     default_cost_path,
     load_cost,
     predict_speedup,
 )
-from ._plotting import (
+from ._analysis._plotting import (
     figure_png,
     plot_al_vs_kl,
     plot_delta_sweep,
@@ -52,8 +20,7 @@ from ._plotting import (
     plot_rule_front,
     plot_step,
 )
-from ._policies import DRAFT_POLICIES, DraftPolicy, make_draft_policy, policy_blocks
-from ._prompts import (
+from ._data._prompts import (
     Prompt,
     benchmark_file,
     benchmark_prompt,
@@ -64,6 +31,56 @@ from ._prompts import (
     prompt_seed,
     select_part,
 )
+from ._data._trace import (
+    Trace,
+    TraceError,
+    TraceSequence,
+    TraceWriter,
+    import_topk_logprobs,
+    load_trace,
+    trace_from_arrays,
+)
+from ._data._traceset import TraceSet, merge_traces, open_traces, synthesize_trace
+from ._laws._block import BlockLength, block_accepted_length, greedy_draft
+from ._laws._emitted import (
+    StepMetrics,
+    block_statistics,
+    block_sums,
+    emitted_distribution,
+    expected_accepted_length,
+    step_metrics,
+)
+from ._laws._policies import DRAFT_POLICIES, DraftPolicy, make_draft_policy, policy_blocks
+from ._laws._simulate import SimulationResult, simulate
+from ._laws._worst_case import WorstCase, worst_case_drift, worst_case_sweep
+from ._math._divergences import (
+    FDivergence,
+    available_divergences,
+    binary_divergence,
+    divergence,
+    get_divergence,
+    register_divergence,
+)
+from ._math._gamma import APPROX_METHODS, GammaConvergenceWarning, GammaResult, approx_gamma, exact_gamma
+from ._math._logits import RuleLogits
+from ._math._pareto import pareto_front
+from ._math._sampling import SamplingSettings, processed_probs
+from ._math._surrogate import cactus_surrogate
+from ._math._synthetic import SYNTHETIC_KINDS, synthetic_pairs
+from ._models._calibrate import calibrate_cost
+from ._models._decode import (
+    DecodeResult,
+    NgramDrafter,
+    autoregressive_generate,
+    decode_prompts,
+    decoding_flags,
+    decoding_summary,
+    matched_times,
+    speculative_generate,
+)
+from ._models._dump import dump_trace
+from ._models._hf import load_model
+from ._models._imports import import_logits
 from ._rules import (
     BONUS_POLICIES,
     ENTRY_POINT_GROUP,
@@ -71,30 +88,14 @@ from ._rules import (
     GeneralizedRule,
     Rule,
     RuleInfo,
-    RuleLogits,
     available_rules,
     make_rule,
     make_rules,
     rule_exports,
 )
-from ._sampling import SamplingSettings, processed_probs
-from ._simulate import SimulationResult, simulate
-from ._surrogate import cactus_surrogate
-from ._synthetic import SYNTHETIC_KINDS, synthetic_pairs
-from ._trace import (
-    Trace,
-    TraceError,
-    TraceSequence,
-    TraceWriter,
-    import_logits,
-    import_topk_logprobs,
-    load_trace,
-    trace_from_arrays,
-)
-from ._traceset import TraceSet, merge_traces, open_traces, synthesize_trace
-from ._trees import MULTI_DRAFT_METHODS, MultiDraftComparison, compare_multi_draft
-from ._worst_case import WorstCase, worst_case_drift, worst_case_sweep
-from ._zoo import compare_rules, comparison_entries, comparison_markdown, write_comparison
+from ._studies._block_study import BlockComparison, compare_block_verification
+from ._studies._trees import MULTI_DRAFT_METHODS, MultiDraftComparison, compare_multi_draft
+from ._studies._zoo import compare_rules, comparison_entries, comparison_markdown, write_comparison
 
 __version__ = "0.1.0"
 
@@ -224,7 +225,7 @@ def __getattr__(name):
     # SymPy takes a third of a second to import: the symbolic API loads on first use, so that
     # worker processes and the CLI start without it.
     if name in _SYMBOLIC:
-        from . import _symbolic
+        from ._math import _symbolic
 
         return getattr(_symbolic, name)
     raise AttributeError(f"module 'cactus_theory' has no attribute {name!r}")

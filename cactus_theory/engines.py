@@ -2,8 +2,15 @@
 Dask cluster on this machine or one reached at an address, and the per-shard statistics that
 travel to them (``shard_statistics``: the work of one task)."""
 
-from ._analysis import _shard_stats as shard_statistics
-from ._engines import DASK_WORKER_ENV, connect_scheduler, local_dask_cluster, prepare_worker, run_dask, run_local
+from ._analysis._analyze import _shard_stats as shard_statistics
+from ._analysis._engines import (
+    DASK_WORKER_ENV,
+    connect_scheduler,
+    local_dask_cluster,
+    prepare_worker,
+    run_dask,
+    run_local,
+)
 
 __all__ = [
     "DASK_WORKER_ENV",

@@ -2,7 +2,7 @@
 (a temporary name, then a rename), CSV text, UTF-8 reading with clear errors, directory locks,
 output locations checked before the work. See ``cactus_theory._io`` for the guarantees."""
 
-from ._io import (
+from ._util._files import (
     DirectoryLock,
     LockError,
     atomic_path,

@@ -2,7 +2,7 @@
 benchmarks that time them against a baseline: each has a NumPy path that gives the same results
 (bit for bit where ``tests/test_kernels.py`` says so). ``HAVE_NUMBA`` says whether they compile."""
 
-from ._kernels import (
+from ._math._kernels import (
     HAVE_NUMBA,
     exact_closed_gamma,
     exact_kl_gamma,

@@ -22,11 +22,12 @@ import importlib.util
 
 import numpy as np
 
-from ._emitted import emitted_distribution, expected_accepted_length, step_metrics
-from ._rules import RuleLogits, available_rules, make_rule
+from ._laws._emitted import emitted_distribution, expected_accepted_length, step_metrics
+from ._laws._simulate import simulate
+from ._math._logits import RuleLogits
+from ._math._sampling import SamplingSettings, processed_probs
+from ._rules import available_rules, make_rule
 from ._rules._reference import emitted_bruteforce
-from ._sampling import SamplingSettings, processed_probs
-from ._simulate import simulate
 
 __all__ = ["CHECKS", "check_rule", "check_sane", "conformance_rules", "emitted_bruteforce", "make_case", "same_rules"]
 
@@ -435,7 +436,7 @@ def check_block_at_least_token(rule, seed):
     """A block rule accepts at least as many drafts as token-wise SpS, at every block start (exact)."""
     if not getattr(rule, "block_level", False):
         return "not a block rule"
-    from ._block import block_accepted_length
+    from ._laws._block import block_accepted_length
 
     p, q = _position_rows(seed, 6, 3)
     for m in (1, 2, 3):
@@ -449,7 +450,7 @@ def check_block_monte_carlo(rule, seed):
     """Sampling a block rule (``simulate``) gives its exact accepted length (``block_accepted_length``)."""
     if not getattr(rule, "block_level", False):
         return "not a block rule"
-    from ._block import block_accepted_length
+    from ._laws._block import block_accepted_length
 
     p, q = _position_rows(seed, 9, 4)
     m = 3

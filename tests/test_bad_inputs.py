@@ -5,11 +5,11 @@ traceback."""
 
 import numpy as np
 import pytest
+from cactus_theory._cli import main
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import cactus_theory as ct
-from cactus_theory._cli import main
 
 RULES = ["sps", "cactus(delta=0.5)", "cactus-exact(delta=0.5)", "mentored(delta=0.3)", "tas", "lossy(alpha=0.3)",
          "topk(k=2)", "block", "rrs(k=2)", "eagle-tree(k=2)", "spectr(k=2)", "sglang-tree(k=2)"]  # fmt: skip
@@ -157,7 +157,7 @@ BAD = [
 
 @pytest.mark.parametrize("argv", BAD, ids=[" ".join(a[:3]) for a in BAD])
 def test_every_subcommand_refuses_bad_input_in_one_line_with_exit_2(argv, tmp_path, capsys):
-    from cactus_theory._cli import build_parser
+    from cactus_theory._cli._main import build_parser
 
     commands = set(build_parser()._subparsers._group_actions[0].choices)
     assert {a[0] for a in BAD} == commands  # every subcommand is tried

@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from cactus_theory._cli import main
 
 from cactus_theory import (
     SamplingSettings,
@@ -24,8 +25,7 @@ from cactus_theory import (
     synthesize_trace,
     trace_from_arrays,
 )
-from cactus_theory._cli import main
-from cactus_theory._prompts import Prompt
+from cactus_theory._data._prompts import Prompt
 
 SAMPLING = {"sampling": SamplingSettings(temperature=1.0, top_k=8, top_p=1.0).as_dict()}
 RULES = ("sps", "cactus(delta=0.5)", "cactus-exact(delta=1)", "topk(k=3)")
@@ -183,7 +183,7 @@ def test_cli_merge_and_analyze_a_glob(tmp_path, capsys):
 
 
 def test_dump_part_metadata_is_checked_on_resume(tmp_path):
-    from cactus_theory._trace import TraceWriter
+    from cactus_theory._data._trace import TraceWriter
 
     with TraceWriter(tmp_path / "t", 10, metadata=_metadata(part="1/2")):
         pass

@@ -13,7 +13,7 @@ import mpref
 import numpy as np
 import pytest
 
-from cactus_theory._dd import (
+from cactus_theory._math._dd import (
     DD_BOUND,
     FAST_BOUND,
     dd_exp,
@@ -25,7 +25,7 @@ from cactus_theory._dd import (
     kl_binary_fast,
     log_fast,
 )
-from cactus_theory._kernels import exact_kl_gamma
+from cactus_theory._math._kernels import exact_kl_gamma
 
 pytestmark = pytest.mark.fast  # compiled with numba (the functions also run as plain Python)
 

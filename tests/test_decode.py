@@ -9,9 +9,9 @@ from scipy import stats
 from tiny_models import tiny_model
 
 from cactus_theory import SCD, TAS, Cactus, Lossy, RuleLogits, SpS, SyntheticAcceptance, emitted_distribution
-from cactus_theory._decode import NgramDrafter, autoregressive_generate, speculative_generate
-from cactus_theory._hf import CachedModel
-from cactus_theory._sampling import SamplingSettings, processed_probs
+from cactus_theory._math._sampling import SamplingSettings, processed_probs
+from cactus_theory._models._decode import NgramDrafter, autoregressive_generate, speculative_generate
+from cactus_theory._models._hf import CachedModel
 
 pytestmark = pytest.mark.models  # every test here runs tiny Hugging Face models
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from strategies import budgets, interior_probabilities, probabilities
 
 from cactus_theory import FDivergence, approx_gamma, exact_gamma
-from cactus_theory._gamma import GammaConvergenceWarning
+from cactus_theory._math._gamma import GammaConvergenceWarning
 
 EPS = np.finfo(np.float64).eps
 METHODS = ("auto", "newton", "brentq", "toms748")

@@ -6,7 +6,7 @@ import pytest
 from optional import torch
 
 from cactus_theory import RuleLogits, available_rules, make_rule, processed_probs, step_metrics
-from cactus_theory._validation import normalisation_tolerance
+from cactus_theory._math._validation import normalisation_tolerance
 
 SPECS = list(available_rules())
 

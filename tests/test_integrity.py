@@ -16,6 +16,8 @@ import time
 
 import numpy as np
 import pytest
+from cactus_theory._analysis._engines import connect_scheduler
+from cactus_theory._cli import main
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_cluster import _metadata, _parts, _trace
@@ -33,17 +35,15 @@ from cactus_theory import (
     merge_traces,
     step_metrics,
 )
-from cactus_theory._cli import main
-from cactus_theory._engines import connect_scheduler
-from cactus_theory._io import check_output
-from cactus_theory._trace import TraceWriter
+from cactus_theory._data._trace import TraceWriter
+from cactus_theory._util._files import check_output
 
 # --- 1. the directory lock ------------------------------------------------------------------------
 
 _CONTENDER = textwrap.dedent(
     """
     import os, sys, time
-    from cactus_theory._io import DirectoryLock, LockError
+    from cactus_theory._util._files import DirectoryLock, LockError
     directory, rounds = sys.argv[1], int(sys.argv[2])
     inside = os.path.join(directory, "inside")
     got = overlaps = 0
@@ -84,7 +84,7 @@ _APPENDER = textwrap.dedent(
     import sys, time
     import numpy as np
     from cactus_theory import TraceError
-    from cactus_theory._trace import TraceWriter
+    from cactus_theory._data._trace import TraceWriter
     directory, who = sys.argv[1], sys.argv[2]
     rng = np.random.default_rng(int(who))
     done = 0

@@ -12,6 +12,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from cactus_theory._cli import main
 from test_cluster import _parts, _trace
 
 from cactus_theory import (
@@ -33,9 +34,8 @@ from cactus_theory import (
     step_metrics,
     synthesize_trace,
 )
-from cactus_theory._cli import main
-from cactus_theory._io import DirectoryLock, LockError
-from cactus_theory._trace import TraceWriter
+from cactus_theory._data._trace import TraceWriter
+from cactus_theory._util._files import DirectoryLock, LockError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -783,7 +783,7 @@ def test_function_arguments_are_named_when_wrong(tmp_path):
     ):
         with pytest.raises(ValueError, match=match):
             compare_multi_draft(tmp_path / "t", ms=(2,), **kwargs)
-    from cactus_theory._prompts import prompt_seed
+    from cactus_theory._data._prompts import prompt_seed
 
     with pytest.raises(ValueError, match="seed must be an integer >= 0"):
         prompt_seed(-1, "a")

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from cactus_theory import approx_gamma, exact_gamma
-from cactus_theory._emitted import _windowed_prefix_sums
-from cactus_theory._kernels import HAVE_NUMBA, windowed_accepted_length, windowed_accepted_length_of_ratio
+from cactus_theory._laws._emitted import _windowed_prefix_sums
+from cactus_theory._math._kernels import HAVE_NUMBA, windowed_accepted_length, windowed_accepted_length_of_ratio
 
 pytestmark = pytest.mark.fast  # the numba kernels
 
@@ -69,7 +69,7 @@ def test_fast_mode_never_overspends_and_stays_within_the_float64_band():
 
 
 def test_compiled_mentored_surrogate_equals_the_numpy_solver():
-    from cactus_theory._kernels import mentored_rows
+    from cactus_theory._math._kernels import mentored_rows
     from cactus_theory._rules.mentored import _BISECTIONS, _mentored_row
 
     rng = np.random.default_rng(6)
@@ -119,7 +119,7 @@ def test_the_kernel_needs_few_evaluations_of_b_per_pair():
 
 @pytest.mark.parametrize("name", ["chi2", "hellinger"])
 def test_compiled_closed_forms_are_the_largest_feasible_float(name):
-    from cactus_theory._kernels import exact_closed_gamma
+    from cactus_theory._math._kernels import exact_closed_gamma
 
     rng = np.random.default_rng(7)
     q = np.concatenate([rng.uniform(1e-6, 1 - 1e-6, 20000), 10.0 ** rng.uniform(-300, 0, 2000), [0.0, 1.0, 0.5, 0.3]])

@@ -7,6 +7,7 @@ import itertools
 
 import numpy as np
 import pytest
+from cactus_theory._cli import main
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import brentq, linprog
@@ -22,7 +23,6 @@ from cactus_theory import (
     step_metrics,
     trace_from_arrays,
 )
-from cactus_theory._cli import main
 
 DONE_WHEN = (
     "rrs(k=3)",
@@ -374,7 +374,7 @@ def test_bad_multi_draft_input_is_refused_by_name():
     with pytest.raises(ValueError, match="step_metrics gives its acceptance over the drafts"):
         step_metrics(rule, p, q, 0)
     with pytest.raises(ValueError, match="tree attention is not implemented"):
-        from cactus_theory._decode import check_chain_rule
+        from cactus_theory._models._decode import check_chain_rule
 
         check_chain_rule(rule)
 

@@ -6,10 +6,10 @@ import pathlib
 
 import numpy as np
 import pytest
+from cactus_theory._cli import main
 from tiny_models import tiny_model, write_tiny_gguf
 
 from cactus_theory import Trace, load_prompts, trace_from_arrays
-from cactus_theory._cli import main
 
 ROOT = pathlib.Path(__file__).parents[1]
 
@@ -68,7 +68,7 @@ def test_mixed_tasks_give_per_task_rows_in_one_command(tmp_path, capsys, gguf_pa
 
 @pytest.mark.models
 def test_an_interrupted_dump_says_so_and_the_rerun_says_it_resumes(tmp_path, capsys, gguf_pair, monkeypatch):
-    import cactus_theory._dump as dump
+    import cactus_theory._models._dump as dump
 
     v, d = gguf_pair
     path = _mixed_file(tmp_path)
@@ -128,8 +128,9 @@ def test_family_colours_are_one_per_family_and_plan_labels_do_not_overlap():
     import matplotlib
 
     matplotlib.use("Agg")
+    from cactus_theory._analysis._plotting import family_colour
+
     from cactus_theory import analyze_trace, load_trace, parse_rules, plot_plan, predict_speedup
-    from cactus_theory._plotting import family_colour
 
     assert family_colour("cactus") == family_colour("cactus") != family_colour("sps")
     names = sorted(__import__("cactus_theory").available_rules())

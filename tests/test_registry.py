@@ -6,6 +6,7 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
+from cactus_theory._cli import main
 
 from cactus_theory import (
     RFSD,
@@ -25,7 +26,6 @@ from cactus_theory import (
     step_metrics,
     trace_from_arrays,
 )
-from cactus_theory._cli import main
 from cactus_theory._rules._registry import _REGISTRY
 
 ISSUE_NAMES = {

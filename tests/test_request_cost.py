@@ -6,10 +6,10 @@ import math
 
 import numpy as np
 import pytest
+from cactus_theory._cli import main
 
 from cactus_theory import CostModel, analyze_trace, cost_profiles, decoding_summary, load_cost, predict_speedup
-from cactus_theory._cli import main
-from cactus_theory._plan import other_load
+from cactus_theory._util._machine import other_load
 
 
 def test_request_times_are_prefill_plus_steps():

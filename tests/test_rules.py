@@ -33,7 +33,7 @@ from cactus_theory import (
     step_metrics,
     synthetic_pairs,
 )
-from cactus_theory._emitted import block_sums
+from cactus_theory._laws._emitted import block_sums
 from cactus_theory._rules._protocol import _NUMPY
 
 

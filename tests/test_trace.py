@@ -12,17 +12,11 @@ from optional import torch
 from tiny_models import tiny_model, tiny_tokenizer
 
 from cactus_theory import Cactus, SpS, step_metrics
-from cactus_theory._dump import dump_trace
-from cactus_theory._prompts import Prompt, load_prompts, mixed_prompts
-from cactus_theory._sampling import SamplingSettings, processed_probs
-from cactus_theory._trace import (
-    Trace,
-    TraceError,
-    TraceWriter,
-    import_logits,
-    import_topk_logprobs,
-    trace_from_arrays,
-)
+from cactus_theory._data._prompts import Prompt, load_prompts, mixed_prompts
+from cactus_theory._data._trace import Trace, TraceError, TraceWriter, import_topk_logprobs, trace_from_arrays
+from cactus_theory._math._sampling import SamplingSettings, processed_probs
+from cactus_theory._models._dump import dump_trace
+from cactus_theory._models._imports import import_logits
 
 DATA = pathlib.Path(__file__).parent / "data" / "benchmarks"  # made-up records in each benchmark's format
 
@@ -242,7 +236,7 @@ def test_prompt_loaders_read_every_benchmark():
 
 
 def test_a_missing_benchmark_file_says_where_to_get_it(tmp_path, monkeypatch):
-    from cactus_theory._prompts import benchmark_file, data_directory
+    from cactus_theory._data._prompts import benchmark_file, data_directory
 
     monkeypatch.setenv("CACTUS_THEORY_DATA", str(tmp_path / "data"))
     assert data_directory() == str(tmp_path / "data")
@@ -370,9 +364,10 @@ def test_dump_checks_limit_before_loading_the_models(tmp_path):
 
 
 def test_analysis_matches_a_direct_computation_and_the_cli(tmp_path, capsys):
-    from cactus_theory import analyze_trace, parse_rules
+    from cactus_theory._analysis._outputs import write_outputs
     from cactus_theory._cli import main
-    from cactus_theory._outputs import write_outputs
+
+    from cactus_theory import analyze_trace, parse_rules
 
     draft, target, tokens = _random_logits(7, n=60, vocab=120)
     tasks = ["gsm8k", "humaneval", "gsm8k"]
@@ -438,7 +433,7 @@ def test_dump_from_gguf_files_written_with_the_gguf_package(tmp_path):
     trace = Trace(tmp_path / "trace")
     (seq,) = list(trace)
     assert n == seq.n_positions and trace.metadata["verifier"]["files"]["verifier.gguf"]
-    from cactus_theory._hf import encode_chat, load_model
+    from cactus_theory._models._hf import encode_chat, load_model
 
     _, tok, _ = load_model(str(v_path))
     ids = encode_chat(tok, prompt.text)
@@ -449,10 +444,10 @@ def test_dump_from_gguf_files_written_with_the_gguf_package(tmp_path):
 
 @pytest.mark.models
 def test_cli_dump_teacher_forced_on_a_completions_file(tmp_path, capsys):
+    from cactus_theory._cli import main
     from tiny_models import write_tiny_gguf
 
-    from cactus_theory._cli import main
-    from cactus_theory._hf import encode_chat, load_model
+    from cactus_theory._models._hf import encode_chat, load_model
 
     verifier, draft = tiny_model(4), tiny_model(5, layers=1)
     v_path = write_tiny_gguf(verifier, tmp_path / "verifier.gguf")

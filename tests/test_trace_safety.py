@@ -15,8 +15,8 @@ from safetensors.numpy import save_file
 from tiny_models import tiny_model, tiny_tokenizer
 
 from cactus_theory import SamplingSettings, Trace, TraceError, TraceWriter, dump_trace, trace_from_arrays
-from cactus_theory._io import DirectoryLock, atomic_write, sha256_file
-from cactus_theory._prompts import Prompt, prompt_seed
+from cactus_theory._data._prompts import Prompt, prompt_seed
+from cactus_theory._util._files import DirectoryLock, atomic_write, sha256_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -278,8 +278,8 @@ import sys
 sys.path.insert(0, {tests!r}); sys.path.insert(0, {root!r})
 from tiny_models import tiny_model, tiny_tokenizer
 from cactus_theory import SamplingSettings, dump_trace
-from cactus_theory._prompts import Prompt
-import time, cactus_theory._dump as dm
+from cactus_theory._data._prompts import Prompt
+import time, cactus_theory._models._dump as dm
 if {block_after} is not None:  # the draft's pass of prompt block_after + 1 of this run never returns
     forced, calls = dm.teacher_forced_logits, []
     def blocking(*a):
@@ -375,8 +375,8 @@ def test_a_resumed_dump_is_bit_identical_whatever_the_callers_torch_threads(tmp_
 
 
 def test_a_report_that_fails_midway_leaves_the_old_report_and_no_temporary_files(tmp_path, monkeypatch):
-    from cactus_theory import _report
-    from cactus_theory._io import publish_directory
+    from cactus_theory._studies import _report
+    from cactus_theory._util._files import publish_directory
 
     out = tmp_path / "r"
     publish_directory({"report.md": "old", "report.html": "old", "gamma_forms.png": b"old"}, out)

@@ -10,7 +10,8 @@ each module's ``__all__`` (its rule classes and helpers such as ``mentored_surro
 import importlib
 import pkgutil
 
-from ._protocol import BONUS_POLICIES, BlockLaw, GeneralizedRule, Rule, RuleLogits, as_rule
+from .._math._logits import RuleLogits
+from ._protocol import BONUS_POLICIES, BlockLaw, GeneralizedRule, Rule, as_rule
 from ._registry import (
     ENTRY_POINT_GROUP,
     RuleInfo,

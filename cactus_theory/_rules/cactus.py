@@ -7,10 +7,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from .._divergences import FDivergence, get_divergence
-from .._gamma import approx_gamma, exact_gamma
-from .._kernels import emitted_rows
-from .._surrogate import surrogate_core
+from .._math._divergences import FDivergence, get_divergence
+from .._math._gamma import approx_gamma, exact_gamma
+from .._math._kernels import emitted_rows
+from .._math._surrogate import surrogate_core
 from ._protocol import GeneralizedRule, _ratio_acceptance, ratio_acceptance
 
 __all__ = ["Cactus"]

@@ -8,7 +8,7 @@ from typing import ClassVar
 import numpy as np
 from scipy import special
 
-from .._kernels import mentored_rows
+from .._math._kernels import mentored_rows
 from ._protocol import GeneralizedRule, prepare
 
 __all__ = ["Mentored", "mentored_surrogate"]

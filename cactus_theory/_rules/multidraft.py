@@ -26,7 +26,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .._validation import host_probabilities
+from .._math._validation import host_probabilities
 from ._protocol import _NUMPY, Rule, ratio_acceptance, residual
 
 __all__ = [

@@ -10,10 +10,10 @@ import time
 
 import numpy as np
 
-from ._divergences import available_divergences, binary_divergence, get_divergence
-from ._gamma import APPROX_METHODS, approx_gamma, exact_gamma
-from ._io import check_output, refuse_overlap
-from ._plan import DEFAULT_COST_PROFILE
+from .._analysis._plan import DEFAULT_COST_PROFILE
+from .._math._divergences import available_divergences, binary_divergence, get_divergence
+from .._math._gamma import APPROX_METHODS, approx_gamma, exact_gamma
+from .._util._files import check_output, refuse_overlap
 
 __all__ = ["main"]
 
@@ -150,7 +150,7 @@ _budget = _nonnegative("a divergence budget")
 
 
 def _resamples(text: str) -> int:
-    from ._bootstrap import MAX_RESAMPLES, MIN_RESAMPLES, check_resamples
+    from .._math._bootstrap import MAX_RESAMPLES, MIN_RESAMPLES, check_resamples
 
     try:
         value = int(text)
@@ -170,7 +170,7 @@ _resamples.__name__ = "resamples"
 
 def _settings(args):
     """The SamplingSettings of the options ``_sampling_options`` adds."""
-    from ._sampling import SamplingSettings
+    from .._math._sampling import SamplingSettings
 
     return SamplingSettings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
 
@@ -203,8 +203,8 @@ def _model_inputs(args):
 
 def _traces(args):
     """The trace set of the positional trace arguments (default: the embedded trace)."""
-    from ._trace import load_trace
-    from ._traceset import open_traces
+    from .._data._trace import load_trace
+    from .._data._traceset import open_traces
 
     return open_traces(args.trace) if args.trace else open_traces(load_trace())
 
@@ -221,7 +221,7 @@ def _progress(args):
 
 
 def _prompts_from(args):
-    from ._prompts import load_prompts
+    from .._data._prompts import load_prompts
 
     prompts = []
     for path in args.prompts:
@@ -236,7 +236,7 @@ def _prompts_from(args):
 
 
 def _cmd_dump(args) -> int:
-    from ._dump import dump_trace, load_completions
+    from .._models._dump import dump_trace, load_completions
 
     _check_out(args, [*args.prompts, args.completions, *_model_inputs(args)])
     prompts = _prompts_from(args)
@@ -288,7 +288,7 @@ def _dask_client(args):
         import distributed  # noqa: F401
     except ImportError:
         raise ImportError("--scheduler and --workers need Dask: pip install 'cactus_theory[distributed]'") from None
-    from ._engines import connect_scheduler, local_dask_cluster
+    from .._analysis._engines import connect_scheduler, local_dask_cluster
 
     if args.scheduler is not None:
         return connect_scheduler(args.scheduler), None
@@ -296,8 +296,8 @@ def _dask_client(args):
 
 
 def _cmd_analyze(args) -> int:
-    from ._analysis import analyze_trace, parse_rules
-    from ._outputs import write_outputs
+    from .._analysis._analyze import analyze_trace, parse_rules
+    from .._analysis._outputs import write_outputs
 
     _check_out(args, _trace_inputs(args))
     traces = _traces(args)
@@ -319,7 +319,7 @@ def _cmd_analyze(args) -> int:
             draft_mode=args.draft_mode,
         )
     finally:
-        from ._engines import close_quietly
+        from .._analysis._engines import close_quietly
 
         close_quietly(client, cluster)
     where = traces.directory if len(traces.traces) == 1 else f"{len(traces.traces)} traces ({traces.directory})"
@@ -347,8 +347,9 @@ def _cmd_analyze(args) -> int:
 
 
 def _cmd_calibrate(args) -> int:
-    from ._hf import load_model
-    from ._plan import calibrate_cost, default_cost_path
+    from .._analysis._plan import default_cost_path
+    from .._models._calibrate import calibrate_cost
+    from .._models._hf import load_model
 
     progress = _progress(args)
     _check_out(args, _model_inputs(args), directory=False)
@@ -379,10 +380,10 @@ def _cmd_calibrate(args) -> int:
 
 
 def _cmd_plan(args) -> int:
-    from ._analysis import analyze_trace, parse_rules
-    from ._outputs import write_outputs
-    from ._plan import CostModel, load_cost, predict_speedup
-    from ._policies import AUTO_POLICIES, make_draft_policy
+    from .._analysis._analyze import analyze_trace, parse_rules
+    from .._analysis._outputs import write_outputs
+    from .._analysis._plan import CostModel, load_cost, predict_speedup
+    from .._laws._policies import AUTO_POLICIES, make_draft_policy
 
     # the cost model and the policies are checked before the work
     if args.cost:
@@ -424,8 +425,8 @@ def _cmd_plan(args) -> int:
         print(f"\n{'all tasks' if task == 'all' else 'task ' + task}: predicted speedup at the best m")
         print(plan.table(task))
     if args.out:
-        from ._io import atomic_write
-        from ._plotting import figure_png, plot_plan
+        from .._analysis._plotting import figure_png, plot_plan
+        from .._util._files import atomic_write
 
         written = [atomic_write(os.path.join(args.out, "plan.csv"), plan.to_csv().encode())]
         written.append(atomic_write(os.path.join(args.out, "plan.json"), plan.to_json().encode()))
@@ -437,7 +438,7 @@ def _cmd_plan(args) -> int:
 
 
 def _cmd_merge(args) -> int:
-    from ._traceset import merge_traces
+    from .._data._traceset import merge_traces
 
     check_output(args.out)  # merge_traces refuses an output that is (inside) a part
     trace = merge_traces(args.out, args.parts, progress=_progress(args), allow_partial=args.allow_partial)
@@ -448,11 +449,11 @@ def _cmd_merge(args) -> int:
 
 
 def _cmd_decode(args) -> int:
-    from ._analysis import parse_rules
-    from ._decode import NgramDrafter, check_chain_rule, decode_prompts, decoding_summary
-    from ._hf import load_model
-    from ._policies import make_draft_policy
-    from ._prompts import Prompt
+    from .._analysis._analyze import parse_rules
+    from .._data._prompts import Prompt
+    from .._laws._policies import make_draft_policy
+    from .._models._decode import NgramDrafter, check_chain_rule, decode_prompts, decoding_summary
+    from .._models._hf import load_model
 
     _check_out(args, [*(args.prompts or []), *_model_inputs(args)], directory=False)
     rules = parse_rules([args.rule], [args.delta])
@@ -512,7 +513,7 @@ def _cmd_decode(args) -> int:
 
 
 def _cmd_rules(args) -> int:
-    from ._rules import available_rules
+    from .._rules import available_rules
 
     infos = available_rules()
     if args.json:
@@ -544,7 +545,7 @@ def _jsonable(value):
 
 
 def _rules_epilog() -> str:
-    from ._rules import available_rules
+    from .._rules import available_rules
 
     names = ", ".join(available_rules())
     return (
@@ -556,7 +557,7 @@ def _rules_epilog() -> str:
 
 
 def _delta_help() -> str:
-    from ._rules import available_rules
+    from .._rules import available_rules
 
     takers = [name for name, info in available_rules().items() if "delta" in info.rule_class.grid_parameters
               and "delta" in info.parameters]  # fmt: skip
@@ -565,7 +566,7 @@ def _delta_help() -> str:
 
 
 def _cmd_compare(args) -> int:
-    from ._zoo import compare_rules, write_comparison
+    from .._studies._zoo import compare_rules, write_comparison
 
     _check_out(args, _trace_inputs(args))
     start = time.perf_counter()
@@ -583,7 +584,7 @@ def _cmd_compare(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    from ._report import build_report
+    from .._studies._report import build_report
 
     _check_out(args, [args.trace])
     timings = []
@@ -642,7 +643,7 @@ def _draft_mode_option(parser):
 
 
 def _bonus_policy_option(parser):
-    from ._rules import BONUS_POLICIES
+    from .._rules import BONUS_POLICIES
 
     parser.add_argument(
         "--bonus-policy",
@@ -674,7 +675,7 @@ def _model_options(parser):
 
 def _prompt_file_options(parser, group=None):
     """--prompts (required, or in ``group``, e.g. beside --prompt) and the options that read them."""
-    from ._prompts import DATASETS
+    from .._data._prompts import DATASETS
 
     (group or parser).add_argument(
         "--prompts", nargs="+", required=group is None, default=None, help="prompt files (formats below)"
@@ -697,7 +698,7 @@ def _prompt_file_options(parser, group=None):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ._prompts import RECORD_FORMATS
+    from .._data._prompts import RECORD_FORMATS
 
     parser = _Parser(
         prog="cactus-theory",
@@ -989,7 +990,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _explain(exc: BaseException):
     """(exit code, one line) for an expected failure: 2 for bad arguments or input, 1 for the rest."""
-    from ._trace import TraceError
+    from .._data._trace import TraceError
 
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     if isinstance(exc, (ValueError, TraceError, TypeError)):
@@ -1064,11 +1065,11 @@ def _plugin_problems(modules, report=True) -> None:
     each is said once, the same way every time."""
     import warnings
 
-    from ._rules import RulePluginWarning, available_rules, plugin_errors
+    from .._rules import RulePluginWarning, available_rules, plugin_errors
 
     names = {m.__name__ for m in modules}
     for key, line in plugin_errors().items():
-        from ._rules._registry import _REGISTRY
+        from .._rules._registry import _REGISTRY
 
         cls = _REGISTRY.get(key, (None,))[0]
         if cls is not None and cls.__module__ in names:

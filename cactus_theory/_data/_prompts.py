@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._io import json_lines, read_text
+from .._util._files import json_lines, read_text
 
 __all__ = [
     "BENCHMARKS",
@@ -73,7 +73,7 @@ def data_directory(path=None) -> str:
         return os.fspath(path)
     if os.environ.get(DATA_ENV):
         return os.environ[DATA_ENV]
-    from ._hf import cache_root
+    from .._util._paths import cache_root
 
     return os.path.join(cache_root(), "data")
 

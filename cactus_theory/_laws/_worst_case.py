@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, special
 
-from ._divergences import divergence as _divergence
-from ._divergences import get_divergence
-from ._rules._protocol import as_rule
-from ._synthetic import _softmax
+from .._math._divergences import divergence as _divergence
+from .._math._divergences import get_divergence
+from .._math._synthetic import _softmax
+from .._rules._protocol import as_rule
 
 __all__ = ["WorstCase", "worst_case_drift", "worst_case_sweep"]
 
@@ -148,7 +148,7 @@ def worst_case_drift(rule, vocab, *, divergence="kl", n_random=4000, n_starts=2,
 
 def _sweep_one(job):
     """One setting of ``worst_case_sweep`` (runs in a worker process)."""
-    from ._rules import make_rule
+    from .._rules import make_rule
 
     name, delta, vocab, seeds, n_random, n_starts, maxiter = job
     start = time.perf_counter()
@@ -189,7 +189,7 @@ def worst_case_sweep(
     worst_kl, evaluations, seconds. The report and ``experiments/gamma_worst_case.py`` both
     call this.
     """
-    from ._progress import progress_bar
+    from .._util._progress import progress_bar
 
     rules, deltas, vocabs = [str(r) for r in rules], [float(d) for d in deltas], [int(v) for v in vocabs]
     if not (isinstance(processes, (int, np.integer)) and processes >= 1):

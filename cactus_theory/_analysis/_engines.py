@@ -31,7 +31,7 @@ def prepare_worker(threads):
     (``_kernels.keep_freed_memory``). Not applied to the workers of a cluster you pass as
     ``client=``: start those with ``DASK_WORKER_ENV`` in their environment (docs: "Analysing
     traces on a cluster"); ``local_dask_cluster`` does."""
-    from . import _kernels
+    from .._math import _kernels
 
     _kernels.set_threads(threads)
     _kernels.keep_freed_memory()

@@ -28,7 +28,7 @@ def family_colour(family):
     matplotlib's 20-colour palette (tab20); a name outside the registry gets grey."""
     import matplotlib
 
-    from ._rules import available_rules
+    from .._rules import available_rules
 
     names = sorted(available_rules())
     palette = matplotlib.colormaps["tab20"].colors
@@ -46,7 +46,7 @@ def plot_step(rule, draft_probs, target_probs, ax=None, top=None, *, logits=None
     """
     import matplotlib.pyplot as plt
 
-    from ._emitted import step_metrics
+    from .._laws._emitted import step_metrics
 
     p = np.asarray(draft_probs, dtype=np.float64)
     q = np.asarray(target_probs, dtype=np.float64)
@@ -78,7 +78,7 @@ def plot_rule_front(comparison, m=8, axes=None):
     """
     import matplotlib.pyplot as plt
 
-    from ._pareto import pareto_front
+    from .._math._pareto import pareto_front
 
     rows = [r for r in comparison["rows"] if r["m"] == m and r.get("draft_count", 1) == 1]
     if not rows:
@@ -247,7 +247,7 @@ def plot_plan(plan, task="all", ax=None, title=None):
     the Figure."""
     import matplotlib.pyplot as plt
 
-    from ._pareto import pareto_front
+    from .._math._pareto import pareto_front
 
     rows = plan.best_m(task)
     key = plan.key

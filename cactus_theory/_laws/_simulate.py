@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._rules._protocol import BONUS_POLICIES, as_rule
+from .._rules._protocol import BONUS_POLICIES, as_rule
 
 __all__ = ["SimulationResult", "simulate"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ._io import atomic_write
+from .._util._files import atomic_write
 
 __all__ = ["analysis_figures", "write_outputs"]
 

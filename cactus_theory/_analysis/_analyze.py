@@ -11,16 +11,16 @@ from typing import TypedDict
 
 import numpy as np
 
-from ._block import DRAFT_MODES, draft_rows
-from ._bootstrap import check_resamples, ratio_interval, resample_counts
-from ._emitted import block_sums, expected_accepted_length, step_metrics
+from .._data._prompts import prompt_seed
+from .._data._trace import Trace
+from .._laws._block import DRAFT_MODES, draft_rows
+from .._laws._emitted import block_sums, expected_accepted_length, step_metrics
+from .._laws._policies import make_draft_policy, policy_blocks
+from .._math._bootstrap import check_resamples, ratio_interval, resample_counts
+from .._rules import BONUS_POLICIES, make_rules, optimal_multi_draft_acceptance
+from .._util._files import csv_text
+from .._util._progress import progress_bar
 from ._engines import run_dask, run_local
-from ._io import csv_text
-from ._policies import make_draft_policy, policy_blocks
-from ._progress import progress_bar
-from ._prompts import prompt_seed
-from ._rules import BONUS_POLICIES, make_rules, optimal_multi_draft_acceptance
-from ._trace import Trace
 
 __all__ = ["METRICS", "AnalysisResult", "AnalysisRow", "analyze_trace", "parse_rules"]
 
@@ -138,7 +138,7 @@ def _shard_stats(args, threads=None):
 
         threads = threads.get(get_worker().address)
     if threads is not None:
-        from . import _kernels
+        from .._math import _kernels
 
         _kernels.set_threads(threads)  # numba's setting is per thread: set where the task runs
     trace = Trace(directory, verify=False)
@@ -389,7 +389,7 @@ def analyze_trace(
     restricts the analysis to the sequences of those tasks. ``progress``: a bar on stderr
     (True, False, or None: only on a terminal).
     """
-    from ._traceset import open_traces
+    from .._data._traceset import open_traces
 
     if bonus_policy not in BONUS_POLICIES:
         raise ValueError(f"bonus_policy must be one of {BONUS_POLICIES}; got {bonus_policy!r}")

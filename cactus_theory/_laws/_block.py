@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._math._validation import host_probabilities
+from .._rules._protocol import as_rule
 from ._emitted import block_sums, expected_accepted_length, step_metrics
-from ._rules._protocol import as_rule
-from ._validation import host_probabilities
 
-__all__ = ["BlockComparison", "BlockLength", "block_accepted_length", "compare_block_verification", "greedy_draft"]
+__all__ = ["BlockLength", "block_accepted_length", "greedy_draft"]
 
 DRAFT_MODES = ("sampled", "greedy")
 
@@ -124,98 +124,3 @@ def block_accepted_length(
             values = expected_accepted_length(step_metrics(rule, p, q, logits=lg).acceptance, int(m))[:starts]
         result = BlockLength(values, np.zeros(starts), "exact")
     return result if full_output else result.accepted_length
-
-
-#: The lossless methods ``compare_block_verification`` puts side by side, with their colours.
-BLOCK_COMPARISON_RULES = ("sps", "strict", "block")
-_BLOCK_COLOURS = {"sps": "C0", "strict": "C2", "block": "C3"}
-
-
-@dataclass(frozen=True)
-class BlockComparison:
-    """``compare_block_verification``'s result.
-
-    Attributes
-    ----------
-    ms : tuple
-        The block sizes compared.
-    rows : dict {draft mode: list of AnalysisRow}
-        The analysis rows (task "all") of ``BLOCK_COMPARISON_RULES`` under "sampled" and
-        "greedy" drafting.
-    gain : dict {draft mode: {m: (value, lo, hi)}}
-        AL(block) / AL(sps) - 1 with its paired bootstrap interval (``AnalysisResult.al_ratio``).
-    seconds : dict {draft mode: seconds}
-        The analysis time of each mode.
-    """
-
-    ms: tuple
-    rows: dict
-    gain: dict
-    seconds: dict
-
-    def table(self, mode) -> list:
-        """The Markdown table (lines) of one draft mode: AL(m) with its interval per rule, and
-        block's gain over SpS."""
-        rows = {(r["rule"], r["m"]): r for r in self.rows[mode]}
-        lines = ["| m | sps | strict | block | block vs sps |", "|---|---|---|---|---|"]
-        for m in self.ms:
-            cells = [
-                f"{rows[(rule, m)]['al']:.3f} [{rows[(rule, m)]['al_lo']:.3f}, {rows[(rule, m)]['al_hi']:.3f}]"
-                for rule in BLOCK_COMPARISON_RULES
-            ]
-            g = [round(x, 6) + 0.0 for x in self.gain[mode][m]]  # + 0.0: no "-0.00%" from rounding noise
-            lines.append(f"| {m} | " + " | ".join(cells) + f" | {g[0]:+.2%} [{g[1]:+.2%}, {g[2]:+.2%}] |")
-        return lines
-
-    def figure(self):
-        """AL(m) with its interval per rule, sampled drafting (left) and greedy drafting (right)."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-        for ax, mode in zip(axes, ("sampled", "greedy"), strict=True):
-            for rule in BLOCK_COMPARISON_RULES:
-                rs = sorted((r for r in self.rows[mode] if r["rule"] == rule), key=lambda r: r["m"])
-                ax.errorbar(
-                    [r["m"] for r in rs],
-                    [r["al"] for r in rs],
-                    yerr=[[r["al"] - r["al_lo"] for r in rs], [r["al_hi"] - r["al"] for r in rs]],
-                    marker="o",
-                    ms=3,
-                    capsize=2,
-                    color=_BLOCK_COLOURS[rule],
-                    label=rule,
-                )
-            ax.set_xlabel("m (drafted tokens per verification)")
-            ax.set_title(f"{mode} drafting")
-            ax.grid(alpha=0.3)
-        axes[0].set_ylabel("AL(m): accepted drafts per verification")
-        axes[0].legend()
-        fig.tight_layout()
-        return fig
-
-
-def compare_block_verification(trace, ms=tuple(range(1, 21)), n_boot=1000, block_paths=1024, progress=None):
-    """Block verification against token-wise SpS and strict verification on ``trace`` (anything
-    ``analyze_trace`` takes): AL(m) with bootstrap intervals under sampled and greedy drafting,
-    and block's gain over SpS with a paired interval. The block rule's AL is exact where its
-    weights' support is small (m <= 3 on a top-20 trace), else Monte Carlo with ``block_paths``
-    paths per block start. Returns a ``BlockComparison``."""
-    import time
-
-    from ._analysis import analyze_trace
-
-    ms = tuple(ms)
-    rows, gain, seconds = {}, {}, {}
-    for mode in ("sampled", "greedy"):
-        start = time.perf_counter()
-        result = analyze_trace(
-            trace, list(BLOCK_COMPARISON_RULES), ms=ms, n_boot=n_boot, draft_mode=mode, progress=progress,
-            block_paths=block_paths,
-        )  # fmt: skip
-        rows[mode] = [r for r in result.rows if r["task"] == "all"]
-        gain[mode] = {m: result.al_ratio("block", "sps", m, n_boot) for m in result.ms}
-        seconds[mode] = time.perf_counter() - start
-    return BlockComparison(ms=result.ms, rows=rows, gain=gain, seconds=seconds)

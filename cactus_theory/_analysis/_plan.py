@@ -33,15 +33,13 @@ from __future__ import annotations
 
 import json
 import os
-import platform
-import time
 from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
-from ._io import atomic_write, csv_text, utc_timestamp
+from .._util._files import atomic_write, csv_text
 
-__all__ = ["CostModel", "Plan", "calibrate_cost", "cost_profiles", "load_cost", "predict_speedup"]
+__all__ = ["CostModel", "Plan", "cost_profiles", "load_cost", "predict_speedup"]
 
 COST_FORMAT = "cactus_theory.cost"
 _COST_MAX_BYTES = 1 << 20
@@ -476,7 +474,7 @@ DEFAULT_COST_PROFILE = "qwen3-32b-0.6b-gb200-vllm"
 
 def cost_profiles() -> dict:
     """{name: path} of the measured cost profiles shipped with the package (``CostModel.from_profile``)."""
-    folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "profiles")
+    folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "profiles")
     if not os.path.isdir(folder):
         return {}
     return {f[: -len(".json")]: os.path.join(folder, f) for f in sorted(os.listdir(folder)) if f.endswith(".json")}
@@ -484,7 +482,7 @@ def cost_profiles() -> dict:
 
 def cost_directory() -> str:
     """Where ``calibrate`` writes cost files by default (and the report looks for them)."""
-    from ._hf import cache_root
+    from .._util._paths import cache_root
 
     return os.path.join(cache_root(), "costs")
 
@@ -493,214 +491,6 @@ def default_cost_path(verifier_name, draft_name, dtype, device) -> str:
     """The default cost file of a model pair, dtype and device (in ``cost_directory()``)."""
     name = f"{verifier_name}__{draft_name}__{dtype}__{device}"
     return os.path.join(cost_directory(), "".join(c if c.isalnum() or c in "._-" else "_" for c in name) + ".json")
-
-
-def _timings(fn, repeats):
-    """``repeats`` wall times of ``fn()``, seconds."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return times
-
-
-def machine_sample():
-    """(wall seconds, CPU seconds busy on the whole machine, CPU seconds of this process) now,
-    from /proc (Linux); None elsewhere. Two samples give ``other_load``."""
-    try:
-        with open("/proc/stat", encoding="ascii") as fh:
-            cpu = [int(x) for x in fh.readline().split()[1:]]
-        with open("/proc/self/stat", encoding="ascii") as fh:
-            fields_ = fh.read().rsplit(")", 1)[1].split()
-    except (OSError, ValueError, IndexError):
-        return None
-    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    idle = cpu[3] + (cpu[4] if len(cpu) > 4 else 0)  # idle + iowait
-    busy = sum(cpu[:8]) - idle
-    own = int(fields_[11]) + int(fields_[12])  # utime + stime of every thread of this process
-    return time.perf_counter(), busy / tick, own / tick
-
-
-def other_load(start, end):
-    """The share of the machine's cores that other processes kept busy between two
-    ``machine_sample``s (0: this process alone; 1: every core busy with something else)."""
-    if start is None or end is None or end[0] <= start[0]:
-        return None
-    other = (end[1] - start[1]) - (end[2] - start[2])
-    return float(max(other, 0.0) / ((end[0] - start[0]) * (os.cpu_count() or 1)))
-
-
-def calibrate_cost(
-    verifier,
-    draft,
-    *,
-    max_block=21,
-    context=256,
-    repeats=5,
-    settings=None,
-    progress=None,
-    prompt_lengths=(32, 128, 512),
-    second_context=None,
-):
-    """Time the parts of a step for a model pair on this machine: a CostModel.
-
-    ``verifier`` and ``draft`` are (model, tokenizer, identity) triples from ``load_model``.
-    Both models first read a context of ``context`` token ids (the tokenizer's encoding of a
-    fixed English text, repeated) into their KV caches; then, each a median of ``repeats``:
-    one drafted token (a forward of one token, its processed row with ``settings``, the
-    sampling); a verifier block of k = 1..``max_block`` tokens (a forward and its k processed
-    rows), the cache cropped back after each; the cropping itself; and SpS judging one drafted
-    token on rows of the vocabulary's size (as ``speculative_generate`` does). Then the whole
-    request's other parts: each model processing prompts of ``prompt_lengths`` tokens (a fresh
-    cache each, ``min(repeats, 3)`` times), and one drafted token and one verifier token at
-    ``second_context`` tokens of context (default 2 x ``context``), whose difference per token is
-    the context slope. Every repeat is kept (``samples``: the intervals and the trust checks
-    read them) with the machine's load average before and after. Deterministic inputs; the
-    timings are whatever this machine gives (run it idle: ``CostModel.problems`` says when it
-    was not).
-    """
-    import torch
-
-    from ._decode import _rule_step
-    from ._hf import CachedModel, sample_token, software_versions
-    from ._progress import progress_bar
-    from ._rules import SpS
-    from ._sampling import SamplingSettings, processed_probs
-
-    if not (isinstance(max_block, (int, np.integer)) and max_block >= 1):
-        raise ValueError(f"max_block must be an integer >= 1; got {max_block!r}")
-    if not (isinstance(repeats, (int, np.integer)) and repeats >= 1):
-        raise ValueError(f"repeats must be an integer >= 1; got {repeats!r}")
-    if not (isinstance(context, (int, np.integer)) and context >= 1):
-        raise ValueError(f"context must be an integer >= 1; got {context!r}")
-    lengths = sorted({int(n) for n in prompt_lengths})
-    if any(n < 1 for n in lengths):
-        raise ValueError(f"prompt_lengths must be integers >= 1; got {list(prompt_lengths)!r}")
-    second_context = 2 * context if second_context is None else second_context
-    if not (isinstance(second_context, (int, np.integer)) and second_context > context):
-        raise ValueError(f"second_context must be an integer > context ({context}); got {second_context!r}")
-    sample_start = machine_sample()
-    settings = settings or SamplingSettings()
-    v_model, tokenizer, v_info = verifier
-    d_model, _, d_info = draft
-    text = (
-        "Speculative decoding drafts several tokens with a small model and verifies them with a large one "
-        "in a single forward pass; the acceptance rule decides how many of the drafted tokens to keep. "
-    )
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"] if tokenizer is not None else list(range(100))
-    longest = max(context, second_context, *lengths)
-    stream = ids * (longest // max(len(ids), 1) + 1)
-    ids = stream[:context]
-    ver, drf = CachedModel(v_model), CachedModel(d_model)
-    ver.feed(ids)
-    drf.feed(ids)
-    gen = torch.Generator().manual_seed(0)
-    token = ids[-1]
-
-    def draft_step():
-        raw = drf.feed([token])[-1]
-        p = processed_probs(raw[None], settings)[0]
-        sample_token(p, gen)
-        p.double().cpu().numpy()
-        drf.crop(len(ids))
-
-    def verify_step(k):
-        rows = ver.feed(ids[-k:] if k <= len(ids) else [token] * k)
-        processed_probs(rows, settings).double().cpu().numpy()
-        ver.crop(len(ids))
-
-    bar = progress_bar(total=max_block + 5, desc="calibrate", unit="part", enabled=progress)
-    samples = {"verify_block": {}, "prefill": {"verifier": {}, "draft": {}}}
-    with bar:
-        draft_step()  # warm-up
-        samples["draft_token"] = _timings(draft_step, repeats)
-        draft_token = float(np.median(samples["draft_token"]))
-        bar.update(1)
-        verify_block = {}
-        verify_step(1)
-        for k in range(1, max_block + 1):
-            samples["verify_block"][k] = _timings(lambda k=k: verify_step(k), repeats)
-            verify_block[k] = float(np.median(samples["verify_block"][k]))
-            bar.update(1)
-
-        def crop_step():
-            ver.feed([token])
-            drf.feed([token])
-            start = time.perf_counter()
-            ver.crop(len(ids))
-            drf.crop(len(ids))
-            return time.perf_counter() - start
-
-        step_overhead = float(np.median([crop_step() for _ in range(repeats)]))
-        bar.update(1)
-        q_row = processed_probs(ver.feed([token])[-1][None], settings)[0].double().cpu().numpy()
-        p_row = processed_probs(drf.feed([token])[-1][None], settings)[0].double().cpu().numpy()
-        ver.crop(len(ids))
-        drf.crop(len(ids))
-        coin = np.random.default_rng(0)
-        drafted = int(np.argmax(p_row))
-        judge_token = float(np.median(_timings(lambda: _rule_step(SpS(), p_row, q_row, drafted, None, coin, gen),
-                                               repeats)))  # fmt: skip
-        bar.update(1)
-        prefill = {"verifier": {}, "draft": {}}
-        for name, model in (("verifier", v_model), ("draft", d_model)):
-            for length in lengths:
-                runs = _timings(lambda model=model, length=length: CachedModel(model).feed(stream[:length]),
-                                min(repeats, 3))  # fmt: skip
-                samples["prefill"][name][length] = runs
-                prefill[name][length] = float(np.median(runs))
-        bar.update(1)
-        # the context slope: the same forwards after a longer context
-        far = stream[:second_context]
-        ver_far, drf_far = CachedModel(v_model), CachedModel(d_model)
-        ver_far.feed(far)
-        drf_far.feed(far)
-
-        def at_far(runner, length):
-            def run():
-                runner.feed([token])
-                runner.crop(length)
-
-            return run
-
-        slopes = {}
-        for role, near, far_runner in (("verify", ver, ver_far), ("draft", drf, drf_far)):
-            at_far(far_runner, len(far))()  # warm-up
-            t_near = float(np.median(_timings(at_far(near, len(ids)), repeats)))  # the same forward, both contexts
-            t_far = float(np.median(_timings(at_far(far_runner, len(far)), repeats)))
-            slopes[role] = max((t_far - t_near) / (second_context - context), 0.0)
-        context_slope = slopes
-        bar.update(1)
-    busy = other_load(sample_start, machine_sample())
-    load = {} if busy is None else {"other": busy, "cores": float(os.cpu_count() or 1)}
-    source = {
-        "kind": "calibration",
-        "verifier": v_info,
-        "draft": d_info,
-        "dtype": str(next(v_model.parameters()).dtype).replace("torch.", ""),
-        "device": str(next(v_model.parameters()).device),
-        "context": int(context),
-        "second_context": int(second_context),
-        "repeats": int(repeats),
-        "sampling": settings.as_dict(),
-        "threads": torch.get_num_threads(),
-        "machine": f"{os.cpu_count()} cores, {platform.machine()}",
-        "versions": software_versions(),
-        "created": utc_timestamp(),
-    }
-    return CostModel(
-        draft_token=draft_token,
-        verify_block=verify_block,
-        step_overhead=step_overhead,
-        judge_token=judge_token,
-        source=source,
-        prefill=prefill,
-        context=int(context),
-        context_slope=context_slope,
-        samples=samples,
-        load=load,
-    )
 
 
 @dataclass

@@ -16,6 +16,11 @@ import time
 
 import numpy as np
 
+from .._data._prompts import prompt_seed, select_part
+from .._data._trace import DEFAULT_TOP_K, TraceError, TraceWriter
+from .._math._sampling import SamplingSettings
+from .._util._files import Terminated, json_lines, termination_as_exception, utc_timestamp
+from .._util._progress import progress_bar
 from ._hf import (
     default_threads,
     encode_chat,
@@ -27,11 +32,6 @@ from ._hf import (
     tokenizer_hash,
     torch_threads,
 )
-from ._io import Terminated, json_lines, termination_as_exception, utc_timestamp
-from ._progress import progress_bar
-from ._prompts import prompt_seed, select_part
-from ._sampling import SamplingSettings
-from ._trace import DEFAULT_TOP_K, TraceError, TraceWriter
 
 __all__ = ["dump_trace", "load_completions"]
 

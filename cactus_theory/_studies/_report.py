@@ -11,11 +11,11 @@ import time
 
 import numpy as np
 
-from ._io import check_output, publish_directory
-from ._plan import DEFAULT_COST_PROFILE
-from ._plotting import _delta_axis, family_colour
-from ._plotting import figure_png as _png
-from ._progress import say as _say
+from .._analysis._plan import DEFAULT_COST_PROFILE
+from .._analysis._plotting import _delta_axis, family_colour
+from .._analysis._plotting import figure_png as _png
+from .._util._files import check_output, publish_directory
+from .._util._progress import say as _say
 
 __all__ = ["build_report"]
 
@@ -23,7 +23,7 @@ __all__ = ["build_report"]
 def _fig_gamma():
     import matplotlib.pyplot as plt
 
-    from ._gamma import APPROX_METHODS, approx_gamma, exact_gamma
+    from .._math._gamma import APPROX_METHODS, approx_gamma, exact_gamma
 
     q = np.linspace(0.001, 0.999, 400)
     names = ("kl", "reverse_kl", "hellinger", "js")
@@ -55,8 +55,8 @@ def _fig_gamma():
 def _fig_overspend():
     import matplotlib.pyplot as plt
 
-    from ._divergences import binary_divergence
-    from ._gamma import approx_gamma
+    from .._math._divergences import binary_divergence
+    from .._math._gamma import approx_gamma
 
     q = np.linspace(0.001, 0.999, 300)
     delta = np.logspace(-4, 1, 300)
@@ -86,7 +86,7 @@ def _family_rows(result, m=None):
 
 def worst_case_curve(deltas, vocabs=(8, 32), n_random=1500, n_starts=1, maxiter=15, seed=0):
     """Gamma(delta) lower bounds for Cactus (Taylor) and exact Cactus: (deltas, {(rule, vocab): [ratio per delta]})."""
-    from ._worst_case import worst_case_sweep
+    from .._laws._worst_case import worst_case_sweep
 
     rows = worst_case_sweep(
         ("cactus", "cactus-exact"), deltas, vocabs, seed=seed, n_random=n_random, n_starts=n_starts, maxiter=maxiter
@@ -198,8 +198,8 @@ def find_calibration(trace):
     import glob
     import json
 
-    from ._plan import cost_directory, load_cost
-    from ._trace import model_hashes as files
+    from .._analysis._plan import cost_directory, load_cost
+    from .._data._trace import model_hashes as files
 
     want = (files(trace.metadata.get("verifier")), files(trace.metadata.get("draft")))
     if None in want:
@@ -220,7 +220,7 @@ def _plans(trace, result):
     """{key: (title, Plan)}: this machine's calibration (when there is one; with its problems, if
     any, printed under the table) and a measured GPU profile (``GPU_PROFILE``), from ``result``,
     an analysis of ``trace`` at the m values of PLAN_MS."""
-    from ._plan import CostModel, predict_speedup
+    from .._analysis._plan import CostModel, predict_speedup
 
     plans = {}
     cost = find_calibration(trace)
@@ -248,7 +248,7 @@ def block_section(trace, progress=None, ms=BLOCK_MS, n_boot=200, block_paths=256
     """(Markdown, PNG) of block verification against SpS and strict verification on ``trace``
     (``compare_block_verification``): AL(m) with bootstrap intervals under sampled and greedy
     drafting, and block's gain over SpS with a paired interval."""
-    from ._block import compare_block_verification
+    from ._block_study import compare_block_verification
 
     result = compare_block_verification(trace, ms, n_boot=n_boot, block_paths=block_paths, progress=progress)
     lines = [
@@ -363,9 +363,9 @@ def build_report(
     import matplotlib
 
     matplotlib.use("Agg")
-    from ._analysis import analyze_trace, parse_rules
-    from ._outputs import analysis_figures
-    from ._trace import load_trace
+    from .._analysis._analyze import analyze_trace, parse_rules
+    from .._analysis._outputs import analysis_figures
+    from .._data._trace import load_trace
 
     check_output(out_dir, what="out_dir")  # before minutes of work, not after
     start = time.perf_counter()
@@ -408,7 +408,7 @@ def build_report(
         )
     lap("the trace: main rules over delta and m (analysis, 3 figures)")
     say("      every rule at the paper grid's parameters")
-    from ._plotting import plot_rule_front
+    from .._analysis._plotting import plot_rule_front
     from ._zoo import compare_rules, comparison_markdown
 
     comparison = compare_rules(tr, n_boot=200, progress=progress)
@@ -451,7 +451,7 @@ def build_report(
     say("      predicted speedups: this machine's calibration, if any, and a measured GPU profile")
     plans = _plans(tr, dataclasses.replace(full, rows=[r for r in full.rows if r["m"] in PLAN_MS]))
     for key, (title, plan) in plans.items():
-        from ._plotting import plot_plan
+        from .._analysis._plotting import plot_plan
 
         figures.append(
             (

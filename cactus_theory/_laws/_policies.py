@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._math._validation import host_probabilities
 from ._emitted import _entropy
-from ._validation import host_probabilities
 
 __all__ = ["AUTO_POLICIES", "DRAFT_POLICIES", "DraftPolicy", "make_draft_policy", "policy_blocks"]
 

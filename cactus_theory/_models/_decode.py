@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._block import DRAFT_MODES, greedy_draft
-from ._bootstrap import percentile_interval, ratio_interval, resample_counts, resampled_sums
+from .._laws._block import DRAFT_MODES, greedy_draft
+from .._laws._policies import draft_features, make_draft_policy
+from .._math._bootstrap import percentile_interval, ratio_interval, resample_counts, resampled_sums
+from .._math._logits import RuleLogits
+from .._math._sampling import SamplingSettings, processed_probs
+from .._rules._protocol import BONUS_POLICIES, as_rule
+from .._util._files import json_lines
 from ._hf import CachedModel, generate, sample_token
-from ._io import json_lines
-from ._policies import draft_features, make_draft_policy
-from ._rules._protocol import BONUS_POLICIES, RuleLogits, as_rule
-from ._sampling import SamplingSettings, processed_probs
 
 __all__ = [
     "DecodeResult",
@@ -345,10 +346,10 @@ def decode_prompts(
     draft mode, drafting policy and baseline setting are not decoded again (their records are
     read back).
     """
+    from .._data._prompts import prompt_seed
+    from .._util._machine import machine_sample, other_load
+    from .._util._progress import progress_bar
     from ._hf import encode_chat, eos_ids
-    from ._plan import machine_sample, other_load
-    from ._progress import progress_bar
-    from ._prompts import prompt_seed
 
     rule = as_rule(rule)
     policy = make_draft_policy(draft_policy)

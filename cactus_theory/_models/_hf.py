@@ -16,12 +16,12 @@ import sys
 import tempfile
 import time
 
-from ._io import TEMP_PREFIX, _umask, remove_stale_temporaries, sha256_file, utc_timestamp
-from ._sampling import processed_probs
+from .._math._sampling import processed_probs
+from .._util._files import TEMP_PREFIX, _umask, remove_stale_temporaries, sha256_file, utc_timestamp
+from .._util._paths import cache_root
 
 __all__ = [
     "CachedModel",
-    "cache_root",
     "default_threads",
     "encode_chat",
     "eos_ids",
@@ -33,11 +33,6 @@ __all__ = [
     "tokenizer_hash",
     "torch_threads",
 ]
-
-
-def cache_root() -> str:
-    """The user cache: ``$CACTUS_THEORY_CACHE``, else ``~/.cache/cactus_theory``."""
-    return os.environ.get("CACTUS_THEORY_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "cactus_theory")
 
 
 def software_versions() -> dict:

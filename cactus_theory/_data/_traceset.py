@@ -18,8 +18,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ._io import refuse_overlap, termination_as_exception
-from ._progress import progress_bar
+from .._util._files import refuse_overlap, termination_as_exception
+from .._util._progress import progress_bar
 from ._trace import RESUME_FIELDS, Trace, TraceError, TraceSequence, TraceWriter, _show, metadata_differences
 
 __all__ = [

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._analysis import analyze_trace
-from ._bootstrap import check_resamples
-from ._rules import make_rule
+from .._analysis._analyze import analyze_trace
+from .._math._bootstrap import check_resamples
+from .._rules import make_rule
 
 __all__ = ["MULTI_DRAFT_METHODS", "MultiDraftComparison", "compare_multi_draft"]
 
@@ -162,8 +162,8 @@ def compare_multi_draft(trace, ks=tuple(range(1, 9)), ms=(4, 8), *, k_bins=4, n_
     spec template in k, children) tuples, default ``MULTI_DRAFT_METHODS``. The tree AL is under
     the independent-positions model of the analysis (docs: "Multi-draft and tree verification").
     """
-    from ._trace import load_trace
-    from ._traceset import open_traces
+    from .._data._trace import load_trace
+    from .._data._traceset import open_traces
 
     start = time.perf_counter()
     if isinstance(k_bins, bool) or not isinstance(k_bins, (int, np.integer)) or k_bins < 1:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import math
 
-from ._analysis import analyze_trace
-from ._pareto import pareto_front
-from ._rules import available_rules, make_rule
+from .._analysis._analyze import analyze_trace
+from .._math._pareto import pareto_front
+from .._rules import available_rules, make_rule
 
 __all__ = [
     "compare_rules",
@@ -53,8 +53,8 @@ def compare_rules(trace=None, entries=None, ms=(4, 8, 20), n_boot=1000, processe
     Returns ``{"rows": [...], "settings": ..., "trace": ...}`` with one row per rule and m (task
     'all'), each carrying its grid label and bonus policy; the analysis runs once per policy.
     """
-    from ._trace import load_trace
-    from ._traceset import open_traces
+    from .._data._trace import load_trace
+    from .._data._traceset import open_traces
 
     entries = comparison_entries() if entries is None else list(entries)
     trace = open_traces(load_trace() if trace is None else trace)
@@ -150,8 +150,8 @@ def write_comparison(comparison, out_dir, *, command, seconds, trace_label=None)
     import os
     import platform
 
-    from ._io import atomic_write
-    from ._plotting import figure_png, plot_rule_front
+    from .._analysis._plotting import figure_png, plot_rule_front
+    from .._util._files import atomic_write
 
     where = trace_label or "the embedded one (Qwen2.5-Coder-0.5B drafting for 1.5B)."
     title = "on the embedded trace" if trace_label is None else "on a trace"

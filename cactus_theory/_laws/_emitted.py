@@ -7,9 +7,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
-from ._backend import namespace
-from ._kernels import windowed_accepted_length
-from ._rules._protocol import as_rule
+from .._math._backend import namespace
+from .._math._kernels import windowed_accepted_length
+from .._rules._protocol import as_rule
 
 __all__ = [
     "StepMetrics",

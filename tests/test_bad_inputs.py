@@ -5,11 +5,11 @@ traceback."""
 
 import numpy as np
 import pytest
-from cactus_theory._cli import main
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import cactus_theory as ct
+from cactus_theory._cli import main
 
 RULES = ["sps", "cactus(delta=0.5)", "cactus-exact(delta=0.5)", "mentored(delta=0.3)", "tas", "lossy(alpha=0.3)",
          "topk(k=2)", "block", "rrs(k=2)", "eagle-tree(k=2)", "spectr(k=2)", "sglang-tree(k=2)"]  # fmt: skip

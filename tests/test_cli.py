@@ -7,6 +7,7 @@ import sys
 import mpmath as mp
 import mpref
 import numpy as np
+
 from cactus_theory._cli import main
 
 
@@ -44,10 +45,10 @@ def test_module_entry_point_and_bad_input():
 import argparse  # noqa: E402
 
 import pytest  # noqa: E402
-from cactus_theory._cli._main import build_parser  # noqa: E402
 from tiny_models import tiny_model, write_tiny_gguf  # noqa: E402
 
 from cactus_theory import Trace, TraceWriter, trace_from_arrays  # noqa: E402
+from cactus_theory._cli._main import build_parser  # noqa: E402
 
 
 @pytest.fixture(scope="module")

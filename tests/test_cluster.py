@@ -9,7 +9,6 @@ import time
 
 import numpy as np
 import pytest
-from cactus_theory._cli import main
 
 from cactus_theory import (
     SamplingSettings,
@@ -25,6 +24,7 @@ from cactus_theory import (
     synthesize_trace,
     trace_from_arrays,
 )
+from cactus_theory._cli import main
 from cactus_theory._data._prompts import Prompt
 
 SAMPLING = {"sampling": SamplingSettings(temperature=1.0, top_k=8, top_p=1.0).as_dict()}

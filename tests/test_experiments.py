@@ -17,9 +17,9 @@ import zipfile
 
 import numpy as np
 import pytest
-from cactus_theory._cli import main
 
 from cactus_theory import SamplingSettings, Trace, trace_from_arrays
+from cactus_theory._cli import main
 
 ROOT = pathlib.Path(__file__).parents[1]
 EXPERIMENTS = ROOT / "experiments"

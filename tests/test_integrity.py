@@ -16,8 +16,6 @@ import time
 
 import numpy as np
 import pytest
-from cactus_theory._analysis._engines import connect_scheduler
-from cactus_theory._cli import main
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_cluster import _metadata, _parts, _trace
@@ -35,6 +33,8 @@ from cactus_theory import (
     merge_traces,
     step_metrics,
 )
+from cactus_theory._analysis._engines import connect_scheduler
+from cactus_theory._cli import main
 from cactus_theory._data._trace import TraceWriter
 from cactus_theory._util._files import check_output
 

@@ -12,7 +12,6 @@ import textwrap
 
 import numpy as np
 import pytest
-from cactus_theory._cli import main
 from test_cluster import _parts, _trace
 
 from cactus_theory import (
@@ -34,6 +33,7 @@ from cactus_theory import (
     step_metrics,
     synthesize_trace,
 )
+from cactus_theory._cli import main
 from cactus_theory._data._trace import TraceWriter
 from cactus_theory._util._files import DirectoryLock, LockError
 

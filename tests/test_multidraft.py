@@ -7,7 +7,6 @@ import itertools
 
 import numpy as np
 import pytest
-from cactus_theory._cli import main
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import brentq, linprog
@@ -23,6 +22,7 @@ from cactus_theory import (
     step_metrics,
     trace_from_arrays,
 )
+from cactus_theory._cli import main
 
 DONE_WHEN = (
     "rrs(k=3)",

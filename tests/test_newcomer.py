@@ -6,10 +6,10 @@ import pathlib
 
 import numpy as np
 import pytest
-from cactus_theory._cli import main
 from tiny_models import tiny_model, write_tiny_gguf
 
 from cactus_theory import Trace, load_prompts, trace_from_arrays
+from cactus_theory._cli import main
 
 ROOT = pathlib.Path(__file__).parents[1]
 
@@ -128,9 +128,8 @@ def test_family_colours_are_one_per_family_and_plan_labels_do_not_overlap():
     import matplotlib
 
     matplotlib.use("Agg")
-    from cactus_theory._analysis._plotting import family_colour
-
     from cactus_theory import analyze_trace, load_trace, parse_rules, plot_plan, predict_speedup
+    from cactus_theory._analysis._plotting import family_colour
 
     assert family_colour("cactus") == family_colour("cactus") != family_colour("sps")
     names = sorted(__import__("cactus_theory").available_rules())

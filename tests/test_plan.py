@@ -6,7 +6,6 @@ import math
 
 import numpy as np
 import pytest
-from cactus_theory._cli import main
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +18,7 @@ from cactus_theory import (
     predict_speedup,
     trace_from_arrays,
 )
+from cactus_theory._cli import main
 
 VOCAB = 12
 

@@ -6,11 +6,11 @@ import math
 
 import numpy as np
 import pytest
-from cactus_theory._cli import main
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cactus_theory import CostModel, analyze_trace, expected_accepted_length, load_trace, make_draft_policy
+from cactus_theory._cli import main
 from cactus_theory._laws._policies import policy_blocks
 
 

@@ -6,7 +6,6 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
-from cactus_theory._cli import main
 
 from cactus_theory import (
     RFSD,
@@ -26,6 +25,7 @@ from cactus_theory import (
     step_metrics,
     trace_from_arrays,
 )
+from cactus_theory._cli import main
 from cactus_theory._rules._registry import _REGISTRY
 
 ISSUE_NAMES = {

@@ -6,9 +6,9 @@ import math
 
 import numpy as np
 import pytest
-from cactus_theory._cli import main
 
 from cactus_theory import CostModel, analyze_trace, cost_profiles, decoding_summary, load_cost, predict_speedup
+from cactus_theory._cli import main
 from cactus_theory._util._machine import other_load
 
 

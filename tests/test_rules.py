@@ -34,7 +34,7 @@ from cactus_theory import (
     synthetic_pairs,
 )
 from cactus_theory._laws._emitted import block_sums
-from cactus_theory._rules._protocol import _NUMPY
+from cactus_theory._rules._helpers import NUMPY as _NUMPY
 
 
 def random_pair(seed, vocab, batch=()):

@@ -364,10 +364,9 @@ def test_dump_checks_limit_before_loading_the_models(tmp_path):
 
 
 def test_analysis_matches_a_direct_computation_and_the_cli(tmp_path, capsys):
+    from cactus_theory import analyze_trace, parse_rules
     from cactus_theory._analysis._outputs import write_outputs
     from cactus_theory._cli import main
-
-    from cactus_theory import analyze_trace, parse_rules
 
     draft, target, tokens = _random_logits(7, n=60, vocab=120)
     tasks = ["gsm8k", "humaneval", "gsm8k"]
@@ -444,9 +443,9 @@ def test_dump_from_gguf_files_written_with_the_gguf_package(tmp_path):
 
 @pytest.mark.models
 def test_cli_dump_teacher_forced_on_a_completions_file(tmp_path, capsys):
-    from cactus_theory._cli import main
     from tiny_models import write_tiny_gguf
 
+    from cactus_theory._cli import main
     from cactus_theory._models._hf import encode_chat, load_model
 
     verifier, draft = tiny_model(4), tiny_model(5, layers=1)

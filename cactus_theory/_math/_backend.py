@@ -160,9 +160,11 @@ class TorchBackend:
     name = "torch"
 
     def __init__(self):
-        import torch
+        # torch is the module of the tensors given: it is imported already (by the caller), so the
+        # backend takes it from there; the package itself imports torch only in its models wing
+        import sys
 
-        self.torch = torch
+        self.torch = sys.modules["torch"]
 
     def asarray(self, x, like=None, dtype=None):
         t = self.torch

@@ -5,18 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._protocol import Rule, prepare
-
 __all__ = ["emitted_bruteforce"]
 
 
-def _host_pair(draft_probs, target_probs):
-    """(p, q) as float64 NumPy arrays, validated; torch tensors are copied to the host."""
-    b, p, q, _, _ = prepare(draft_probs, target_probs, None)
-    return np.asarray(b.to_numpy(p), dtype=np.float64), np.asarray(b.to_numpy(q), dtype=np.float64)
-
-
-def emitted_bruteforce(rule: Rule, draft_probs, target_probs, *, logits=None):
+def emitted_bruteforce(rule, draft_probs, target_probs, *, logits=None):
     """pi(x) = sum_n p(n) [a_n 1{x = n} + (1 - a_n) r_n(x)] by looping over every drafted token n.
 
     O(V^2) time: the independent reference for the fast algorithms (tests, small V).

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import types
 import typing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
+from . import _spec as grammar
 
 if TYPE_CHECKING:
     from ._protocol import Rule
@@ -135,7 +134,7 @@ def _class_problem(cls, fixed) -> str | None:
     """Why a registered class cannot be listed or built from a spec (None when it can)."""
     if not dataclasses.is_dataclass(cls):
         return "it is not a dataclass: decorate it with @dataclass(frozen=True)"
-    for f in _fields(cls):
+    for f in grammar.fields(cls):
         if f.name not in fixed and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             return f"its parameter {f.name!r} has no default: give every rule parameter a default"
     return None
@@ -158,20 +157,8 @@ class RuleInfo:
 
     def signature(self) -> str:
         """``name(param=default, ...)`` as a spec string would write it."""
-        args = ", ".join(f"{k}={_format_value(v)}" for k, v in self.parameters.items())
+        args = ", ".join(f"{k}={grammar.format_value(v)}" for k, v in self.parameters.items())
         return f"{self.name}({args})" if args else self.name
-
-
-def _fields(cls):
-    return [f for f in dataclasses.fields(cls) if f.init]
-
-
-def _default(f):
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    raise TypeError(f"rule parameter {f.name} needs a default")
 
 
 def available_rules() -> dict[str, RuleInfo]:
@@ -191,7 +178,7 @@ def available_rules() -> dict[str, RuleInfo]:
         cls, fixed = _REGISTRY[name]
         if _class_problem(cls, fixed):
             continue  # warned above: a class that cannot be built from a spec is not listed
-        params = {f.name: _default(f) for f in _fields(cls) if f.name not in fixed}
+        params = {f.name: grammar.default(f) for f in grammar.fields(cls) if f.name not in fixed}
         summary = getattr(cls, "alias_summaries", {}).get(name) or _first_sentence(cls.__doc__)
         table = getattr(cls, "alias_tables", {}).get(name) or getattr(cls, "table", {})
         out[name] = RuleInfo(
@@ -213,126 +200,19 @@ def _first_sentence(doc) -> str:
     return " ".join(first.split())
 
 
-def _format_value(value) -> str:
-    if value is None:
-        return "none"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, (float, np.floating)):
-        return f"{float(value):g}"
-    if isinstance(value, (tuple, list)):
-        return "[" + ";".join(_format_value(v) for v in value) + "]"
-    if hasattr(value, "name") and not isinstance(value, str):  # an FDivergence
-        return str(value.name)
-    return str(value)
+#: The base class of rules (``_protocol.Rule`` registers itself here when it is defined, so that
+#: the registry needs no import of the protocol).
+_BASE: list = []
 
 
-def _quote(text, limit=80) -> str:
-    """repr(text) for an error message, cut to ``limit`` characters (a 100 kB spec gives one line)."""
-    shown = repr(text)
-    return shown if len(shown) <= limit else shown[:limit] + f"... ({len(str(text)):,} characters)"
+def register_base(cls) -> None:
+    """Record the rule base class (called once, by ``_protocol``)."""
+    _BASE[:] = [cls]
 
 
-def _split_top(text: str, sep: str) -> list[str]:
-    """Split on ``sep`` outside brackets and parentheses."""
-    parts, depth, cur = [], 0, []
-    for ch in text:
-        if ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth -= 1
-            if depth < 0:
-                raise ValueError(f"unbalanced brackets in rule spec {_quote(text)}")
-        if ch == sep and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    if depth != 0:
-        raise ValueError(f"unbalanced brackets in rule spec {_quote(text)}")
-    parts.append("".join(cur))
-    return [p.strip() for p in parts]
-
-
-def _parse_spec(spec: str):
-    """'name(key=value, ...)' -> (name, {key: raw string})."""
-    text = spec.strip()
-    m = re.fullmatch(r"([A-Za-z][A-Za-z0-9_-]*)\s*(?:\((.*)\))?", text, flags=re.S)
-    if not m:
-        raise ValueError(f"rule spec {_quote(spec)} is not of the form name or name(key=value, ...)")
-    name, body = m.group(1).lower().replace("_", "-"), m.group(2)
-    args = {}
-    if body is not None and body.strip():
-        for item in _split_top(body, ","):
-            if "=" not in item:
-                raise ValueError(f"rule spec {_quote(spec)}: argument {_quote(item)} must be key=value")
-            key, value = (s.strip() for s in item.split("=", 1))
-            if key in args:
-                raise ValueError(f"rule spec {_quote(spec)}: {key[:40]} is given twice")
-            args[key] = value
-    return name, args
-
-
-def _coerce(raw, hint, name: str, spec: str):
-    """A parameter value from its spec-string text, by the field's type hint."""
-    if not isinstance(raw, str):
-        return raw
-    text = raw.strip().strip("'\"")
-    options = (
-        typing.get_args(hint)
-        if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
-        else (hint,)
-    )
-    if type(None) in options and text.lower() in ("none", "null", ""):
-        return None
-    for option in options:
-        origin = typing.get_origin(option) or option
-        try:
-            if origin is tuple:
-                inner = (typing.get_args(option) or (float,))[0]
-                body = text[1:-1] if len(text) >= 2 and (text[0], text[-1]) in (("[", "]"), ("(", ")")) else text
-                if any(c in body for c in "[]()"):
-                    raise ValueError(
-                        f"rule spec {_quote(spec)}: {name}={_quote(raw)} nests lists; a list parameter is one flat "
-                        "list, e.g. [0.9; 0.6; 0.3]"
-                    )
-                items = [s for s in re.split(r"[;,\s]+", body) if s]
-                return tuple(inner(s) for s in items)
-            if origin is bool:
-                if text.lower() in ("true", "1", "yes"):
-                    return True
-                if text.lower() in ("false", "0", "no"):
-                    return False
-                continue
-            if origin is int:
-                return int(text)
-            if origin is float:
-                return float(text)
-            if origin is str:
-                return text
-        except ValueError as exc:
-            if "nests lists" in str(exc):
-                raise
-            continue
-    raise ValueError(f"rule spec {_quote(spec)}: {name}={_quote(raw)} is not {_kind(hint)}")
-
-
-def _kind(hint) -> str:
-    """What a parameter's type hint asks for, in words: "a number", "an integer", "true or false"..."""
-    options = (
-        typing.get_args(hint)
-        if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
-        else (hint,)
-    )
-    words = []
-    for option in options:
-        origin = typing.get_origin(option) or option
-        word = {float: "a number", int: "an integer", bool: "true or false", str: "a string",
-                type(None): "none"}.get(origin)  # fmt: skip
-        if origin is tuple:
-            word = "a list of numbers such as [0.9; 0.6]"
-        words.append(word or str(option))
-    return " or ".join(dict.fromkeys(words))
+def is_rule(obj) -> bool:
+    """Whether ``obj`` is a rule object (an instance of the registered base class)."""
+    return bool(_BASE) and isinstance(obj, _BASE[0])
 
 
 def make_rule(spec) -> Rule:
@@ -350,33 +230,34 @@ def make_rule(spec) -> Rule:
     >>> make_rule("lossy(alpha=0.7)").describe()
     'lossy(alpha=0.7)'
     """
-    from ._protocol import Rule
-
-    if isinstance(spec, Rule):
+    if is_rule(spec):
         return spec
     if not isinstance(spec, str):
-        raise ValueError(f"a rule spec must be a string like 'cactus(delta=1)' or a Rule; got {_quote(spec)}")
-    name, args = _parse_spec(spec)
+        raise ValueError(f"a rule spec must be a string like 'cactus(delta=1)' or a Rule; got {grammar.quote(spec)}")
+    name, args = grammar.parse_spec(spec)
     if name not in _REGISTRY:
         load_plugins()
     if name not in _REGISTRY:
         names = ", ".join(sorted(_REGISTRY))
         failed = "".join(f"; {line}" for line in _PLUGIN_ERRORS.values())
-        raise ValueError(f"unknown rule {_quote(name)} in {_quote(spec)}; registered rules: {names}{failed}")
+        raise ValueError(
+            f"unknown rule {grammar.quote(name)} in {grammar.quote(spec)}; registered rules: {names}{failed}"
+        )
     cls, fixed = _REGISTRY[name]
     problem = _class_problem(cls, fixed)
     if problem:
         raise ValueError(f"rule {name!r} ({cls.__module__}.{cls.__qualname__}) cannot be built: {problem}")
     hints = typing.get_type_hints(cls)
-    allowed = [f.name for f in _fields(cls) if f.name not in fixed]
+    allowed = [f.name for f in grammar.fields(cls) if f.name not in fixed]
     kwargs = dict(fixed)
     for key, raw in args.items():
         if key not in allowed:
             valid = ", ".join(allowed) if allowed else "none"
             raise ValueError(
-                f"rule {name!r} has no parameter {_quote(key)} (in {_quote(spec)}); its parameters: {valid}"
+                f"rule {name!r} has no parameter {grammar.quote(key)} (in {grammar.quote(spec)}); its parameters: "
+                f"{valid}"
             )
-        kwargs[key] = _coerce(raw, hints.get(key, str), key, spec)
+        kwargs[key] = grammar.coerce(raw, hints.get(key, str), key, spec)
     return cls(**kwargs)
 
 
@@ -394,24 +275,22 @@ def make_rules(specs, grid=None) -> list[Rule]:
     >>> [r.describe() for r in make_rules("sps,cactus,lossy(alpha=0.3)", {"delta": [0.25, 1]})]
     ['sps', 'cactus(delta=0.25)', 'cactus(delta=1)', 'lossy(alpha=0.3)']
     """
-    from ._protocol import Rule
-
     if isinstance(specs, str):
-        specs = _split_top(specs, ",")
+        specs = grammar.split_top(specs, ",")
     specs = [s for s in specs if not (isinstance(s, str) and not s.strip())]
     if not specs:
         raise ValueError(f"no rules given; choose from {', '.join(sorted(_REGISTRY))}")
     grid = {k: list(v) for k, v in (grid or {}).items()}
     rules = []
     for spec in specs:
-        if isinstance(spec, Rule):
+        if is_rule(spec):
             rules.append(spec)
             continue
-        name, args = _parse_spec(spec)
+        name, args = grammar.parse_spec(spec)
         if name not in _REGISTRY:
             make_rule(spec)  # raises with the list of names
         cls, fixed = _REGISTRY[name]
-        fields = {f.name for f in _fields(cls)} - set(fixed) - set(args)
+        fields = {f.name for f in grammar.fields(cls)} - set(fixed) - set(args)
         fields &= set(getattr(cls, "grid_parameters", ()))  # a grid value only where it means the same
         expand = [(k, v) for k, v in grid.items() if k in fields]
         combos = [{}]
@@ -421,13 +300,3 @@ def make_rules(specs, grid=None) -> list[Rule]:
             rule = make_rule(spec)
             rules.append(dataclasses.replace(rule, **combo) if combo else rule)
     return rules
-
-
-def _same(a, b) -> bool:
-    if hasattr(a, "name") and not isinstance(a, str):
-        a = a.name
-    if hasattr(b, "name") and not isinstance(b, str):
-        b = b.name
-    if isinstance(a, (int, float, np.number)) and isinstance(b, (int, float, np.number)):
-        return float(a) == float(b)
-    return a == b

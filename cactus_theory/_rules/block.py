@@ -9,7 +9,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from ._protocol import _NUMPY, BlockLaw, Rule, _block_inputs, ratio_acceptance, residual
+from ._helpers import NUMPY, block_inputs, ratio_acceptance, residual
+from ._protocol import BlockLaw, Rule
 
 __all__ = ["BlockVerification"]
 
@@ -106,7 +107,7 @@ class BlockVerification(Rule):
         return residual(b, q, p)
 
     def _acceptance_all(self, p, q, lg):
-        return ratio_acceptance(_NUMPY, q, p)
+        return ratio_acceptance(NUMPY, q, p)
 
     def emitted(self, draft_probs, target_probs, *, logits=None):
         """q: the one-draft block is SpS, lossless (exact)."""
@@ -115,7 +116,7 @@ class BlockVerification(Rule):
 
     def block_law(self, draft_probs, target_probs, drafted_tokens, *, logits=None) -> BlockLaw:
         """The exact law of tau and of the token emitted after it (Algorithm 2), float64."""
-        p, q, tokens, _ = _block_inputs(self, draft_probs, target_probs, drafted_tokens, logits)
+        p, q, tokens, _ = block_inputs(self, draft_probs, target_probs, drafted_tokens, logits)
         m = tokens.shape[-1]
         w = block_weights(p, q, tokens)  # (..., m + 1)
         excess = np.maximum(w[..., :m, None] * q[..., :m, :] - p, 0.0)  # rows 0..m-1: positions 1..m

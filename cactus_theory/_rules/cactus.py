@@ -11,7 +11,8 @@ from .._math._divergences import FDivergence, get_divergence
 from .._math._gamma import approx_gamma, exact_gamma
 from .._math._kernels import emitted_rows
 from .._math._surrogate import surrogate_core
-from ._protocol import GeneralizedRule, _ratio_acceptance, ratio_acceptance
+from ._helpers import ratio_acceptance, ratio_acceptance_host
+from ._protocol import GeneralizedRule
 
 __all__ = ["Cactus"]
 
@@ -49,7 +50,7 @@ def emitted_drafted_bonus(gamma, p, q, compiled=True):
         other = np.sum(q, axis=-1, keepdims=True) - q  # 1 - q(n)
         s = np.where(other > 0, (1.0 - gamma) / np.where(other > 0, other, 1.0), 0.0)
         s[gamma == q] = 1.0  # no bonus: exactly SpS
-        accept = _ratio_acceptance(gamma, p)
+        accept = ratio_acceptance_host(gamma, p)
         rho = np.where(q > 0, p / np.where(q > 0, q, 1.0), np.inf)
     order = np.argsort(rho, axis=-1)
     order_s = np.argsort(s, axis=-1)
@@ -196,7 +197,7 @@ class Cactus(GeneralizedRule):
         return ratio_acceptance(b, self._gamma_on(b, b.take_last(q, n)), b.take_last(p, n))
 
     def _acceptance_all(self, p, q, lg):
-        return _ratio_acceptance(np.asarray(self.gamma(q), dtype=np.float64), p)
+        return ratio_acceptance_host(np.asarray(self.gamma(q), dtype=np.float64), p)
 
     def emitted(self, draft_probs, target_probs, *, logits=None):
         """Exact emitted distribution in O(V log V) (see ``emitted_drafted_bonus``)."""

@@ -7,7 +7,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from ._protocol import _NUMPY, GeneralizedRule, Rule
+from ._helpers import NUMPY
+from ._protocol import GeneralizedRule, Rule
 
 __all__ = ["FSD", "RFSD"]
 
@@ -133,9 +134,9 @@ class FSD(_FuzzyGate, Rule):
         return q + 0.0
 
     def _acceptance_all(self, p, q, lg):
-        return np.broadcast_to(self.gate(_NUMPY, p, q)[..., None], q.shape).astype(np.float64)
+        return np.broadcast_to(self.gate(NUMPY, p, q)[..., None], q.shape).astype(np.float64)
 
     def emitted(self, draft_probs, target_probs, *, logits=None):
         """p where D(p, q) < threshold, else q. O(V), exact."""
         p, q, _ = self._host(draft_probs, target_probs, logits)
-        return np.where(self.gate(_NUMPY, p, q)[..., None], p, q)
+        return np.where(self.gate(NUMPY, p, q)[..., None], p, q)

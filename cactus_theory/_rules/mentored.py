@@ -9,7 +9,8 @@ import numpy as np
 from scipy import special
 
 from .._math._kernels import mentored_rows
-from ._protocol import GeneralizedRule, prepare
+from ._helpers import prepare
+from ._protocol import GeneralizedRule
 
 __all__ = ["Mentored", "mentored_surrogate"]
 

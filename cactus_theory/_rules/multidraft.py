@@ -27,7 +27,8 @@ from typing import ClassVar
 import numpy as np
 
 from .._math._validation import host_probabilities
-from ._protocol import _NUMPY, Rule, ratio_acceptance, residual
+from ._helpers import NUMPY, ratio_acceptance, residual
+from ._protocol import Rule
 
 __all__ = [
     "EagleTree",
@@ -330,7 +331,7 @@ def _rrs_without_replacement(rule, p, q, rows):
             return np.array([np.nan])
         if state.size == 0:
             break
-        rest = residual(_NUMPY, target, prop)
+        rest = residual(NUMPY, target, prop)
         owner, reach, target = owner[state], reject[state, token], rest[state]
         left = left[state]
         left[np.arange(state.size), token] = 0.0
@@ -346,10 +347,10 @@ def _rrs_steps(p_rows, q, drafts):
     for i, x in enumerate(drafts):
         if x < 0:
             break
-        a = float(ratio_acceptance(_NUMPY, target[x], p_rows[i][x]))
+        a = float(ratio_acceptance(NUMPY, target[x], p_rows[i][x]))
         accepted.append(reach * a)
         reach *= 1.0 - a
-        target = residual(_NUMPY, target, p_rows[i])
+        target = residual(NUMPY, target, p_rows[i])
     return accepted, reach, target
 
 
@@ -418,7 +419,7 @@ class RecursiveRejectionSampling(MultiDraftRule):
             target = q
             for _ in range(self.k):
                 none = none * (1.0 - np.minimum(p, target).sum(-1))
-                target = residual(_NUMPY, target, p)
+                target = residual(NUMPY, target, p)
             return np.clip(1.0 - none, 0.0, 1.0)
         flat_p, flat_q = p.reshape(-1, p.shape[-1]), q.reshape(-1, q.shape[-1])
         used = np.flatnonzero((flat_p > 0).any(0) | (flat_q > 0).any(0))  # tokens neither model has play no part
@@ -459,7 +460,7 @@ class RecursiveRejectionSampling(MultiDraftRule):
                 rejected = prop - kept
                 live = rejected.sum(-1) > 0
                 x = _sample_rows(rng, np.where(live[:, None], rejected, 1.0))
-                target = residual(_NUMPY, target, prop)
+                target = residual(NUMPY, target, prop)
                 reach = np.where(live, reach * (1.0 - accept), 0.0)
                 left[np.arange(owner.size), x] = 0.0
         return np.clip(out, 0.0, 1.0).reshape(q.shape[:-1])
@@ -544,7 +545,7 @@ class SpecTr(MultiDraftRule):
         reach, law = 1.0, np.zeros(self.k + 1)
         emitted = np.zeros(q.shape)
         for i, x in enumerate(drafts):
-            a = float(ratio_acceptance(_NUMPY, q[x] / rho, p[x]))
+            a = float(ratio_acceptance(NUMPY, q[x] / rho, p[x]))
             law[i] = reach * a
             emitted[x] += reach * a
             reach *= 1.0 - a

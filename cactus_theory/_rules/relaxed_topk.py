@@ -8,7 +8,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from ._protocol import _NUMPY, Rule
+from ._helpers import NUMPY
+from ._protocol import Rule
 
 __all__ = ["RelaxedTopK"]
 
@@ -110,7 +111,7 @@ class RelaxedTopK(Rule):
         return b.put_last(q * 0.0, b.argmax_last(q), 1.0)
 
     def _acceptance_all(self, p, q, lg):
-        return np.where(self._accepted_set(_NUMPY, q, lg), 1.0, 0.0)
+        return np.where(self._accepted_set(NUMPY, q, lg), 1.0, 0.0)
 
     def _logits_exact(self, p, q, lg):
         if self.probs == "processed" or lg.target_known is None:
@@ -123,4 +124,4 @@ class RelaxedTopK(Rule):
         p, q, lg = self._host(draft_probs, target_probs, logits)
         accept = self._acceptance_all(p, q, lg)
         rejected = np.sum(p * (1.0 - accept), axis=-1)
-        return p * accept + rejected[..., None] * self._correction(_NUMPY, p, q, None, lg)
+        return p * accept + rejected[..., None] * self._correction(NUMPY, p, q, None, lg)

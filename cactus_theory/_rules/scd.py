@@ -8,7 +8,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from ._protocol import _NUMPY, GeneralizedRule
+from ._helpers import NUMPY
+from ._protocol import GeneralizedRule
 
 __all__ = ["SCD"]
 
@@ -125,7 +126,7 @@ class SCD(GeneralizedRule):
         return weights / b.sum_last(weights, keepdims=True)
 
     def _logits_exact(self, p, q, lg):
-        gate = self.gate_mask(_NUMPY, p, q, lg)
+        gate = self.gate_mask(NUMPY, p, q, lg)
         exact = np.ones(q.shape[:-1], dtype=bool)
         if lg.draft_known is not None:
             exact &= ~np.any(gate & ~np.asarray(lg.draft_known), axis=-1)

@@ -7,7 +7,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from ._protocol import _NUMPY, Rule
+from ._helpers import NUMPY
+from ._protocol import Rule
 
 __all__ = ["TAS"]
 
@@ -62,11 +63,11 @@ class TAS(Rule):
         return b.put_last(q * 0.0, b.argmax_last(q), 1.0)
 
     def _acceptance_all(self, p, q, lg):
-        return (q > self.threshold(_NUMPY, q)[..., None]).astype(np.float64)
+        return (q > self.threshold(NUMPY, q)[..., None]).astype(np.float64)
 
     def emitted(self, draft_probs, target_probs, *, logits=None):
         """pi = p * 1{q > threshold} + (rejected mass) * one-hot(argmax q). O(V), exact."""
         p, q, lg = self._host(draft_probs, target_probs, logits)
         accept = self.acceptance_all(p, q)
         rejected = np.sum(p * (1.0 - accept), axis=-1)
-        return p * accept + rejected[..., None] * self._correction(_NUMPY, p, q, None, lg)
+        return p * accept + rejected[..., None] * self._correction(NUMPY, p, q, None, lg)

@@ -1,8 +1,9 @@
 """Where the analysis runs, for scripts that drive it themselves: local worker processes, a
 Dask cluster on this machine or one reached at an address, and the per-shard statistics that
-travel to them (``shard_statistics``: the work of one task)."""
+travel to them (``shard_statistics`` of a ``ShardJob``: the work of one task, giving a
+``SequenceStats`` per sequence)."""
 
-from ._analysis._analyze import _shard_stats as shard_statistics
+from ._analysis._analyze import SequenceStats, ShardJob, shard_statistics
 from ._analysis._engines import (
     DASK_WORKER_ENV,
     connect_scheduler,
@@ -14,6 +15,8 @@ from ._analysis._engines import (
 
 __all__ = [
     "DASK_WORKER_ENV",
+    "SequenceStats",
+    "ShardJob",
     "connect_scheduler",
     "local_dask_cluster",
     "prepare_worker",

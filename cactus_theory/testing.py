@@ -27,6 +27,7 @@ from ._laws._simulate import simulate
 from ._math._logits import RuleLogits
 from ._math._sampling import SamplingSettings, processed_probs
 from ._rules import available_rules, make_rule
+from ._rules._protocol import kind_of
 from ._rules._reference import emitted_bruteforce
 
 __all__ = ["CHECKS", "check_rule", "check_sane", "conformance_rules", "emitted_bruteforce", "make_case", "same_rules"]
@@ -109,7 +110,7 @@ def check_sane(rule, seed):
     _close(pi.sum(-1), 1.0, "the emitted law does not sum to 1", rtol=1e-9, atol=0, p=p, q=q)
     if _multi(rule):
         _finite_probabilities(rule.multi_acceptance(p, q), "the acceptance over the drafts", p=p, q=q)
-    if getattr(rule, "block_level", False) and not rule.needs_logits:
+    if kind_of(rule) == "block" and not rule.needs_logits:
         rows_p, rows_q = _position_rows(seed, 3, vocab)
         law = rule.block_law(rows_p[:2], rows_q, np.array([0, 1]))
         _finite_probabilities(law.accepted, "the block law's accepted lengths", p=rows_p, q=rows_q)
@@ -257,7 +258,7 @@ def _chi_square_p_value(counts, probs, min_expected=5.0):
 def check_monte_carlo(rule, seed):
     """Sampling the rule (``simulate``) agrees with its exact laws: emitted tokens, the relaxed and
     the verifier bonus, the per-position acceptance (binomial) and the accepted length."""
-    if getattr(rule, "block_level", False):
+    if kind_of(rule) == "block":
         return "a block rule: block_monte_carlo samples whole blocks"
     p, q, lg = make_case(seed + 3, 6, batch=(8,))
     p2, q2, lg2 = make_case(seed + 4, 6, batch=(8,))
@@ -434,7 +435,7 @@ def check_block_lossless(rule, seed):
 
 def check_block_at_least_token(rule, seed):
     """A block rule accepts at least as many drafts as token-wise SpS, at every block start (exact)."""
-    if not getattr(rule, "block_level", False):
+    if kind_of(rule) != "block":
         return "not a block rule"
     from ._laws._block import block_accepted_length
 
@@ -448,7 +449,7 @@ def check_block_at_least_token(rule, seed):
 
 def check_block_monte_carlo(rule, seed):
     """Sampling a block rule (``simulate``) gives its exact accepted length (``block_accepted_length``)."""
-    if not getattr(rule, "block_level", False):
+    if kind_of(rule) != "block":
         return "not a block rule"
     from ._laws._block import block_accepted_length
 
@@ -463,7 +464,7 @@ def check_block_monte_carlo(rule, seed):
 
 
 def _multi(rule):
-    return getattr(rule, "multi_draft", False)
+    return kind_of(rule) == "multi-draft"
 
 
 def _small_multi(rule):

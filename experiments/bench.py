@@ -387,7 +387,7 @@ def bench_scaling(positions=100_000):
     trace's positions, blocks of 32, seed 0) with local processes and with Dask workers; the Dask
     cluster (worker processes, one thread each) is started before the clock starts, its workers
     cold (they import the package and load the kernels on their first task, as pool workers do)."""
-    from cactus_theory.engines import local_dask_cluster, shard_statistics
+    from cactus_theory.engines import ShardJob, local_dask_cluster, shard_statistics
 
     rules = parse_rules("sps,tas,cactus,cactus-exact,mentored", (0.5, 1.0))
     with tempfile.TemporaryDirectory() as tmp:
@@ -405,23 +405,9 @@ def bench_scaling(positions=100_000):
             rss = max(client.run(_rss_mib).values())
             client.close()
             cluster.close()
-        shard = big.manifest["shards"][0]["positions"]
+        shard = big.shard_positions(0)
         tracemalloc.start()
-        shard_statistics(
-            (
-                big.directory,
-                0,
-                list(rules),
-                (4, 8, 20),
-                SamplingSettings(**big.metadata["sampling"]),
-                "verifier",
-                None,
-                "sampled",
-                1024,
-                (),  # no drafting policies
-                None,  # no cost model
-            )
-        )
+        shard_statistics(ShardJob(big.directory, 0, tuple(rules), (4, 8, 20), big.sampling))  # fixed blocks, no policy
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
     n = big.n_positions

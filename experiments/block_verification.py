@@ -93,12 +93,8 @@ def decode_part(args, trace):
     sub = open_traces(trace)
     ids = [p.id for p in prompts]
     predicted = analyze_trace(sub, list(("sps", "block")), ms=(8,), n_boot=200, progress=False)
-    per_seq = [s for s in predicted.sequences if s["id"] in ids]
-    m = predicted.ms[0]  # 8, or the longest sequence where every one is shorter
-    for spec in ("sps", "block"):
-        total = sum(s["rules"][spec][f"al_sum_{m}"] for s in per_seq)
-        count = sum(s["rules"][spec][f"al_n_{m}"] for s in per_seq)
-        measured[spec]["predicted"] = total / count if count else float("nan")
+    for spec in ("sps", "block"):  # the trace's AL over the decoded prompts' sequences
+        measured[spec]["predicted"] = predicted.accepted_length(spec, 8, sequences=ids, n_boot=0)[0]
     return {"prompts": ids, "max_new_tokens": args.max_new_tokens, "rules": measured}
 
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import cactus_theory as ct
 from cactus_theory._cli import main
+from cactus_theory._rules import kind_of
 
 RULES = ["sps", "cactus(delta=0.5)", "cactus-exact(delta=0.5)", "mentored(delta=0.3)", "tas", "lossy(alpha=0.3)",
          "topk(k=2)", "block", "rrs(k=2)", "eagle-tree(k=2)", "spectr(k=2)", "sglang-tree(k=2)"]  # fmt: skip
@@ -22,7 +23,7 @@ def _calls():
     out = []
     for spec in RULES:
         rule = ct.make_rule(spec)
-        one = rule.single() if getattr(rule, "multi_draft", False) else rule
+        one = rule.single() if kind_of(rule) == "multi-draft" else rule
         out += [
             (f"emitted_distribution[{spec}]", ("draft_probs", "target_probs"),
              lambda p, q, r=rule: ct.emitted_distribution(r, p, q)),
@@ -50,7 +51,7 @@ def _calls():
         if isinstance(rule, ct.GeneralizedRule):
             out.append((f"{spec}.surrogate", ("draft_probs", "target_probs"),
                         lambda p, q, r=rule: r.surrogate(p, q, np.zeros(len(q), int))))  # fmt: skip
-        if getattr(rule, "multi_draft", False):
+        if kind_of(rule) == "multi-draft":
             out += [
                 (f"{spec}.multi_acceptance", ("draft_probs", "target_probs"),
                  lambda p, q, r=rule: r.multi_acceptance(p, q)),

@@ -153,7 +153,7 @@ def test_merged_trace_analyses_like_its_parts_as_a_set(tmp_path):
     a = analyze_trace(merged, RULES, ms=(2, 4), n_boot=200)
     b = analyze_trace(list(reversed(dirs)), RULES, ms=(2, 4), n_boot=200)  # any order
     _same_rows(a.rows, b.rows)
-    assert [s["id"] for s in a.sequences] == [s["id"] for s in b.sequences]
+    assert [s.id for s in a.sequences] == [s.id for s in b.sequences]
     # merging again into the same directory resumes: nothing is added twice
     again = merge_traces(tmp_path / "merged", dirs)
     assert len(again) == 12
@@ -234,7 +234,9 @@ def test_dask_analysis_equals_the_single_process_path_bit_for_bit(dask_client, t
     remote = analyze_trace(dirs, RULES, ms=(2, 4), n_boot=300, seed=3, client=dask_client)
     _same_rows(local.rows, remote.rows)
     _same_rows(local.trace_rows, remote.trace_rows)
-    assert json.dumps(local.sequences, sort_keys=True) == json.dumps(remote.sequences, sort_keys=True)
+    assert json.dumps([s.as_dict() for s in local.sequences], sort_keys=True) == json.dumps(
+        [s.as_dict() for s in remote.sequences], sort_keys=True
+    )
     with pytest.raises(ValueError, match="either client"):
         analyze_trace(dirs, RULES, client=dask_client, processes=2)
 
@@ -247,7 +249,7 @@ def test_a_worker_killed_mid_run_loses_and_double_counts_nothing(dask_client, tm
     pids = dask_client.run(os.getpid)
 
     def states(dask_scheduler):
-        return [ts.state for key, ts in dask_scheduler.tasks.items() if "shard_stats" in str(key)]
+        return [ts.state for key, ts in dask_scheduler.tasks.items() if "shard_statistics" in str(key)]
 
     killed = {}
 
@@ -271,7 +273,7 @@ def test_a_worker_killed_mid_run_loses_and_double_counts_nothing(dask_client, tm
     assert killed, "the run finished before a worker could be killed mid-run"
     assert set(dask_client.run(os.getpid).values()) != set(pids.values())  # the nanny restarted it
     _same_rows(want.rows, got.rows)
-    assert [s["id"] for s in got.sequences] == sorted(s.id for s in trace)  # each sequence once
+    assert [s.id for s in got.sequences] == sorted(s.id for s in trace)  # each sequence once
 
 
 @pytest.mark.distributed

@@ -313,17 +313,17 @@ class Wrong(Lossy):
 @dataclass(frozen=True)
 class Wrong(BlockVerification):
     name: ClassVar[str] = "wrong"
-    def expected_block_lengths(self, p, q, m, **kw):
-        used, values, errors = super().expected_block_lengths(p, q, m, **kw)
-        return used, values * 0.8, errors
+    def expected_block_lengths_for(self, p, q, ms, **kw):
+        out = super().expected_block_lengths_for(p, q, ms, **kw)
+        return {m: (used, values * 0.8, errors) for m, (used, values, errors) in out.items()}
 """,
     "block_monte_carlo": """
 @dataclass(frozen=True)
 class Wrong(BlockVerification):
     name: ClassVar[str] = "wrong"
-    def expected_block_lengths(self, p, q, m, **kw):
-        used, values, errors = super().expected_block_lengths(p, q, m, **kw)
-        return used, values * 1.2 + 0.05, errors
+    def expected_block_lengths_for(self, p, q, ms, **kw):
+        out = super().expected_block_lengths_for(p, q, ms, **kw)
+        return {m: (used, values * 1.2 + 0.05, errors) for m, (used, values, errors) in out.items()}
 """,
     "multi_verify": """
 @dataclass(frozen=True)

@@ -132,7 +132,7 @@ def _sglang_exact(q, children, ts, ta):
 def test_the_issue_specs_build_and_round_trip():
     for spec in DONE_WHEN:
         rule = make_rule(spec)
-        assert make_rule(rule.describe()) == rule and rule.draft_count == 3 and rule.multi_draft
+        assert make_rule(rule.describe()) == rule and rule.draft_count == 3 and rule.kind == "multi-draft"
         assert rule.lossless
     assert make_rule("sglang-tree(k=3, threshold_single=0.5, threshold_acc=1)").lossless is False
     assert make_rule("sps").draft_count == 1

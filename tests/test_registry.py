@@ -170,7 +170,7 @@ def test_analysis_of_every_rule_family_on_a_small_trace(tmp_path):
         tmp_path / "t", draft, target, rng.integers(vocab, size=n), sequence_lengths=[25, 15], top_k=32,
         metadata={"sampling": SamplingSettings().as_dict()},
     )  # fmt: skip
-    specs = [info.signature() for info in available_rules().values() if not info.rule_class.block_level]
+    specs = [info.signature() for info in available_rules().values() if not info.rule_class.kind == "block"]
     result = analyze_trace(trace, specs, ms=(2, 4), n_boot=0, progress=False, bonus_policy="relaxed")
     rows = {r["rule"]: r for r in result.rows if r["task"] == "unknown" and r["m"] == 4}
     assert len(rows) == len(specs)

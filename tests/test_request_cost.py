@@ -87,8 +87,8 @@ def test_request_speedups_use_the_traces_prompt_and_output_lengths(tmp_path):
     plan = predict_speedup(result, cost)
     r = next(r for r in plan.rows if r["task"] == "all")
     seqs = result.sequences
-    prompt = np.mean([s["prompt_tokens"] for s in seqs])
-    out = np.mean([s["positions"] for s in seqs])
+    prompt = np.mean([s.prompt_tokens for s in seqs])
+    out = np.mean([s.positions for s in seqs])
     assert r["prompt_tokens"] == pytest.approx(prompt) and r["output_tokens"] == pytest.approx(out)
     # a step whose 4 drafts were all accepted runs one more draft forward: P(all 4 accepted) of them
     full = r["acceptance_by_position"][-1]

@@ -3,6 +3,7 @@ what the rule emits, with bootstrap confidence intervals over sequences and a pe
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -14,15 +15,28 @@ import numpy as np
 from .._data._prompts import prompt_seed
 from .._data._trace import Trace
 from .._laws._block import DRAFT_MODES, draft_rows
-from .._laws._emitted import block_sums, expected_accepted_length, step_metrics
+from .._laws._emitted import block_sums, step_metrics
+from .._laws._lengths import accepted_lengths
 from .._laws._policies import make_draft_policy, policy_blocks
 from .._math._bootstrap import check_resamples, ratio_interval, resample_counts
-from .._rules import BONUS_POLICIES, make_rules, optimal_multi_draft_acceptance
+from .._math._sampling import SamplingSettings
+from .._rules import BONUS_POLICIES, kind_of, make_rules, optimal_multi_draft_acceptance
 from .._util._files import csv_text
 from .._util._progress import progress_bar
 from ._engines import run_dask, run_local
 
-__all__ = ["METRICS", "AnalysisResult", "AnalysisRow", "analyze_trace", "parse_rules"]
+__all__ = [
+    "METRICS",
+    "AnalysisResult",
+    "AnalysisRow",
+    "BlockStats",
+    "RuleStats",
+    "SequenceStats",
+    "ShardJob",
+    "analyze_trace",
+    "parse_rules",
+    "shard_statistics",
+]
 
 #: Per-position metrics (means over positions); ``logits_exact`` is the share of positions whose
 #: result the stored logits determine exactly (1 unless a rule needs logits a trace lacks);
@@ -37,11 +51,88 @@ METRICS = (
     "logits_exact",
     "optimal_acceptance",
 )
+#: The metrics ``step_metrics`` gives per position, summed per sequence.
+_POSITION_METRICS = ("acceptance", "acceptance_outside_support", "kl_emitted_target", "tv", "entropy_change")
 #: A block rule's AL is enumerated exactly where each block start's weights take at most this many
 #: values, else estimated by Monte Carlo (``block_accepted_length``).
 BLOCK_EXACT_SUPPORT = 10_000
 #: Per-m block metrics: drift per emitted token (bonus position included under the relaxed policy).
 BLOCK_METRICS = ("kl", "tv")
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """One task of the analysis: the statistics of ``rules`` over one shard of one trace (what a
+    worker process or a Dask worker runs, ``shard_statistics``)."""
+
+    directory: str  # absolute: a worker of a remote cluster does not run in this directory
+    shard: int
+    rules: tuple
+    ms: tuple
+    settings: SamplingSettings
+    bonus_policy: str = "verifier"
+    tasks: tuple | None = None  # only the sequences of these tasks
+    draft_mode: str = "sampled"
+    block_paths: int = 1024
+    policies: tuple = ()  # drafting policies (``DraftPolicy``) analysed besides fixed blocks
+    cost: object = None  # a CostModel, for the cost-optimal drafting policy
+
+
+@dataclass
+class BlockStats:
+    """One rule at one m (fixed blocks, or under one drafting policy) over one sequence: sums over
+    its block starts."""
+
+    starts: int  # block starts whose window fits (T - m + 1; 1 for m > T)
+    al_sum: float  # the expected accepted drafts, summed over the starts
+    kl_sum: float = float("nan")  # the expected KL(pi || q) of the tokens a block emits (fixed blocks only)
+    tv_sum: float = float("nan")
+    accept_by_position: tuple | None = None  # P(the first j + 1 drafts accepted), summed over starts, j < m
+    drafted_sum: float | None = None  # under a drafting policy: tokens drafted, ...
+    forwards_sum: float | None = None  # ... and draft forwards, summed over the starts
+
+    @property
+    def tokens_sum(self) -> float:
+        """Tokens the blocks emit (accepted drafts plus one), summed over the starts."""
+        return self.al_sum + self.starts
+
+
+@dataclass
+class RuleStats:
+    """One rule over one sequence: per-position metrics summed over its positions, and its blocks
+    by (m, drafting policy or None)."""
+
+    acceptance: float
+    acceptance_outside_support: float
+    kl_emitted_target: float
+    tv: float
+    entropy_change: float
+    logits_exact: float
+    optimal_acceptance: float
+    blocks: dict = field(default_factory=dict)
+
+    def block(self, m, policy=None) -> BlockStats:
+        """The sums of blocks of m drafts (under drafting ``policy``, its spec string, or fixed)."""
+        return self.blocks[(int(m), policy)]
+
+
+@dataclass
+class SequenceStats:
+    """The per-sequence sums the analysis reduces (``AnalysisResult.sequences``)."""
+
+    id: str
+    task: str
+    positions: int
+    rules: dict  # {rule spec string: RuleStats}
+    prompt_tokens: int | None = None
+    trace: str = ""
+
+    def as_dict(self) -> dict:
+        """The record as plain data (JSON-ready: tuples of block keys written "m" or "m@policy")."""
+        out = dataclasses.asdict(self)
+        for stats in out["rules"].values():
+            stats["blocks"] = {(f"{m}" if pol is None else f"{m}@{pol}"): b for (m, pol), b in stats["blocks"].items()}
+        return out
 
 
 def parse_rules(specs, deltas=(1.0,)):
@@ -55,84 +146,69 @@ def _rule_label(rule):
 
 
 def _sequence_stats(rule, p, q, lg, ms, bonus_policy, seed=0, block_paths=1024, optimum=None, policies=(),
-                    cost=None):  # fmt: skip
-    """Per-sequence sums of one rule: per-position metrics, and per m the AL and block drift.
-    A block rule's AL comes from ``expected_block_lengths_for`` (exact or Monte Carlo with
-    ``block_paths`` paths seeded by ``seed``); its drift is its token-level one (0: lossless).
-    A multi-draft rule's acceptance is over its k drafts, so its AL is that of a tree of width k.
-    ``optimum``: a dict caching the optimal acceptance's sum per k over the rules of a sequence.
-    ``policies``: drafting policies (``DraftPolicy``) whose AL, drafted tokens and draft forwards
-    per block start are summed too (``policy_blocks``; ``cost`` for ``cost-optimal``)."""
+                    cost=None) -> RuleStats:  # fmt: skip
+    """Per-sequence sums of one rule (``RuleStats``): per-position metrics, and per m the AL and
+    block drift. The AL of every kind of rule comes from ``accepted_lengths`` (a block rule's exact
+    or Monte Carlo with ``block_paths`` paths seeded by ``seed``; its drift is its token-level one,
+    0: lossless; a multi-draft rule's acceptance is over its k drafts, so its AL is that of a tree
+    of width k). ``optimum``: a dict caching the optimal acceptance's sum per k over the rules of a
+    sequence. ``policies``: drafting policies (``DraftPolicy``) whose AL, drafted tokens and draft
+    forwards per block start are summed too (``policy_blocks``; ``cost`` for ``cost-optimal``)."""
     logits = lg if rule.needs_logits else None
     sm = step_metrics(rule, p, q, logits=logits)
-    per = {
-        name: float(np.sum(getattr(sm, name))) for name in METRICS if name not in ("logits_exact", "optimal_acceptance")
-    }
-    per["logits_exact"] = float(np.sum(rule.logits_exact(p, q, logits=logits))) if logits is not None else p.shape[0]
+    sums = {name: float(np.sum(getattr(sm, name))) for name in _POSITION_METRICS}
+    exact = float(np.sum(rule.logits_exact(p, q, logits=logits))) if logits is not None else p.shape[0]
     k = getattr(rule, "draft_count", 1)
     optimum = {} if optimum is None else optimum
     if k not in optimum:
         optimum[k] = float(np.sum(optimal_multi_draft_acceptance(p, q, k)))
-    per["optimal_acceptance"] = optimum[k]
+    stats = RuleStats(**sums, logits_exact=exact, optimal_acceptance=optimum[k])
     top = max(ms)
-    if rule.slot_dependent:  # acceptance and drift per slot of the block (the bonus at slot m)
-        slots = [step_metrics(rule.at_slot(j), p, q, logits=logits) for j in range(top + 1)]
-        beta = np.stack([x.acceptance for x in slots])
-        drift = {"kl": np.stack([x.kl_emitted_target for x in slots]), "tv": np.stack([x.tv for x in slots])}
+    slots = rule.slot_dependent
+    if slots:  # acceptance and drift per slot of the block (the bonus at slot m)
+        per_slot = [step_metrics(rule.at_slot(j), p, q, logits=logits) for j in range(top + 1)]
+        beta = np.stack([x.acceptance for x in per_slot])
+        drift = {"kl": np.stack([x.kl_emitted_target for x in per_slot]), "tv": np.stack([x.tv for x in per_slot])}
     else:
         beta, drift = sm.acceptance, {"kl": sm.kl_emitted_target, "tv": sm.tv}
-    block = None
-    if getattr(rule, "block_level", False):  # a window longer than the sequence is the whole sequence
-        p_host, q_host, _ = rule._host(p, q, None, validate=False)
-        lengths = sorted({min(m, p.shape[0]) for m in ms})
-        # exact where a start's weights take at most 10,000 values (m <= 3 on a top-20 trace), else Monte Carlo
-        block = rule.expected_block_lengths_for(
-            p_host, q_host, lengths, n_paths=block_paths, seed=seed, max_support=BLOCK_EXACT_SUPPORT
-        )
+    kind = kind_of(rule)
+    host = rule._host(p, q, None, validate=False)[:2] if kind == "block" else (p, q)
+    # exact where a block start's weights take at most 10,000 values (m <= 3 on a top-20 trace), else Monte Carlo
+    lengths = accepted_lengths(rule, *host, ms, beta=beta, n_paths=block_paths, seed=seed,
+                               max_support=BLOCK_EXACT_SUPPORT)  # fmt: skip
+    positions = p.shape[0]
     for m in ms:
-        starts = max(p.shape[0] - m + 1, 1)
-        if block is not None:
-            al = block[min(m, p.shape[0])][1]
-        elif rule.slot_dependent:
-            al = block_sums(beta[:m], beta[:m], m, per_slot=True)
-        else:
-            al = expected_accepted_length(beta, m)
-        per[f"al_sum_{m}"] = float(np.sum(al[:starts]))
-        per[f"al_n_{m}"] = starts
-        if block is None:  # vLLM's per-position acceptance: P(the first j + 1 drafts accepted), j < m
-            reach, sums = np.ones(starts), []
+        starts = max(positions - m + 1, 1)
+        block = BlockStats(starts=starts, al_sum=float(np.sum(lengths[m].accepted_length)))
+        if kind != "block":  # vLLM's per-position acceptance: P(the first j + 1 drafts accepted), j < m
+            reach, by_position = np.ones(starts), []
             for j in range(m):
                 idx = np.arange(starts) + j
-                b = beta[min(j, beta.shape[0] - 1)] if rule.slot_dependent else beta
-                reach = reach * np.where(idx < p.shape[0], b[np.minimum(idx, p.shape[0] - 1)], 0.0)
-                sums.append(float(reach.sum()))
-            per[f"accept_pos_sum_{m}"] = sums
+                b = beta[min(j, beta.shape[0] - 1)] if slots else beta
+                reach = reach * np.where(idx < positions, b[np.minimum(idx, positions - 1)], 0.0)
+                by_position.append(float(reach.sum()))
+            block.accept_by_position = tuple(by_position)
         for policy in policies:
-            al_p, drafted, forwards = policy_blocks(policy, p, beta[:m] if rule.slot_dependent else beta, m, cost)
-            tag = f"{m}@{policy.describe()}"
-            per[f"al_sum_{tag}"] = float(np.sum(al_p[:starts]))
-            per[f"drafted_sum_{tag}"] = float(np.sum(drafted[:starts]))
-            per[f"forwards_sum_{tag}"] = float(np.sum(forwards[:starts]))
+            al_p, drafted, forwards = policy_blocks(policy, p, beta[:m] if slots else beta, m, cost)
+            stats.blocks[(m, policy.describe())] = BlockStats(
+                starts=starts, al_sum=float(np.sum(al_p[:starts])), drafted_sum=float(np.sum(drafted[:starts])),
+                forwards_sum=float(np.sum(forwards[:starts])),
+            )  # fmt: skip
         for name, values in drift.items():
             bonus = None
             if bonus_policy == "relaxed":
-                bonus = values[m] if rule.slot_dependent else values
-            sums = block_sums(
-                beta[:m] if rule.slot_dependent else beta,
-                values[:m] if rule.slot_dependent else values,
-                m,
-                bonus,
-                per_slot=rule.slot_dependent,
-            )
-            per[f"{name}_block_{m}"] = float(np.sum(sums[:starts]))
-    return per
+                bonus = values[m] if slots else values
+            emitted = block_sums(beta[:m] if slots else beta, values[:m] if slots else values, m, bonus,
+                                 per_slot=slots)  # fmt: skip
+            setattr(block, f"{name}_sum", float(np.sum(emitted[:starts])))
+        stats.blocks[(m, None)] = block
+    return stats
 
 
-def _shard_stats(args, threads=None):
-    """Per-sequence sums for one shard (runs in a worker process). ``threads``: the compiled
-    kernels' threads in the calling thread, or {Dask worker address: threads}."""
-    directory, index, rules, ms, settings, bonus_policy, tasks, draft_mode, block_paths, *rest = args
-    policies, cost = rest if rest else ((), None)  # drafting policies and their cost model (none: fixed m)
+def shard_statistics(job: ShardJob, threads=None) -> list:
+    """The ``SequenceStats`` of one shard (runs in a worker process or on a Dask worker).
+    ``threads``: the compiled kernels' threads in the calling thread, or {Dask worker address:
+    threads}."""
     if isinstance(threads, dict):
         from distributed import get_worker
 
@@ -141,26 +217,26 @@ def _shard_stats(args, threads=None):
         from .._math import _kernels
 
         _kernels.set_threads(threads)  # numba's setting is per thread: set where the task runs
-    trace = Trace(directory, verify=False)
-    need_logits = any(rule.needs_logits for rule in rules)
+    trace = Trace(job.directory, verify=False)
+    need_logits = any(rule.needs_logits for rule in job.rules)
     out = []
-    for seq in trace.shard(index):
-        if (tasks is not None and seq.task not in tasks) or seq.n_positions == 0:
+    for seq in trace.shard(job.shard):
+        if (job.tasks is not None and seq.task not in job.tasks) or seq.n_positions == 0:
             continue  # a sequence without positions holds no data: counted as nothing, not as a zero AL
         if need_logits:
-            p, q, lg = seq.distributions(settings, with_logits=True)
+            p, q, lg = seq.distributions(job.settings, with_logits=True)
         else:
-            (p, q), lg = seq.distributions(settings), None
-        p = draft_rows(p, draft_mode)
+            (p, q), lg = seq.distributions(job.settings), None
+        p = draft_rows(p, job.draft_mode)
         seed = prompt_seed(0, seq.id)  # the block rules' Monte Carlo paths: the same whatever the engine
-        rec = {"id": seq.id, "task": seq.task, "positions": seq.n_positions, "rules": {}}
-        if isinstance(seq.meta.get("prompt_tokens"), int):
-            rec["prompt_tokens"] = seq.meta["prompt_tokens"]  # for the planner's whole-request cost
         optimum = {}
-        for rule in rules:
-            rec["rules"][_rule_label(rule)] = _sequence_stats(rule, p, q, lg, ms, bonus_policy, seed, block_paths,
-                                                              optimum, policies, cost)  # fmt: skip
-        out.append(rec)
+        rules = {}
+        for rule in job.rules:
+            rules[_rule_label(rule)] = _sequence_stats(rule, p, q, lg, job.ms, job.bonus_policy, seed, job.block_paths,
+                                                       optimum, job.policies, job.cost)  # fmt: skip
+        prompt = seq.meta.get("prompt_tokens")
+        out.append(SequenceStats(id=seq.id, task=seq.task, positions=seq.n_positions, rules=rules,
+                                 prompt_tokens=prompt if isinstance(prompt, int) else None))  # fmt: skip
     return out
 
 
@@ -204,13 +280,29 @@ class AnalysisResult:
             indent=1,
         )
 
+    def _select(self, task="all", sequences=None):
+        ids = None if sequences is None else set(sequences)
+        return [s for s in self.sequences if task in ("all", s.task) and (ids is None or s.id in ids)]
+
+    def accepted_length(self, rule, m, *, task="all", policy=None, sequences=None, n_boot=1000, seed=0):
+        """(AL(m) of ``rule``, and its bootstrap 95% interval): accepted drafts per verification,
+        over the block starts of the sequences of ``task`` (or of the ids ``sequences``), under
+        drafting ``policy`` (its spec string) or fixed blocks of m. ``rule`` by its spec string, as
+        in ``rows``; ``m`` as asked (an m longer than every sequence reads the longest)."""
+        m = self.m_used.get(m, m)
+        seqs = self._select(task, sequences)
+        blocks = [s.rules[rule].block(m, policy) for s in seqs]
+        counts = resample_counts(_keys(seqs), n_boot, seed)
+        return ratio_interval([b.al_sum for b in blocks], [b.starts for b in blocks], counts)
+
     def al_ratio(self, rule, baseline, m, n_boot=1000, seed=0, task="all"):
         """(AL(rule) / AL(baseline) - 1, and its percentile bootstrap 95% interval) at m, over the
         sequences of ``task``, paired: each resample takes the same sequences for both rules, so the
         interval is of the gain, not of two separate ALs. Rules by their spec strings, as in ``rows``."""
-        seqs = [s for s in self.sequences if task in ("all", s["task"])]
-        a = [s["rules"][rule][f"al_sum_{m}"] for s in seqs]
-        b = [s["rules"][baseline][f"al_sum_{m}"] for s in seqs]
+        m = self.m_used.get(m, m)
+        seqs = self._select(task)
+        a = [s.rules[rule].block(m).al_sum for s in seqs]
+        b = [s.rules[baseline].block(m).al_sum for s in seqs]
         # NaN throughout where the baseline accepts nothing
         return tuple(float(x - 1) for x in ratio_interval(a, b, resample_counts(_keys(seqs), n_boot, seed)))
 
@@ -298,10 +390,10 @@ def _keys(sequences):
     """The bootstrap's unit ids of analysed sequences: the sequence ids, or trace name and id where
     an id repeats across the traces of a set (so a merged trace and its parts, or a trace and its
     copy, resample alike)."""
-    ids = [s["id"] for s in sequences]
+    ids = [s.id for s in sequences]
     if len(set(ids)) == len(ids):
         return ids
-    return [f"{s.get('trace', '')}/{s['id']}" for s in sequences]
+    return [f"{s.trace}/{s.id}" for s in sequences]
 
 
 class AnalysisRow(TypedDict, total=False):
@@ -415,7 +507,7 @@ def analyze_trace(
             policies.append(policy)
     if any(p.needs_cost for p in policies) and cost is None:
         raise ValueError("draft policy cost-optimal needs cost= (a CostModel: the planner passes its own)")
-    blocks = [r.describe() for r in rules if getattr(r, "block_level", False)]
+    blocks = [r.describe() for r in rules if kind_of(r) == "block"]
     if policies and blocks:
         raise ValueError(f"{', '.join(blocks)} judge whole blocks: drafting policies are for token rules and trees")
     if bonus_policy == "relaxed" and blocks:
@@ -428,47 +520,46 @@ def analyze_trace(
     traces = open_traces(trace)
     if settings is None:
         settings = traces.sampling
-    known = sorted({s["task"] for t in traces.traces for s in t.manifest["sequences"]})
+    records = [(name, t, t.records()) for name, t in zip(traces.names, traces.traces, strict=True)]
+    known = sorted({r.task for _, _, recs in records for r in recs})
     if not known:
         raise ValueError(f"trace {traces.directory!r} holds no sequences: nothing to analyse")
     if traces.n_positions == 0:
         raise ValueError(f"trace {traces.directory!r} holds {len(traces)} sequence(s), all empty: nothing to analyse")
-    empty = sum(1 for t in traces.traces for s in t.manifest["sequences"] if s["positions"] == 0)
+    empty = sum(1 for _, _, recs in records for r in recs if r.positions == 0)
     if tasks is not None:
         tasks = [tasks] if isinstance(tasks, str) else list(tasks)
         unknown = sorted(set(tasks) - set(known))
         if unknown:
             raise ValueError(f"task(s) {unknown} are not in the trace; its tasks: {', '.join(known)}")
     wanted = None if tasks is None else tuple(tasks)
-    longest = max(s["positions"] for t in traces.traces for s in t.manifest["sequences"]
-                  if wanted is None or s["task"] in wanted)  # fmt: skip
+    longest = max(r.positions for _, _, recs in records for r in recs if wanted is None or r.task in wanted)
     asked = ms
     ms, notes = _cap_ms(ms, longest)
     jobs, names, total = [], [], 0
-    for name, t in zip(traces.names, traces.traces, strict=True):
-        for i in sorted({s["shard"] for s in t.manifest["sequences"] if wanted is None or s["task"] in wanted}):
-            # absolute: a worker of a remote cluster does not run in this directory
-            jobs.append((os.path.abspath(t.directory), i, list(rules), tuple(ms), settings, bonus_policy, wanted,
-                         draft_mode, int(block_paths), policies, cost))  # fmt: skip
+    for name, t, recs in records:
+        for i in sorted({r.shard for r in recs if wanted is None or r.task in wanted}):
+            jobs.append(ShardJob(os.path.abspath(t.directory), i, tuple(rules), tuple(ms), settings, bonus_policy,
+                                 wanted, draft_mode, int(block_paths), tuple(policies), cost))  # fmt: skip
             names.append(name)
-            total += t.manifest["shards"][i]["positions"]
+            total += t.shard_positions(i)
     with progress_bar(total=total, desc="analyse", unit="pos", enabled=progress) as bar:
 
         def done(part):
-            bar.update(sum(s["positions"] for s in part))
+            bar.update(sum(s.positions for s in part))
 
         if client is not None:
-            parts = run_dask(_shard_stats, jobs, client, done)
+            parts = run_dask(shard_statistics, jobs, client, done)
         else:
-            parts = run_local(_shard_stats, jobs, processes, done)
-    sequences = [{**seq, "trace": name} for name, part in zip(names, parts, strict=True) for seq in part]
+            parts = run_local(shard_statistics, jobs, processes, done)
+    sequences = [dataclasses.replace(seq, trace=name) for name, part in zip(names, parts, strict=True) for seq in part]
     # one order whatever the engine, the shard layout or the order the traces were given in
-    sequences.sort(key=lambda s: (s["id"], s["trace"]))
+    sequences.sort(key=lambda s: (s.id, s.trace))
     rows = []
-    task_names = ["all", *sorted({s["task"] for s in sequences})]
+    task_names = ["all", *sorted({s.task for s in sequences})]
     # one resampling per set of sequences, shared by every rule and m (paired, and the same
     # interval for the same quantity in every table of this trace: ``_bootstrap``)
-    selections = {task: [s for s in sequences if task in ("all", s["task"])] for task in task_names}
+    selections = {task: [s for s in sequences if task in ("all", s.task)] for task in task_names}
     counts = {task: resample_counts(_keys(sel), n_boot, seed) for task, sel in selections.items()}
     for rule in rules:
         for m in ms:
@@ -480,7 +571,7 @@ def analyze_trace(
                         rows.append(_row(rule, m, task, "all", sel, counts[task], bonus_policy, draft_mode, policy))
     trace_rows = []
     if len(traces.traces) > 1:
-        per_trace = {name: [s for s in sequences if s["trace"] == name] for name in traces.names}
+        per_trace = {name: [s for s in sequences if s.trace == name] for name in traces.names}
         trace_counts = {name: resample_counts(_keys(sel), n_boot, seed) for name, sel in per_trace.items()}
         for rule in rules:
             for m in ms:
@@ -507,11 +598,14 @@ def _row(rule, m, task, trace, sel, counts, bonus_policy, draft_mode="sampled", 
     """The statistics of one rule at one m (under a drafting policy) over the sequences ``sel``,
     with intervals from the bootstrap ``counts`` of ``sel`` (``resample_counts``; None: none)."""
     label = _rule_label(rule)
-    pos = [s["positions"] for s in sel]
-    stats = {name: ratio_interval([s["rules"][label][name] for s in sel], pos, counts) for name in METRICS}
-    tag = m if policy is None else f"{m}@{policy.describe()}"
-    starts = [s["rules"][label][f"al_n_{m}"] for s in sel]
-    al = ratio_interval([s["rules"][label][f"al_sum_{tag}"] for s in sel], starts, counts)
+    per = [s.rules[label] for s in sel]
+    pos = [s.positions for s in sel]
+    stats = {name: ratio_interval([getattr(r, name) for r in per], pos, counts) for name in METRICS}
+    tag = None if policy is None else policy.describe()
+    fixed = [r.block(m) for r in per]
+    blocks = [r.block(m, tag) for r in per]
+    starts = [b.starts for b in fixed]
+    al = ratio_interval([b.al_sum for b in blocks], starts, counts)
     delta = getattr(rule, "delta", None)
     row = AnalysisRow(
         rule=label,
@@ -532,19 +626,17 @@ def _row(rule, m, task, trace, sel, counts, bonus_policy, draft_mode="sampled", 
         mean_acceptance_length=1 + al[0],
     )
     if policy is not None:  # drafts and draft forwards per step (means over block starts)
-        row["draft_policy"] = policy.describe()
-        row["drafted"] = float(sum(s["rules"][label][f"drafted_sum_{tag}"] for s in sel) / max(sum(starts), 1))
-        row["draft_forwards"] = float(sum(s["rules"][label][f"forwards_sum_{tag}"] for s in sel) / max(sum(starts), 1))
-    elif f"accept_pos_sum_{m}" in sel[0]["rules"][label]:  # vLLM's num_accepted_tokens_per_pos / num_drafts
-        sums = np.sum([s["rules"][label][f"accept_pos_sum_{m}"] for s in sel], axis=0)
+        row["draft_policy"] = tag
+        row["drafted"] = float(sum(b.drafted_sum for b in blocks) / max(sum(starts), 1))
+        row["draft_forwards"] = float(sum(b.forwards_sum for b in blocks) / max(sum(starts), 1))
+    elif fixed[0].accept_by_position is not None:  # vLLM's num_accepted_tokens_per_pos / num_drafts
+        sums = np.sum([b.accept_by_position for b in fixed], axis=0)
         row["acceptance_by_position"] = [float(x) for x in sums / max(sum(starts), 1)]
-    tokens = [s["rules"][label][f"al_sum_{m}"] + s["rules"][label][f"al_n_{m}"] for s in sel]
-    stats["acceptance_of_optimum"] = ratio_interval(
-        [s["rules"][label]["acceptance"] for s in sel], [s["rules"][label]["optimal_acceptance"] for s in sel], counts
-    )
-    for name in BLOCK_METRICS:
-        stats[f"{name}_per_token"] = ratio_interval([s["rules"][label][f"{name}_block_{m}"] for s in sel], tokens,
+    tokens = [b.tokens_sum for b in fixed]
+    stats["acceptance_of_optimum"] = ratio_interval([r.acceptance for r in per], [r.optimal_acceptance for r in per],
                                                     counts)  # fmt: skip
+    for name in BLOCK_METRICS:
+        stats[f"{name}_per_token"] = ratio_interval([getattr(b, f"{name}_sum") for b in fixed], tokens, counts)
     for name, (v, lo, hi) in stats.items():
         row[name], row[f"{name}_lo"], row[f"{name}_hi"] = v, lo, hi
     if policy is not None:  # the per-token drift above is of fixed blocks of m, not of this policy's

@@ -582,9 +582,9 @@ class Plan:
 def _request_lengths(analysis, task):
     """(mean prompt tokens, mean output tokens) of the analysis's sequences of ``task``; None for
     a length the trace does not record."""
-    seqs = [s for s in getattr(analysis, "sequences", []) if task in ("all", s.get("task"))]
-    prompts = [s["prompt_tokens"] for s in seqs if "prompt_tokens" in s]
-    outputs = [s["positions"] for s in seqs if "positions" in s]
+    seqs = [s for s in getattr(analysis, "sequences", []) if task in ("all", s.task)]
+    prompts = [s.prompt_tokens for s in seqs if s.prompt_tokens is not None]
+    outputs = [s.positions for s in seqs]
     return (float(np.mean(prompts)) if prompts else None, float(np.mean(outputs)) if outputs else None)
 
 

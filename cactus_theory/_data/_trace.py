@@ -43,7 +43,7 @@ from .._util._files import (
     utc_timestamp,
 )
 
-__all__ = ["Trace", "TraceError", "TraceSequence", "TraceWriter", "load_trace", "trace_from_arrays"]
+__all__ = ["SequenceRecord", "Trace", "TraceError", "TraceSequence", "TraceWriter", "load_trace", "trace_from_arrays"]
 
 FORMAT = "cactus_theory.trace"
 VERSION = 1
@@ -53,6 +53,25 @@ _ROLES = ("target", "draft")
 
 class TraceError(ValueError):
     """A trace directory or file that is missing, truncated, corrupt or inconsistent."""
+
+
+@dataclass(frozen=True)
+class SequenceRecord:
+    """What a trace's manifest records of one sequence (``Trace.records``): its id, task, the shard
+    that holds it and its place there, its positions and its metadata (source, prompt tokens)."""
+
+    id: str
+    task: str
+    shard: int
+    index: int
+    positions: int
+    meta: dict
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        """The prompt's length in tokens, when the dump recorded it."""
+        value = self.meta.get("prompt_tokens")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _logsumexp(x):
@@ -483,6 +502,16 @@ class TraceWriter:
             )
 
     @property
+    def positions_held(self) -> int:
+        """Positions in the trace so far: the shards written and the sequences buffered."""
+        return sum(s["positions"] for s in self.manifest["sequences"]) + sum(len(b["tokens"]) for b in self._buffer)
+
+    @property
+    def metadata(self) -> dict:
+        """The trace's metadata (a resumed trace's own, as first written)."""
+        return self.manifest.get("metadata", {})
+
+    @property
     def done_ids(self) -> set[str]:
         return {s["id"] for s in self.manifest["sequences"]} | {b["id"] for b in self._buffer}
 
@@ -642,6 +671,25 @@ class Trace:
     @property
     def n_shards(self) -> int:
         return len(self.manifest["shards"])
+
+    def records(self, tasks=None) -> list[SequenceRecord]:
+        """Every sequence's record (``SequenceRecord``), shard by shard; only those of ``tasks``
+        (an iterable of task labels) when given."""
+        wanted = None if tasks is None else set(tasks)
+        out = [
+            SequenceRecord(r["id"], r["task"], r["shard"], r["index"], r["positions"], r.get("meta", {}))
+            for r in sorted(self.manifest["sequences"], key=lambda r: (r["shard"], r["index"]))
+        ]
+        return out if wanted is None else [r for r in out if r.task in wanted]
+
+    def shard_positions(self, index: int) -> int:
+        """The positions shard ``index`` holds."""
+        return self.manifest["shards"][index]["positions"]
+
+    @property
+    def tasks(self) -> list[str]:
+        """The task labels of the trace's sequences, sorted."""
+        return sorted({r["task"] for r in self.manifest["sequences"]})
 
     @property
     def n_positions(self) -> int:

@@ -3,13 +3,11 @@ greedy drafting of multi-token-prediction and EAGLE-style drafters."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from .._math._validation import host_probabilities
 from .._rules._protocol import as_rule
-from ._emitted import block_sums, expected_accepted_length, step_metrics
+from ._lengths import BlockLength, accepted_lengths
 
 __all__ = ["BlockLength", "block_accepted_length", "greedy_draft"]
 
@@ -38,29 +36,6 @@ def draft_rows(draft_probs, draft_mode):
     if draft_mode not in DRAFT_MODES:
         raise ValueError(f"draft_mode must be one of {DRAFT_MODES}; got {draft_mode!r}")
     return draft_probs if draft_mode == "sampled" else greedy_draft(draft_probs)
-
-
-@dataclass(frozen=True)
-class BlockLength:
-    """``block_accepted_length``'s result: per block start, the expected accepted drafts, its
-    standard error (0 where exact), and how it was computed: "exact" (a token rule's prefix
-    product, or a block rule's enumeration) or "monte-carlo" (with ``n_paths`` paths)."""
-
-    accepted_length: np.ndarray
-    standard_error: np.ndarray
-    method: str
-    n_paths: int = 0
-
-    @property
-    def mean(self) -> float:
-        """AL(m) averaged over the block starts."""
-        return float(np.mean(self.accepted_length))
-
-    @property
-    def mean_standard_error(self) -> float:
-        """A bound on the standard error of ``mean`` (the starts' errors, which may be
-        correlated through shared paths, added as if perfectly correlated: their mean)."""
-        return float(np.mean(self.standard_error))
 
 
 def block_accepted_length(
@@ -110,17 +85,6 @@ def block_accepted_length(
         raise ValueError(f"draft_probs and target_probs must be (positions, vocabulary); got shape {p.shape}")
     if p.shape[0] < m:
         raise ValueError(f"a block of m = {m} drafts needs at least {m} positions; got {p.shape[0]}")
-    starts = p.shape[0] - m + 1
-    if getattr(rule, "block_level", False):
-        used, values, errors = rule.expected_block_lengths(
-            p, q, int(m), method=method, n_paths=int(n_paths), seed=seed, max_support=max_support
-        )
-        result = BlockLength(values, errors, used, int(n_paths) if used == "monte-carlo" else 0)
-    else:
-        if rule.slot_dependent:
-            beta = np.stack([step_metrics(rule.at_slot(j), p, q, logits=lg).acceptance for j in range(m)])
-            values = block_sums(beta, beta, int(m), per_slot=True)[:starts]
-        else:
-            values = expected_accepted_length(step_metrics(rule, p, q, logits=lg).acceptance, int(m))[:starts]
-        result = BlockLength(values, np.zeros(starts), "exact")
+    result = accepted_lengths(rule, p, q, [int(m)], logits=lg, method=method, n_paths=n_paths, seed=seed,
+                              max_support=max_support)[int(m)]  # fmt: skip
     return result if full_output else result.accepted_length

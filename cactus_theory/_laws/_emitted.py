@@ -9,7 +9,7 @@ from scipy import special
 
 from .._math._backend import namespace
 from .._math._kernels import windowed_accepted_length
-from .._rules._protocol import as_rule
+from .._rules._protocol import as_rule, kind_of
 
 __all__ = [
     "StepMetrics",
@@ -88,7 +88,7 @@ def step_metrics(rule, draft_probs, target_probs, drafted_token=None, *, logits=
     """
     rule = as_rule(rule)
     p, q, lg = rule._host(draft_probs, target_probs, logits)
-    if getattr(rule, "multi_draft", False):
+    if kind_of(rule) == "multi-draft":
         if drafted_token is not None:
             raise ValueError(
                 f"{rule.describe()} verifies k = {rule.draft_count} drafts per position: step_metrics gives its "

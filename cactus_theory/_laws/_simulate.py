@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._rules._protocol import BONUS_POLICIES, as_rule
+from .._rules._protocol import BONUS_POLICIES, as_rule, kind_of
 
 __all__ = ["SimulationResult", "simulate"]
 
@@ -113,11 +113,11 @@ def simulate(
     if n_positions < m + 1:
         raise ValueError(f"a block of m = {m} drafts needs m + 1 = {m + 1} positions; got {n_positions}")
     rng = np.random.default_rng(seed)
-    if getattr(rule, "block_level", False):
+    if kind_of(rule) == "block":
         if bonus_policy != "verifier":
             raise ValueError(f"{rule.describe()} judges whole blocks: its bonus token comes from the verifier only")
         return _simulate_blocks(rule, p, q, lg, int(m), int(n_runs), rng)
-    if getattr(rule, "multi_draft", False):
+    if kind_of(rule) == "multi-draft":
         return _simulate_tree(rule, p, q, int(m), int(n_runs), rng, bonus_policy)
     # Acceptance of every (slot, position, token) once; corrections per distinct rejected pair.
     n_slots = m + 1 if rule.slot_dependent else 1

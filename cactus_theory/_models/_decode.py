@@ -20,7 +20,7 @@ from .._laws._policies import draft_features, make_draft_policy
 from .._math._bootstrap import percentile_interval, ratio_interval, resample_counts, resampled_sums
 from .._math._logits import RuleLogits
 from .._math._sampling import SamplingSettings, processed_probs
-from .._rules._protocol import BONUS_POLICIES, as_rule
+from .._rules._protocol import BONUS_POLICIES, as_rule, kind_of
 from .._util._files import json_lines
 from ._hf import CachedModel, generate, sample_token
 
@@ -122,7 +122,7 @@ def _block_step(rule, drafted, draft_rows, q_rows, q_raw, draft_raw, sampling, c
 
 def check_chain_rule(rule):
     """Refuse a multi-draft rule: decoding here drafts chains (one draft per position)."""
-    if getattr(rule, "multi_draft", False):
+    if kind_of(rule) == "multi-draft":
         raise ValueError(
             f"{rule.describe()} verifies a tree of k = {rule.draft_count} drafts per position, and real decoding here "
             "runs chains (one draft per position; tree attention is not implemented): decode with its one-draft "
@@ -192,7 +192,7 @@ def speculative_generate(
             + ("needs a cost model: it is for the planner; decode with p-min, entropy or accept-prob"
                if policy.needs_cost else "reads the drafter's probabilities; the n-gram drafter has none")
         )  # fmt: skip
-    block_level = getattr(rule, "block_level", False)
+    block_level = kind_of(rule) == "block"
     if block_level and bonus_policy != "verifier":
         raise ValueError(
             f"{rule.describe()} judges whole blocks: its bonus token is the verifier's (bonus_policy='verifier')"

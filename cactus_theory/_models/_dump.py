@@ -182,7 +182,7 @@ def dump_trace(
         print(message, file=sys.stderr, flush=True)
 
     def held():
-        return sum(s["positions"] for s in writer.manifest["sequences"]) + sum(len(b["tokens"]) for b in writer._buffer)
+        return writer.positions_held
 
     with (
         termination_as_exception(),
@@ -191,7 +191,7 @@ def dump_trace(
         ) as writer,
     ):
         # the trace's own thread count, so that a resumed dump rounds as the first run did
-        recorded = writer.manifest.get("metadata", {}).get("threads")
+        recorded = writer.metadata.get("threads")
         metadata["threads"] = recorded if isinstance(recorded, int) and recorded >= 1 else metadata["threads"]
         done_before = sum(1 for p in prompts if p.id in writer.done_ids)
         if done_before:

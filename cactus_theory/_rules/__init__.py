@@ -11,7 +11,7 @@ import importlib
 import pkgutil
 
 from .._math._logits import RuleLogits
-from ._protocol import BONUS_POLICIES, BlockLaw, GeneralizedRule, Rule, as_rule
+from ._protocol import BONUS_POLICIES, RULE_KINDS, BlockLaw, GeneralizedRule, Rule, as_rule, kind_of
 from ._registry import (
     ENTRY_POINT_GROUP,
     RuleInfo,
@@ -46,6 +46,7 @@ globals().update(rule_exports())
 __all__ = [
     "BONUS_POLICIES",
     "ENTRY_POINT_GROUP",
+    "RULE_KINDS",
     "BlockLaw",
     "GeneralizedRule",
     "Rule",
@@ -54,6 +55,7 @@ __all__ = [
     "RulePluginWarning",
     "as_rule",
     "available_rules",
+    "kind_of",
     "load_plugins",
     "make_rule",
     "make_rules",

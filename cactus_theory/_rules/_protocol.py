@@ -60,10 +60,12 @@ from ._registry import _register, make_rule, register_base
 
 __all__ = [
     "BONUS_POLICIES",
+    "RULE_KINDS",
     "BlockLaw",
     "GeneralizedRule",
     "Rule",
     "as_rule",
+    "kind_of",
 ]
 
 BONUS_POLICIES = ("verifier", "relaxed")
@@ -111,12 +113,12 @@ class Rule:
     #: Spec names of other registered rules this one may equal at some settings on purpose (the
     #: duplicate check of the conformance suite accepts equal laws with these).
     same_law_as: ClassVar[tuple] = ()
-    #: The rule judges a whole drafted block at once (``block_law``), not token by token; its
-    #: per-token methods are its one-draft case (a block of m = 1).
-    block_level: ClassVar[bool] = False
-    #: The rule verifies several drafts per position (``MultiDraftRule``: multi-draft and tree
-    #: verification); its per-token methods are its one-draft form (``single()``).
-    multi_draft: ClassVar[bool] = False
+    #: What the rule judges (``RULE_KINDS``): "token", a drafted token at a time; "block", a whole
+    #: drafted block at once (``block_law``; its per-token methods are its one-draft case, a block of
+    #: m = 1); "multi-draft", several drafts per position (``MultiDraftRule``: multi-draft and tree
+    #: verification; its per-token methods are its one-draft form, ``single()``). The accepted
+    #: length of each kind is computed in one place (``_laws._lengths.accepted_lengths``).
+    kind: ClassVar[str] = "token"
     #: Parameters that take a grid's values when a spec leaves them out (``make_rules``,
     #: ``--delta``): only those with the grid's meaning, e.g. ("delta",) for a divergence budget.
     grid_parameters: ClassVar[tuple] = ()
@@ -409,6 +411,15 @@ class BlockLaw:
     def expected_accepted(self):
         """E[tau] given the drafts, shape (...)."""
         return self.accepted @ np.arange(self.accepted.shape[-1], dtype=np.float64)
+
+
+#: The kinds of rule (``Rule.kind``).
+RULE_KINDS = ("token", "block", "multi-draft")
+
+
+def kind_of(rule) -> str:
+    """A rule's kind (``Rule.kind``); "token" for an object implementing only the four-method protocol."""
+    return getattr(rule, "kind", "token")
 
 
 def as_rule(rule) -> Rule:

@@ -96,7 +96,7 @@ class BlockVerification(Rule):
     }
     comparison: ClassVar[tuple] = (("", {}, "verifier"),)
     lossless: ClassVar[bool] = True
-    block_level: ClassVar[bool] = True
+    kind: ClassVar[str] = "block"
     #: one draft at a time it is SpS (the per-token view the conformance checks see)
     same_law_as: ClassVar[tuple] = ("sps",)
 

@@ -149,7 +149,7 @@ class MultiDraftRule(Rule):
     """Base of the multi-draft rules: k candidates per position, at most one accepted."""
 
     k: int = 2
-    multi_draft: ClassVar[bool] = True
+    kind: ClassVar[str] = "multi-draft"
     #: How the k drafts are drawn: "iid" (from p), "without-replacement" or "top" (the top-k of p).
     drafting: ClassVar[str] = "iid"
     #: The widest tree verified here: the verifier scores k m + 1 tokens a step, and engines' trees

@@ -12,7 +12,7 @@ import numpy as np
 
 from .._analysis._analyze import analyze_trace
 from .._math._bootstrap import check_resamples
-from .._rules import make_rule
+from .._rules import kind_of, make_rule
 
 __all__ = ["MULTI_DRAFT_METHODS", "MultiDraftComparison", "compare_multi_draft"]
 
@@ -186,7 +186,7 @@ def compare_multi_draft(trace, ks=tuple(range(1, 9)), ms=(4, 8), *, k_bins=4, n_
             raise ValueError(
                 f"methods: {method[0]!r} has the template {method[1]!r}, which gives no rule: {exc}"
             ) from None
-        if "{k}" not in method[1] or not getattr(rule, "multi_draft", False):
+        if "{k}" not in method[1] or kind_of(rule) != "multi-draft":
             raise ValueError(f"methods: {method[0]!r} must be a multi-draft rule's spec with {{k}} for its width; got "
                              f"{method[1]!r}")  # fmt: skip
     traces = open_traces(trace if trace is not None else load_trace())

@@ -1,0 +1,83 @@
+"""Accepted lengths of every kind of rule, in one place: a token rule's prefix product of its
+per-position acceptance (per slot for the slot-dependent ones), a multi-draft rule's the same over
+its acceptance of k drafts (a tree of width k), a block rule's from the law of its weights (exact
+by enumeration or Monte Carlo). The analysis and ``block_accepted_length`` both ask here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._rules._protocol import kind_of
+from ._emitted import block_sums, expected_accepted_length, step_metrics
+
+__all__ = ["BlockLength", "acceptance_rates", "accepted_lengths"]
+
+
+@dataclass(frozen=True)
+class BlockLength:
+    """``block_accepted_length``'s result: per block start, the expected accepted drafts, its
+    standard error (0 where exact), and how it was computed: "exact" (a token rule's prefix
+    product, or a block rule's enumeration) or "monte-carlo" (with ``n_paths`` paths)."""
+
+    accepted_length: np.ndarray
+    standard_error: np.ndarray
+    method: str
+    n_paths: int = 0
+
+    @property
+    def mean(self) -> float:
+        """AL(m) averaged over the block starts."""
+        return float(np.mean(self.accepted_length))
+
+    @property
+    def mean_standard_error(self) -> float:
+        """A bound on the standard error of ``mean`` (the starts' errors, which may be
+        correlated through shared paths, added as if perfectly correlated: their mean)."""
+        return float(np.mean(self.standard_error))
+
+
+def acceptance_rates(rule, p, q, slots, *, logits=None, metrics=None):
+    """The acceptance a block multiplies along a sequence of rows (T, V): per position (T,) (over
+    the k drafts for a multi-draft rule), or for a slot-dependent rule per slot of the block,
+    (slots, T), the draft at slot j judged by ``rule.at_slot(j)``. ``metrics``: the rule's
+    ``step_metrics`` on these rows when the caller has them already."""
+    if getattr(rule, "slot_dependent", False):
+        return np.stack([step_metrics(rule.at_slot(j), p, q, logits=logits).acceptance for j in range(slots)])
+    return (metrics if metrics is not None else step_metrics(rule, p, q, logits=logits)).acceptance
+
+
+def accepted_lengths(rule, p, q, ms, *, beta=None, logits=None, method="auto", n_paths=1024, seed=0,
+                     max_support=1_000_000) -> dict:  # fmt: skip
+    """{m: ``BlockLength``} of ``rule`` on validated float64 rows (T, V), for each m: per block
+    start whose window fits (T - m + 1 of them; one, the whole sequence, for m > T), the expected
+    accepted drafts under independent positions.
+
+    By kind (``kind_of``): token and multi-draft rules, the prefix product of ``beta`` (their
+    ``acceptance_rates``, computed when not given): exact; block rules, E[tau] = sum_i E[w_i]
+    from ``expected_block_lengths_for``, exact by enumeration where every start needs at most
+    ``max_support`` weight values (``method="auto"`` or ``"exact"``), else Monte Carlo over
+    ``n_paths`` drafted paths per start, seeded by ``seed``, with its standard error."""
+    ms = list(ms)
+    positions = p.shape[0]
+    if kind_of(rule) == "block":  # a window longer than the sequence is the whole sequence
+        found = rule.expected_block_lengths_for(
+            p, q, sorted({min(m, positions) for m in ms}), method=method, n_paths=int(n_paths), seed=seed,
+            max_support=max_support,
+        )  # fmt: skip
+        return {
+            m: BlockLength(values, errors, used, int(n_paths) if used == "monte-carlo" else 0)
+            for m, (used, values, errors) in ((m, found[min(m, positions)]) for m in ms)
+        }
+    if beta is None:
+        beta = acceptance_rates(rule, p, q, max(ms), logits=logits)
+    out = {}
+    for m in ms:
+        starts = max(positions - m + 1, 1)
+        if getattr(rule, "slot_dependent", False):
+            values = block_sums(beta[:m], beta[:m], m, per_slot=True)[:starts]
+        else:
+            values = expected_accepted_length(beta, m)[:starts]
+        out[m] = BlockLength(values, np.zeros(starts), "exact")
+    return out

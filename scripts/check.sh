@@ -9,5 +9,6 @@ python3 -m venv .venv
 .venv/bin/python -m pip install --quiet -c constraints-ci.txt -e ".[dev,models,docs,fast,distributed]"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+.venv/bin/lint-imports --no-cache  # the wings' contract (pyproject.toml [tool.importlinter])
 .venv/bin/python -m pytest -n 2 -q
 .venv/bin/python -m sphinx -W --keep-going -q -b html docs docs/_build/html

@@ -291,7 +291,8 @@ class CostModel:
         """Seconds of one drafted token at ``context`` tokens of context (``draft_token`` if no slope)."""
         return float(np.maximum(self.draft_token + self._context_extra("draft", context), 0.5 * self.draft_token))
 
-    def step_time(self, m, accepted_length, width=1, *, drafted=None, forwards=None, context=None, all_accepted=0.0):
+    def step_time(self, m, accepted_length, width=1, *, drafted=None, forwards=None, context=None, all_accepted=0.0,
+                  draft_factor=1.0, verify_factor=1.0):  # fmt: skip
         """Expected seconds of one step drafting m levels that accepts ``accepted_length`` on average.
 
         ``width`` k > 1: a tree of depth m with k candidates per level (a multi-draft rule): the
@@ -301,13 +302,16 @@ class CostModel:
         early (default m each); the verifier then scores ``drafted`` + 1 tokens (a mean: the block
         cost is close to linear over the sizes a step spans). ``context``: the context length.
         ``all_accepted``: P(every draft of the block accepted); such a step runs one more draft
-        forward (the drafter's cache must see its last draft before the next block)."""
+        forward (the drafter's cache must see its last draft before the next block).
+        ``draft_factor`` and ``verify_factor``: draws of one timed repeat over the median of the
+        draft and the verifier parts (arrays: the planner's intervals), 1 for the medians. The one
+        formula of a step's cost: every prediction of the package goes through it."""
         m = np.asarray(m, dtype=float)
         drafted = m if drafted is None else np.asarray(drafted, dtype=float)
         forwards = drafted if forwards is None else np.asarray(forwards, dtype=float)
         return (
-            (forwards + np.asarray(all_accepted, dtype=float)) * self.draft_time(context)
-            + self.verify(width * drafted + 1, context)
+            (forwards + np.asarray(all_accepted, dtype=float)) * self.draft_time(context) * draft_factor
+            + self.verify(width * drafted + 1, context) * verify_factor
             + self.step_overhead
             + (np.asarray(accepted_length) + 1) * self.judge_token
         )
@@ -686,10 +690,9 @@ def predict_speedup(
         se = (r["al_hi"] - r["al_lo"]) / 3.92 if has_interval else 0.0
         al = np.clip(r["al"] + se * rng.standard_normal(n_draws), 0.0, m * 1.0)
         size = m if drafted is None else drafted
-        forwards = size if passes is None else passes
         f_block = _timing_factors(cost, width * size + 1, rng, n_draws)
-        step = ((forwards + full) * cost.draft_time() * f_draft + cost.verify(width * size + 1) * f_block
-                + cost.step_overhead + (al + 1) * cost.judge_token)  # fmt: skip
+        step = cost.step_time(m, al, width, drafted=drafted, forwards=passes, all_accepted=full, draft_factor=f_draft,
+                              verify_factor=f_block)  # fmt: skip
         draws = (al + 1) * cost.verify(1) * f_one / step
         if has_interval or timed:
             row["speedup_lo"], row["speedup_hi"] = (float(x) for x in np.percentile(draws, [2.5, 97.5]))
@@ -711,9 +714,8 @@ def predict_speedup(
                            prefill_share=float(t["prefill"] / t["total"]))  # fmt: skip
                 steps = output / (al + 1)
                 context = prompt + output / 2
-                step_c = ((forwards + full) * cost.draft_time(context) * f_draft
-                          + cost.verify(width * size + 1, context) * f_block
-                          + cost.step_overhead + (al + 1) * cost.judge_token)  # fmt: skip
+                step_c = cost.step_time(m, al, width, drafted=drafted, forwards=passes, context=context,
+                                        all_accepted=full, draft_factor=f_draft, verify_factor=f_block)  # fmt: skip
                 spec = t["prefill"] + steps * step_c
                 base = t["baseline_prefill"] + output * cost.verify(1, context) * f_one
                 row["request_speedup_lo"], row["request_speedup_hi"] = (

@@ -17,6 +17,7 @@ and is exact at the edges q in {0, 1} and gamma in {0, 1}.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import special
 
+from . import _generators
 from ._validation import as_probability, broadcast, check_distribution
 
 __all__ = [
@@ -258,6 +260,9 @@ class FDivergence:
     kink: float = 0.0
     description: str = ""
     f_prime: Callable | None = field(default=None, repr=False)
+    #: The generator f(t) as SymPy reads it (a string in t, e.g. "t*log(t)"; None for a kinked f such
+    #: as TV's): the symbolic derivations (``symbolic_gamma``, docs: Theory) start from it.
+    sympy_generator: str | None = field(default=None, repr=False)
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -385,14 +390,17 @@ class FDivergence:
         from ._symbolic import generator_facts
 
         facts = generator_facts(expr, t)
-        return cls.from_callable(
-            name,
-            facts.f,
-            facts.f_second_at_one,
-            f_prime=facts.f_prime,
-            f_third_at_one=facts.f_third_at_one,
-            slope_at_infinity=facts.slope_at_infinity,
-            description=description or f"f(t) = {facts.expr}",
+        return dataclasses.replace(
+            cls.from_callable(
+                name,
+                facts.f,
+                facts.f_second_at_one,
+                f_prime=facts.f_prime,
+                f_third_at_one=facts.f_third_at_one,
+                slope_at_infinity=facts.slope_at_infinity,
+                description=description or f"f(t) = {facts.expr}",
+            ),
+            sympy_generator=str(facts.expr.subs(facts.t, _sympy_t())),
         )
 
 
@@ -433,6 +441,7 @@ def _check_generator(name, f):
 _BUILTINS = (
     FDivergence(
         name="kl",
+        sympy_generator="t*log(t)",
         f=lambda t: special.xlogy(t, t),
         f_second_at_one=1.0,
         f_third_at_one=-1.0,
@@ -444,6 +453,7 @@ _BUILTINS = (
     ),
     FDivergence(
         name="reverse_kl",
+        sympy_generator="-log(t)",
         f=lambda t: -np.log(t),
         f_second_at_one=1.0,
         f_third_at_one=-2.0,
@@ -455,6 +465,7 @@ _BUILTINS = (
     ),
     FDivergence(
         name="chi2",
+        sympy_generator="(t - 1)**2",
         f=lambda t: (t - 1.0) ** 2,
         f_second_at_one=2.0,
         f_third_at_one=0.0,
@@ -467,6 +478,7 @@ _BUILTINS = (
     ),
     FDivergence(
         name="hellinger",
+        sympy_generator="(sqrt(t) - 1)**2",
         f=lambda t: (np.sqrt(t) - 1.0) ** 2,
         f_second_at_one=0.5,
         f_third_at_one=-0.75,
@@ -491,6 +503,7 @@ _BUILTINS = (
     ),
     FDivergence(
         name="js",
+        sympy_generator="(t*log(t) - (1 + t)*log((1 + t)/2))/2",
         f=lambda t: 0.5 * (special.xlogy(t, t) - special.xlogy(1.0 + t, 0.5 * (1.0 + t))),
         f_second_at_one=0.25,
         f_third_at_one=-0.375,
@@ -503,6 +516,8 @@ _BUILTINS = (
 )
 
 _REGISTRY: dict[str, FDivergence] = {d.name: d for d in _BUILTINS}
+for _d in _BUILTINS:
+    _generators.record(_d.name, _d.sympy_generator)
 _ALIASES = {
     "kullback_leibler": "kl",
     "forward_kl": "kl",
@@ -514,6 +529,12 @@ _ALIASES = {
     "total_variation": "tv",
     "jensen_shannon": "js",
 }
+
+
+def _sympy_t():
+    import sympy as sp
+
+    return sp.Symbol("t", positive=True)
 
 
 def available_divergences() -> tuple[str, ...]:
@@ -530,6 +551,7 @@ def register_divergence(div: FDivergence, *, overwrite: bool = False) -> FDiverg
     if div.name in _REGISTRY and not overwrite and _REGISTRY[div.name] is not div:
         raise ValueError(f"a divergence named {div.name!r} is already registered; pass overwrite=True to replace it")
     _REGISTRY[div.name] = div
+    _generators.record(div.name, div.sympy_generator)
     return div
 
 

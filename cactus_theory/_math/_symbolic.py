@@ -17,24 +17,30 @@ from dataclasses import dataclass, field
 
 import sympy as sp
 
+from ._generators import GENERATORS
+
 __all__ = ["SYMPY_GENERATORS", "GeneratorFacts", "SymbolicGamma", "generator_facts", "symbolic_gamma"]
 
 _t = sp.Symbol("t", positive=True)
 
-#: SymPy generators f(t) of the built-in divergences (same conventions as ``get_divergence``).
-SYMPY_GENERATORS = {
-    "kl": _t * sp.log(_t),
-    "reverse_kl": -sp.log(_t),
-    "chi2": (_t - 1) ** 2,
-    "hellinger": (sp.sqrt(_t) - 1) ** 2,
-    "js": (_t * sp.log(_t) - (1 + _t) * sp.log((1 + _t) / 2)) / 2,
-}
+
+def _sympy_generators() -> dict:
+    """{name: SymPy f(t)} of every registered divergence that carries a generator
+    (``FDivergence.sympy_generator``, recorded in ``_generators``; TV's kinked f has none)."""
+    return {name: sp.sympify(text, locals={"t": _t}) for name, text in sorted(GENERATORS.items())}
+
+
+#: SymPy generators f(t) of the registered divergences, from their own declarations (same
+#: conventions as ``get_divergence``).
+SYMPY_GENERATORS = _sympy_generators()
 
 
 def _as_expr(f, t=None):
     """(expr, t) from a SymPy expression, a string in t, or a built-in name."""
-    if isinstance(f, str) and f in SYMPY_GENERATORS:
-        return SYMPY_GENERATORS[f], _t
+    if isinstance(f, str):
+        known = _sympy_generators()  # registered since this module was imported too
+        if f in known:
+            return known[f], _t
     if isinstance(f, str):
         t = t if t is not None else _t
         try:

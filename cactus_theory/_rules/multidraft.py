@@ -152,6 +152,11 @@ class MultiDraftRule(Rule):
     kind: ClassVar[str] = "multi-draft"
     #: How the k drafts are drawn: "iid" (from p), "without-replacement" or "top" (the top-k of p).
     drafting: ClassVar[str] = "iid"
+    #: The entries of the tree study (``compare_multi_draft``): (label, spec template in k, how the
+    #: children are drawn); () leaves the rule out (e.g. a rule with another's law at its defaults).
+    tree_comparison: ClassVar[tuple] = ()
+    #: The rule is a yardstick (an optimum), drawn dashed and listed after the methods.
+    yardstick: ClassVar[bool] = False
     #: The widest tree verified here: the verifier scores k m + 1 tokens a step, and engines' trees
     #: are at most a few dozen wide (EAGLE top-k 10, SGLang's topk 8); the recursive rules cost O(k V).
     MAX_K: ClassVar[int] = 1024
@@ -387,6 +392,10 @@ class RecursiveRejectionSampling(MultiDraftRule):
         "lossless": "yes",
     }
     comparison: ClassVar[tuple] = (("", {"k": 4}, "verifier"), ("", {"k": 4, "replacement": False}, "verifier"))
+    tree_comparison: ClassVar[tuple] = (
+        ("rrs", "rrs(k={k})", "sampled i.i.d."),
+        ("rrs without replacement", "rrs(k={k}, replacement=false)", "sampled distinct"),
+    )
     examples: ClassVar[tuple] = ({"k": 3}, {"k": 3, "replacement": False}, {"k": 1})
     label_fields: ClassVar[tuple] = ("k",)
     lossless: ClassVar[bool] = True
@@ -530,6 +539,7 @@ class SpecTr(MultiDraftRule):
         "lossless": "yes",
     }
     comparison: ClassVar[tuple] = (("", {"k": 4}, "verifier"),)
+    tree_comparison: ClassVar[tuple] = (("spectr", "spectr(k={k})", "sampled i.i.d."),)
     examples: ClassVar[tuple] = ({"k": 3}, {"k": 1})
     lossless: ClassVar[bool] = True
     same_law_as: ClassVar[tuple] = ("sps", "rrs", "multi-draft-optimal", "block")
@@ -587,6 +597,7 @@ class EagleTree(MultiDraftRule):
         "lossless": "yes",
     }
     comparison: ClassVar[tuple] = (("", {"k": 4}, "verifier"),)
+    tree_comparison: ClassVar[tuple] = (("eagle-tree", "eagle-tree(k={k})", "top-k of p"),)
     examples: ClassVar[tuple] = ({"k": 3}, {"k": 1})
     lossless: ClassVar[bool] = True
     same_law_as: ClassVar[tuple] = ("sglang-tree", "rrs")
@@ -739,6 +750,8 @@ class MultiDraftOptimal(MultiDraftRule):
         "lossless": "yes",
     }
     comparison: ClassVar[tuple] = (("", {"k": 4}, "verifier"),)
+    tree_comparison: ClassVar[tuple] = (("optimum (i.i.d.)", "multi-draft-optimal(k={k})", "sampled i.i.d."),)
+    yardstick: ClassVar[bool] = True
     examples: ClassVar[tuple] = ({"k": 3}, {"k": 1})
     lossless: ClassVar[bool] = True
     same_law_as: ClassVar[tuple] = ("sps", "rrs", "spectr", "block")

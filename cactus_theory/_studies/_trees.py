@@ -14,16 +14,28 @@ from .._analysis._analyze import analyze_trace
 from .._math._bootstrap import check_resamples
 from .._rules import kind_of, make_rule
 
-__all__ = ["MULTI_DRAFT_METHODS", "MultiDraftComparison", "compare_multi_draft"]
+__all__ = ["MULTI_DRAFT_METHODS", "MultiDraftComparison", "compare_multi_draft", "multi_draft_methods"]
 
-#: The methods compared, as spec templates in k: (label, template, how the children are drawn).
-MULTI_DRAFT_METHODS = (
-    ("rrs", "rrs(k={k})", "sampled i.i.d."),
-    ("rrs without replacement", "rrs(k={k}, replacement=false)", "sampled distinct"),
-    ("spectr", "spectr(k={k})", "sampled i.i.d."),
-    ("eagle-tree", "eagle-tree(k={k})", "top-k of p"),
-    ("optimum (i.i.d.)", "multi-draft-optimal(k={k})", "sampled i.i.d."),
-)
+
+def multi_draft_methods(plugins=True) -> tuple:
+    """The tree study's methods, from the registry (plugins included unless ``plugins=False``):
+    each multi-draft rule's ``tree_comparison`` entries, (label, spec template in k, how the
+    children are drawn), in the registry's order (rrs before spectr ...), the yardsticks (optima)
+    last."""
+    from .._rules import _registry
+
+    if plugins:
+        _registry.load_plugins()
+    methods, yardsticks = [], []
+    for _, (cls, fixed) in sorted(_registry._REGISTRY.items()):
+        if getattr(cls, "kind", "token") != "multi-draft" or fixed:
+            continue  # aliases share their class's entries
+        (yardsticks if getattr(cls, "yardstick", False) else methods).extend(getattr(cls, "tree_comparison", ()))
+    return tuple(dict.fromkeys(methods + yardsticks))
+
+
+#: The package's own methods of the tree study (``multi_draft_methods()`` adds plugins' and is the default).
+MULTI_DRAFT_METHODS = multi_draft_methods(plugins=False)
 #: Bins of the verifier's entropy (nats) and of its top-1 mass for "where the methods lose".
 ENTROPY_BINS = (0.0, 0.1, 0.5, 1.0, 2.0, np.inf)
 TOP1_BINS = (0.0, 0.5, 0.8, 0.95, 0.99, 1.0 + 1e-12)
@@ -171,7 +183,7 @@ def compare_multi_draft(trace, ks=tuple(range(1, 9)), ms=(4, 8), *, k_bins=4, n_
     check_resamples(n_boot)
     ks = _positive_ints(ks, "ks", "drafts per position")
     ms = _positive_ints(ms, "ms", "tree depths m")
-    methods = MULTI_DRAFT_METHODS if methods is None else tuple(methods)
+    methods = multi_draft_methods() if methods is None else tuple(methods)
     if not methods:
         raise ValueError("methods is empty: give (label, spec template in k, children) tuples, or None for the default")
     for method in methods:

@@ -1,0 +1,281 @@
+"""What the commands share: argument types that refuse bad values in one line, the option groups
+several commands take, the output checks, and the parser's one-line errors."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import numpy as np
+
+from .._util._files import check_output, refuse_overlap
+
+
+def _floats(text: str):
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated numbers; got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("needs at least one number")
+    return values
+
+
+def _ints(text: str):
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated integers; got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"must be integers >= 1; got {text!r}")
+    return values
+
+
+def _int_at_least(low):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer; got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}; got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def _part(text: str):
+    """I/N, 1 <= I <= N."""
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be I/N, e.g. 2/4 (part 2 of 4); got {text!r}") from None
+    if not 1 <= i <= n:
+        raise argparse.ArgumentTypeError(f"must be I/N with 1 <= I <= N; got {text!r}")
+    return i, n
+
+
+def _probability(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0 or np.isnan(value):
+        raise argparse.ArgumentTypeError(f"must be a probability in [0, 1]; got {text}")
+    return value
+
+
+def _nonnegative(what, finite=False, hint=""):
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what} >= 0; got {text!r}") from None
+        if np.isnan(value) or value < 0 or (finite and not np.isfinite(value)):
+            raise argparse.ArgumentTypeError(f"must be {what} >= 0{' and finite' if finite else ''}; got {text}{hint}")
+        return value
+
+    parse.__name__ = f"{what} >= 0"
+    return parse
+
+
+_budget = _nonnegative("a divergence budget")
+
+
+def _resamples(text: str) -> int:
+    from .._math._bootstrap import MAX_RESAMPLES, MIN_RESAMPLES, check_resamples
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer number of resamples; got {text!r}") from None
+    try:
+        return check_resamples(value, "the resamples")
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be 0 (no intervals) or {MIN_RESAMPLES:,} to {MAX_RESAMPLES:,} resamples (a 95% percentile interval "
+            f"needs resamples in both 2.5% tails); got {value:,}"
+        ) from None
+
+
+def _settings(args):
+    """The SamplingSettings of the options ``_sampling_options`` adds."""
+    from .._math._sampling import SamplingSettings
+
+    return SamplingSettings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+
+
+def _check_out(args, inputs, *, directory=True, what="--out"):
+    """``args.out`` (when given) can be written, and is none of the command's ``inputs`` nor inside
+    one (trace directories, prompt and cost files, model files): checked before any work."""
+    out = getattr(args, "out", None)
+    if out is None:
+        return None
+    path = check_output(out, directory=directory, what=what)
+    refuse_overlap(out, [x for x in inputs if x], what=what)
+    return path
+
+
+def _trace_inputs(args):
+    """The paths the positional trace arguments name (globs expanded), for ``_check_out``."""
+    import glob
+
+    out = []
+    for item in getattr(args, "trace", None) or []:
+        out.extend(glob.glob(item) if glob.has_magic(item) else [item])
+    return out
+
+
+def _model_inputs(args):
+    return [x for x in (getattr(args, "verifier", None), getattr(args, "draft", None)) if x and x != "ngram" and
+            os.path.exists(os.path.expanduser(x))]  # fmt: skip
+
+
+def _traces(args):
+    """The trace set of the positional trace arguments (default: the embedded trace)."""
+    from .._data._trace import load_trace
+    from .._data._traceset import open_traces
+
+    return open_traces(args.trace) if args.trace else open_traces(load_trace())
+
+
+def _tasks_to_show(rows):
+    """The tasks whose tables are printed: each task, and 'all' before them when there are several."""
+    tasks = sorted({r["task"] for r in rows} - {"all"})
+    return ["all", *tasks] if len(tasks) > 1 else tasks
+
+
+def _progress(args):
+    """--progress forces the bars, --quiet silences them; otherwise only on a terminal."""
+    return False if getattr(args, "quiet", False) else (True if getattr(args, "progress", False) else None)
+
+
+def _prompts_from(args):
+    from .._data._prompts import load_prompts
+
+    prompts = []
+    for path in args.prompts:
+        prompts.extend(load_prompts(path, dataset=args.dataset, limit=args.per_file, field=args.field, task=args.task,
+                                    task_field=args.task_field))  # fmt: skip
+    ids = [p.id for p in prompts]
+    if len(set(ids)) != len(ids):
+        raise ValueError("two prompt files give the same prompt ids: label them with --task, one run per task")
+    if not prompts:
+        raise ValueError(f"no prompts in {', '.join(args.prompts)}")
+    return prompts
+
+
+def _rules_epilog() -> str:
+    from .._rules import available_rules
+
+    names = ", ".join(available_rules())
+    return (
+        "Rules are spec strings 'name(key=value, ...)', comma-separated, e.g.\n"
+        "  'sps,cactus(delta=1),rfsd(divergence=js, threshold=0.2)';\n"
+        "a rule with a delta it does not set is built once per --delta value.\n"
+        f"Registered: {names}.\n'cactus-theory rules' lists their parameters and defaults."
+    )
+
+
+def _delta_help() -> str:
+    from .._rules import available_rules
+
+    takers = [name for name, info in available_rules().items() if "delta" in info.rule_class.grid_parameters
+              and "delta" in info.parameters]  # fmt: skip
+    return (f"divergence budgets of the rules that take one and set none ({', '.join(takers)}); other rules "
+            "keep their own parameters")  # fmt: skip
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one line per refusal: 'cactus-theory CMD: error: ... (cactus-theory CMD --help)',
+    exit 2, instead of the usage block and the error."""
+
+    def error(self, message):
+        first = " ".join(str(message).split())
+        if len(first) > 600:
+            first = first[:600] + "..."
+        self.exit(2, f"{self.prog}: error: {first} (see {self.prog} --help)\n")
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults in every option's help (but not an absent one: None or a flag's False), and
+    epilogs as written."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _progress_options(parser):
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--quiet", action="store_true", help="no progress bars")
+    group.add_argument("--progress", action="store_true", help="progress bars even when stderr is not a terminal")
+
+
+def _sampling_options(parser, temperature=0.6):
+    parser.add_argument("--temperature", type=float, default=temperature, help="sampling temperature (0 = greedy)")
+    parser.add_argument("--top-k", type=_int_at_least(0), default=20, help="top-k of both models (0 = off)")
+    parser.add_argument("--top-p", type=float, default=0.95, help="top-p of both models (1 = off)")
+
+
+def _draft_mode_option(parser):
+    parser.add_argument(
+        "--draft-mode",
+        choices=("sampled", "greedy"),
+        default="sampled",
+        help="how the drafter drafts: sampled from p, or greedy (argmax p, one-hot for the rule: MTP heads, EAGLE)",
+    )
+
+
+def _bonus_policy_option(parser):
+    from .._rules import BONUS_POLICIES
+
+    parser.add_argument(
+        "--bonus-policy",
+        choices=BONUS_POLICIES,
+        default="verifier",
+        help="bonus token after m accepted drafts: from q (verifier) or one more step of the rule (relaxed)",
+    )
+
+
+#: What loading a model pair costs, for the commands that load one.
+MODEL_MEMORY = """\
+Models: a GGUF file is dequantised on its first load (about 45 s per billion parameters on 2
+cores, several minutes on a busy machine; a message says so) and cached; later loads take
+seconds. Memory: the Qwen2.5-Coder 1.5B + 0.5B pair peaks at 9-11 GB during dump, calibrate
+and decode (float32 weights of both models and transformers' load); bfloat16 halves the
+weights once loaded."""
+
+
+def _model_options(parser):
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), help="model dtype")
+    parser.add_argument(
+        "--no-model-cache",
+        action="store_true",
+        help="dequantise GGUF files on every load instead of caching the weights (in $CACTUS_THEORY_CACHE or "
+        "~/.cache/cactus_theory)",
+    )
+
+
+def _prompt_file_options(parser, group=None):
+    """--prompts (required, or in ``group``, e.g. beside --prompt) and the options that read them."""
+    from .._data._prompts import DATASETS
+
+    (group or parser).add_argument(
+        "--prompts", nargs="+", required=group is None, default=None, help="prompt files (formats below)"
+    )
+    parser.add_argument(
+        "--dataset", choices=DATASETS, default=None, help="read the files as this benchmark, with its instruction"
+    )
+    parser.add_argument("--field", default=None, help="JSON key or CSV column of the prompt text")
+    parser.add_argument(
+        "--task",
+        default=None,
+        help="task label of every prompt (default: each record's --task-field, else the file's name)",
+    )
+    parser.add_argument(
+        "--task-field",
+        default="task",
+        help="JSON key or CSV column with a record's own task label (used where present)",
+    )
+    parser.add_argument("--per-file", type=_int_at_least(0), default=None, help="first N prompts of each file")

@@ -1,0 +1,136 @@
+"""``cactus-theory analyze``: acceptance, AL and emitted drift of rules on traces.
+Its arguments, then the code that runs them."""
+
+from __future__ import annotations
+
+from ._common import (
+    _bonus_policy_option,
+    _check_out,
+    _delta_help,
+    _draft_mode_option,
+    _floats,
+    _Formatter,
+    _int_at_least,
+    _ints,
+    _progress,
+    _progress_options,
+    _resamples,
+    _rules_epilog,
+    _settings,
+    _tasks_to_show,
+    _trace_inputs,
+    _traces,
+)
+
+ORDER = 3
+
+
+def add_parser(sub):
+    """The subparser of this command."""
+    a = sub.add_parser(
+        "analyze",
+        help="acceptance, AL and emitted drift of rules on a trace",
+        epilog=_rules_epilog(),
+        formatter_class=_Formatter,
+    )
+    a.add_argument(
+        "trace",
+        nargs="*",
+        default=None,
+        help="trace directories or glob patterns, analysed as one set (default: the embedded trace)",
+    )
+    a.add_argument("--rules", default="sps,tas,cactus,cactus-exact,mentored", help="rule specs (see below)")
+    a.add_argument("--delta", type=_floats, default=[0.25, 0.5, 1.0, 2.0], help=_delta_help())
+    a.add_argument("--m", type=_ints, default=[4, 8, 20], help="drafted tokens per verification")
+    a.add_argument("--task", action="append", default=None, help="analyse only this task (repeatable)")
+    a.add_argument(
+        "--temperature", type=float, default=None, help="override the trace's sampling settings (with --top-k/--top-p)"
+    )
+    a.add_argument("--top-k", type=_int_at_least(0), default=20, help="top-k with --temperature")
+    a.add_argument("--top-p", type=float, default=0.95, help="top-p with --temperature")
+    a.add_argument(
+        "--bootstrap", type=_resamples, default=1000, help="bootstrap resamples for the 95%% intervals (0: none)"
+    )
+    a.add_argument("--processes", type=_int_at_least(1), default=1, help="local worker processes over shards")
+    engine = a.add_mutually_exclusive_group()
+    engine.add_argument(
+        "--scheduler", default=None, metavar="ADDRESS", help="run the shards on this Dask scheduler (tcp://HOST:PORT)"
+    )
+    engine.add_argument(
+        "--workers", type=_int_at_least(1), default=None, help="run the shards on a local Dask cluster of N workers"
+    )
+    a.add_argument("--out", default=None, help="write analysis.csv, analysis.json and figures here")
+    a.add_argument("--no-figures", action="store_true", help="with --out: tables only")
+    _bonus_policy_option(a)
+    _draft_mode_option(a)
+    _progress_options(a)
+    a.set_defaults(func=run)
+    return a
+
+
+def _dask_client(args):
+    """(client, cluster) for --scheduler / --workers, or (None, None)."""
+    if args.scheduler is None and args.workers is None:
+        return None, None
+    if args.processes > 1:
+        raise ValueError("--processes runs local worker processes: give it or --scheduler / --workers, not both")
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        raise ImportError("--scheduler and --workers need Dask: pip install 'cactus_theory[distributed]'") from None
+    from .._analysis._engines import connect_scheduler, local_dask_cluster
+
+    if args.scheduler is not None:
+        return connect_scheduler(args.scheduler), None
+    return local_dask_cluster(args.workers)
+
+
+def run(args) -> int:
+    from .._analysis._analyze import analyze_trace, parse_rules
+    from .._analysis._outputs import write_outputs
+
+    _check_out(args, _trace_inputs(args))
+    traces = _traces(args)
+    settings = _settings(args) if args.temperature is not None else None
+    rules = parse_rules(args.rules, args.delta)
+    client, cluster = _dask_client(args)
+    try:
+        result = analyze_trace(
+            traces,
+            rules,
+            ms=args.m,
+            settings=settings,
+            n_boot=args.bootstrap,
+            processes=args.processes,
+            progress=_progress(args),
+            bonus_policy=args.bonus_policy,
+            tasks=args.task,
+            client=client,
+            draft_mode=args.draft_mode,
+        )
+    finally:
+        from .._analysis._engines import close_quietly
+
+        close_quietly(client, cluster)
+    where = traces.directory if len(traces.traces) == 1 else f"{len(traces.traces)} traces ({traces.directory})"
+    drafts = "" if args.draft_mode == "sampled" else "; greedy drafting (argmax p, one-hot for the rules)"
+    print(f"trace {where}: {len(traces)} sequences, {traces.n_positions} positions; settings {result.settings}{drafts}")
+    if result.empty_sequences:
+        print(f"{result.empty_sequences} sequence(s) without positions left out")
+    for note in result.notes:
+        print(f"note: {note}")
+    if any(r["sequences"] < 2 for r in result.rows):
+        print("a 95% interval needs at least two sequences: rows over one sequence have none")
+    for task in _tasks_to_show(result.rows):
+        label = "all tasks" if task == "all" else f"task {task}"
+        positions = next(r["positions"] for r in result.rows if r["task"] == task)
+        print(f"\n{label} ({positions} positions)")
+        print(result.table(task))
+    for name in result.traces if result.trace_rows else []:
+        positions = next(r["positions"] for r in result.trace_rows if r["trace"] == name)
+        print(f"\ntrace {name} ({positions} positions)")
+        print(result.table(trace=name))
+    if args.out:
+        for path in write_outputs(result, args.out, figures=not args.no_figures):
+            print(f"wrote {path}")
+    return 0

@@ -1,0 +1,94 @@
+"""``cactus-theory calibrate``: time a model pair's forward passes on this machine.
+Its arguments, then the code that runs them."""
+
+from __future__ import annotations
+
+from .._util._files import check_output
+from ._common import (
+    MODEL_MEMORY,
+    _check_out,
+    _Formatter,
+    _int_at_least,
+    _ints,
+    _model_inputs,
+    _model_options,
+    _progress,
+    _progress_options,
+    _sampling_options,
+    _settings,
+)
+
+ORDER = 5
+
+
+def add_parser(sub):
+    """The subparser of this command."""
+    cb = sub.add_parser(
+        "calibrate",
+        help="time a model pair's forward passes on this machine: a cost file for 'plan'",
+        formatter_class=_Formatter,
+        epilog=MODEL_MEMORY,
+    )
+    cb.add_argument("--verifier", required=True, help="verifier: Hugging Face id, local directory or .gguf file")
+    cb.add_argument("--draft", required=True, help="draft model: Hugging Face id, local directory or .gguf file")
+    _model_options(cb)
+    _sampling_options(cb)
+    cb.add_argument(
+        "--max-block",
+        type=_int_at_least(1),
+        default=21,
+        help="largest verifier block timed (m + 1; k m + 1 for a tree of width k)",
+    )
+    cb.add_argument("--context", type=_int_at_least(1), default=256, help="tokens in the KV caches while timing")
+    cb.add_argument("--repeats", type=_int_at_least(1), default=5, help="timings per part (median)")
+    cb.add_argument(
+        "--prompt-lengths",
+        type=_ints,
+        default=[32, 128, 512],
+        help="prompt lengths whose processing is timed per model (whole-request cost)",
+    )
+    cb.add_argument(
+        "--second-context",
+        type=_int_at_least(2),
+        default=None,
+        help="a longer context for the context slope (default: 2 x --context)",
+    )
+    cb.add_argument(
+        "--out", default=None, help="cost file (default: in the user cache, named by models, dtype, device)"
+    )
+    _progress_options(cb)
+    cb.set_defaults(func=run)
+    return cb
+
+
+def run(args) -> int:
+    from .._analysis._plan import default_cost_path
+    from .._models._calibrate import calibrate_cost
+    from .._models._hf import load_model
+
+    progress = _progress(args)
+    _check_out(args, _model_inputs(args), directory=False)
+    verifier = load_model(args.verifier, args.device, args.dtype, cache=not args.no_model_cache, progress=progress)
+    draft = load_model(args.draft, args.device, args.dtype, cache=not args.no_model_cache, progress=progress)
+    out = args.out or check_output(
+        default_cost_path(verifier[2]["name"], draft[2]["name"], args.dtype, args.device), directory=False
+    )  # the default is known only once the models are: checked before the timing
+    cost = calibrate_cost(
+        verifier, draft, max_block=args.max_block, context=args.context, repeats=args.repeats, settings=_settings(args),
+        progress=progress, prompt_lengths=args.prompt_lengths, second_context=args.second_context,
+    )  # fmt: skip
+    cost.save(out)
+    blocks = cost.verify_block
+    top = max(blocks)
+    print(f"draft token {cost.draft_token * 1e3:.1f} ms; verifier block of 1: {blocks[1] * 1e3:.1f} ms, of {top}: "
+          f"{blocks[top] * 1e3:.1f} ms ({blocks[top] / blocks[1]:.2f}x one token); step overhead "
+          f"{cost.step_overhead * 1e3:.2f} ms; judging a token {cost.judge_token * 1e3:.2f} ms")  # fmt: skip
+    print(f"draft / verifier cost ratio: {cost.draft_token / blocks[1]:.3f}")
+    for name, per in cost.prefill.items():
+        print(f"{name} prefill: " + ", ".join(f"{n} tokens {s:.2f} s" for n, s in per.items()))
+    print(f"context slope per 1,000 tokens: verify {cost.context_slope['verify'] * 1e6:.1f} ms, draft "
+          f"{cost.context_slope['draft'] * 1e6:.1f} ms")  # fmt: skip
+    for problem in cost.problems():
+        print(f"warning: {problem}")
+    print(f"wrote {out}")
+    return 0

@@ -1,0 +1,125 @@
+"""``cactus-theory decode``: real speculative decoding with any rule.
+Its arguments, then the code that runs them."""
+
+from __future__ import annotations
+
+from ._common import (
+    MODEL_MEMORY,
+    _bonus_policy_option,
+    _check_out,
+    _draft_mode_option,
+    _Formatter,
+    _int_at_least,
+    _model_inputs,
+    _model_options,
+    _progress,
+    _progress_options,
+    _prompt_file_options,
+    _prompts_from,
+    _rules_epilog,
+    _sampling_options,
+    _settings,
+)
+
+ORDER = 4
+
+
+def add_parser(sub):
+    """The subparser of this command."""
+    from .._data._prompts import RECORD_FORMATS
+
+    c = sub.add_parser(
+        "decode",
+        help="speculative decoding with real models and any rule, on one prompt or a file of them",
+        epilog=_rules_epilog() + "\n\n" + RECORD_FORMATS + "\n\n" + MODEL_MEMORY,
+        formatter_class=_Formatter,
+    )
+    c.add_argument("--verifier", required=True, help="verifier: Hugging Face id, local directory or .gguf file")
+    c.add_argument("--draft", required=True, help="draft model (as --verifier), or 'ngram' for prompt lookup")
+    c.add_argument("--rule", default="cactus", help="one rule spec, e.g. 'cactus(delta=1)' or 'lossy(alpha=0.7)'")
+    c.add_argument("--delta", type=float, default=1.0, help="delta of a rule spec that does not set one")
+    c.add_argument("-m", type=_int_at_least(1), default=8, help="drafted tokens per verification")
+    one = c.add_mutually_exclusive_group(required=True)
+    one.add_argument("--prompt", default=None, help="one prompt's text")
+    _prompt_file_options(c, one)
+    c.add_argument("--limit", type=_int_at_least(0), default=None, help="at most this many prompts")
+    c.add_argument("--baseline", action="store_true", help="also decode every prompt with the verifier alone: speedups")
+    c.add_argument("--out", default=None, help="JSON Lines of per-prompt records (appended; a rerun skips done ones)")
+    c.add_argument("--max-new-tokens", type=_int_at_least(1), default=128, help="tokens generated per prompt")
+    _sampling_options(c)
+    c.add_argument("--seed", type=_int_at_least(0), default=0, help="sampling seed")
+    _model_options(c)
+    _bonus_policy_option(c)
+    _draft_mode_option(c)
+    c.add_argument(
+        "--draft-policy",
+        default=None,
+        help="stop a block early when the drafter is unsure: p-min(0.4), entropy(1), accept-prob(0.3)",
+    )
+    _progress_options(c)
+    c.set_defaults(func=run)
+    return c
+
+
+def run(args) -> int:
+    from .._analysis._analyze import parse_rules
+    from .._data._prompts import Prompt
+    from .._laws._policies import make_draft_policy
+    from .._models._decode import NgramDrafter, check_chain_rule, decode_prompts, decoding_summary
+    from .._models._hf import load_model
+
+    _check_out(args, [*(args.prompts or []), *_model_inputs(args)], directory=False)
+    rules = parse_rules([args.rule], [args.delta])
+    if len(rules) != 1:
+        raise ValueError(f"--rule must name one rule; {args.rule!r} gives {len(rules)}")
+    (rule,) = rules
+    check_chain_rule(rule)  # before loading any model
+    policy = make_draft_policy(args.draft_policy)
+    if policy is not None and policy.needs_cost:
+        raise ValueError("--draft-policy cost-optimal needs a cost model: it is for 'plan'; decode with p-min(...), "
+                         "entropy(...) or accept-prob(...)")  # fmt: skip
+    if args.prompt is not None:
+        prompts = [Prompt(id="prompt-0", task=args.task or "prompt", text=args.prompt, index=0)]
+    else:
+        prompts = _prompts_from(args)[: args.limit]
+    settings = _settings(args)
+    opts = {"cache": not args.no_model_cache, "progress": _progress(args)}
+    verifier = load_model(args.verifier, args.device, args.dtype, **opts)
+    draft = NgramDrafter() if args.draft == "ngram" else load_model(args.draft, args.device, args.dtype, **opts)[0]
+    records = decode_prompts(
+        verifier,
+        draft,
+        rule,
+        prompts,
+        m=args.m,
+        settings=settings,
+        max_new_tokens=args.max_new_tokens,
+        seed=args.seed,
+        baseline=args.baseline,
+        bonus_policy=args.bonus_policy,
+        out=args.out,
+        progress=_progress(args),
+        draft_mode=args.draft_mode,
+        draft_policy=policy,
+    )
+    if args.prompt is not None:
+        rec = records[0]
+        print(rec["text"])
+        print(
+            f"[{rule.describe()} m={args.m}] {rec['tokens']} tokens, {len(rec['accepted'])} verifications, "
+            f"AL {rec['al']:.2f}, vLLM mean acceptance length {1 + rec['al']:.2f}, "
+            f"{rec['tokens_per_second']:.2f} tok/s "
+            f"(draft {rec['draft_seconds']:.1f} s, verify {rec['verify_seconds']:.1f} s)"
+        )
+        if args.baseline:
+            base = rec["baseline"]
+            print(
+                f"[verifier alone] {base['tokens']} tokens, {base['tokens_per_second']:.2f} tok/s: speedup "
+                f"{rec['tokens_per_second'] / base['tokens_per_second']:.2f}x"
+            )
+            print(decoding_summary(records, seed=args.seed))  # prefill apart, matched lengths, flags
+        return 0
+    print(decoding_summary(records, seed=args.seed))
+    if args.out:
+        print(f"records in {args.out}")
+    return 0

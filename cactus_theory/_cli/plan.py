@@ -1,0 +1,147 @@
+"""``cactus-theory plan``: predicted speedups of every rule, delta and m.
+Its arguments, then the code that runs them."""
+
+from __future__ import annotations
+
+import os
+
+from .._analysis._plan import DEFAULT_COST_PROFILE
+from ._common import (
+    _check_out,
+    _delta_help,
+    _draft_mode_option,
+    _floats,
+    _Formatter,
+    _int_at_least,
+    _ints,
+    _nonnegative,
+    _progress,
+    _progress_options,
+    _resamples,
+    _rules_epilog,
+    _tasks_to_show,
+    _trace_inputs,
+    _traces,
+)
+
+ORDER = 6
+
+
+def add_parser(sub):
+    """The subparser of this command."""
+    pl = sub.add_parser(
+        "plan",
+        help="predicted wall-time speedup of every rule, delta and m on a trace, and the best setting",
+        epilog=_rules_epilog(),
+        formatter_class=_Formatter,
+    )
+    pl.add_argument("trace", nargs="*", default=None, help="trace directories or globs (default: the embedded trace)")
+    costs = pl.add_mutually_exclusive_group()
+    costs.add_argument("--cost", default=None, help="cost file from 'calibrate' (or written by hand)")
+    costs.add_argument(
+        "--cost-ratio",
+        type=_nonnegative("a cost ratio", finite=True),
+        default=None,
+        help="a what-if: draft token cost / verifier token cost, block cost flat in m",
+    )
+    costs.add_argument(
+        "--cost-profile",
+        default=None,
+        help="a published measured profile shipped with the package (default, when no cost is given: "
+        f"{DEFAULT_COST_PROFILE}; an unknown name lists them)",
+    )
+    pl.add_argument(
+        "--draft-policy",
+        action="append",
+        default=None,
+        help="also plan with this drafting policy (p-min(0.4), entropy(1), accept-prob(0.3), cost-optimal; "
+        "repeatable; 'auto': a sweep of each)",
+    )
+    pl.add_argument("--trust-cost", action="store_true", help="plan even from a cost model with problems")
+    pl.add_argument(
+        "--prompt-tokens",
+        type=_nonnegative("a token count", finite=True),
+        default=None,
+        help="prompt length of the predicted requests (default: the trace's, per task)",
+    )
+    pl.add_argument(
+        "--output-tokens",
+        type=_nonnegative("a token count", finite=True),
+        default=None,
+        help="output length of the predicted requests (default: the trace's, per task)",
+    )
+    pl.add_argument(
+        "--max-kl",
+        type=_nonnegative("a KL bound", finite=True, hint=" (leave --max-kl out for no bound)"),
+        default=None,
+        help="bound on the mean emitted KL(pi || q) per position",
+    )
+    pl.add_argument("--rules", default="sps,tas,cactus,cactus-exact,mentored", help="rule specs (see below)")
+    pl.add_argument("--delta", type=_floats, default=[0.25, 0.5, 1.0, 2.0], help=_delta_help())
+    pl.add_argument("--m", type=_ints, default=[1, 2, 3, 4, 6, 8, 10, 12, 16, 20], help="draft lengths to compare")
+    pl.add_argument("--task", action="append", default=None, help="only this task (repeatable)")
+    pl.add_argument("--bootstrap", type=_resamples, default=1000, help="bootstrap resamples (0: no intervals)")
+    pl.add_argument("--processes", type=_int_at_least(1), default=1, help="local worker processes over shards")
+    pl.add_argument("--out", default=None, help="write plan.csv, plan.json, plan.png and the analysis here")
+    _draft_mode_option(pl)
+    _progress_options(pl)
+    pl.set_defaults(func=run)
+    return pl
+
+
+def run(args) -> int:
+    from .._analysis._analyze import analyze_trace, parse_rules
+    from .._analysis._outputs import write_outputs
+    from .._analysis._plan import CostModel, load_cost, predict_speedup
+    from .._laws._policies import AUTO_POLICIES, make_draft_policy
+
+    # the cost model and the policies are checked before the work
+    if args.cost:
+        cost = load_cost(args.cost)
+    elif args.cost_ratio is not None:
+        cost = CostModel.from_ratio(args.cost_ratio)
+    else:
+        cost = CostModel.from_profile(DEFAULT_COST_PROFILE if args.cost_profile is None else args.cost_profile)
+    problems = cost.problems()
+    if problems and not args.trust_cost:
+        raise ValueError("the cost model cannot be trusted as it is: " + "; ".join(problems)
+                         + ". Recalibrate on an idle machine, or plan anyway with --trust-cost")  # fmt: skip
+    policies = []
+    for spec in args.draft_policy or ():
+        policies += list(AUTO_POLICIES) if spec == "auto" else [spec]
+    for spec in policies:
+        make_draft_policy(spec)
+    _check_out(args, [*_trace_inputs(args), args.cost])
+    traces = _traces(args)
+    result = analyze_trace(
+        traces, parse_rules(args.rules, args.delta), ms=args.m, n_boot=args.bootstrap, processes=args.processes,
+        progress=_progress(args), tasks=args.task, draft_mode=args.draft_mode, draft_policies=policies, cost=cost,
+    )  # fmt: skip
+    plan = predict_speedup(result, cost, max_kl=args.max_kl, allow_untrusted=args.trust_cost,
+                           prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens)  # fmt: skip
+    kind = plan.cost.source.get("kind", "cost file")
+    given = args.cost or args.cost_ratio is not None or args.cost_profile is not None
+    default = "" if given else " (the default; --cost for this machine's calibration)"
+    if kind == "profile":
+        kind = (
+            f"measured profile {plan.cost.source.get('name')} ({plan.cost.source.get('hardware')}, "
+            f"{plan.cost.source.get('engine')}){default}"
+        )
+    elif kind == "ratio":
+        kind = "a what-if ratio"
+    ratio = plan.cost.draft_token / plan.cost.verify_block[1]
+    print(f"{len(traces)} sequences, {traces.n_positions} positions; cost: {kind}, draft / verifier ratio {ratio:.3f}")
+    for task in _tasks_to_show(plan.rows):
+        print(f"\n{'all tasks' if task == 'all' else 'task ' + task}: predicted speedup at the best m")
+        print(plan.table(task))
+    if args.out:
+        from .._analysis._plotting import figure_png, plot_plan
+        from .._util._files import atomic_write
+
+        written = [atomic_write(os.path.join(args.out, "plan.csv"), plan.to_csv().encode())]
+        written.append(atomic_write(os.path.join(args.out, "plan.json"), plan.to_json().encode()))
+        written.append(atomic_write(os.path.join(args.out, "plan.png"), figure_png(plot_plan(plan))))
+        written += write_outputs(result, args.out, figures=False)
+        for path in written:
+            print(f"wrote {path}")
+    return 0

@@ -39,6 +39,29 @@ nb_execution_raise_on_error = True
 nb_execution_show_tb = True
 nb_merge_streams = True
 
+# The kernels that execute the pages warn, one line per page, that they talk to the build over
+# local TCP without encryption (ipykernel >= 7). That is how nbclient runs every kernel; the
+# line is dropped (only that one: every other kernel message still prints) by a kernel config
+# file in an IPython directory of the build's own, never the user's.
+_IPYTHON_DIR = os.path.join(HERE, "_build", "ipython")
+os.makedirs(os.path.join(_IPYTHON_DIR, "profile_default"), exist_ok=True)
+_KERNEL_CONFIG = os.path.join(_IPYTHON_DIR, "profile_default", "ipython_kernel_config.py")
+_QUIET = """import logging
+
+
+class _NoTransportNote(logging.Filter):
+    def filter(self, record):
+        return "running over TCP without encryption" not in record.getMessage()
+
+
+logging.getLogger("IPKernelApp").addFilter(_NoTransportNote())
+"""
+if not os.path.exists(_KERNEL_CONFIG) or open(_KERNEL_CONFIG).read() != _QUIET:
+    with open(_KERNEL_CONFIG + ".tmp", "w") as fh:
+        fh.write(_QUIET)
+    os.replace(_KERNEL_CONFIG + ".tmp", _KERNEL_CONFIG)
+os.environ["IPYTHONDIR"] = _IPYTHON_DIR
+
 autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": False}
 autodoc_typehints = "description"
 autodoc_member_order = "bysource"

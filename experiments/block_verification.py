@@ -4,6 +4,7 @@ in real decoding.
 Usage:
     python experiments/block_verification.py [--trace DIR] [--out docs/results] [--bootstrap 1000]
     python experiments/block_verification.py --decode --data DIR [--prompts 8] [--max-new-tokens 128]
+    python experiments/block_verification.py --decoding docs/results/block_verification_decoding.json
 
 1. On the trace (default: the embedded one): AL(m) of ``block``, ``sps`` and ``strict`` for m =
    1..20 with bootstrap intervals over sequences, under sampled drafting (n ~ p) and greedy
@@ -14,7 +15,9 @@ Usage:
 2. With ``--decode``: real speculative decoding of the first ``--prompts`` GSM8K and HumanEval
    problems that the embedded trace holds, with the Qwen2.5-Coder pair (``fetch_models.py``),
    ``block`` and ``sps`` at m = 8, against the AL each is predicted on those prompts' trace
-   sequences (the first 128 generated tokens of the same prompts).
+   sequences (the first 128 generated tokens of the same prompts). ``--decoding FILE`` reads the
+   measured rows of such a run instead (docs/results/block_verification_decoding.json holds the
+   page's), so the trace part can be redone without the models.
 
 Writes block_verification.md / .json / .png into --out.
 """
@@ -90,12 +93,19 @@ def decode_part(args, trace):
             steps += len(full)
             print(f"{spec} {prompt.id}: AL {np.mean(full) if full else float('nan'):.2f} over {len(full)} steps")
         measured[spec] = {"al": accepted / steps if steps else float("nan"), "steps": steps}
-    sub = open_traces(trace)
-    ids = [p.id for p in prompts]
-    predicted = analyze_trace(sub, list(("sps", "block")), ms=(8,), n_boot=200, progress=False)
-    for spec in ("sps", "block"):  # the trace's AL over the decoded prompts' sequences
-        measured[spec]["predicted"] = predicted.accepted_length(spec, 8, sequences=ids, n_boot=0)[0]
-    return {"prompts": ids, "max_new_tokens": args.max_new_tokens, "rules": measured}
+    return predicted_part({"prompts": [p.id for p in prompts], "max_new_tokens": args.max_new_tokens,
+                           "rules": measured}, trace)  # fmt: skip
+
+
+def predicted_part(decoded, trace):
+    """The measured rows of a decoding run, each with the AL the trace predicts on the same prompts."""
+    ids = list(decoded["prompts"])
+    rules = list(decoded["rules"])
+    predicted = analyze_trace(open_traces(trace), rules, ms=(8,), n_boot=0, progress=False)
+    out = {spec: dict(decoded["rules"][spec]) for spec in rules}
+    for spec in rules:  # the trace's AL over the decoded prompts' sequences
+        out[spec]["predicted"] = predicted.accepted_length(spec, 8, sequences=ids, n_boot=0)[0]
+    return {**decoded, "rules": out}
 
 
 def markdown(result, mc, decoded, command, trace):
@@ -111,7 +121,7 @@ def markdown(result, mc, decoded, command, trace):
         "",
     ]
     for mode in ("sampled", "greedy"):
-        lines += [f"## {mode.capitalize()} drafting", "", *result.table(mode), ""]
+        lines += [f"## {mode.capitalize()} drafting", "", result.markdown_table(mode), ""]
     if decoded:
         lines += [
             "## Real decoding (m = 8)",
@@ -127,6 +137,8 @@ def markdown(result, mc, decoded, command, trace):
             "drafts (a shorter last block is left out); the prediction averages the trace's block starts on the same "
             "prompts."
         )
+        if decoded.get("source"):
+            lines.append(f"Measured rows read back from an earlier run: {decoded['source']}.")
     return "\n".join(lines) + "\n"
 
 
@@ -141,12 +153,32 @@ def main(argv=None):
     parser.add_argument("--prompts", type=int, default=8, help="with --decode: GSM8K + HumanEval prompts, half each")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--dtype", default="bfloat16", help="with --decode: the models' dtype")
+    parser.add_argument(
+        "--decoding",
+        default=None,
+        help="instead of --decode: the measured rows of an earlier --decode run (a JSON file with prompts, "
+        "max_new_tokens and rules: {name: {al, steps}}); the trace's predictions are recomputed",
+    )
     args = parser.parse_args(argv)
+    if args.decode and args.decoding:
+        parser.error("--decode and --decoding exclude each other: decode again, or read an earlier run")
+    if args.decoding and os.path.realpath(args.decoding) == os.path.realpath(
+        os.path.join(args.out, "block_verification.json")
+    ):
+        parser.error("--decoding must not be the output's block_verification.json: keep the measured rows apart")
     trace = load_trace(args.trace)
     result, part = trace_part(trace, args.bootstrap)
     mc = monte_carlo_error(trace)
-    decoded = decode_part(args, trace) if args.decode else None
+    if args.decode:
+        decoded = decode_part(args, trace)
+    elif args.decoding:
+        with open(args.decoding, encoding="utf-8") as fh:
+            decoded = predicted_part(json.load(fh), trace)
+    else:
+        decoded = None
     command = "python experiments/block_verification.py" + (" --decode" if args.decode else "")
+    if args.decoding:
+        command += f" --decoding {os.path.relpath(args.decoding)}"
     if args.trace:
         command += f" --trace {args.trace}"
     data = {"trace": part, "monte_carlo_error_m20": mc, "decoding": decoded}

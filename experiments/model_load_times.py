@@ -25,7 +25,7 @@ MODELS = ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-1.5b-instruc
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument(
         "--cache", default=None, help="cache root (default: $CACTUS_THEORY_CACHE or ~/.cache/cactus_theory)"
     )

@@ -151,6 +151,10 @@ BAD = [
     ["merge", "a"],
     ["compare", "/nonexistent/trace"],
     ["compare", "--bootstrap", "5"],
+    ["block", "--m", "0"],
+    ["block", "--paths", "0"],
+    ["trees", "/nonexistent/trace"],
+    ["trees", "--k", "0"],
     ["report", "--trace", "/nonexistent/trace", "--out", "{tmp}/r"],
     ["report", "--out", "/proc/nope/r"],
 ]

@@ -73,7 +73,7 @@ def test_every_option_has_help_and_help_shows_defaults():
         for action in sub._actions:
             if action.dest != "help":
                 assert action.help, f"{name} {action.option_strings} has no help"
-    text = " ".join(subs["analyze"].format_help().split())
+    text = " ".join(subs["analyze"].format_help().split()).replace("- ", "-")  # argparse wraps after a hyphen
     assert "(default: sps,tas,cactus,cactus-exact,mentored)" in text and "rfsd" in text and "spec-cascade-tok3" in text
     assert "(default: None)" not in text
     assert "(default: 128)" in subs["dump"].format_help() and "JSON Lines" in subs["dump"].format_help()
@@ -162,3 +162,90 @@ def test_own_prompts_dumped_decoded_and_analysed(tmp_path, capsys, gguf_pair, ow
     assert len(lines) == 4 and all(json.loads(x)["baseline"]["tokens"] > 0 for x in lines)
     assert main(argv) == 0  # a rerun reads the records back instead of decoding again
     assert len(records.read_text().splitlines()) == 4
+
+
+def test_the_model_commands_default_to_the_documented_dtype():
+    from cactus_theory._cli._main import build_parser
+
+    parser = build_parser()
+    for argv in (["dump", "--verifier", "v", "--draft", "d", "--prompts", "p", "--out", "o"],
+                 ["decode", "--verifier", "v", "--draft", "d", "--prompt", "hi"],
+                 ["calibrate", "--verifier", "v", "--draft", "d"]):  # fmt: skip
+        assert parser.parse_args(argv).dtype == "bfloat16"
+
+
+@pytest.mark.models
+def test_several_rules_share_one_baseline_and_interleaving_changes_no_token(tmp_path, capsys, gguf_pair, own_prompts,
+                                                                           monkeypatch):  # fmt: skip
+    from cactus_theory import load_prompts, make_rule, speculative_generate
+    from cactus_theory._math._sampling import SamplingSettings
+    from cactus_theory._models import _decode
+    from cactus_theory._models._hf import encode_chat, eos_ids, load_model
+
+    v, d = gguf_pair
+    calls = []
+    real = _decode.autoregressive_steps
+
+    def counted(*a, **k):
+        calls.append(1)
+        return (yield from real(*a, **k))
+
+    monkeypatch.setattr(_decode, "autoregressive_steps", counted)
+    monkeypatch.setattr(_decode, "INTERLEAVE_SECONDS", 0.0)  # one step a chunk: the runs alternate step by step
+    records = tmp_path / "records.jsonl"
+    common = ["decode", "--verifier", v, "--draft", d, "--prompts", own_prompts, "--field", "instruction", "--quiet",
+              "-m", "3", "--max-new-tokens", "8", "--baseline", "--dtype", "float32",
+              "--out", str(records)]  # fmt: skip
+    assert main([*common, "--rule", "sps"]) == 0
+    assert len(calls) == 4  # one baseline per prompt
+    assert main([*common, "--rule", "sps", "--rule", "cactus(delta=1)"]) == 0
+    assert len(calls) == 4  # cactus decoded with the baselines already recorded: none run again
+    rows = [json.loads(x) for x in records.read_text().splitlines()]
+    assert len(rows) == 8
+    by_prompt = {}
+    for r in rows:
+        by_prompt.setdefault(r["id"], []).append(r)
+    assert all(len(rs) == 2 and rs[0]["baseline"] == rs[1]["baseline"] for rs in by_prompt.values())
+    # a fresh run of both rules: one baseline per prompt, every run alternating with the others
+    fresh = tmp_path / "fresh.jsonl"
+    argv = [*common[:-1], str(fresh), "--rule", "sps,cactus(delta=1)"]
+    assert main(argv) == 0 and len(calls) == 8
+    again = [json.loads(x) for x in fresh.read_text().splitlines()]
+    assert all(r["interleaved_with"] == 2 and r["chunks"] > 1 for r in again)
+    # interleaved runs emit exactly the tokens each run emits alone
+    verifier = load_model(v, dtype="float32", cache=False)
+    draft = load_model(d, dtype="float32", cache=False)[0]
+    settings = SamplingSettings()
+    eos = eos_ids(verifier[0], verifier[1])
+    for prompt in load_prompts(own_prompts, field="instruction"):
+        ids = encode_chat(verifier[1], prompt.text, "p")
+        seed = _decode_seed(prompt.id)
+        for r in (x for x in again if x["id"] == prompt.id):
+            alone = speculative_generate(verifier[0], draft, make_rule(r["rule"]), 3, settings, 8, seed, ids, eos)
+            assert r["token_ids"] == [int(t) for t in alone.tokens]
+        base = real(verifier[0], ids, settings, 8, seed, eos)
+        assert next(x for x in again if x["id"] == prompt.id)["baseline"]["token_ids"] == _decode.drain(base).tokens
+
+
+def _decode_seed(prompt_id):
+    from cactus_theory._data._prompts import prompt_seed
+
+    return prompt_seed(0, prompt_id)
+
+
+def test_interleave_alternates_runs_and_returns_each_value():
+    from cactus_theory._models._decode import interleave
+
+    order = []
+
+    def run(name, steps):
+        for i in range(steps):
+            order.append((name, i))
+            yield
+        return name.upper()
+
+    values, loads, chunks = interleave([run("a", 3), run("b", 1), run("c", 2)], chunk_seconds=0.0)
+    assert values == ["A", "B", "C"]
+    assert order == [("a", 0), ("b", 0), ("c", 0), ("a", 1), ("c", 1), ("a", 2)]
+    assert chunks == [4, 2, 3]  # the last chunk of each is the one that finds it finished
+    assert all(x is None or 0.0 <= x <= 1.0 for x in loads)

@@ -90,6 +90,21 @@ def test_approx_gamma_errors(tmp_path):
     assert "taylor" in (tmp_path / "errors.md").read_text()
 
 
+def test_verify_exact_gamma(capsys, monkeypatch):
+    module = script("verify_exact_gamma")
+    module.main(["--points", "90"])
+    builtin = {"kl", "reverse_kl", "chi2", "hellinger", "js"}  # (another test may have registered one more)
+    rows = [r for r in (line.split() for line in capsys.readouterr().out.splitlines()[1:]) if r[0] in builtin]
+    assert {r[0] for r in rows} == builtin
+    assert all(r[2] == "0" and r[5] == "0" for r in rows)  # no overspend; none feasible 3 floats up
+    # the check can fail: gammas three floats too high overspend
+    exact = module.exact_gamma
+    monkeypatch.setattr(module, "exact_gamma", lambda q, d, name: np.minimum(
+        np.nextafter(np.nextafter(np.nextafter(exact(q, d, name), 2), 2), 2), 1.0))  # fmt: skip
+    over, *_ = module.check("kl", 90, 0)
+    assert over > 0
+
+
 def test_gamma_worst_case(tmp_path):
     script("gamma_worst_case").main(["--quick", "--out-dir", str(tmp_path)])
     assert (tmp_path / "gamma_worst_case.csv").read_text().count("\n") > 2
@@ -98,7 +113,9 @@ def test_gamma_worst_case(tmp_path):
 @pytest.mark.torch
 def test_bench_quick(capsys):
     script("bench").main(["--quick", "--repeats", "1"])
-    assert "the Taylor closed form" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "the plain NumPy Taylor expression" in out and "load: " in out
+    assert "| target | measured | status |" in out and "exact KL gamma <= 10x" in out
 
 
 @pytest.mark.distributed
@@ -171,7 +188,16 @@ def test_the_real_pair_pipeline_on_tiny_models(models, tmp_path, capsys):
     script("block_verification").main(["--trace", str(trace), "--out", str(tmp_path), "--bootstrap", "100", "--decode",
                                        "--data", data, "--models", models, "--prompts", "2", "--max-new-tokens", "8",
                                        "--dtype", "float32"])  # fmt: skip
-    assert set(json.loads((tmp_path / "block_verification.json").read_text())["decoding"]["rules"]) == {"sps", "block"}
+    first = json.loads((tmp_path / "block_verification.json").read_text())["decoding"]
+    assert set(first["rules"]) == {"sps", "block"}
+    # the measured rows read back (--decoding) give the same page without the models
+    rows = tmp_path / "measured.json"
+    rows.write_text(json.dumps({k: first[k] for k in ("prompts", "max_new_tokens", "rules")}))
+    again = tmp_path / "again"
+    script("block_verification").main(["--trace", str(trace), "--out", str(again), "--bootstrap", "100",
+                                       "--decoding", str(rows)])  # fmt: skip
+    assert json.loads((again / "block_verification.json").read_text())["decoding"]["rules"] == first["rules"]
+    assert "--decoding" in (again / "block_verification.md").read_text()
     script("embed_trace").main(["--trace", str(trace), "--models", models, "--target", str(tmp_path / "embedded")])
     assert Trace(tmp_path / "embedded").metadata["verifier"]["name"] == PAIR[0]
     decoding = tmp_path / "decoding"

@@ -144,7 +144,7 @@ def test_cli_plan_with_a_ratio_and_with_a_file(tmp_path, capsys):
     args = ["plan", "--rules", "sps,cactus", "--delta", "1", "--m", "2,8", "--bootstrap", "100", "--quiet"]
     assert main([*args, "--cost-ratio", "0.05", "--max-kl", "0.05", "--out", str(tmp_path / "p")]) == 0
     out = capsys.readouterr().out
-    assert "predicted speedup at the best m" in out and "fastest with KL(pi || q) <= 0.05" in out
+    assert "predicted speedup at every m" in out and "fastest with KL(pi || q) <= 0.05" in out
     rows = json.loads((tmp_path / "p" / "plan.json").read_text())["rows"]
     assert {r["m"] for r in rows} == {2, 8} and (tmp_path / "p" / "plan.png").stat().st_size > 1000
     cost = tmp_path / "c.json"
@@ -157,3 +157,36 @@ def test_cli_plan_with_a_ratio_and_with_a_file(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([*args, "--cost-ratio", "-0.5"])
     assert "--cost-ratio: must be a cost ratio >= 0 and finite; got -0.5" in capsys.readouterr().err
+
+
+def test_plan_without_a_cost_uses_the_pairs_newest_calibration_and_says_which(tmp_path, monkeypatch, capsys):
+    import json
+
+    from cactus_theory import load_trace
+    from cactus_theory._analysis import _plan
+    from cactus_theory._cli import main
+
+    monkeypatch.setenv("CACTUS_THEORY_CACHE", str(tmp_path / "cache"))
+    meta = load_trace().metadata
+    costs = tmp_path / "cache" / "costs"
+    costs.mkdir(parents=True)
+
+    def cost_file(name, created, verifier, draft_token):
+        data = {"draft_token": draft_token, "verify_block": {"1": 1.0, "4": 1.2, "9": 1.5},
+                "source": {"kind": "calibration", "created": created, "verifier": verifier, "draft": meta["draft"],
+                           "device": "cpu", "dtype": "bfloat16"}}  # fmt: skip
+        (costs / name).write_text(json.dumps(data))
+
+    other = dict(meta["verifier"], files={"x.gguf": {"sha256": "0" * 64, "bytes": 1}})
+    cost_file("old.json", "2026-01-01T00:00:00Z", meta["verifier"], 0.30)
+    cost_file("new.json", "2026-06-01T00:00:00Z", meta["verifier"], 0.20)
+    cost_file("newest_other_pair.json", "2026-09-01T00:00:00Z", other, 0.10)
+    (costs / "junk.json").write_text("not a cost file")
+    assert _plan.find_calibration_path(load_trace()) == str(costs / "new.json")
+    assert main(["plan", "--rules", "sps", "--m", "2,4", "--bootstrap", "0", "--quiet", "--task", "gsm8k"]) == 0
+    out = capsys.readouterr().out
+    assert f"the newest calibration of the trace's model pair in the cache, {costs / 'new.json'}" in out
+    assert "calibrated on this machine" in out and "draft / verifier token cost 0.200" in out
+    assert "22 sequences, 2816 positions analysed (of the trace's 66 sequences, 7577 positions)" in out
+    # the table prints every m asked, the best marked, the notes once
+    assert "speedup per step at m =" in out and "*" in out

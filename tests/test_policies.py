@@ -140,7 +140,8 @@ def test_cli_plan_without_a_cost_uses_the_measured_default_profile(capsys):
     assert main(["plan", "--draft-policy", "p-min(0.4)", "--rules", "sps", "--m", "2,4", "--bootstrap", "0",
                  "--quiet", "--task", "gsm8k"]) == 0  # fmt: skip
     out = capsys.readouterr().out
-    assert "measured profile qwen3-32b-0.6b-gb200-vllm" in out and "(the default;" in out
+    assert "measured profile qwen3-32b-0.6b-gb200-vllm" in out and "(the default: no calibration" in out
+    assert "another pair than the trace's (qwen2.5-coder-1.5b-instruct-q4_k_m" in out
     assert "p-min(0.4)" in out
     with pytest.raises(SystemExit):
         main(["plan", "--cost-ratio", "0.3", "--cost-profile", "qwen3-32b-0.6b-gb200-vllm"])

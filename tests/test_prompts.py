@@ -57,3 +57,37 @@ def test_bad_files_say_what_to_fix(tmp_path, name, content, kwargs, match):
     (tmp_path / name).write_text(content)
     with pytest.raises(ValueError, match=match):
         load_prompts(tmp_path / name, **kwargs)
+
+
+def test_a_records_own_id_names_it_so_reordering_the_file_keeps_ids_and_seeds(tmp_path):
+    from cactus_theory._data._prompts import prompt_seed
+
+    records = [{"id": "q7", "prompt": "a"}, {"id": 12, "prompt": "b"}, {"prompt": "c"}]
+    path = tmp_path / "mine.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert [p.id for p in load_prompts(path)] == ["mine-q7", "mine-12", "mine-2"]
+    shuffled = tmp_path / "shuffled" / "mine.jsonl"
+    shuffled.parent.mkdir()
+    shuffled.write_text("".join(json.dumps(r) + "\n" for r in (records[1], records[0])))
+    first = {p.text: (p.id, prompt_seed(0, p.id)) for p in load_prompts(path)}
+    again = {p.text: (p.id, prompt_seed(0, p.id)) for p in load_prompts(shuffled)}
+    assert again["a"] == first["a"] and again["b"] == first["b"]
+    assert [p.id for p in load_prompts(path, id_field=None)] == ["mine-0", "mine-1", "mine-2"]
+    assert [p.id for p in load_prompts(path, id_field="key")] == ["mine-0", "mine-1", "mine-2"]
+    (tmp_path / "a.csv").write_text("name,question\nx1,What?\nx2,Why?\n")
+    assert [p.id for p in load_prompts(tmp_path / "a.csv", id_field="name")] == ["a-x1", "a-x2"]
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        ('{"id": "a", "prompt": "x"}\n{"id": "a", "prompt": "y"}\n', r"two records have the id 'a'.*--id-field none"),
+        ('{"id": "a/b", "prompt": "x"}\n', r"line 1: the id 'a/b' is not a label"),
+        ('{"id": "", "prompt": "x"}\n', r"line 1: the id field 'id' must be a non-empty"),
+        ('{"id": [1], "prompt": "x"}\n', r"line 1: the id field 'id' must be a non-empty"),
+    ],
+)
+def test_bad_record_ids_say_what_to_fix(tmp_path, content, match):
+    (tmp_path / "x.jsonl").write_text(content)
+    with pytest.raises(ValueError, match=match):
+        load_prompts(tmp_path / "x.jsonl")

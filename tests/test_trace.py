@@ -457,7 +457,8 @@ def test_cli_dump_teacher_forced_on_a_completions_file(tmp_path, capsys):
     completions = tmp_path / "completions.jsonl"
     completions.write_text("".join(json.dumps({"id": k, "token_ids": v}) + "\n" for k, v in forced_tokens.items()))
     args = ["dump", "--verifier", str(v_path), "--draft", str(d_path), "--prompts", str(questions)]
-    args += ["--completions", str(completions), "--max-new-tokens", "8", "--full-rows", "--out", str(tmp_path / "t")]
+    args += ["--completions", str(completions), "--max-new-tokens", "8", "--full-rows", "--dtype", "float32"]
+    args += ["--out", str(tmp_path / "t")]
     assert main(args) == 0
     assert "1 prompt(s) without a completion skipped" in capsys.readouterr().out
     trace = Trace(tmp_path / "t")

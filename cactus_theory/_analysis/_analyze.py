@@ -8,7 +8,7 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
-from typing import TypedDict
+from typing import ClassVar, TypedDict
 
 import numpy as np
 
@@ -18,12 +18,15 @@ from .._laws._block import DRAFT_MODES, draft_rows
 from .._laws._emitted import block_sums, step_metrics
 from .._laws._lengths import accepted_lengths
 from .._laws._policies import make_draft_policy, policy_blocks
-from .._math._bootstrap import check_resamples, ratio_interval, resample_counts
+from .._math._bootstrap import check_resamples, ratio_interval, ratio_intervals, resample_counts
+from .._math._kernels import block_pass
 from .._math._sampling import SamplingSettings
 from .._rules import BONUS_POLICIES, kind_of, make_rules, optimal_multi_draft_acceptance
+from .._rules._helpers import prepare
 from .._util._files import csv_text
 from .._util._progress import progress_bar
 from ._engines import run_dask, run_local
+from ._results import Result
 
 __all__ = [
     "METRICS",
@@ -51,6 +54,23 @@ METRICS = (
     "logits_exact",
     "optimal_acceptance",
 )
+#: What each column of ``AnalysisResult.table`` is (``AnalysisResult.legend``).
+TABLE_COLUMNS = (
+    ("m", "drafted tokens per verification step"),
+    ("accept", "mean acceptance of one drafted token, over positions"),
+    ("/opt", "accept as a fraction of the largest acceptance a lossless verification of the same drafts reaches "
+             "(1 - TV(p, q) for one draft): above 1 only for a rule that is not lossless"),
+    ("outside", "acceptance of tokens the verifier gives probability 0 (q(n) = 0)"),
+    ("AL", "accepted drafts per verification step (independent positions), with its bootstrap 95% interval over "
+           "sequences"),
+    ("vLLM MAL", "1 + AL: tokens emitted per step, vLLM's mean acceptance length"),
+    ("KL(pi||q)", "mean KL(pi || q) per position of what the rule emits (pi) from the verifier (q); inf where it "
+                  "emits tokens q excludes"),
+    ("KL/token", "KL(pi || q) of a block of m per token it emits (positions weighted by the chance of reaching "
+                 "them)"),
+    ("TV", "mean TV(pi, q) per position"),
+    ("dH", "mean entropy change H(pi) - H(q) per position, in nats"),
+)  # fmt: skip
 #: The metrics ``step_metrics`` gives per position, summed per sequence.
 _POSITION_METRICS = ("acceptance", "acceptance_outside_support", "kl_emitted_target", "tv", "entropy_change")
 #: A block rule's AL is enumerated exactly where each block start's weights take at most this many
@@ -76,6 +96,7 @@ class ShardJob:
     block_paths: int = 1024
     policies: tuple = ()  # drafting policies (``DraftPolicy``) analysed besides fixed blocks
     cost: object = None  # a CostModel, for the cost-optimal drafting policy
+    position_acceptance: bool = False  # keep each sequence's per-position acceptance
 
 
 @dataclass
@@ -110,6 +131,8 @@ class RuleStats:
     logits_exact: float
     optimal_acceptance: float
     blocks: dict = field(default_factory=dict)
+    #: The acceptance at each position (``analyze_trace(position_acceptance=True)``), else None.
+    position_acceptance: np.ndarray | None = None
 
     def block(self, m, policy=None) -> BlockStats:
         """The sums of blocks of m drafts (under drafting ``policy``, its spec string, or fixed)."""
@@ -145,64 +168,146 @@ def _rule_label(rule):
     return rule.describe() if hasattr(rule, "describe") else type(rule).__name__
 
 
-def _sequence_stats(rule, p, q, lg, ms, bonus_policy, seed=0, block_paths=1024, optimum=None, policies=(),
-                    cost=None) -> RuleStats:  # fmt: skip
-    """Per-sequence sums of one rule (``RuleStats``): per-position metrics, and per m the AL and
-    block drift. The AL of every kind of rule comes from ``accepted_lengths`` (a block rule's exact
-    or Monte Carlo with ``block_paths`` paths seeded by ``seed``; its drift is its token-level one,
-    0: lossless; a multi-draft rule's acceptance is over its k drafts, so its AL is that of a tree
-    of width k). ``optimum``: a dict caching the optimal acceptance's sum per k over the rules of a
-    sequence. ``policies``: drafting policies (``DraftPolicy``) whose AL, drafted tokens and draft
-    forwards per block start are summed too (``policy_blocks``; ``cost`` for ``cost-optimal``)."""
-    logits = lg if rule.needs_logits else None
-    sm = step_metrics(rule, p, q, logits=logits)
-    sums = {name: float(np.sum(getattr(sm, name))) for name in _POSITION_METRICS}
-    exact = float(np.sum(rule.logits_exact(p, q, logits=logits))) if logits is not None else p.shape[0]
+@dataclass
+class _Rows:
+    """The rows of a batch of sequences, stacked: (N, W) draft and verifier rows (each sequence's
+    own support, padded with tokens both models exclude, p = q = 0, which no rule accepts or emits),
+    the raw logits when a rule needs them (then a batch is one sequence: no padding), each
+    sequence's first row (``offsets``, N at the end) and its Monte Carlo seed."""
+
+    p: np.ndarray
+    q: np.ndarray
+    lg: object
+    offsets: np.ndarray
+    seeds: list
+
+    @property
+    def sequences(self) -> int:
+        return len(self.offsets) - 1
+
+    def span(self, i) -> slice:
+        return slice(int(self.offsets[i]), int(self.offsets[i + 1]))
+
+
+def _stack(parts, single):
+    """A ``_Rows`` of [(p, q, lg, seed)]: one sequence as it is (``single``), or several stacked
+    (padded to one width; their logits are not kept)."""
+    if single:
+        ((p, q, lg, seed),) = parts
+        return _Rows(p, q, lg, np.array([0, p.shape[0]]), [seed])
+    width = max(q.shape[-1] for _, q, _, _ in parts)
+    sizes = [q.shape[0] for _, q, _, _ in parts]
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    p_all, q_all = np.zeros((offsets[-1], width)), np.zeros((offsets[-1], width))
+    for (p, q, _, _), a, b in zip(parts, offsets[:-1], offsets[1:], strict=True):
+        p_all[a:b, : p.shape[-1]] = p
+        q_all[a:b, : q.shape[-1]] = q
+    return _Rows(p_all, q_all, None, offsets, [seed for *_, seed in parts])
+
+
+def _per_sequence(values, rows):
+    """Sums of per-position ``values`` (N,) over each sequence of ``rows``."""
+    return np.add.reduceat(np.asarray(values, dtype=np.float64), rows.offsets[:-1])
+
+
+def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, policies=(), cost=None,
+                shared=None, keep=False) -> list:  # fmt: skip
+    """Per-sequence sums of one rule over a batch of sequences (``RuleStats`` each): per-position
+    metrics, and per m the AL and block drift. The AL of every kind of rule comes from
+    ``accepted_lengths`` (a block rule's exact or Monte Carlo with ``block_paths`` paths seeded by
+    the sequence's seed; its drift is its token-level one, 0: lossless; a multi-draft rule's
+    acceptance is over its k drafts, so its AL is that of a tree of width k). ``optimum``: a dict
+    caching the optimal acceptance per k over the rules of the batch. ``policies``: drafting
+    policies (``DraftPolicy``) whose AL, drafted tokens and draft forwards per block start are summed
+    too (``policy_blocks``; ``cost`` for ``cost-optimal``). ``shared``: the work the rules of the
+    batch share (``step_metrics``); the rows are checked once per batch, not once per rule."""
+    p, q = rows.p, rows.q
+    logits = rows.lg if rule.needs_logits else None
+    sm = step_metrics(rule, p, q, logits=logits, validate=shared is None, shared=shared)
+    sums = {name: _per_sequence(getattr(sm, name), rows) for name in _POSITION_METRICS}
+    if logits is not None:
+        exact = _per_sequence(rule.logits_exact(p, q, logits=logits), rows)
+    else:
+        exact = np.diff(rows.offsets).astype(np.float64)
     k = getattr(rule, "draft_count", 1)
     optimum = {} if optimum is None else optimum
     if k not in optimum:
-        optimum[k] = float(np.sum(optimal_multi_draft_acceptance(p, q, k)))
-    stats = RuleStats(**sums, logits_exact=exact, optimal_acceptance=optimum[k])
+        optimum[k] = _per_sequence(optimal_multi_draft_acceptance(p, q, k), rows)
     top = max(ms)
     slots = rule.slot_dependent
     if slots:  # acceptance and drift per slot of the block (the bonus at slot m)
-        per_slot = [step_metrics(rule.at_slot(j), p, q, logits=logits) for j in range(top + 1)]
-        beta = np.stack([x.acceptance for x in per_slot])
-        drift = {"kl": np.stack([x.kl_emitted_target for x in per_slot]), "tv": np.stack([x.tv for x in per_slot])}
+        per_slot = [step_metrics(rule.at_slot(j), p, q, logits=logits, validate=shared is None, shared=shared)
+                    for j in range(top + 1)]  # fmt: skip
+        beta_all = np.stack([x.acceptance for x in per_slot])
+        drift_all = {"kl": np.stack([x.kl_emitted_target for x in per_slot]), "tv": np.stack([x.tv for x in per_slot])}
     else:
-        beta, drift = sm.acceptance, {"kl": sm.kl_emitted_target, "tv": sm.tv}
+        beta_all, drift_all = sm.acceptance, {"kl": sm.kl_emitted_target, "tv": sm.tv}
     kind = kind_of(rule)
-    host = rule._host(p, q, None, validate=False)[:2] if kind == "block" else (p, q)
-    # exact where a block start's weights take at most 10,000 values (m <= 3 on a top-20 trace), else Monte Carlo
-    lengths = accepted_lengths(rule, *host, ms, beta=beta, n_paths=block_paths, seed=seed,
-                               max_support=BLOCK_EXACT_SUPPORT)  # fmt: skip
-    positions = p.shape[0]
-    for m in ms:
-        starts = max(positions - m + 1, 1)
-        block = BlockStats(starts=starts, al_sum=float(np.sum(lengths[m].accepted_length)))
-        if kind != "block":  # vLLM's per-position acceptance: P(the first j + 1 drafts accepted), j < m
-            reach, by_position = np.ones(starts), []
-            for j in range(m):
-                idx = np.arange(starts) + j
-                b = beta[min(j, beta.shape[0] - 1)] if slots else beta
-                reach = reach * np.where(idx < positions, b[np.minimum(idx, positions - 1)], 0.0)
-                by_position.append(float(reach.sum()))
-            block.accept_by_position = tuple(by_position)
-        for policy in policies:
-            al_p, drafted, forwards = policy_blocks(policy, p, beta[:m] if slots else beta, m, cost)
-            stats.blocks[(m, policy.describe())] = BlockStats(
-                starts=starts, al_sum=float(np.sum(al_p[:starts])), drafted_sum=float(np.sum(drafted[:starts])),
-                forwards_sum=float(np.sum(forwards[:starts])),
-            )  # fmt: skip
-        for name, values in drift.items():
-            bonus = None
-            if bonus_policy == "relaxed":
-                bonus = values[m] if slots else values
-            emitted = block_sums(beta[:m] if slots else beta, values[:m] if slots else values, m, bonus,
-                                 per_slot=slots)  # fmt: skip
-            setattr(block, f"{name}_sum", float(np.sum(emitted[:starts])))
-        stats.blocks[(m, None)] = block
-    return stats
+    out = []
+    for i in range(rows.sequences):
+        span = rows.span(i)
+        stats = RuleStats(**{name: float(v[i]) for name, v in sums.items()}, logits_exact=float(exact[i]),
+                          optimal_acceptance=float(optimum[k][i]))  # fmt: skip
+        if keep:
+            stats.position_acceptance = np.array(sm.acceptance[span])
+        beta = beta_all[..., span]
+        drift = {name: values[..., span] for name, values in drift_all.items()}
+        seq_p, seq_q = p[span], q[span]
+        positions = seq_p.shape[0]
+        fused = None if slots else _fused_blocks(beta, drift, bonus_policy, ms)
+        if kind == "block" or fused is None:
+            host = rule._host(seq_p, seq_q, None, validate=False)[:2] if kind == "block" else (seq_p, seq_q)
+            # exact where a start's weights take at most 10,000 values (m <= 3 on a top-20 trace), else Monte Carlo
+            lengths = accepted_lengths(rule, *host, ms, beta=beta, n_paths=block_paths, seed=rows.seeds[i],
+                                       max_support=BLOCK_EXACT_SUPPORT)  # fmt: skip
+        for m in ms:
+            starts = max(positions - m + 1, 1)
+            if fused is not None:  # one compiled pass gave every m's sums
+                al_sum, drift_sums, by_position = fused[m]
+                if kind == "block":
+                    al_sum = float(np.sum(lengths[m].accepted_length))
+                block = BlockStats(starts=starts, al_sum=al_sum, kl_sum=drift_sums[0], tv_sum=drift_sums[1],
+                                   accept_by_position=None if kind == "block" else by_position)  # fmt: skip
+            else:
+                block = BlockStats(starts=starts, al_sum=float(np.sum(lengths[m].accepted_length)))
+                if kind != "block":  # vLLM's per-position acceptance: P(the first j + 1 drafts accepted), j < m
+                    reach, by_position = np.ones(starts), []
+                    for j in range(m):
+                        idx = np.arange(starts) + j
+                        b = beta[min(j, beta.shape[0] - 1)] if slots else beta
+                        reach = reach * np.where(idx < positions, b[np.minimum(idx, positions - 1)], 0.0)
+                        by_position.append(float(reach.sum()))
+                    block.accept_by_position = tuple(by_position)
+                for name, values in drift.items():
+                    bonus = None
+                    if bonus_policy == "relaxed":
+                        bonus = values[m] if slots else values
+                    emitted = block_sums(beta[:m] if slots else beta, values[:m] if slots else values, m, bonus,
+                                         per_slot=slots)  # fmt: skip
+                    setattr(block, f"{name}_sum", float(np.sum(emitted[:starts])))
+            for policy in policies:
+                al_p, drafted, forwards = policy_blocks(policy, seq_p, beta[:m] if slots else beta, m, cost)
+                stats.blocks[(m, policy.describe())] = BlockStats(
+                    starts=starts, al_sum=float(np.sum(al_p[:starts])), drafted_sum=float(np.sum(drafted[:starts])),
+                    forwards_sum=float(np.sum(forwards[:starts])),
+                )  # fmt: skip
+            stats.blocks[(m, None)] = block
+        out.append(stats)
+    return out
+
+
+def _fused_blocks(beta, drift, bonus_policy, ms):
+    """{m: (AL summed over the block starts, (KL, TV) of the emitted tokens summed, acceptance by
+    position summed)} of a rule whose acceptance does not depend on the slot, for every m in one
+    compiled pass over the sequence (``block_pass``); None without numba (the NumPy path then)."""
+    values = np.stack([drift["kl"], drift["tv"]])
+    sizes = sorted(set(ms))
+    out = block_pass(beta, values, values if bonus_policy == "relaxed" else None, sizes)
+    if out is None:
+        return None
+    al, vals, pos = out
+    return {m: (float(al[i]), (float(vals[i, 0]), float(vals[i, 1])), tuple(float(x) for x in pos[i, :m]))
+            for i, m in enumerate(sizes)}  # fmt: skip
 
 
 def shard_statistics(job: ShardJob, threads=None) -> list:
@@ -219,7 +324,8 @@ def shard_statistics(job: ShardJob, threads=None) -> list:
         _kernels.set_threads(threads)  # numba's setting is per thread: set where the task runs
     trace = Trace(job.directory, verify=False)
     need_logits = any(rule.needs_logits for rule in job.rules)
-    out = []
+    labels = [_rule_label(rule) for rule in job.rules]
+    kept, parts = [], []
     for seq in trace.shard(job.shard):
         if (job.tasks is not None and seq.task not in job.tasks) or seq.n_positions == 0:
             continue  # a sequence without positions holds no data: counted as nothing, not as a zero AL
@@ -228,20 +334,39 @@ def shard_statistics(job: ShardJob, threads=None) -> list:
         else:
             (p, q), lg = seq.distributions(job.settings), None
         p = draft_rows(p, job.draft_mode)
-        seed = prompt_seed(0, seq.id)  # the block rules' Monte Carlo paths: the same whatever the engine
-        optimum = {}
-        rules = {}
-        for rule in job.rules:
-            rules[_rule_label(rule)] = _sequence_stats(rule, p, q, lg, job.ms, job.bonus_policy, seed, job.block_paths,
-                                                       optimum, job.policies, job.cost)  # fmt: skip
+        _, p, q, _, _ = prepare(p, q)  # the rows are checked once here, for every rule
+        # the block rules' Monte Carlo paths are seeded by the sequence: the same whatever the engine
+        kept.append(seq)
+        parts.append((p, q, lg, prompt_seed(0, seq.id)))
+    # the sequences of the shard as one batch, for the rules that need no raw logits; those that do
+    # see one sequence at a time (a batch of its own rows, no padding under the logits)
+    plain = [i for i, rule in enumerate(job.rules) if not rule.needs_logits]
+    raw = [i for i, rule in enumerate(job.rules) if rule.needs_logits]
+    per_rule = {label: [] for label in labels}
+    groups = []
+    if plain and parts:
+        groups.append((plain, [parts]))
+    if raw:
+        groups.append((raw, [[part] for part in parts]))
+    for chosen, batches in groups:
+        for batch in batches:
+            rows = _stack(batch, len(batch) == 1)
+            optimum, shared = {}, {}
+            for i in chosen:
+                per_rule[labels[i]] += _rule_stats(job.rules[i], rows, job.ms, job.bonus_policy, job.block_paths,
+                                                   optimum, job.policies, job.cost, shared,
+                                                   job.position_acceptance)  # fmt: skip
+    out = []
+    for i, seq in enumerate(kept):
         prompt = seq.meta.get("prompt_tokens")
-        out.append(SequenceStats(id=seq.id, task=seq.task, positions=seq.n_positions, rules=rules,
+        out.append(SequenceStats(id=seq.id, task=seq.task, positions=seq.n_positions,
+                                 rules={label: per_rule[label][i] for label in labels},
                                  prompt_tokens=prompt if isinstance(prompt, int) else None))  # fmt: skip
     return out
 
 
 @dataclass
-class AnalysisResult:
+class AnalysisResult(Result):
     """Rows of statistics (``AnalysisRow``: one per rule x m x task, task 'all' included, over
     all traces), per-trace rows when several traces were analysed (``trace_rows``, task 'all'),
     and the per-sequence sums (``sequences``, in id order, each with its trace's name)."""
@@ -260,6 +385,24 @@ class AnalysisResult:
     ms: tuple = ()
     #: {m asked for: m analysed} (they differ only for an m longer than the longest sequence).
     m_used: dict = field(default_factory=dict)
+    name: ClassVar[str] = "analysis"
+
+    def records(self) -> list:
+        """The rows (``AnalysisRow``), then the per-trace rows."""
+        return [dict(r) for r in self.rows + self.trace_rows]
+
+    def markdown(self) -> str:
+        """The text table of every task (all first) in code blocks."""
+        tasks = sorted({r["task"] for r in self.rows} - {"all"})
+        tables = "\n\n".join(f"{'all tasks' if t == 'all' else 'task ' + t}:\n\n```\n{self.table(t)}\n```"
+                               for t in ["all", *tasks] if any(r["task"] == t for r in self.rows))  # fmt: skip
+        return tables + f"\n\nThe columns:\n\n```\n{self.legend()}\n```"
+
+    def figure(self):
+        """Acceptance and AL against delta per rule family (``plot_delta_sweep``)."""
+        from ._plotting import plot_delta_sweep
+
+        return plot_delta_sweep(self.rows, self.settings)
 
     def to_csv(self) -> str:
         return csv_text(self.rows + self.trace_rows)  # delta None and a missing interval are empty cells
@@ -313,15 +456,24 @@ class AnalysisResult:
 
         return analysis_figures(self)
 
-    def write(self, out_dir, figures: bool = True) -> list:
-        """Write analysis.csv, analysis.json and (with ``figures``) the figures into ``out_dir``,
-        atomically; returns the paths."""
+    def write(self, out_dir, figures: bool = True, command: str | None = None) -> list:
+        """Write analysis.csv, analysis.json, analysis.md (the tables, headed by ``command``) and
+        (with ``figures``) the figures into ``out_dir``, atomically; returns the paths."""
+        from .._util._files import atomic_write
         from ._outputs import write_outputs
 
-        return write_outputs(self, out_dir, figures=figures)
+        head = f"Command: `{command}`\n\n" if command else ""
+        written = write_outputs(self, out_dir, figures=figures)
+        return [*written, atomic_write(os.path.join(out_dir, "analysis.md"), head + self.markdown() + "\n")]
+
+    @staticmethod
+    def legend() -> str:
+        """What each column of ``table`` is, one line each (``TABLE_COLUMNS``)."""
+        return "\n".join(f"{name:>9}  {what}" for name, what in TABLE_COLUMNS)
 
     def table(self, task="all", trace="all") -> str:
-        """The rows of one task (or of one trace, over all its tasks) as a fixed-width text table."""
+        """The rows of one task (or of one trace, over all its tasks) as a fixed-width text table;
+        ``legend`` says what its columns are."""
         lines = [
             f"{'rule':<34} {'m':>3} {'accept':>7} {'/opt':>6} {'outside':>7} {'AL':>7} {'AL 95% CI':>15} "
             f"{'vLLM MAL':>8} "
@@ -447,6 +599,7 @@ def analyze_trace(
     block_paths=1024,
     draft_policies=None,
     cost=None,
+    position_acceptance=False,
 ):
     """Statistics of ``rules`` (Rule objects or spec strings) on ``trace``: a Trace, a directory,
     a glob pattern, a TraceSet or a list of them (several traces are one dataset, checked for
@@ -479,7 +632,9 @@ def analyze_trace(
     not depend on where they ran, and the reduction (sequences in id order, then the bootstrap
     with ``seed``) runs once here: every engine gives the same rows, bit for bit. ``tasks``
     restricts the analysis to the sequences of those tasks. ``progress``: a bar on stderr
-    (True, False, or None: only on a terminal).
+    (True, False, or None: only on a terminal). ``position_acceptance=True`` keeps each
+    sequence's per-position acceptance (``RuleStats.position_acceptance``) for studies that bin
+    positions.
     """
     from .._data._traceset import open_traces
 
@@ -540,7 +695,8 @@ def analyze_trace(
     for name, t, recs in records:
         for i in sorted({r.shard for r in recs if wanted is None or r.task in wanted}):
             jobs.append(ShardJob(os.path.abspath(t.directory), i, tuple(rules), tuple(ms), settings, bonus_policy,
-                                 wanted, draft_mode, int(block_paths), tuple(policies), cost))  # fmt: skip
+                                 wanted, draft_mode, int(block_paths), tuple(policies), cost,
+                                 bool(position_acceptance)))  # fmt: skip
             names.append(name)
             total += t.shard_positions(i)
     with progress_bar(total=total, desc="analyse", unit="pos", enabled=progress) as bar:
@@ -600,12 +756,19 @@ def _row(rule, m, task, trace, sel, counts, bonus_policy, draft_mode="sampled", 
     label = _rule_label(rule)
     per = [s.rules[label] for s in sel]
     pos = [s.positions for s in sel]
-    stats = {name: ratio_interval([getattr(r, name) for r in per], pos, counts) for name in METRICS}
     tag = None if policy is None else policy.describe()
     fixed = [r.block(m) for r in per]
     blocks = [r.block(m, tag) for r in per]
     starts = [b.starts for b in fixed]
-    al = ratio_interval([b.al_sum for b in blocks], starts, counts)
+    tokens = [b.tokens_sum for b in fixed]
+    # every interval of the row from one resampling pass (the same counts for all)
+    pairs = {name: ([getattr(r, name) for r in per], pos) for name in METRICS}
+    pairs["al"] = ([b.al_sum for b in blocks], starts)
+    pairs["acceptance_of_optimum"] = ([r.acceptance for r in per], [r.optimal_acceptance for r in per])
+    for name in BLOCK_METRICS:
+        pairs[f"{name}_per_token"] = ([getattr(b, f"{name}_sum") for b in fixed], tokens)
+    stats = dict(zip(pairs, ratio_intervals(list(pairs.values()), counts), strict=True))
+    al = stats.pop("al")
     delta = getattr(rule, "delta", None)
     row = AnalysisRow(
         rule=label,
@@ -632,11 +795,6 @@ def _row(rule, m, task, trace, sel, counts, bonus_policy, draft_mode="sampled", 
     elif fixed[0].accept_by_position is not None:  # vLLM's num_accepted_tokens_per_pos / num_drafts
         sums = np.sum([b.accept_by_position for b in fixed], axis=0)
         row["acceptance_by_position"] = [float(x) for x in sums / max(sum(starts), 1)]
-    tokens = [b.tokens_sum for b in fixed]
-    stats["acceptance_of_optimum"] = ratio_interval([r.acceptance for r in per], [r.optimal_acceptance for r in per],
-                                                    counts)  # fmt: skip
-    for name in BLOCK_METRICS:
-        stats[f"{name}_per_token"] = ratio_interval([getattr(b, f"{name}_sum") for b in fixed], tokens, counts)
     for name, (v, lo, hi) in stats.items():
         row[name], row[f"{name}_lo"], row[f"{name}_hi"] = v, lo, hi
     if policy is not None:  # the per-token drift above is of fixed blocks of m, not of this policy's

@@ -34,10 +34,12 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, field, fields
+from typing import ClassVar
 
 import numpy as np
 
 from .._util._files import atomic_write, csv_text
+from ._results import Result, interval
 
 __all__ = ["CostModel", "Plan", "cost_profiles", "load_cost", "predict_speedup"]
 
@@ -376,23 +378,51 @@ class CostModel:
                 out[f"prefill[{model}][{length}]"] = _relative_spread(values)
         return out
 
-    def problems(self) -> list:
-        """Why this cost model's predictions may not hold, in words (empty: none found): a bigger
-        verifier block timed more than ``NON_MONOTONE_DROP`` (or 3x its noise) below a smaller
-        one, repeats spreading more than ``NOISY_SPREAD``, a machine busier than ``BUSY_LOAD``
-        per core while it was timed."""
-        found = []
-        spread = self.spread()
+    def _beyond_noise(self, small, big) -> bool:
+        """Whether the bigger block ``big`` timed below the smaller ``small`` beyond the timings' own
+        noise: with repeats, every repeat of ``big`` below every repeat of ``small`` (the two sets
+        do not overlap); without, a drop of more than ``NON_MONOTONE_DROP``."""
+        repeats = self.samples.get("verify_block", {})
+        if small in repeats and big in repeats:
+            return max(repeats[big]) < min(repeats[small])
+        return self.verify_block[big] < self.verify_block[small] * (1 - NON_MONOTONE_DROP)
+
+    def monotonicity(self) -> tuple:
+        """(block sizes timed below a smaller block within the repeats' noise, those beyond it): the
+        isotonic fit (``verify_fit``) pools both; only the second make a problem (``problems``)."""
+        within, beyond = [], []
         best_k, best_t = None, -np.inf
         for k, t in self.verify_block.items():
-            noise = max(NON_MONOTONE_DROP, 3 * spread.get(f"verify_block[{k}]", 0.0))
-            if best_k is not None and t < best_t * (1 - noise):
-                found.append(
-                    f"non-monotone: a verifier block of {k} tokens timed {t:.4g} s, {1 - t / best_t:.0%} below the "
-                    f"block of {best_k} ({best_t:.4g} s); the model uses the isotonic fit, but the timing is suspect"
-                )
+            if best_k is not None and t < best_t:
+                (beyond if self._beyond_noise(best_k, k) else within).append((k, best_k))
             if t > best_t:
                 best_k, best_t = k, t
+        return within, beyond
+
+    def notes(self) -> list:
+        """What a reader of a plan should know about the timings that is not a problem: blocks timed
+        slightly out of order, within their repeats' noise (the isotonic fit pools them)."""
+        within, _ = self.monotonicity()
+        if not within:
+            return []
+        pairs = ", ".join(f"{k} below {k0}" for k, k0 in within[:4]) + (" and more" if len(within) > 4 else "")
+        return [f"verifier blocks timed out of order within the repeats' noise ({pairs} tokens): the model uses the "
+                "non-decreasing (isotonic) fit of the timings"]  # fmt: skip
+
+    def problems(self) -> list:
+        """Why this cost model's predictions may not hold, in words (empty: none found): a bigger
+        verifier block timed below a smaller one beyond the repeats' noise (``monotonicity``),
+        repeats spreading more than ``NOISY_SPREAD``, a machine busier than ``BUSY_LOAD`` per core
+        while it was timed."""
+        found = []
+        spread = self.spread()
+        for k, k0 in self.monotonicity()[1]:
+            t, t0 = self.verify_block[k], self.verify_block[k0]
+            found.append(
+                f"non-monotone: a verifier block of {k} tokens timed {t:.4g} s, {1 - t / t0:.0%} below the block of "
+                f"{k0} ({t0:.4g} s), beyond the repeats' noise; the model uses the isotonic fit, but the timing is "
+                "suspect"
+            )
         noisy = [f"{name} ({value:.0%})" for name, value in spread.items() if value > NOISY_SPREAD]
         if noisy:
             found.append(f"noisy: repeats spread more than {NOISY_SPREAD:.0%} (median absolute deviation / median) "
@@ -497,8 +527,67 @@ def default_cost_path(verifier_name, draft_name, dtype, device) -> str:
     return os.path.join(cost_directory(), "".join(c if c.isalnum() or c in "._-" else "_" for c in name) + ".json")
 
 
+def find_calibration_path(trace):
+    """The path of the newest cost file in the user cache (``calibrate``'s default place) whose
+    verifier and draft are ``trace``'s (a trace set or trace; by file hashes), or None."""
+    import glob
+
+    from .._data._trace import model_hashes as files
+
+    want = (files(trace.metadata.get("verifier")), files(trace.metadata.get("draft")))
+    if None in want:
+        return None
+    found = []
+    for path in glob.glob(os.path.join(cost_directory(), "*.json")):
+        try:
+            cost = load_cost(path)
+        except (ValueError, OSError, json.JSONDecodeError):
+            continue  # not a cost file: ignored
+        src = cost.source
+        if (files(src.get("verifier")), files(src.get("draft"))) == want:
+            found.append((str(src.get("created", "")), path))
+    return max(found)[1] if found else None
+
+
+def find_calibration(trace):
+    """The newest calibration of ``trace``'s model pair in the user cache
+    (``find_calibration_path``), loaded, or None."""
+    path = find_calibration_path(trace)
+    return None if path is None else load_cost(path)
+
+
+def _pair(source) -> tuple:
+    """(verifier name, draft name) of a trace's metadata or a cost model's source (None: unknown)."""
+    names = []
+    for role in ("verifier", "draft"):
+        entry = source.get(role)
+        names.append(entry.get("name") if isinstance(entry, dict) else entry)
+    return tuple(names)
+
+
+def cost_description(cost, trace=None) -> str:
+    """Where a cost model's timings come from, in words, and, for a published profile, that it
+    times another model pair than ``trace``'s (a trace set or its metadata) when it does."""
+    src = cost.source
+    kind = src.get("kind", "cost file")
+    if kind == "ratio":
+        return "a what-if ratio (not a measurement)"
+    if kind == "profile":
+        text = f"measured profile {src.get('name')} ({src.get('hardware')}, {src.get('engine')})"
+        meta = getattr(trace, "metadata", trace) if trace is not None else None
+        if meta is not None and _pair(meta) != _pair(src) and None not in _pair(meta):
+            verifier, draft = _pair(meta)
+            text += (f", timings of {src.get('verifier')} verifying and {src.get('draft')} drafting, another pair than "
+                     f"the trace's ({verifier} and {draft}): the trace's acceptance, that pair's costs")  # fmt: skip
+        return text
+    if kind == "calibration":
+        where = f"{src.get('dtype', '?')} on {src.get('device', '?')}, {src.get('created', '')}"
+        return f"calibrated on this machine ({where})"
+    return "a cost file"
+
+
 @dataclass
-class Plan:
+class Plan(Result):
     """``predict_speedup``'s result: one row per rule x m x task (x drafting policy) with the
     analysis's fields plus ``tokens_per_step``, ``step_time``, ``speedup`` and its interval
     ``speedup_lo`` / ``speedup_hi`` (``interval``: what it includes), ``verify_extrapolated`` (the
@@ -512,6 +601,17 @@ class Plan:
     cost: CostModel
     max_kl: float | None = None
     warnings: list = field(default_factory=list)
+    name: ClassVar[str] = "plan"
+
+    def records(self) -> list:
+        """One row per rule x m x task (x drafting policy)."""
+        return [dict(r) for r in self.rows]
+
+    def figure(self):
+        """The predicted speedups against the emitted drift (``plot_plan``)."""
+        from ._plotting import plot_plan
+
+        return plot_plan(self)
 
     @property
     def key(self) -> str:
@@ -534,8 +634,12 @@ class Plan:
         rows = [r for r in self.rows if r["task"] == task and (bound is None or r["kl_emitted_target"] <= bound)]
         return max(rows, key=lambda r: r[self.key]) if rows else None
 
-    def table(self, task="all") -> str:
-        """The best m of every rule, fastest first, and the fastest setting within the bound."""
+    def table(self, task="all", *, every_m=False, warnings=True) -> str:
+        """The best m of every rule, fastest first, with its interval; with ``every_m``, then the
+        speedup at every m analysed (``grid``); then the verdict: the fastest setting within the
+        bound, or, when nothing beats the verifier alone, that it should run alone. A best setting
+        at the edge of the grid (the largest m or delta tried) is flagged. ``warnings``: the cost
+        model's problems and notes (print them once when tabling several tasks)."""
         request = self.key == "request_speedup"
         policies = any(r.get("draft_policy") for r in self.rows)
         head = f"{'rule':<34} " + (f"{'drafting':<16} " if policies else "") + f"{'best m':>6} {'AL':>6} "
@@ -545,10 +649,10 @@ class Plan:
         for r in self.best_m(task):
             line = f"{r['rule']:<34} " + (f"{r.get('draft_policy') or 'fixed':<16} " if policies else "")
             line += f"{r['m']:>6} {r['al']:>6.2f} {r['tokens_per_step']:>11.2f} {r['speedup']:>7.2f}x "
-            line += f"[{r['speedup_lo']:>5.2f}, {r['speedup_hi']:>5.2f}] "
+            line += f"{interval(r['speedup_lo'], r['speedup_hi'], '>5.2f'):>15} "
             if request:
-                line += (f"{r['request_speedup']:>7.2f}x [{r['request_speedup_lo']:>5.2f}, "
-                         f"{r['request_speedup_hi']:>5.2f}] {r['prefill_share']:>7.0%} ")  # fmt: skip
+                req = interval(r["request_speedup_lo"], r["request_speedup_hi"], ">5.2f")
+                line += f"{r['request_speedup']:>7.2f}x {req:>15} {r['prefill_share']:>7.0%} "
             lines.append(line + f"{r['kl_emitted_target']:>9.4f}")
         if request:
             r0 = next(r for r in self.rows if r["task"] == task)
@@ -562,16 +666,66 @@ class Plan:
             )
         if self.cost.source.get("kind") == "ratio":
             lines.append("(a what-if: a cost ratio with a flat block cost, not a measurement)")
-        for warning in self.warnings:
-            lines.append(f"warning: {warning}")
+        if every_m and len({r["m"] for r in self.rows if r["task"] == task}) > 1:
+            lines += ["", self.grid(task)]
+        if warnings:
+            lines += [f"note: {note}" for note in self.cost.notes()]
+            lines += [f"warning: {warning}" for warning in self.warnings]
+        lines.append(self.verdict(task))
+        return "\n".join(lines)
+
+    def grid(self, task="all") -> str:
+        """The speedup (``key``: per request when every row has one, else per step) of every rule at
+        every m analysed, rules in ``best_m``'s order, the best m of each marked ``*``."""
+        ms = sorted({r["m"] for r in self.rows if r["task"] == task})
+        policies = any(r.get("draft_policy") for r in self.rows)
+        cells = {(r["rule"], r.get("draft_policy"), r["m"]): r for r in self.rows if r["task"] == task}
+        per = "per request" if self.key == "request_speedup" else "per step"
+        label = f"speedup {per} at m ="
+        width = 34 + (17 if policies else 0)
+        lines = [f"{label:<{width}}" + "".join(f"{m:>7}" for m in ms)]
+        for best in self.best_m(task):
+            setting = (best["rule"], best.get("draft_policy"))
+            name = best["rule"] + (f" [{best.get('draft_policy') or 'fixed'}]" if policies else "")
+            line = f"{name:<{width}}"
+            for m in ms:
+                r = cells.get((*setting, m))
+                line += f"{'':>7}" if r is None else f"{r[self.key]:>6.2f}{'*' if r is best else ' '}"
+            lines.append(line.rstrip())
+        lines.append("(* the best m of each rule)")
+        return "\n".join(lines)
+
+    def scope(self) -> str:
+        """One sentence: whether the speedups are per step or per whole request (prompt processing
+        included), as the cost model allows."""
+        if self.key == "request_speedup":
+            return ("Speedups per whole request, prompt processing (prefill) included: the cost model timed it "
+                    "(`request` columns; `per step` is the generation alone).")  # fmt: skip
+        return ("Speedups per verification step (generation alone): the cost model timed no prompt processing, so "
+                "the prompt's time is in none of them and a whole request gains less.")  # fmt: skip
+
+    def verdict(self, task="all") -> str:
+        """One line: the fastest setting within the bound and its speedup (per request when the
+        rows have one, else per step), flagged when it sits at the edge of the grid tried; or "run
+        the verifier alone" when no setting is faster than it."""
         best = self.fastest(task=task)
         bound = "no bound" if self.max_kl is None else f"KL(pi || q) <= {self.max_kl:g}"
+        per = "per request, prompt processing included" if self.key == "request_speedup" else "per step"
         if best is None:
-            lines.append(f"no setting within {bound}")
-        else:
-            policy = f" ({best['draft_policy']})" if best.get("draft_policy") else ""
-            lines.append(f"fastest with {bound}: {best['rule']}{policy} at m = {best['m']}: {best[self.key]:.2f}x")
-        return "\n".join(lines)
+            return f"no setting within {bound}: run the verifier alone"
+        policy = f" ({best['draft_policy']})" if best.get("draft_policy") else ""
+        setting = f"{best['rule']}{policy} at m = {best['m']}: {best[self.key]:.2f}x ({per})"
+        if best[self.key] <= 1.0:
+            return (f"no setting within {bound} is faster than the verifier alone (the best, {setting}): run the "
+                    "verifier alone")  # fmt: skip
+        edges = []
+        rows = [r for r in self.rows if r["task"] == task]
+        if best["m"] == max(r["m"] for r in rows) and len({r["m"] for r in rows}) > 1:
+            edges.append("the largest m tried: try larger --m")
+        same = [r["delta"] for r in rows if r.get("family") == best.get("family") and r.get("delta") is not None]
+        if best.get("delta") is not None and len(set(same)) > 1 and best["delta"] == max(same):
+            edges.append("the largest delta tried: try larger --delta")
+        return f"fastest with {bound}: {setting}" + (f" (at {'; '.join(edges)})" if edges else "")
 
     def to_csv(self) -> str:
         return csv_text(self.rows)

@@ -96,6 +96,14 @@ def _resamples(text: str) -> int:
         ) from None
 
 
+def _command_line(args) -> str:
+    """The command that reproduces this run, as the user typed it (``--plugin`` and data paths
+    included), for the pages a command writes."""
+    import shlex
+
+    return "cactus-theory " + shlex.join(getattr(args, "command_line", None) or [])
+
+
 def _settings(args):
     """The SamplingSettings of the options ``_sampling_options`` adds."""
     from .._math._sampling import SamplingSettings
@@ -137,6 +145,17 @@ def _traces(args):
     return open_traces(args.trace) if args.trace else open_traces(load_trace())
 
 
+def _analysed(traces, result) -> str:
+    """The header line of what an analysis read: the sequences and positions analysed (those of the
+    tasks asked for), and the trace's totals when they differ."""
+    n = len(result.sequences) + result.empty_sequences
+    positions = sum(s.positions for s in result.sequences)
+    line = f"{n} sequences, {positions} positions analysed"
+    if n != len(traces) or positions != traces.n_positions:
+        line += f" (of the trace's {len(traces)} sequences, {traces.n_positions} positions)"
+    return line
+
+
 def _tasks_to_show(rows):
     """The tasks whose tables are printed: each task, and 'all' before them when there are several."""
     tasks = sorted({r["task"] for r in rows} - {"all"})
@@ -154,7 +173,8 @@ def _prompts_from(args):
     prompts = []
     for path in args.prompts:
         prompts.extend(load_prompts(path, dataset=args.dataset, limit=args.per_file, field=args.field, task=args.task,
-                                    task_field=args.task_field))  # fmt: skip
+                                    task_field=args.task_field,
+                                    id_field=None if args.id_field.lower() == "none" else args.id_field))  # fmt: skip
     ids = [p.id for p in prompts]
     if len(set(ids)) != len(ids):
         raise ValueError("two prompt files give the same prompt ids: label them with --task, one run per task")
@@ -193,6 +213,22 @@ class _Parser(argparse.ArgumentParser):
         if len(first) > 600:
             first = first[:600] + "..."
         self.exit(2, f"{self.prog}: error: {first} (see {self.prog} --help)\n")
+
+
+class _CombinedSpecs(argparse.Action):
+    """A list of comma-separated specs that a repeated option extends instead of replacing:
+    ``--rules sps --rules tas`` is ``--rules sps,tas`` (the default only when never given)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = getattr(namespace, "_given_" + self.dest, False)
+        text = str(values).strip()
+        setattr(namespace, self.dest, f"{getattr(namespace, self.dest)},{text}" if given else text)
+        setattr(namespace, "_given_" + self.dest, True)
+
+
+def _rules_option(parser, default="sps,tas,cactus,cactus-exact,mentored"):
+    parser.add_argument("--rules", default=default, action=_CombinedSpecs,
+                        help="rule specs (see below); repeated, the lists are combined")  # fmt: skip
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -248,7 +284,8 @@ weights once loaded."""
 
 def _model_options(parser):
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), help="model dtype")
+    parser.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16", "float16"),
+                        help="model dtype (float32: twice the memory, the exact reference)")  # fmt: skip
     parser.add_argument(
         "--no-model-cache",
         action="store_true",
@@ -277,5 +314,11 @@ def _prompt_file_options(parser, group=None):
         "--task-field",
         default="task",
         help="JSON key or CSV column with a record's own task label (used where present)",
+    )
+    parser.add_argument(
+        "--id-field",
+        default="id",
+        help="JSON key or CSV column with a record's own id: prompt ids are TASK-ID where present, else TASK-INDEX "
+        "('none': always TASK-INDEX)",
     )
     parser.add_argument("--per-file", type=_int_at_least(0), default=None, help="first N prompts of each file")

@@ -5,6 +5,7 @@ plugins imported first, and every expected failure one line (exit 2 for bad inpu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import pkgutil
@@ -139,7 +140,8 @@ def _plugin_problems(modules, report=True) -> None:
 
 
 def main(argv=None) -> int:
-    plugins, argv = _take_plugins(sys.argv[1:] if argv is None else argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    plugins, argv = _take_plugins(given)
     try:
         modules = [import_plugin(name) for name in plugins]
         command = next((a for a in argv if not a.startswith("-")), None)
@@ -152,8 +154,14 @@ def main(argv=None) -> int:
         return code
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.command_line = given  # every argument as given, plugins included: what a written page names
     try:
         return args.func(args)
+    except BrokenPipeError:  # the reader went away (| head): stop quietly, as Unix tools do
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return 141
     except KeyboardInterrupt:
         if args.debug:
             raise

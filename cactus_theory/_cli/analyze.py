@@ -4,6 +4,7 @@ Its arguments, then the code that runs them."""
 from __future__ import annotations
 
 from ._common import (
+    _analysed,
     _bonus_policy_option,
     _check_out,
     _delta_help,
@@ -16,6 +17,7 @@ from ._common import (
     _progress_options,
     _resamples,
     _rules_epilog,
+    _rules_option,
     _settings,
     _tasks_to_show,
     _trace_inputs,
@@ -39,7 +41,7 @@ def add_parser(sub):
         default=None,
         help="trace directories or glob patterns, analysed as one set (default: the embedded trace)",
     )
-    a.add_argument("--rules", default="sps,tas,cactus,cactus-exact,mentored", help="rule specs (see below)")
+    _rules_option(a)
     a.add_argument("--delta", type=_floats, default=[0.25, 0.5, 1.0, 2.0], help=_delta_help())
     a.add_argument("--m", type=_ints, default=[4, 8, 20], help="drafted tokens per verification")
     a.add_argument("--task", action="append", default=None, help="analyse only this task (repeatable)")
@@ -114,7 +116,7 @@ def run(args) -> int:
         close_quietly(client, cluster)
     where = traces.directory if len(traces.traces) == 1 else f"{len(traces.traces)} traces ({traces.directory})"
     drafts = "" if args.draft_mode == "sampled" else "; greedy drafting (argmax p, one-hot for the rules)"
-    print(f"trace {where}: {len(traces)} sequences, {traces.n_positions} positions; settings {result.settings}{drafts}")
+    print(f"trace {where}: {_analysed(traces, result)}; settings {result.settings}{drafts}")
     if result.empty_sequences:
         print(f"{result.empty_sequences} sequence(s) without positions left out")
     for note in result.notes:
@@ -130,6 +132,7 @@ def run(args) -> int:
         positions = next(r["positions"] for r in result.trace_rows if r["trace"] == name)
         print(f"\ntrace {name} ({positions} positions)")
         print(result.table(trace=name))
+    print("\nthe columns:\n" + result.legend())
     if args.out:
         for path in write_outputs(result, args.out, figures=not args.no_figures):
             print(f"wrote {path}")

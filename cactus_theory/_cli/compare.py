@@ -7,6 +7,7 @@ import time
 
 from ._common import (
     _check_out,
+    _command_line,
     _Formatter,
     _int_at_least,
     _progress,
@@ -42,7 +43,7 @@ def run(args) -> int:
     start = time.perf_counter()
     traces = _traces(args)
     comparison = compare_rules(traces, n_boot=args.bootstrap, processes=args.processes, progress=_progress(args))
-    command = f"cactus-theory compare {' '.join(args.trace or [])} --bootstrap {args.bootstrap}".replace("  ", " ")
+    command = _command_line(args)
     label = ", ".join(args.trace) if args.trace else None
     paths = write_comparison(comparison, args.out, command=command, seconds=time.perf_counter() - start,
                              trace_label=label)  # fmt: skip

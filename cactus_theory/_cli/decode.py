@@ -7,6 +7,7 @@ from ._common import (
     MODEL_MEMORY,
     _bonus_policy_option,
     _check_out,
+    _CombinedSpecs,
     _draft_mode_option,
     _Formatter,
     _int_at_least,
@@ -36,7 +37,13 @@ def add_parser(sub):
     )
     c.add_argument("--verifier", required=True, help="verifier: Hugging Face id, local directory or .gguf file")
     c.add_argument("--draft", required=True, help="draft model (as --verifier), or 'ngram' for prompt lookup")
-    c.add_argument("--rule", default="cactus", help="one rule spec, e.g. 'cactus(delta=1)' or 'lossy(alpha=0.7)'")
+    c.add_argument(
+        "--rule",
+        default="cactus",
+        action=_CombinedSpecs,
+        help="rule spec(s), e.g. 'cactus(delta=1)' or 'sps,lossy(alpha=0.7)'; repeatable: every rule decodes every "
+        "prompt, a prompt's runs alternating in short chunks, one --baseline shared",
+    )
     c.add_argument("--delta", type=float, default=1.0, help="delta of a rule spec that does not set one")
     c.add_argument("-m", type=_int_at_least(1), default=8, help="drafted tokens per verification")
     one = c.add_mutually_exclusive_group(required=True)
@@ -69,11 +76,9 @@ def run(args) -> int:
     from .._models._hf import load_model
 
     _check_out(args, [*(args.prompts or []), *_model_inputs(args)], directory=False)
-    rules = parse_rules([args.rule], [args.delta])
-    if len(rules) != 1:
-        raise ValueError(f"--rule must name one rule; {args.rule!r} gives {len(rules)}")
-    (rule,) = rules
-    check_chain_rule(rule)  # before loading any model
+    rules = parse_rules(args.rule, [args.delta])
+    for rule in rules:
+        check_chain_rule(rule)  # before loading any model
     policy = make_draft_policy(args.draft_policy)
     if policy is not None and policy.needs_cost:
         raise ValueError("--draft-policy cost-optimal needs a cost model: it is for 'plan'; decode with p-min(...), "
@@ -89,7 +94,7 @@ def run(args) -> int:
     records = decode_prompts(
         verifier,
         draft,
-        rule,
+        rules,
         prompts,
         m=args.m,
         settings=settings,
@@ -102,24 +107,32 @@ def run(args) -> int:
         draft_mode=args.draft_mode,
         draft_policy=policy,
     )
-    if args.prompt is not None:
-        rec = records[0]
-        print(rec["text"])
-        print(
-            f"[{rule.describe()} m={args.m}] {rec['tokens']} tokens, {len(rec['accepted'])} verifications, "
-            f"AL {rec['al']:.2f}, vLLM mean acceptance length {1 + rec['al']:.2f}, "
-            f"{rec['tokens_per_second']:.2f} tok/s "
-            f"(draft {rec['draft_seconds']:.1f} s, verify {rec['verify_seconds']:.1f} s)"
-        )
-        if args.baseline:
-            base = rec["baseline"]
+    for rule in rules:
+        label = rule.describe()
+        mine = [r for r in records if r["rule"] == label]
+        if len(rules) > 1:
+            print(f"\n{label}:")
+        if args.prompt is not None:
+            rec = mine[0]
+            print(rec["text"])
             print(
-                f"[verifier alone] {base['tokens']} tokens, {base['tokens_per_second']:.2f} tok/s: speedup "
-                f"{rec['tokens_per_second'] / base['tokens_per_second']:.2f}x"
+                f"[{label} m={args.m}] {rec['tokens']} tokens, {len(rec['accepted'])} verifications, "
+                f"AL {rec['al']:.2f}, vLLM mean acceptance length {1 + rec['al']:.2f}, "
+                f"{rec['tokens_per_second']:.2f} tok/s "
+                f"(draft {rec['draft_seconds']:.1f} s, verify {rec['verify_seconds']:.1f} s)"
             )
-            print(decoding_summary(records, seed=args.seed))  # prefill apart, matched lengths, flags
-        return 0
-    print(decoding_summary(records, seed=args.seed))
-    if args.out:
+            if args.baseline:
+                base = rec["baseline"]
+                print(
+                    f"[verifier alone] {base['tokens']} tokens, {base['tokens_per_second']:.2f} tok/s: speedup "
+                    f"{rec['tokens_per_second'] / base['tokens_per_second']:.2f}x"
+                )
+                print(decoding_summary(mine, seed=args.seed))  # prefill apart, matched lengths, flags
+            continue
+        print(decoding_summary(mine, seed=args.seed))
+    if args.baseline and len(rules) > 1:
+        print("\n(one verifier-alone baseline per prompt, shared by every rule; each prompt's runs alternated in "
+              "chunks of about 0.25 s)")  # fmt: skip
+    if args.out and args.prompt is None:
         print(f"records in {args.out}")
     return 0

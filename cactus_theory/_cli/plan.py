@@ -7,6 +7,7 @@ import os
 
 from .._analysis._plan import DEFAULT_COST_PROFILE
 from ._common import (
+    _analysed,
     _check_out,
     _delta_help,
     _draft_mode_option,
@@ -19,6 +20,7 @@ from ._common import (
     _progress_options,
     _resamples,
     _rules_epilog,
+    _rules_option,
     _tasks_to_show,
     _trace_inputs,
     _traces,
@@ -76,7 +78,7 @@ def add_parser(sub):
         default=None,
         help="bound on the mean emitted KL(pi || q) per position",
     )
-    pl.add_argument("--rules", default="sps,tas,cactus,cactus-exact,mentored", help="rule specs (see below)")
+    _rules_option(pl)
     pl.add_argument("--delta", type=_floats, default=[0.25, 0.5, 1.0, 2.0], help=_delta_help())
     pl.add_argument("--m", type=_ints, default=[1, 2, 3, 4, 6, 8, 10, 12, 16, 20], help="draft lengths to compare")
     pl.add_argument("--task", action="append", default=None, help="only this task (repeatable)")
@@ -92,16 +94,27 @@ def add_parser(sub):
 def run(args) -> int:
     from .._analysis._analyze import analyze_trace, parse_rules
     from .._analysis._outputs import write_outputs
-    from .._analysis._plan import CostModel, load_cost, predict_speedup
+    from .._analysis._plan import CostModel, cost_description, find_calibration_path, load_cost, predict_speedup
     from .._laws._policies import AUTO_POLICIES, make_draft_policy
 
     # the cost model and the policies are checked before the work
+    traces = None
+    chosen = "given"
     if args.cost:
         cost = load_cost(args.cost)
     elif args.cost_ratio is not None:
         cost = CostModel.from_ratio(args.cost_ratio)
+    elif args.cost_profile is not None:
+        cost = CostModel.from_profile(args.cost_profile)
     else:
-        cost = CostModel.from_profile(DEFAULT_COST_PROFILE if args.cost_profile is None else args.cost_profile)
+        traces = _traces(args)
+        found = find_calibration_path(traces)
+        if found is not None:
+            cost, chosen = load_cost(found), f"the newest calibration of the trace's model pair in the cache, {found}"
+        else:
+            cost = CostModel.from_profile(DEFAULT_COST_PROFILE)
+            chosen = ("the default: no calibration of the trace's model pair in the cache; 'cactus-theory calibrate' "
+                      "times this machine, --cost reads a cost file")  # fmt: skip
     problems = cost.problems()
     if problems and not args.trust_cost:
         raise ValueError("the cost model cannot be trusted as it is: " + "; ".join(problems)
@@ -112,28 +125,23 @@ def run(args) -> int:
     for spec in policies:
         make_draft_policy(spec)
     _check_out(args, [*_trace_inputs(args), args.cost])
-    traces = _traces(args)
+    traces = traces if traces is not None else _traces(args)
     result = analyze_trace(
         traces, parse_rules(args.rules, args.delta), ms=args.m, n_boot=args.bootstrap, processes=args.processes,
         progress=_progress(args), tasks=args.task, draft_mode=args.draft_mode, draft_policies=policies, cost=cost,
     )  # fmt: skip
     plan = predict_speedup(result, cost, max_kl=args.max_kl, allow_untrusted=args.trust_cost,
                            prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens)  # fmt: skip
-    kind = plan.cost.source.get("kind", "cost file")
-    given = args.cost or args.cost_ratio is not None or args.cost_profile is not None
-    default = "" if given else " (the default; --cost for this machine's calibration)"
-    if kind == "profile":
-        kind = (
-            f"measured profile {plan.cost.source.get('name')} ({plan.cost.source.get('hardware')}, "
-            f"{plan.cost.source.get('engine')}){default}"
-        )
-    elif kind == "ratio":
-        kind = "a what-if ratio"
     ratio = plan.cost.draft_token / plan.cost.verify_block[1]
-    print(f"{len(traces)} sequences, {traces.n_positions} positions; cost: {kind}, draft / verifier ratio {ratio:.3f}")
+    print(_analysed(traces, result))
+    print(f"cost: {cost_description(plan.cost, traces)}; draft / verifier token cost {ratio:.3f}")
+    if chosen != "given":
+        print(f"  ({chosen})")
+    for line in [f"note: {note}" for note in plan.cost.notes()] + [f"warning: {w}" for w in plan.warnings]:
+        print(line)
     for task in _tasks_to_show(plan.rows):
-        print(f"\n{'all tasks' if task == 'all' else 'task ' + task}: predicted speedup at the best m")
-        print(plan.table(task))
+        print(f"\n{'all tasks' if task == 'all' else 'task ' + task}: predicted speedup at every m (* the best)")
+        print(plan.table(task, every_m=True, warnings=False))
     if args.out:
         from .._analysis._plotting import figure_png, plot_plan
         from .._util._files import atomic_write

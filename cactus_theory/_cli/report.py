@@ -8,7 +8,7 @@ import time
 
 from ._common import _check_out, _Formatter, _progress, _progress_options
 
-ORDER = 9
+ORDER = 11
 
 
 def add_parser(sub):

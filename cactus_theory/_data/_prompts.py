@@ -242,15 +242,30 @@ def _record_task(record, task_field, where):
     return label
 
 
-def _generic_records(path, field, task_field=None):
-    """(index, text, the record's own task or None) of every record of a prompt file in any of the
-    RECORD_FORMATS."""
+def _record_id(record, id_field, where):
+    """The record's own id (its ``id_field``) as a label, or None where it has none."""
+    if id_field is None or not isinstance(record, dict) or id_field not in record:
+        return None
+    value = record[id_field]
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or not str(value).strip():
+        raise ValueError(f"{where}: the id field {id_field!r} must be a non-empty string or integer; got {value!r}")
+    label = str(value).strip()
+    if len(label) > 100 or any(c in label for c in "/\\\n\r\t") or label != _unicode(label, where):
+        raise ValueError(f"{where}: the id {label[:40]!r} is not a label (at most 100 characters, no slashes or "
+                         "line breaks); pass --id-field with another field, or none to number the records")  # fmt: skip
+    return label
+
+
+def _generic_records(path, field, task_field=None, id_field=None):
+    """(index, text, the record's own task or None, its own id or None) of every record of a
+    prompt file in any of the RECORD_FORMATS."""
     low = path.lower()
+
+    def one(i, rec, where):
+        return i, _pick(rec, field, where), _record_task(rec, task_field, where), _record_id(rec, id_field, where)
+
     if low.endswith((".jsonl", ".jsonl.gz")):
-        return [
-            (i, _pick(rec, field, f"{path}, line {n}"), _record_task(rec, task_field, f"{path}, line {n}"))
-            for i, (n, rec) in enumerate(json_lines(path))
-        ]
+        return [one(i, rec, f"{path}, line {n}") for i, (n, rec) in enumerate(json_lines(path))]
     if low.endswith((".json", ".json.gz")):
         try:
             data = json.loads(read_text(path))
@@ -260,23 +275,16 @@ def _generic_records(path, field, task_field=None):
             ) from None
         if not isinstance(data, list):
             raise ValueError(f"{path}: a .json prompt file must hold a list of records or strings")
-        return [
-            (i, _pick(rec, field, f"{path}, record {i}"), _record_task(rec, task_field, f"{path}, record {i}"))
-            for i, rec in enumerate(data)
-        ]
+        return [one(i, rec, f"{path}, record {i}") for i, rec in enumerate(data)]
     if low.endswith((".csv", ".tsv", ".csv.gz", ".tsv.gz")):
         tab = low.endswith((".tsv", ".tsv.gz"))
         reader = csv.DictReader(io.StringIO(read_text(path), newline=""), delimiter="\t" if tab else ",")
-        return [
-            (i, _pick(dict(row), field, where), _record_task(dict(row), task_field, where))
-            for i, row in enumerate(reader)
-            for where in (f"{path}, row {i + 2}",)
-        ]
+        return [one(i, dict(row), f"{path}, row {i + 2}") for i, row in enumerate(reader)]
     if field is not None:
         raise ValueError(f"{path}: a plain text file has one prompt per line; --field applies to JSON and CSV")
     lines = read_text(path).split("\n")
     return [
-        (i, _unicode(text, f"{path}, line {n}"), None)
+        (i, _unicode(text, f"{path}, line {n}"), None, None)
         for i, (n, text) in enumerate((n, line.rstrip("\r")) for n, line in enumerate(lines, 1) if line.strip())
     ]
 
@@ -290,6 +298,7 @@ def load_prompts(
     field=None,
     task=None,
     task_field="task",
+    id_field="id",
 ) -> list[Prompt]:
     """Prompts from one file.
 
@@ -297,11 +306,13 @@ def load_prompts(
     text, the text from ``field`` (default: the first of ``PROMPT_FIELDS`` present), each
     labelled by its own ``task_field`` (a JSON key or CSV column, default ``"task"``) where the
     record has one, else by the file's stem; ``task`` labels every prompt of the file and
-    overrides both (``task_field=None`` ignores the records' fields). Prompt ids are
-    TASK-INDEX, the index of the record in the file. With ``dataset`` (one of ``DATASETS``), the benchmark's own
-    format and instruction (e.g. GSM8K's "Solve the problem step by step ..."); the dataset is
-    never guessed from the path. A record without the field, invalid JSON or an empty prompt
-    raise a ValueError naming the file and line.
+    overrides both (``task_field=None`` ignores the records' fields). Prompt ids are TASK-ID
+    where a record has its own ``id_field`` (default ``"id"``; ids repeated in one file are
+    refused), so reordering the file changes no prompt's id nor its seed; else TASK-INDEX, the
+    index of the record in the file (``id_field=None`` always numbers). With ``dataset`` (one
+    of ``DATASETS``), the benchmark's own format and instruction (e.g. GSM8K's "Solve the
+    problem step by step ..."); the dataset is never guessed from the path. A record without the
+    field, invalid JSON or an empty prompt raise a ValueError naming the file and line.
     """
     path = str(path)
     if os.path.isdir(path):
@@ -327,7 +338,13 @@ def load_prompts(
                 ) from None
     else:
         label = task or _stem(path)
-        records = _generic_records(path, field, None if task else task_field)
+        records = _generic_records(path, field, None if task else task_field, id_field)
+        seen = set()
+        for own_id in (r[3] for r in records if r[3] is not None):
+            if own_id in seen:
+                raise ValueError(f"{path}: two records have the id {own_id!r} ({id_field!r}); ids must be distinct "
+                                 "(or pass --id-field none to number the records)")  # fmt: skip
+            seen.add(own_id)
     out = []
     for i, text, *own in records:
         if i < start:
@@ -335,7 +352,8 @@ def load_prompts(
         if limit is not None and len(out) >= limit:
             break
         name = (own[0] if own else None) or label
-        out.append(Prompt(id=f"{name}-{i}", task=name, text=text, index=i))
+        own_id = own[1] if len(own) > 1 else None
+        out.append(Prompt(id=f"{name}-{i if own_id is None else own_id}", task=name, text=text, index=i))
     return out
 
 

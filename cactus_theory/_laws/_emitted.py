@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 from scipy import special
 
 from .._math._backend import namespace
-from .._math._kernels import windowed_accepted_length
+from .._math._kernels import position_metrics, windowed_accepted_length
 from .._rules._protocol import as_rule, kind_of
 
 __all__ = [
@@ -78,16 +79,21 @@ def _entropy(x):
     return -np.sum(special.xlogy(x, x), axis=-1)
 
 
-def step_metrics(rule, draft_probs, target_probs, drafted_token=None, *, logits=None):
+def step_metrics(rule, draft_probs, target_probs, drafted_token=None, *, logits=None, validate=True, shared=None):
     """Acceptance and the drift of the emitted distribution from the verifier, per position.
 
     All exact (from ``emitted_distribution``); NumPy float64 out. ``logits`` (a ``RuleLogits``)
     for the rules that need the raw logits. For a multi-draft rule (k drafts per position) the
     acceptance is the chance that some draft is accepted (``multi_acceptance``, over the drafts)
     and the emitted law is over the k drafts; ``drafted_token`` does not apply to it.
+
+    ``validate=False`` skips the checks of the rows (for callers that made them once: the
+    analysis, over many rules). ``shared``: a dict the caller keeps per set of rows and passes to
+    every rule's ``step_metrics`` on them, where rules keep what they share (a sort of p / q, the
+    distinct values of q, H(q)); the same numbers as without it.
     """
     rule = as_rule(rule)
-    p, q, lg = rule._host(draft_probs, target_probs, logits)
+    p, q, lg = rule._host(draft_probs, target_probs, logits, validate=validate)
     if kind_of(rule) == "multi-draft":
         if drafted_token is not None:
             raise ValueError(
@@ -99,11 +105,17 @@ def step_metrics(rule, draft_probs, target_probs, drafted_token=None, *, logits=
         outside = np.clip(np.asarray(rule.multi_outside_support(p, q), dtype=np.float64), 0.0, 1.0)
     elif drafted_token is None:
         both = getattr(rule, "emitted_and_acceptance_all", None)
-        if both is not None:
+        if both is not None and shared is not None and _takes_shared(type(rule)):
+            pi, accept_all = both(p, q, logits=lg, shared=shared)
+        elif both is not None:
             pi, accept_all = both(p, q, logits=lg)
         else:  # an object implementing only the protocol's four methods
             pi, accept_all = rule.emitted(p, q), rule.acceptance_all(p, q)
         pi = np.asarray(pi, dtype=np.float64)
+        if shared is not None:  # the analysis: the sums in one compiled pass
+            fused = _fused_metrics(p, q, pi, np.asarray(accept_all, dtype=np.float64))
+            if fused is not None:
+                return fused
         per_token = p * accept_all
         acceptance = np.clip(np.sum(per_token, axis=-1), 0.0, 1.0)
         outside = np.clip(np.sum(np.where(q > 0, 0.0, per_token), axis=-1), 0.0, 1.0)
@@ -118,9 +130,46 @@ def step_metrics(rule, draft_probs, target_probs, drafted_token=None, *, logits=
         kl_emitted_target=np.maximum(np.sum(special.rel_entr(pi, q), axis=-1), 0.0),
         kl_target_emitted=np.maximum(np.sum(special.rel_entr(q, pi), axis=-1), 0.0),
         tv=0.5 * np.sum(np.abs(pi - q), axis=-1),
-        entropy_change=_entropy(pi) - _entropy(q),
+        entropy_change=_entropy(pi) - (_entropy(q) if shared is None else _shared(shared, "entropy_q", _entropy, q)),
         emitted=pi,
     )
+
+
+def _fused_metrics(p, q, pi, accept_all):
+    """``StepMetrics`` of a token rule from its emitted law and a_n for every n, the sums in one
+    compiled pass (``_kernels.position_metrics``; the same values as the NumPy sums to rounding),
+    or None without numba."""
+    sums = position_metrics(p, q, pi, accept_all)
+    if sums is None:
+        return None
+    return StepMetrics(
+        acceptance=np.clip(sums[..., 0], 0.0, 1.0),
+        acceptance_outside_support=np.clip(sums[..., 1], 0.0, 1.0),
+        kl_emitted_target=np.maximum(sums[..., 2], 0.0),
+        kl_target_emitted=np.maximum(sums[..., 3], 0.0),
+        tv=sums[..., 4],
+        entropy_change=sums[..., 5] - sums[..., 6],
+        emitted=pi,
+    )
+
+
+def _shared(shared, key, fn, *args):
+    """``fn(*args)`` computed once per ``shared`` dict (``step_metrics``)."""
+    if key not in shared:
+        shared[key] = fn(*args)
+    return shared[key]
+
+
+@functools.cache
+def _takes_shared(cls) -> bool:
+    """Whether a rule class's ``emitted_and_acceptance_all`` takes ``shared=`` (the package's do;
+    a user's override may not)."""
+    import inspect
+
+    try:
+        return "shared" in inspect.signature(cls.emitted_and_acceptance_all).parameters
+    except (TypeError, ValueError):  # pragma: no cover - a builtin or C-level callable
+        return False
 
 
 def expected_accepted_length(acceptance_rates, m: int):

@@ -22,6 +22,7 @@ __all__ = [
     "check_resamples",
     "percentile_interval",
     "ratio_interval",
+    "ratio_intervals",
     "resample_counts",
     "resampled_sums",
 ]
@@ -107,15 +108,40 @@ def ratio_interval(num, den, counts):
     ``counts`` (``resample_counts``, or None: no interval, NaN)). The ratio is NaN when den sums
     to 0; an infinite ratio has itself for both ends."""
     num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
-    if den.sum() == 0:
-        return float("nan"), float("nan"), float("nan")
-    value = float(num.sum() / den.sum())
-    if not np.isfinite(value):
-        return value, value, value
-    if counts is None:
-        return value, float("nan"), float("nan")
-    if counts.shape[1] != num.size:
-        raise ValueError(f"counts cover {counts.shape[1]} units, the values {num.size}")
-    top, bottom = resampled_sums(counts, num, den)
+    return ratio_intervals([(num, den)], counts)[0]
+
+
+def ratio_intervals(pairs, counts) -> list:
+    """``[ratio_interval(num, den, counts) for num, den in pairs]`` in one pass: every pair's
+    resampled sums from one matrix product per chunk of ``counts`` and the percentiles of all
+    pairs whose resampled ratios are all finite in one call (the others one by one, as
+    ``percentile_interval`` does). The same values as pair by pair, to the rounding of the sums."""
+    pairs = [(np.asarray(n, dtype=np.float64), np.asarray(d, dtype=np.float64)) for n, d in pairs]
+    out, wanted = [], []
+    for i, (num, den) in enumerate(pairs):
+        if den.sum() == 0:
+            out.append((float("nan"), float("nan"), float("nan")))
+            continue
+        value = float(num.sum() / den.sum())
+        out.append((value, value, value) if not np.isfinite(value) else (value, float("nan"), float("nan")))
+        if np.isfinite(value) and counts is not None:
+            if counts.shape[1] != num.size or den.size != num.size:
+                raise ValueError(f"counts cover {counts.shape[1]} units, the values {num.size}")
+            wanted.append(i)
+    if not wanted:
+        return out
+    stacked = np.stack([pairs[i][j] for i in wanted for j in (0, 1)], axis=1)  # (units, 2 k)
+    sums = np.empty((counts.shape[0], stacked.shape[1]))
+    for begin in range(0, counts.shape[0], _CHUNK):
+        w = counts[begin : begin + _CHUNK].astype(np.float64)
+        sums[begin : begin + len(w)] = w @ stacked
     with np.errstate(divide="ignore", invalid="ignore"):  # a resample whose denominator is 0
-        return (value, *percentile_interval(top / bottom))
+        ratios = sums[:, 0::2] / sums[:, 1::2]
+    clean = np.isfinite(ratios).all(axis=0)
+    if clean.any() and ratios.shape[0] >= MIN_RESAMPLES:
+        lo, hi = np.percentile(ratios[:, clean], [2.5, 97.5], axis=0)
+        for col, (a, b) in zip(np.flatnonzero(clean), zip(lo, hi, strict=True), strict=True):
+            out[wanted[col]] = (out[wanted[col]][0], float(a), float(b))
+    for col in np.flatnonzero(~clean | (ratios.shape[0] < MIN_RESAMPLES)):
+        out[wanted[col]] = (out[wanted[col]][0], *percentile_interval(ratios[:, col]))
+    return out

@@ -107,6 +107,281 @@ def windowed_accepted_length(beta, m):
     return out.reshape(beta.shape)
 
 
+def _block_pass(beta, values, bonus, has_bonus, ms, al_out, val_out, pos_out):
+    """One pass over a sequence's block starts for every block size in ``ms`` (ascending) at once:
+    al_out[i] = sum_t AL_t(m_i), val_out[i, k] = sum_t S_t(m_i) of value row k (the expected sum of
+    values[k] over the tokens a block emits, the bonus slot's ``bonus[k]`` included when
+    ``has_bonus``), pos_out[i, j] = sum_t P(the first j + 1 drafts accepted), over the starts
+    t < max(T - m_i + 1, 1). R_j(t) = prod_{i<j} beta[t + i] (beta = 0 past the end) is built
+    forwards along each window; an unreachable slot adds nothing (0 * inf = 0)."""
+    n = beta.shape[0]
+    rows = values.shape[0]
+    count = ms.shape[0]
+    top = ms[count - 1]
+    acc = np.zeros(rows)
+    for t in range(n):
+        reach = 1.0
+        al = 0.0
+        for k in range(rows):
+            acc[k] = 0.0
+        nxt = 0
+        for j in range(top):
+            pos = t + j
+            if pos < n:
+                if reach > 0.0:
+                    for k in range(rows):
+                        acc[k] += reach * values[k, pos]
+                reach *= beta[pos]
+            else:
+                reach = 0.0
+            al += reach
+            for i in range(nxt, count):  # the sizes m > j count slot j + 1 of start t
+                if t < max(n - ms[i] + 1, 1):
+                    pos_out[i, j] += reach
+            while nxt < count and ms[nxt] == j + 1:
+                if t < max(n - ms[nxt] + 1, 1):
+                    al_out[nxt] += al
+                    for k in range(rows):
+                        extra = 0.0
+                        if has_bonus and pos + 1 < n and reach > 0.0:
+                            extra = reach * bonus[k, pos + 1]
+                        val_out[nxt, k] += acc[k] + extra
+                nxt += 1
+
+
+_block_pass_jit = _jit(_block_pass)
+
+
+def block_pass(beta, values, bonus, ms):
+    """(al (M,), value sums (M, K), acceptance by position (M, max m)) of one sequence, summed over
+    the block starts of each m in ``ms`` (``_block_pass``), compiled; None without numba. ``beta``
+    (T,), ``values`` (K, T), ``bonus`` (K, T) or None, ``ms`` ascending block sizes."""
+    if _block_pass_jit is None:
+        return None
+    beta = np.ascontiguousarray(beta, dtype=np.float64)
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    sizes = np.ascontiguousarray(ms, dtype=np.int64)
+    bonus_rows = values if bonus is None else np.ascontiguousarray(bonus, dtype=np.float64)
+    al = np.zeros(sizes.shape[0])
+    vals = np.zeros((sizes.shape[0], values.shape[0]))
+    pos = np.zeros((sizes.shape[0], int(sizes[-1])))
+    _block_pass_jit(beta, values, bonus_rows, bonus is not None, sizes, al, vals, pos)
+    return al, vals, pos
+
+
+def _position_metrics(p, q, pi, accept, out):
+    """Per row of (R, V) arrays: out[r] = (sum_x p a, sum_{q(x) = 0} p a, KL(pi || q), KL(q || pi),
+    TV(pi, q), H(pi), H(q)), one pass (``step_metrics``'s sums; rel_entr's conventions: 0 log 0 = 0,
+    x > 0 = y gives inf)."""
+    rows, vocab = q.shape
+    for r in range(rows):
+        acc = 0.0
+        outside = 0.0
+        kl = 0.0
+        kl_rev = 0.0
+        tv = 0.0
+        h_pi = 0.0
+        h_q = 0.0
+        for x in range(vocab):
+            px, qx, ex = p[r, x], q[r, x], pi[r, x]
+            w = px * accept[r, x]
+            acc += w
+            if qx <= 0.0:
+                outside += w
+            if ex > 0.0:
+                kl += ex * math.log(ex / qx) if qx > 0.0 else math.inf
+                h_pi -= ex * math.log(ex)
+            if qx > 0.0:
+                kl_rev += qx * math.log(qx / ex) if ex > 0.0 else math.inf
+                h_q -= qx * math.log(qx)
+            tv += abs(ex - qx)
+        out[r, 0] = acc
+        out[r, 1] = outside
+        out[r, 2] = kl
+        out[r, 3] = kl_rev
+        out[r, 4] = 0.5 * tv
+        out[r, 5] = h_pi
+        out[r, 6] = h_q
+
+
+_position_metrics_jit = numba.njit(cache=True, nogil=True)(_position_metrics) if HAVE_NUMBA else None
+
+
+def position_metrics(p, q, pi, accept):
+    """(R, 7) per-row sums of ``_position_metrics`` of float64 arrays (..., V) (compiled), or None
+    without numba."""
+    if _position_metrics_jit is None:
+        return None
+    flat = [np.ascontiguousarray(x, dtype=np.float64).reshape(-1, q.shape[-1]) for x in (p, q, pi, accept)]
+    out = np.empty((flat[1].shape[0], 7))
+    _position_metrics_jit(*flat, out)
+    return out.reshape(*q.shape[:-1], 7)
+
+
+def _block_weights(p, q, top, max_support, out, lengths):
+    """Block verification's E[w_1..w_j] for every block start t of (T, V) rows: the weights' law
+    enumerated (w_i = min(w_{i-1} q(x) / p(x), 1) over the drafts x ~ p at t + i - 1, equal weights
+    merged after a sort), out[t, i - 1] = E w_i, lengths[t] = j: ``top`` steps, fewer where the law
+    would hold more than ``max_support`` values or the sequence ends (the compiled twin of
+    ``_rules.block._exact_expected_weights``)."""
+    n, vocab = p.shape
+    starts = out.shape[0]
+    values = np.empty(max_support)
+    probs = np.empty(max_support)
+    new_values = np.empty(max_support)
+    new_probs = np.empty(max_support)
+    support = np.empty(vocab, dtype=np.int64)
+    for t in range(starts):
+        size = 1
+        values[0] = 1.0
+        probs[0] = 1.0
+        done = 0
+        for i in range(min(top, n - t)):
+            row = t + i
+            count = 0
+            for x in range(vocab):
+                if p[row, x] > 0.0:
+                    support[count] = x
+                    count += 1
+            if size * count > max_support:
+                break
+            k = 0
+            for a in range(size):
+                for c in range(count):
+                    x = support[c]
+                    r = q[row, x] / p[row, x]
+                    v = values[a] * r
+                    new_values[k] = v if v < 1.0 else 1.0
+                    new_probs[k] = probs[a] * p[row, x]
+                    k += 1
+            order = np.argsort(new_values[:k])
+            size = 0
+            expected = 0.0
+            for j in range(k):
+                v = new_values[order[j]]
+                if size > 0 and values[size - 1] == v:
+                    probs[size - 1] += new_probs[order[j]]
+                else:
+                    values[size] = v
+                    probs[size] = new_probs[order[j]]
+                    size += 1
+            for j in range(size):
+                expected += values[j] * probs[j]
+            out[t, i] = expected
+            done = i + 1
+        lengths[t] = done
+
+
+_block_weights_jit = _jit(_block_weights)
+
+
+def block_weights_exact(p, q, starts, top, max_support):
+    """(E[w_i] per start and step (starts, top), the steps enumerated per start (starts,)) of
+    ``_block_weights``, compiled; None without numba."""
+    if _block_weights_jit is None:
+        return None
+    out = np.zeros((int(starts), int(top)))
+    lengths = np.zeros(int(starts), dtype=np.int64)
+    _block_weights_jit(np.ascontiguousarray(p, dtype=np.float64), np.ascontiguousarray(q, dtype=np.float64), int(top),
+                       int(max_support), out, lengths)  # fmt: skip
+    return out, lengths
+
+
+def _rrs_rows(p, q, k, max_cells, out):
+    """P(some draft accepted) of recursive rejection sampling of k drafts drawn without replacement,
+    per row of (R, V) arrays, exactly: the drafted prefixes that can still be rejected enumerated
+    level by level, as ``_rules.multidraft._rrs_without_replacement`` does (a draft x is rejected
+    with probability prop(x) - min(prop(x), target(x)); the residual after a rejection is
+    norm((target - prop)+), the same for every rejected x). NaN for a row whose prefixes times its
+    tokens pass ``max_cells`` (the caller estimates it by Monte Carlo)."""
+    rows, vocab = p.shape
+    for r in range(rows):
+        used = np.empty(vocab, dtype=np.int64)
+        count = 0
+        for x in range(vocab):
+            if p[r, x] > 0.0 or q[r, x] > 0.0:
+                used[count] = x
+                count += 1
+        states = max(1, max_cells // max(count, 1))
+        target = np.empty((states, count))
+        left = np.empty((states, count))
+        reach = np.empty(states)
+        new_target = np.empty((states, count))
+        new_left = np.empty((states, count))
+        new_reach = np.empty(states)
+        prop = np.empty(count)
+        rest = np.empty(count)
+        for c in range(count):
+            target[0, c] = q[r, used[c]]
+            left[0, c] = p[r, used[c]]
+        reach[0] = 1.0
+        size = 1
+        acc = 0.0
+        failed = False
+        for level in range(k):
+            nxt = 0
+            for st in range(size):
+                z = 0.0
+                for c in range(count):
+                    z += left[st, c]
+                kept_sum = 0.0
+                for c in range(count):
+                    prop[c] = left[st, c] / z if z > 0.0 else 0.0
+                    kept_sum += min(prop[c], target[st, c])
+                acc += reach[st] * kept_sum
+                if level == k - 1:
+                    continue
+                # the residual of this state (shared by its rejected children)
+                zr = 0.0
+                for c in range(count):
+                    d = target[st, c] - prop[c]
+                    rest[c] = d if d > 0.0 else 0.0
+                    zr += rest[c]
+                if zr > 0.0:
+                    for c in range(count):
+                        rest[c] /= zr
+                else:
+                    zt = 0.0
+                    for c in range(count):
+                        zt += target[st, c]
+                    for c in range(count):
+                        rest[c] = target[st, c] / zt if zt > 0.0 else 0.0
+                for c in range(count):
+                    rejected = reach[st] * (prop[c] - min(prop[c], target[st, c]))
+                    if rejected > 0.0:
+                        if nxt >= states:
+                            failed = True
+                            break
+                        new_reach[nxt] = rejected
+                        for d in range(count):
+                            new_target[nxt, d] = rest[d]
+                            new_left[nxt, d] = left[st, d]
+                        new_left[nxt, c] = 0.0
+                        nxt += 1
+                if failed:
+                    break
+            if failed or level == k - 1 or nxt == 0:
+                break
+            size = nxt
+            target, new_target = new_target, target
+            left, new_left = new_left, left
+            reach, new_reach = new_reach, reach
+        out[r] = math.nan if failed else min(max(acc, 0.0), 1.0)
+
+
+_rrs_rows_jit = _jit(_rrs_rows)
+
+
+def rrs_without_replacement_rows(p, q, k, max_cells):
+    """``_rrs_rows`` of float64 rows (R, V), compiled; None without numba."""
+    if _rrs_rows_jit is None:
+        return None
+    out = np.empty(p.shape[0])
+    _rrs_rows_jit(np.ascontiguousarray(p, dtype=np.float64), np.ascontiguousarray(q, dtype=np.float64), int(k),
+                  int(max_cells), out)  # fmt: skip
+    return out
+
+
 def windowed_accepted_length_of_ratio(target_prob, draft_prob, m, delta=None):
     """(acceptance, AL per start) for the drafted tokens' q(n), p(n) along one sequence, fused:
     SpS (``delta`` None) or Cactus with the Taylor bonus. None without numba."""

@@ -22,17 +22,20 @@ from .._math._logits import RuleLogits
 from .._math._sampling import SamplingSettings, processed_probs
 from .._rules._protocol import BONUS_POLICIES, as_rule, kind_of
 from .._util._files import json_lines
-from ._hf import CachedModel, generate, sample_token
+from ._hf import CachedModel, OwnClock, drain, generate_steps, paused, sample_token
 
 __all__ = [
     "DecodeResult",
     "NgramDrafter",
     "autoregressive_generate",
+    "autoregressive_steps",
     "decode_prompts",
     "decoding_flags",
     "decoding_summary",
+    "interleave",
     "matched_times",
     "speculative_generate",
+    "speculative_steps",
 ]
 
 
@@ -130,33 +133,26 @@ def check_chain_rule(rule):
         )
 
 
-def autoregressive_generate(model, prompt_ids, sampling=None, max_new_tokens=128, seed=0, eos_ids=()):
-    """The verifier alone: the baseline for accuracy and wall time (the same sampling loop as the dumper)."""
+def autoregressive_steps(model, prompt_ids, sampling=None, max_new_tokens=128, seed=0, eos_ids=()):
+    """``autoregressive_generate`` as a generator of steps (one per token; ``interleave`` runs
+    several in alternation); its value is the ``DecodeResult``, timed by the run's own clock."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
-    timing = {}
-    tokens, _, seconds = generate(model, prompt_ids, sampling or SamplingSettings(), max_new_tokens, gen, set(eos_ids),
-                                  timing=timing)  # fmt: skip
+    tokens, _, seconds, timing = yield from generate_steps(
+        model, prompt_ids, sampling or SamplingSettings(), max_new_tokens, gen, set(eos_ids)
+    )
     return DecodeResult(tokens=tokens, verify_seconds=seconds, total_seconds=seconds, prefill_seconds=timing["prefill"],
                         token_seconds=timing["token_seconds"])  # fmt: skip
 
 
-def speculative_generate(
-    verifier,
-    draft,
-    rule,
-    m,
-    sampling=None,
-    max_new_tokens=128,
-    seed=0,
-    prompt_ids=(),
-    eos_ids=(),
-    *,
-    bonus_policy="verifier",
-    draft_mode="sampled",
-    draft_policy=None,
-):
+def autoregressive_generate(model, prompt_ids, sampling=None, max_new_tokens=128, seed=0, eos_ids=()):
+    """The verifier alone: the baseline for accuracy and wall time (the same sampling loop as the dumper)."""
+    return drain(autoregressive_steps(model, prompt_ids, sampling, max_new_tokens, seed, eos_ids))
+
+
+def speculative_generate(verifier, draft, rule, m, sampling=None, max_new_tokens=128, seed=0, prompt_ids=(), eos_ids=(),
+                         *, bonus_policy="verifier", draft_mode="sampled", draft_policy=None):  # fmt: skip
     """Speculative decoding of ``prompt_ids`` with ``rule``; ``draft`` is a causal LM or an ``NgramDrafter``.
 
     Per step: draft m tokens (sampling from the processed draft distribution p), verify them in
@@ -172,8 +168,33 @@ def speculative_generate(
     rules (trees) are refused: decoding here drafts chains. ``draft_policy`` (``"p-min(0.4)"``,
     ``"entropy(1)"``, ``"accept-prob(0.3)"``) stops a block early when the drafter is unsure, as
     ``policy_blocks`` models it (the stop reads p at one more place: one more draft forward).
-    Returns a ``DecodeResult`` with timings (the prefill apart, and when each token was out).
+    Returns a ``DecodeResult`` with timings (the prefill apart, and when each token was out). ``speculative_steps`` is
+    the same run as a generator of steps.
     """
+    options = {"bonus_policy": bonus_policy, "draft_mode": draft_mode, "draft_policy": draft_policy}
+    return drain(speculative_steps(verifier, draft, rule, m, sampling, max_new_tokens, seed, prompt_ids, eos_ids,
+                                   **options))  # fmt: skip
+
+
+def speculative_steps(
+    verifier,
+    draft,
+    rule,
+    m,
+    sampling=None,
+    max_new_tokens=128,
+    seed=0,
+    prompt_ids=(),
+    eos_ids=(),
+    *,
+    bonus_policy="verifier",
+    draft_mode="sampled",
+    draft_policy=None,
+):
+    """``speculative_generate`` as a generator that yields after the prefill and after each
+    verification step, so several runs (the verifier alone among them) can alternate on one
+    machine (``interleave``); its value is the ``DecodeResult``, timed by the run's own clock
+    (``OwnClock``: the chunks of the other runs are not counted)."""
     import torch
 
     rule = as_rule(rule)
@@ -210,7 +231,7 @@ def speculative_generate(
     drf = None if ngram else CachedModel(draft)
     context = list(prompt_ids)
     result = DecodeResult(tokens=[])
-    start = time.perf_counter()
+    clock = OwnClock()
     # verifier and draft caches hold every context token but the last; the last is fed each step
     if len(context) < 1:
         raise ValueError("prompt_ids must hold at least one token")
@@ -218,7 +239,8 @@ def speculative_generate(
         ver.feed(context[:-1])
         if drf is not None:
             drf.feed(context[:-1])
-    result.prefill_seconds = time.perf_counter() - start
+    result.prefill_seconds = clock.elapsed()
+    yield from paused(clock)
     features = {}
 
     def draft_after(token):
@@ -303,10 +325,11 @@ def speculative_generate(
         emitted = emitted[: max_new_tokens - len(result.tokens)]
         context.extend(emitted)
         result.tokens.extend(emitted)
-        result.token_seconds.extend([time.perf_counter() - start - result.prefill_seconds] * len(emitted))
+        result.token_seconds.extend([clock.elapsed() - result.prefill_seconds] * len(emitted))
         if any(t in eos_ids for t in emitted):
             break
-    result.total_seconds = time.perf_counter() - start
+        yield from paused(clock)
+    result.total_seconds = clock.elapsed()
     return result
 
 
@@ -314,6 +337,66 @@ def _record_key(rec):
     draft_mode = rec.get("draft_mode", "sampled")  # records written before draft modes existed sampled
     return (rec["id"], rec["rule"], rec["m"], rec["seed"], rec["bonus_policy"], rec["baseline"] is not None, draft_mode,
             rec.get("draft_policy"))  # fmt: skip
+
+
+#: Seconds of its own compute each run gets before the next takes the machine (``interleave``).
+INTERLEAVE_SECONDS = 0.25
+
+
+def interleave(runs, chunk_seconds=None):
+    """Run generators of steps (``speculative_steps``, ``autoregressive_steps``) in alternating
+    chunks of about ``chunk_seconds`` of wall time each (at least one step), round robin, until
+    all end: a swing in
+    the machine's load then falls on every run alike instead of on whichever ran during it.
+    Returns (their values, in order; per run the share of the cores other processes kept busy
+    during its own chunks, None where /proc cannot tell, and its number of chunks)."""
+    from .._util._machine import machine_sample
+
+    runs = list(runs)
+    chunk_seconds = INTERLEAVE_SECONDS if chunk_seconds is None else chunk_seconds
+    values, alive = [None] * len(runs), set(range(len(runs)))
+    other, wall, chunks = [0.0] * len(runs), [0.0] * len(runs), [0] * len(runs)
+    known = [True] * len(runs)
+    while alive:
+        for i in sorted(alive):
+            before = machine_sample()
+            start = time.perf_counter()
+            while True:  # at least one step a chunk
+                try:
+                    next(runs[i])
+                except StopIteration as stop:
+                    values[i] = stop.value
+                    alive.discard(i)
+                    break
+                if time.perf_counter() - start >= chunk_seconds:
+                    break
+            after = machine_sample()
+            chunks[i] += 1
+            if before is None or after is None:
+                known[i] = False
+            else:
+                other[i] += max((after[1] - before[1]) - (after[2] - before[2]), 0.0)
+                wall[i] += after[0] - before[0]
+    cores = os.cpu_count() or 1
+    # /proc counts in clock ticks (10 ms): over chunks that short the share is clipped to [0, 1]
+    loads = [float(min(o / (w * cores), 1.0)) if k and w > 0 else None
+             for o, w, k in zip(other, wall, known, strict=True)]  # fmt: skip
+    return values, loads, chunks
+
+
+def _baseline_record(alone, load, chunks) -> dict:
+    out = {
+        "token_ids": [int(t) for t in alone.tokens],
+        "tokens": len(alone.tokens),
+        "seconds": alone.total_seconds,
+        "prefill_seconds": alone.prefill_seconds,
+        "token_seconds": [round(float(t), 6) for t in alone.token_seconds],
+        "tokens_per_second": alone.tokens_per_second,
+        "chunks": chunks,
+    }
+    if load is not None:
+        out["other_load"] = load
+    return out
 
 
 def decode_prompts(
@@ -332,32 +415,44 @@ def decode_prompts(
     progress=None,
     draft_mode="sampled",
     draft_policy=None,
+    chunk_seconds=None,
 ):
-    """Speculative decoding of many prompts with the models loaded once: one record per prompt.
+    """Speculative decoding of many prompts with the models loaded once: one record per prompt
+    and rule (``rule``: one rule or a list of them).
 
     ``verifier`` is a (model, tokenizer, identity) triple as ``load_model`` returns it; ``draft``
     a model or an ``NgramDrafter``. Each prompt goes through the chat template and is seeded by
-    ``prompt_seed(seed, prompt.id)``; with ``baseline`` the verifier alone decodes it too, with
-    the same seed (for the speedup). Records (dicts: id, task, rule, m, token ids, text, accepted
-    and drafted counts per step, AL, timings with the prefill apart and when each token was out,
-    tokens per second, the share of the cores other processes used meanwhile, and the baseline's) are
-    returned; with ``out`` they are also appended to that JSON Lines file as each prompt
-    finishes, and prompts already recorded there with the same rule, m, seed, bonus policy,
-    draft mode, drafting policy and baseline setting are not decoded again (their records are
-    read back).
+    ``prompt_seed(seed, prompt.id)``; with ``baseline`` the verifier alone decodes it once, with
+    the same seed, and every rule's record of that prompt carries that one baseline (for the
+    speedup). A prompt's runs (each rule's and the baseline) alternate in chunks of about
+    ``chunk_seconds`` of compute (default ``INTERLEAVE_SECONDS``; ``interleave``), each timed by
+    its own clock, so a change of the machine's load between them does not skew their ratio;
+    the share of the cores other processes used during each run's chunks is recorded beside it (``other_load``, and the
+    baseline's own). Records (dicts: id, task, rule, m, token ids, text, accepted and drafted
+    counts per step, AL, timings with the prefill apart and when each token was out, tokens per
+    second, the load, and the baseline's) are returned, prompt by prompt, rules in the order
+    given; with ``out`` they are also appended to that JSON Lines file as each prompt finishes,
+    and records already there with the same prompt, rule, m, seed, bonus policy, draft mode,
+    drafting policy and baseline setting are not decoded again (read back; a prompt missing only
+    some rules decodes those, with the baseline already recorded for it).
     """
     from .._data._prompts import prompt_seed
-    from .._util._machine import machine_sample, other_load
     from .._util._progress import progress_bar
     from ._hf import encode_chat, eos_ids
 
-    rule = as_rule(rule)
+    rules = [as_rule(r) for r in (rule if isinstance(rule, (list, tuple)) else [rule])]
+    if not rules:
+        raise ValueError("rule: give at least one rule")
+    labels = [r.describe() for r in rules]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"rule: the rules must be distinct; got {labels}")
+    for r in rules:
+        check_chain_rule(r)
     policy = make_draft_policy(draft_policy)
     policy_label = None if policy is None else policy.describe()
     model, tokenizer = verifier[0], verifier[1]
     settings = settings or SamplingSettings()
     eos = eos_ids(model, tokenizer)
-    label = rule.describe()
     done = {}
     if out is not None and os.path.exists(out):
         expected = "not a decoding record; write to another --out"
@@ -370,57 +465,61 @@ def decode_prompts(
     sink = open(out, "a", encoding="utf-8") if out is not None else None
     try:
         for prompt in progress_bar(prompts, desc="decode", unit="prompt", enabled=progress):
-            key = (prompt.id, label, m, seed, bonus_policy, bool(baseline), draft_mode, policy_label)
-            if key in done:
-                records.append(done[key])
-                continue
-            ids = encode_chat(tokenizer, prompt.text, f"prompt {prompt.id!r}")
-            prompt_seed_value = prompt_seed(seed, prompt.id)
-            sample_start = machine_sample()
-            res = speculative_generate(
-                model, draft, rule, m, settings, max_new_tokens, prompt_seed_value, ids, eos,
-                bonus_policy=bonus_policy, draft_mode=draft_mode, draft_policy=policy,
-            )  # fmt: skip
-            rec = {
-                "id": prompt.id,
-                "task": prompt.task,
-                "rule": label,
-                "m": m,
-                "seed": seed,
-                "bonus_policy": bonus_policy,
-                "draft_mode": draft_mode,
-                "draft_policy": policy_label,
-                "prompt_tokens": len(ids),
-                "token_ids": [int(t) for t in res.tokens],
-                "text": tokenizer.decode(res.tokens, skip_special_tokens=True),
-                "tokens": len(res.tokens),
-                "accepted": [int(a) for a in res.accepted],
-                "drafted": [int(d) for d in res.drafted],
-                "al": res.accepted_length,
-                "seconds": res.total_seconds,
-                "prefill_seconds": res.prefill_seconds,
-                "token_seconds": [round(float(t), 6) for t in res.token_seconds],
-                "draft_seconds": res.draft_seconds,
-                "verify_seconds": res.verify_seconds,
-                "tokens_per_second": res.tokens_per_second,
-                "baseline": None,
-            }
-            if baseline:
-                alone = autoregressive_generate(model, ids, settings, max_new_tokens, prompt_seed_value, eos)
-                rec["baseline"] = {
-                    "token_ids": [int(t) for t in alone.tokens],
-                    "tokens": len(alone.tokens),
-                    "seconds": alone.total_seconds,
-                    "prefill_seconds": alone.prefill_seconds,
-                    "token_seconds": [round(float(t), 6) for t in alone.token_seconds],
-                    "tokens_per_second": alone.tokens_per_second,
-                }
-            busy = other_load(sample_start, machine_sample())
-            if busy is not None:
-                rec["other_load"] = busy  # the share of the cores other processes used meanwhile
-            records.append(rec)
+            keys = [(prompt.id, label, m, seed, bonus_policy, bool(baseline), draft_mode, policy_label)
+                    for label in labels]  # fmt: skip
+            todo = [i for i, key in enumerate(keys) if key not in done]
+            fresh = {}
+            if todo:
+                ids = encode_chat(tokenizer, prompt.text, f"prompt {prompt.id!r}")
+                prompt_seed_value = prompt_seed(seed, prompt.id)
+                shared = next((done[k]["baseline"] for k in keys if k in done), None) if baseline else None
+                runs = [
+                    speculative_steps(model, draft, rules[i], m, settings, max_new_tokens, prompt_seed_value, ids, eos,
+                                      bonus_policy=bonus_policy, draft_mode=draft_mode, draft_policy=policy)
+                    for i in todo
+                ]  # fmt: skip
+                if baseline and shared is None:
+                    runs.append(autoregressive_steps(model, ids, settings, max_new_tokens, prompt_seed_value, eos))
+                values, loads, chunks = interleave(runs, INTERLEAVE_SECONDS if chunk_seconds is None else chunk_seconds)
+                if baseline and shared is None:
+                    shared = _baseline_record(values[-1], loads[-1], chunks[-1])
+                for j, i in enumerate(todo):
+                    res = values[j]
+                    rec = {
+                        "id": prompt.id,
+                        "task": prompt.task,
+                        "rule": labels[i],
+                        "m": m,
+                        "seed": seed,
+                        "bonus_policy": bonus_policy,
+                        "draft_mode": draft_mode,
+                        "draft_policy": policy_label,
+                        "prompt_tokens": len(ids),
+                        "token_ids": [int(t) for t in res.tokens],
+                        "text": tokenizer.decode(res.tokens, skip_special_tokens=True),
+                        "tokens": len(res.tokens),
+                        "accepted": [int(a) for a in res.accepted],
+                        "drafted": [int(d) for d in res.drafted],
+                        "al": res.accepted_length,
+                        "seconds": res.total_seconds,
+                        "prefill_seconds": res.prefill_seconds,
+                        "token_seconds": [round(float(t), 6) for t in res.token_seconds],
+                        "draft_seconds": res.draft_seconds,
+                        "verify_seconds": res.verify_seconds,
+                        "tokens_per_second": res.tokens_per_second,
+                        "chunks": chunks[j],
+                        "interleaved_with": len(runs) - 1,
+                        "baseline": shared if baseline else None,
+                    }
+                    if loads[j] is not None:
+                        rec["other_load"] = loads[j]  # the share of the cores other processes used in its chunks
+                    fresh[i] = rec
+            for i, key in enumerate(keys):
+                rec = fresh.get(i, done.get(key))
+                records.append(rec)
+                if i in fresh and sink is not None:
+                    sink.write(json.dumps(rec) + "\n")
             if sink is not None:
-                sink.write(json.dumps(rec) + "\n")
                 sink.flush()
     finally:
         if sink is not None:
@@ -455,12 +554,13 @@ BUSY_SHARE = 0.25
 def decoding_flags(rec) -> dict:
     """Why a decoding record's speedup may mislead: {"length_mismatch": its output and the
     verifier alone's differ by more than ``LENGTH_MISMATCH`` of the longer, "busy": other
-    processes kept more than ``BUSY_SHARE`` of the cores busy while it ran}."""
+    processes kept more than ``BUSY_SHARE`` of the cores busy while it, or its baseline, ran}."""
     base = rec.get("baseline")
     longer = max(rec["tokens"], base["tokens"]) if base else 0
+    load = max(rec.get("other_load") or 0.0, (base or {}).get("other_load") or 0.0)
     return {
         "length_mismatch": longer > 0 and abs(rec["tokens"] - base["tokens"]) / longer > LENGTH_MISMATCH,
-        "busy": rec.get("other_load", 0.0) > BUSY_SHARE,
+        "busy": load > BUSY_SHARE,
     }
 
 
@@ -528,8 +628,9 @@ def decoding_summary(records, seed=0, n_boot=1000) -> str:
             notes.append(f"{r['id']}: {r['tokens']} tokens speculative, {r['baseline']['tokens']} alone (outputs of "
                          "different lengths: compare the matched columns)")  # fmt: skip
         if flags["busy"]:
-            notes.append(f"{r['id']}: other processes kept {r['other_load']:.0%} of the cores busy while it ran: "
-                         "its timings are suspect")  # fmt: skip
+            load = max(r.get("other_load") or 0.0, (r.get("baseline") or {}).get("other_load") or 0.0)
+            notes.append(f"{r['id']}: other processes kept {load:.0%} of the cores busy while it (or its baseline) "
+                         "ran: its timings are suspect")  # fmt: skip
     if notes:
         lines += ["", "flagged:", *(f"  {n}" for n in notes)]
     return "\n".join(lines)

@@ -357,34 +357,83 @@ def sample_token(probs, generator) -> int:
     return int(torch.multinomial(probs.double().cpu(), 1, generator=generator)[0])
 
 
-def generate(model, prompt_ids, settings, max_new_tokens, generator, eos, keep_logits=False, timing=None):
-    """The one sampling loop: sample from ``model`` with a KV cache after ``prompt_ids``, until an
-    end-of-sequence id or ``max_new_tokens``. Returns (tokens, raw logit rows (T, V) float32 as
-    NumPy or None, seconds). ``timing`` (a dict) receives "prefill" (seconds to process the
-    prompt) and "token_seconds" (seconds after the prefill at which each token was emitted)."""
+class OwnClock:
+    """Seconds a run spent running: wall time while running, none while paused (several runs
+    that alternate each count only their own chunks). Starts running."""
+
+    def __init__(self):
+        self._total, self._since = 0.0, time.perf_counter()
+
+    def pause(self):
+        if self._since is not None:
+            self._total += time.perf_counter() - self._since
+            self._since = None
+
+    def resume(self):
+        if self._since is None:
+            self._since = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return self._total + (time.perf_counter() - self._since if self._since is not None else 0.0)
+
+
+def paused(clock):
+    """Yield once with ``clock`` stopped: a run's point where another may take the machine."""
+    clock.pause()
+    yield
+    clock.resume()
+
+
+def drain(steps):
+    """Run a generator of steps (``generate_steps``, ``speculative_steps``) to its end; its return value."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
+
+
+def generate_steps(model, prompt_ids, settings, max_new_tokens, generator, eos, keep_logits=False):
+    """``generate`` as a generator that yields after the prefill and after each token, so several
+    runs can alternate on one machine (``_decode.interleave``); its clock (``OwnClock``) counts
+    only its own time. Returns (as the generator's value) (tokens, raw logit rows as NumPy or None,
+    seconds, {"prefill": seconds, "token_seconds": [...]})."""
+    clock = OwnClock()
     runner = CachedModel(model)
-    start = time.perf_counter()
     logits = runner.feed(prompt_ids)[-1]
-    prefilled = time.perf_counter()
+    prefill = clock.elapsed()
+    yield from paused(clock)
     tokens, rows, stamps = [], [], []
     for _ in range(max_new_tokens):
         if keep_logits:
             rows.append(logits.cpu())
         token = sample_token(processed_probs(logits[None], settings)[0], generator)
         tokens.append(token)
-        stamps.append(time.perf_counter() - prefilled)
+        stamps.append(clock.elapsed() - prefill)
         if token in eos:
             break
         logits = runner.feed([token])[-1]
-    seconds = time.perf_counter() - start
-    if timing is not None:
-        timing["prefill"] = prefilled - start
-        timing["token_seconds"] = stamps
+        yield from paused(clock)
+    seconds = clock.elapsed()
+    timing = {"prefill": prefill, "token_seconds": stamps}
     if not keep_logits:
-        return tokens, None, seconds
+        return tokens, None, seconds, timing
     import torch
 
-    return tokens, torch.stack(rows).numpy(), seconds
+    return tokens, torch.stack(rows).numpy(), seconds, timing
+
+
+def generate(model, prompt_ids, settings, max_new_tokens, generator, eos, keep_logits=False, timing=None):
+    """The one sampling loop: sample from ``model`` with a KV cache after ``prompt_ids``, until an
+    end-of-sequence id or ``max_new_tokens``. Returns (tokens, raw logit rows (T, V) float32 as
+    NumPy or None, seconds). ``timing`` (a dict) receives "prefill" (seconds to process the
+    prompt) and "token_seconds" (seconds after the prefill at which each token was emitted)."""
+    tokens, rows, seconds, times = drain(
+        generate_steps(model, prompt_ids, settings, max_new_tokens, generator, eos, keep_logits)
+    )
+    if timing is not None:
+        timing.update(times)
+    return tokens, rows, seconds
 
 
 def teacher_forced_logits(model, prompt_ids, tokens):

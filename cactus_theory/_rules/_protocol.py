@@ -122,6 +122,11 @@ class Rule:
     #: Parameters that take a grid's values when a spec leaves them out (``make_rules``,
     #: ``--delta``): only those with the grid's meaning, e.g. ("delta",) for a divergence budget.
     grid_parameters: ClassVar[tuple] = ()
+    #: A plugin rule's colour in figures (any matplotlib colour; ``alias_colours`` per alias), kept
+    #: unless a built-in rule of the same figure has it. None: one derived from the rule's name.
+    #: The built-in rules' colours are fixed in ``_analysis._plotting.BUILTIN_COLOURS``.
+    colour: ClassVar[str | None] = None
+    alias_colours: ClassVar[dict] = {}
 
     @property
     def draft_count(self) -> int:
@@ -241,9 +246,10 @@ class Rule:
             a = self._acceptance_all(p, q, lg)
         return np.where((p <= 0) & (q <= 0), 0.0, a)
 
-    def emitted_and_acceptance_all(self, p, q, *, logits=None):
+    def emitted_and_acceptance_all(self, p, q, *, logits=None, shared=None):
         """(``emitted``, ``acceptance_all``) of validated float64 host arrays, sharing the work
-        the two have in common (``step_metrics`` calls it)."""
+        the two have in common (``step_metrics`` calls it). ``shared``: a dict of work several
+        rules share on the same rows (``step_metrics``); rules that share nothing ignore it."""
         return self.emitted(p, q, logits=logits), self.acceptance_all(p, q, logits=logits)
 
     def _acceptance_all(self, p, q, lg):
@@ -381,9 +387,9 @@ class GeneralizedRule(Rule):
             h = self._surrogate(NUMPY, p, q, None, lg)
             return gss_emitted(h, p)
 
-    def emitted_and_acceptance_all(self, p, q, *, logits=None):
+    def emitted_and_acceptance_all(self, p, q, *, logits=None, shared=None):
         if self.surrogate_depends_on_token:
-            return super().emitted_and_acceptance_all(p, q, logits=logits)
+            return super().emitted_and_acceptance_all(p, q, logits=logits, shared=shared)
         p, q, lg = self._host(p, q, logits, validate=False)
         with np.errstate(all="ignore"):
             h = self._surrogate(NUMPY, p, q, None, lg)  # once, for both

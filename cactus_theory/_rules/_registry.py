@@ -9,6 +9,7 @@ listed and built like ours.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import typing
 from dataclasses import dataclass
@@ -200,6 +201,12 @@ def _first_sentence(doc) -> str:
     return " ".join(first.split())
 
 
+@functools.cache
+def _hints(cls) -> dict:
+    """A rule class's field type hints (typing.get_type_hints is slow: once per class)."""
+    return typing.get_type_hints(cls)
+
+
 #: The base class of rules (``_protocol.Rule`` registers itself here when it is defined, so that
 #: the registry needs no import of the protocol).
 _BASE: list = []
@@ -247,7 +254,7 @@ def make_rule(spec) -> Rule:
     problem = _class_problem(cls, fixed)
     if problem:
         raise ValueError(f"rule {name!r} ({cls.__module__}.{cls.__qualname__}) cannot be built: {problem}")
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     allowed = [f.name for f in grammar.fields(cls) if f.name not in fixed]
     kwargs = dict(fixed)
     for key, raw in args.items():

@@ -9,6 +9,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from .._math._kernels import block_weights_exact
 from ._helpers import NUMPY, block_inputs, ratio_acceptance, residual
 from ._protocol import BlockLaw, Rule
 
@@ -33,23 +34,23 @@ def block_weights(p, q, tokens):
 
 
 def _exact_expected_weights(p, q, m, max_support):
-    """[E w_1, ..., E w_m] for one block start (rows (m, V)) by enumerating the weights' law
-    (equal weights merged); None when the law would hold more than ``max_support`` values."""
-    law = {1.0: 1.0}
+    """[E w_1, ..., E w_j] for one block start (rows (m, V)) by enumerating the weights' law, equal
+    weights merged (most are 1: min(w r, 1)); j = m, or fewer where the law of w_{j+1} would hold
+    more than ``max_support`` values (the caller takes Monte Carlo from there)."""
+    weights, probs = np.ones(1), np.ones(1)
     out = []
     for i in range(m):
         support = np.flatnonzero(p[i] > 0)
-        if len(law) * len(support) > max_support:
-            return None
+        if weights.size * support.size > max_support:
+            break
+        ps = p[i, support]
         with np.errstate(divide="ignore", invalid="ignore"):
-            r = np.where(p[i, support] > 0, q[i, support] / p[i, support], 0.0)
-        new = {}
-        for w, prob in law.items():
-            for x, rx in zip(support.tolist(), r.tolist(), strict=True):
-                v = min(w * rx, 1.0)
-                new[v] = new.get(v, 0.0) + prob * p[i, x]
-        law = new
-        out.append(sum(v * prob for v, prob in law.items()))
+            r = q[i, support] / ps
+        values = np.minimum(weights[:, None] * r[None, :], 1.0).ravel()
+        mass = (probs[:, None] * ps[None, :]).ravel()
+        weights, inverse = np.unique(values, return_inverse=True)
+        probs = np.bincount(inverse, weights=mass, minlength=weights.size)
+        out.append(float(weights @ probs))
     return out
 
 
@@ -157,22 +158,30 @@ class BlockVerification(Rule):
         """``expected_block_lengths`` for several m at once, {m: (method, values, errors)}; the
         Monte Carlo paths are drawn once and serve every m."""
         out, todo = {}, []
+        positions = p.shape[0]
+        exact = []
+        if method in ("auto", "exact"):  # one enumeration per start serves every m (E w_i are cumulative)
+            top, first = max(ms), positions - min(ms) + 1
+            compiled = block_weights_exact(p, q, first, top, max_support)
+            if compiled is not None:
+                table, counts = compiled
+                exact = [table[t, : counts[t]].tolist() for t in range(first)]
+            else:
+                exact = [_exact_expected_weights(p[t : t + top], q[t : t + top], min(top, positions - t), max_support)
+                         for t in range(first)]  # fmt: skip
         for m in ms:
+            starts = positions - m + 1
             if method in ("auto", "exact"):
-                values = []
-                for t in range(p.shape[0] - m + 1):
-                    weights = _exact_expected_weights(p[t : t + m], q[t : t + m], m, max_support)
-                    if weights is None:
-                        if method == "exact":
-                            raise ValueError(
-                                f"exact block lengths need more than max_support={max_support} weight values at "
-                                f"start {t}: use method='monte-carlo'"
-                            )
-                        break
-                    values.append(sum(weights))
-                else:
-                    out[m] = ("exact", np.asarray(values, dtype=np.float64), np.zeros(len(values)))
+                short = next((t for t in range(starts) if len(exact[t]) < m), None)
+                if short is None:
+                    values = np.array([sum(exact[t][:m]) for t in range(starts)], dtype=np.float64)
+                    out[m] = ("exact", values, np.zeros(starts))
                     continue
+                if method == "exact":
+                    raise ValueError(
+                        f"exact block lengths need more than max_support={max_support} weight values at start "
+                        f"{short}: use method='monte-carlo'"
+                    )
             todo.append(m)
         if todo:
             rng = np.random.default_rng(seed)

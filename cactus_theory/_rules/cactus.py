@@ -27,7 +27,7 @@ def _rowwise_searchsorted(sorted_rows, sorted_values, side):
     return out
 
 
-def emitted_drafted_bonus(gamma, p, q, compiled=True):
+def emitted_drafted_bonus(gamma, p, q, compiled=True, order=None, accept=None, order_s_hint=None):
     """Exact emitted distribution of a rule whose target raises the drafted token n to gamma_n
     and scales the other tokens of q by s_n = (1 - gamma_n) / (1 - q(n)) (Cactus, any bonus).
 
@@ -38,7 +38,11 @@ def emitted_drafted_bonus(gamma, p, q, compiled=True):
     sums give every pi(x): O(V log V) per row instead of O(V^2). Both searches run with sorted
     queries (Z in s order, pi in rho order, scattered back once), batched over rows with one
     Python step per row. ``gamma``, ``p`` and ``q`` are float64 arrays (..., V); gamma[..., n] is
-    the bonus if n were drafted. Exact up to rounding (sums of non-negative terms taken as
+    the bonus if n were drafted; ``order``: np.argsort of rho = p / q along the rows (rows of a 2-D
+    view) and ``accept``: min(1, gamma / p), when the caller has them (the sort does not depend on
+    gamma: shared across settings); ``order_s_hint``: an order of the tokens that may sort s (for
+    Cactus, q descending: s falls as q rises), used where it does, checked row by row (else
+    np.argsort). Exact up to rounding (sums of non-negative terms taken as
     differences of prefix sums: absolute error ~ V eps). With numba (``compiled``), the part
     after the two sorts runs as one compiled pass per row (rows in parallel), the same sums in
     the same order (``tests/test_kernels.py`` checks both paths agree).
@@ -50,10 +54,18 @@ def emitted_drafted_bonus(gamma, p, q, compiled=True):
         other = np.sum(q, axis=-1, keepdims=True) - q  # 1 - q(n)
         s = np.where(other > 0, (1.0 - gamma) / np.where(other > 0, other, 1.0), 0.0)
         s[gamma == q] = 1.0  # no bonus: exactly SpS
-        accept = ratio_acceptance_host(gamma, p)
+        accept = ratio_acceptance_host(gamma, p) if accept is None else accept.reshape(q.shape)
         rho = np.where(q > 0, p / np.where(q > 0, q, 1.0), np.inf)
-    order = np.argsort(rho, axis=-1)
-    order_s = np.argsort(s, axis=-1)
+    order = np.argsort(rho, axis=-1) if order is None else order.reshape(q.shape)
+    order_s = None
+    if order_s_hint is not None:  # any order that sorts s will do: ties only reorder sums
+        order_s = order_s_hint.reshape(q.shape)
+        bad = np.any(np.diff(np.take_along_axis(s, order_s, axis=-1), axis=-1) < 0, axis=-1)
+        if bad.any():
+            order_s = order_s.copy()
+            order_s[bad] = np.argsort(s[bad], axis=-1)
+    if order_s is None:
+        order_s = np.argsort(s, axis=-1)
     if compiled:
         out = emitted_rows(p, q, s, accept, rho, order, order_s)
         if out is not None:
@@ -88,6 +100,15 @@ def emitted_drafted_bonus(gamma, p, q, compiled=True):
 
 
 BONUS_FORMS = ("taylor", "exact", "safe")
+
+
+def _distinct(q):
+    """(q > 0, the distinct positive values of q, the index of each positive entry among them): the
+    exact bonus is solved once per distinct q(n) (rows repeat values: ties, the same token across
+    positions; most entries of a top-k row are 0)."""
+    positive = q > 0
+    values, inverse = np.unique(q[positive], return_inverse=True)
+    return positive, values, inverse
 
 
 @dataclass(frozen=True)
@@ -173,16 +194,24 @@ class Cactus(GeneralizedRule):
     def lossless(self) -> bool:  # delta = 0 reduces to SpS
         return self.delta == 0
 
-    def gamma(self, target_prob):
+    def gamma(self, target_prob, shared=None):
         """The bonus for drafted tokens with verifier probability ``target_prob`` (NumPy). The
         exact bonus is solved and certified once per distinct q(n) (rows repeat values: zeros,
-        ties, the same token across positions)."""
+        ties, the same token across positions); ``shared`` (``step_metrics``) keeps the distinct
+        values of these rows for every setting."""
         if self.bonus == "exact":
             q = np.asarray(target_prob, dtype=np.float64)
             if q.size > 64:
-                values, inverse = np.unique(q, return_inverse=True)
-                if values.size < q.size:
-                    return np.asarray(exact_gamma(values, self.delta, self.divergence))[inverse].reshape(q.shape)
+                if shared is not None:
+                    if "q_distinct" not in shared:
+                        shared["q_distinct"] = _distinct(q)
+                    positive, values, inverse = shared["q_distinct"]
+                else:
+                    positive, values, inverse = _distinct(q)
+                out = np.empty(q.shape)
+                out[positive] = np.asarray(exact_gamma(values, self.delta, self.divergence))[inverse]
+                out[~positive] = exact_gamma(0.0, self.delta, self.divergence)  # q(n) = 0: one value
+                return out
             return exact_gamma(target_prob, self.delta, self.divergence)
         return approx_gamma(target_prob, self.delta, self.divergence, method=self.bonus)
 
@@ -203,3 +232,22 @@ class Cactus(GeneralizedRule):
         """Exact emitted distribution in O(V log V) (see ``emitted_drafted_bonus``)."""
         p, q, _ = self._host(draft_probs, target_probs, logits)
         return emitted_drafted_bonus(np.asarray(self.gamma(q), dtype=np.float64), p, q)
+
+    def emitted_and_acceptance_all(self, p, q, *, logits=None, shared=None):
+        """The emitted law and a_n for every n from one bonus per token (not one for each), with
+        the sort of p / q kept in ``shared`` for every Cactus setting on these rows."""
+        p, q, _ = self._host(p, q, logits, validate=False)
+        gamma = np.asarray(self.gamma(q, shared), dtype=np.float64)
+        order = None
+        if shared is not None:
+            if "rho_order" not in shared:
+                with np.errstate(all="ignore"):
+                    rho = np.where(q > 0, p / np.where(q > 0, q, 1.0), np.inf)
+                shared["rho_order"] = np.argsort(rho.reshape(-1, q.shape[-1]), axis=-1)
+            order = shared["rho_order"]
+            if "q_descending" not in shared:
+                shared["q_descending"] = np.argsort(-q.reshape(-1, q.shape[-1]), axis=-1, kind="stable")
+        accept = ratio_acceptance_host(gamma, p)
+        hint = None if shared is None else shared["q_descending"]
+        pi = emitted_drafted_bonus(gamma, p, q, order=order, accept=accept, order_s_hint=hint)
+        return pi, np.where((p <= 0) & (q <= 0), 0.0, accept)

@@ -26,6 +26,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from .._math._kernels import rrs_without_replacement_rows
 from .._math._validation import host_probabilities
 from ._helpers import NUMPY, ratio_acceptance, residual
 from ._protocol import Rule
@@ -434,7 +435,9 @@ class RecursiveRejectionSampling(MultiDraftRule):
         used = np.flatnonzero((flat_p > 0).any(0) | (flat_q > 0).any(0))  # tokens neither model has play no part
         if used.size < flat_p.shape[-1]:
             flat_p, flat_q = flat_p[:, used], flat_q[:, used]
-        acc = _rrs_without_replacement(self, flat_p, flat_q, np.arange(len(flat_p)))
+        acc = rrs_without_replacement_rows(flat_p, flat_q, self.k, self.MAX_CELLS)  # compiled, else NumPy
+        if acc is None:
+            acc = _rrs_without_replacement(self, flat_p, flat_q, np.arange(len(flat_p)))
         sampled = np.isnan(acc)
         if sampled.any():
             acc[sampled] = self._monte_carlo_acceptance(flat_p[sampled], flat_q[sampled])
@@ -480,11 +483,11 @@ class RecursiveRejectionSampling(MultiDraftRule):
         return np.array(q)
 
 
-def _spectr_rho(p, q, k, iterations=100):
+def _spectr_rho(p, q, k, iterations=60):
     """The smallest rho in [1, k] for which k-sequential selection's residual is a distribution:
     rho >= c(rho) = (1 - (1 - beta)^k) / beta, beta(rho) = sum_x min(p(x), q(x) / rho). c(rho) / rho
     decreases in rho (1 - (1 - beta)^k decreases and rho beta = sum min(rho p, q) increases), so
-    the feasible rho form an interval [rho*, k] and bisection finds rho* (100 halvings: to
+    the feasible rho form an interval [rho*, k] and bisection finds rho* (60 halvings of [1, k]: to
     rounding)."""
 
     def excess(rho):
@@ -522,7 +525,7 @@ class SpecTr(MultiDraftRule):
         p_res(x) = [q(x) - min(p(x), q(x)/rho) (1 - (1 - beta)^k) / beta] / (1 - beta)^k,
 
     beta = sum_x min(p(x), q(x)/rho). rho is the smallest value in [1, k] for which p_res is a
-    distribution (rho >= (1 - (1 - beta)^k) / beta; bisection, 100 halvings). **Lossless**;
+    distribution (rho >= (1 - (1 - beta)^k) / beta; bisection, 60 halvings). **Lossless**;
     acceptance 1 - (1 - beta)^k, exact in O(V) per bisection step. k = 1 is SpS. Sun, Suresh, Ro,
     Beirami, Jain and Yu, "SpecTr: Fast Speculative Decoding via Optimal Transport", NeurIPS 2023.
     """

@@ -54,6 +54,6 @@ class Strict(Rule):
         _, q, _ = self._host(draft_probs, target_probs, logits)
         return np.array(q)
 
-    def emitted_and_acceptance_all(self, p, q, *, logits=None):
+    def emitted_and_acceptance_all(self, p, q, *, logits=None, shared=None):
         p, q, _ = self._host(p, q, logits, validate=False)
         return np.array(q), np.where((p <= 0) & (q <= 0), 0.0, self._acceptance_all(p, q, None))

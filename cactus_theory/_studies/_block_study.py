@@ -4,19 +4,19 @@ and greedy drafting (``compare_block_verification``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
+
+from .._analysis._results import Result, interval
 
 __all__ = ["BlockComparison", "compare_block_verification"]
 
 
-#: The lossless methods ``compare_block_verification`` puts side by side, with their colours.
+#: The lossless methods ``compare_block_verification`` puts side by side.
 BLOCK_COMPARISON_RULES = ("sps", "strict", "block")
 
 
-_BLOCK_COLOURS = {"sps": "C0", "strict": "C2", "block": "C3"}
-
-
 @dataclass(frozen=True)
-class BlockComparison:
+class BlockComparison(Result):
     """``compare_block_verification``'s result.
 
     Attributes
@@ -36,20 +36,52 @@ class BlockComparison:
     rows: dict
     gain: dict
     seconds: dict
+    name: ClassVar[str] = "block_verification"
 
-    def table(self, mode) -> list:
-        """The Markdown table (lines) of one draft mode: AL(m) with its interval per rule, and
-        block's gain over SpS."""
+    def records(self) -> list:
+        """Every analysis row of both draft modes; block's rows carry its gain over SpS
+        (``block_vs_sps`` with ``_lo`` / ``_hi``)."""
+        out = []
+        for mode in ("sampled", "greedy"):
+            for r in self.rows[mode]:
+                row = dict(r)
+                if r["rule"] == "block":
+                    row["block_vs_sps"], row["block_vs_sps_lo"], row["block_vs_sps_hi"] = self.gain[mode][r["m"]]
+                out.append(row)
+        return out
+
+    def _cells(self, mode):
         rows = {(r["rule"], r["m"]): r for r in self.rows[mode]}
-        lines = ["| m | sps | strict | block | block vs sps |", "|---|---|---|---|---|"]
         for m in self.ms:
             cells = [
-                f"{rows[(rule, m)]['al']:.3f} [{rows[(rule, m)]['al_lo']:.3f}, {rows[(rule, m)]['al_hi']:.3f}]"
+                f"{rows[(rule, m)]['al']:.3f} {interval(rows[(rule, m)]['al_lo'], rows[(rule, m)]['al_hi'])}"
                 for rule in BLOCK_COMPARISON_RULES
             ]
             g = [round(x, 6) + 0.0 for x in self.gain[mode][m]]  # + 0.0: no "-0.00%" from rounding noise
-            lines.append(f"| {m} | " + " | ".join(cells) + f" | {g[0]:+.2%} [{g[1]:+.2%}, {g[2]:+.2%}] |")
-        return lines
+            yield m, cells, f"{g[0]:+.2%} {interval(g[1], g[2], percent=True)}"
+
+    def table(self, mode=None) -> str:
+        """AL(m) with its bootstrap 95% interval per rule, and block's gain over SpS (paired), as
+        fixed-width text: one draft mode, or both (None)."""
+        lines = []
+        for one in (mode,) if mode else ("sampled", "greedy"):
+            lines.append(f"{one} drafting")
+            lines.append(f"{'m':>3} " + " ".join(f"{r:>20}" for r in BLOCK_COMPARISON_RULES) + f" {'block vs sps':>28}")
+            for m, cells, gain in self._cells(one):
+                lines.append(f"{m:>3} " + " ".join(f"{c:>20}" for c in cells) + f" {gain:>28}")
+        return "\n".join(lines)
+
+    def markdown_table(self, mode) -> str:
+        """The Markdown table of one draft mode."""
+        lines = ["| m | sps | strict | block | block vs sps |", "|---|---|---|---|---|"]
+        lines += [f"| {m} | " + " | ".join(cells) + f" | {gain} |" for m, cells, gain in self._cells(mode)]
+        return "\n".join(lines)
+
+    def markdown(self) -> str:
+        """Both draft modes' tables."""
+        return "\n\n".join(
+            f"{mode.capitalize()} drafting:\n\n{self.markdown_table(mode)}" for mode in ("sampled", "greedy")
+        )
 
     def figure(self):
         """AL(m) with its interval per rule, sampled drafting (left) and greedy drafting (right)."""
@@ -58,6 +90,9 @@ class BlockComparison:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
+        from .._analysis._plotting import rule_colours
+
+        colours = rule_colours(BLOCK_COMPARISON_RULES)
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
         for ax, mode in zip(axes, ("sampled", "greedy"), strict=True):
             for rule in BLOCK_COMPARISON_RULES:
@@ -69,7 +104,7 @@ class BlockComparison:
                     marker="o",
                     ms=3,
                     capsize=2,
-                    color=_BLOCK_COLOURS[rule],
+                    color=colours[rule],
                     label=rule,
                 )
             ax.set_xlabel("m (drafted tokens per verification)")

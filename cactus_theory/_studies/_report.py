@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 from .._analysis._plan import DEFAULT_COST_PROFILE
-from .._analysis._plotting import _delta_axis, family_colour
+from .._analysis._plotting import _delta_axis, rule_colours
 from .._analysis._plotting import figure_png as _png
 from .._util._files import check_output, publish_directory
 from .._util._progress import say as _say
@@ -21,13 +21,13 @@ __all__ = ["build_report"]
 
 
 def gamma_figure_divergences() -> tuple:
-    """The divergences whose closed forms differ from the exact bonus, for the gamma figure: those
-    with a SymPy generator and a third derivative at 1 that is not 0 (not chi2, whose Taylor form
+    """The built-in divergences whose closed forms differ from the exact bonus, for the gamma
+    figure: those with a SymPy generator and a third derivative at 1 that is not 0 (not chi2, whose Taylor form
     is exact, nor TV's kinked f)."""
-    from .._math._divergences import available_divergences, get_divergence
+    from .._math._divergences import _BUILTINS
 
-    return tuple(n for n in available_divergences() if get_divergence(n).sympy_generator is not None
-                 and get_divergence(n).f_third_at_one not in (None, 0.0))  # fmt: skip
+    # the package's own divergences: one a user registers does not reshape the report's figure
+    return tuple(d.name for d in _BUILTINS if d.sympy_generator is not None and d.f_third_at_one not in (None, 0.0))
 
 
 def _fig_gamma():
@@ -82,8 +82,11 @@ def _fig_overspend():
     fig.tight_layout()
     share = float(np.mean(ratio > 1 + 1e-9))
     caption = (
-        f"Where the paper's Taylor gamma overspends the KL budget: ratio KL(h||q)/delta on a 300x300 (q, delta) "
-        f"grid (black line: ratio 1). Above 1 on {100 * share:.1f}% of the grid; max {ratio.max():.2f}."
+        f"Where the paper's Taylor gamma overspends the KL budget: ratio KL(h||q)/delta on a 300x300 grid, q "
+        f"uniform in [0.001, 0.999] x delta log-spaced in [1e-4, 10] (black line: ratio 1). Above 1 on "
+        f"{100 * share:.1f}% of this grid; max {ratio.max():.2f}. The share depends on the grid: "
+        "experiments/approx_gamma_errors.py's (q log-spaced to 1e-6 from both ends, delta from 1e-6; docs/gamma.md) "
+        "holds more points where the Taylor form is safe, so its share is smaller."
     )
     return _png(fig), caption
 
@@ -115,10 +118,11 @@ def _fig_emitted_kl(result, worst=None):
     families = {}
     for r in rows:
         families.setdefault(r["family"], []).append(r)
+    colours = rule_colours(families)
     deltas = sorted({r["delta"] for r in rows if r["delta"] is not None})
     for family, rs in families.items():
         if rs[0]["delta"] is None:
-            ax.axhline(rs[0]["kl_emitted_target"], ls="--", lw=1, color=family_colour(family), label=family)
+            ax.axhline(rs[0]["kl_emitted_target"], ls="--", lw=1, color=colours[family], label=family)
             continue
         rs = sorted(rs, key=lambda r: r["delta"])
         ax.errorbar(
@@ -130,7 +134,7 @@ def _fig_emitted_kl(result, worst=None):
             ],
             marker="o",
             capsize=3,
-            color=family_colour(family),
+            color=colours[family],
             label=family,
         )
     if deltas:
@@ -202,48 +206,24 @@ PLAN_MS = (1, 2, 3, 4, 6, 8, 10, 12, 16, 20)
 GPU_PROFILE = DEFAULT_COST_PROFILE
 
 
-def find_calibration(trace):
-    """The newest cost file in the user cache (``calibrate``'s default place) whose verifier and
-    draft are the trace's (by file hashes), or None."""
-    import glob
-    import json
-
-    from .._analysis._plan import cost_directory, load_cost
-    from .._data._trace import model_hashes as files
-
-    want = (files(trace.metadata.get("verifier")), files(trace.metadata.get("draft")))
-    if None in want:
-        return None
-    found = []
-    for path in glob.glob(os.path.join(cost_directory(), "*.json")):
-        try:
-            cost = load_cost(path)
-        except (ValueError, OSError, json.JSONDecodeError):
-            continue  # not a cost file: ignored
-        src = cost.source
-        if (files(src.get("verifier")), files(src.get("draft"))) == want:
-            found.append((src.get("created", ""), path, cost))
-    return max(found, key=lambda x: x[:2])[2] if found else None
-
-
 def _plans(trace, result):
     """{key: (title, Plan)}: this machine's calibration (when there is one; with its problems, if
     any, printed under the table) and a measured GPU profile (``GPU_PROFILE``), from ``result``,
     an analysis of ``trace`` at the m values of PLAN_MS."""
-    from .._analysis._plan import CostModel, predict_speedup
+    from .._analysis._plan import CostModel, find_calibration, predict_speedup
 
     plans = {}
     cost = find_calibration(trace)
     if cost is not None:
         src = cost.source
         title = (
-            f"this machine, calibrated ({src.get('dtype', '?')} on {src.get('device', '?')}, {src.get('created', '')})"
+            f"This machine, calibrated ({src.get('dtype', '?')} on {src.get('device', '?')}, {src.get('created', '')})"
         )
         plans["machine"] = (title, predict_speedup(result, cost, allow_untrusted=True))
     gpu = CostModel.from_profile(GPU_PROFILE)
     src = gpu.source
     plans["gpu_profile"] = (
-        f"a measured GPU profile: {src['verifier']} verifying, {src['draft']} drafting, {src['engine']} on one "
+        f"A measured GPU profile: {src['verifier']} verifying, {src['draft']} drafting, {src['engine']} on one "
         f"{src['hardware']} at batch size 1 ({src['repository']}@{src['commit'][:7]}, {src['path']}; the trace's AL "
         "is of a smaller pair)",
         predict_speedup(result, gpu),
@@ -252,14 +232,23 @@ def _plans(trace, result):
 
 
 BLOCK_MS = (1, 2, 4, 8, 12, 16, 20)
+#: Bootstrap resamples of every section (the commands' and experiments' default too): one
+#: resampling of the sequences, so a quantity printed in two sections has one interval.
+REPORT_RESAMPLES = 1000
+TABLE_CAPTION = (
+    "Every main rule at each delta and m on the whole trace (all tasks): acceptance, AL with its bootstrap 95% "
+    "interval over sequences, and the drift of what it emits from the verifier; the columns are explained below "
+    "the table."
+)
 
 
-def block_section(trace, progress=None, ms=BLOCK_MS, n_boot=200, block_paths=256):
+def block_section(trace, progress=None, ms=BLOCK_MS, n_boot=None, block_paths=256):
     """(Markdown, PNG) of block verification against SpS and strict verification on ``trace``
     (``compare_block_verification``): AL(m) with bootstrap intervals under sampled and greedy
     drafting, and block's gain over SpS with a paired interval."""
     from ._block_study import compare_block_verification
 
+    n_boot = REPORT_RESAMPLES if n_boot is None else n_boot
     result = compare_block_verification(trace, ms, n_boot=n_boot, block_paths=block_paths, progress=progress)
     lines = [
         "AL(m) with bootstrap 95% intervals; block vs sps is AL(block) / AL(sps) - 1, paired (both on the same "
@@ -268,21 +257,24 @@ def block_section(trace, progress=None, ms=BLOCK_MS, n_boot=200, block_paths=256
         "",
     ]
     for mode in ("sampled", "greedy"):
-        lines += [f"{mode.capitalize()} drafting:", "", *result.table(mode), ""]
+        lines += [f"{mode.capitalize()} drafting:", "", result.markdown_table(mode), ""]
     return "\n".join(lines), _png(result.figure())
 
 
-def multi_draft_section(trace, progress=None, ks=(1, 2, 4, 8), m=8, n_boot=200):
+def multi_draft_section(trace, progress=None, ks=(1, 2, 4, 8), m=8, n_boot=None):
     """(Markdown, PNG) of multi-draft and tree verification against the optimum on ``trace``
     (``compare_multi_draft`` at k in ``ks`` and depth m; ``experiments/multi_draft.py`` runs
     k = 1..8 and m = 4, 8)."""
     from ._trees import compare_multi_draft
 
+    n_boot = REPORT_RESAMPLES if n_boot is None else n_boot
     result = compare_multi_draft(trace, ks=ks, ms=(m,), n_boot=n_boot, progress=progress)
     text = (
         "Trees of depth m with k drafts per level; acceptance per position (some draft accepted) and tree AL under "
         "independent positions, against the optimum for k i.i.d. drafts (`experiments/multi_draft.py` runs k = 1..8, "
-        "m = 4 and 8).\n\n" + result.markdown()
+        "m = 4 and 8). That optimum bounds the methods that draw their k drafts i.i.d. from p (rrs, spectr); "
+        "eagle-tree (the top-k tokens of p) and rrs without replacement (k distinct drafts) draft otherwise, so they "
+        "can and do beat it: their columns compare drafting schemes, not only verification.\n\n" + result.markdown()
     )
     return text, _png(result.figure())
 
@@ -399,7 +391,9 @@ def build_report(
     say("[2/3] rules on the trace")
     tr = load_trace(trace)
     # one analysis serves the tables, the figures (at ms) and the plans (at PLAN_MS)
-    full = analyze_trace(tr, parse_rules(rules, deltas), ms=sorted({*ms, *PLAN_MS}), n_boot=300, progress=progress)
+    full = analyze_trace(
+        tr, parse_rules(rules, deltas), ms=sorted({*ms, *PLAN_MS}), n_boot=REPORT_RESAMPLES, progress=progress
+    )
     result = dataclasses.replace(full, rows=[r for r in full.rows if r["m"] in ms])
     for name, data in analysis_figures(result).items():
         caption = {
@@ -421,7 +415,7 @@ def build_report(
     from .._analysis._plotting import plot_rule_front
     from ._zoo import compare_rules, comparison_markdown
 
-    comparison = compare_rules(tr, n_boot=200, progress=progress)
+    comparison = compare_rules(tr, n_boot=REPORT_RESAMPLES, progress=progress)
     zoo_md = comparison_markdown(comparison)
     figures.append(
         (
@@ -487,8 +481,16 @@ def build_report(
         f"Trace: `{tr.directory}` ({len(tr)} sequences, {tr.n_positions} positions). "
         f"Verifier: {_model_name(tr.metadata.get('verifier'))}; draft: {_model_name(tr.metadata.get('draft'))}.",
         "",
+        TABLE_CAPTION,
+        "",
         "```",
         table,
+        "```",
+        "",
+        "The columns:",
+        "",
+        "```",
+        result.legend(),
         "```",
         "",
         "## Every rule at the paper grid's parameters",
@@ -507,7 +509,7 @@ def build_report(
         "",
     ]
     for title, plan in plans.values():
-        md += [f"{title}:", "", "```", plan.table(), "```", ""]
+        md += [f"{title}. {plan.scope()}", "", "```", plan.table(), "```", ""]
     if "machine" not in plans:
         md += [
             "No calibration of this trace's model pair on this machine was found; `cactus-theory calibrate "
@@ -523,12 +525,13 @@ def build_report(
     md += ["", f"Generated in {time.perf_counter() - start:.0f} s ({os.cpu_count()} cores)."]
     files = {name: data for name, data, _ in figures}
     files["report.md"] = "\n".join(md)
-    plan_text = "\n\n".join(f"{title}:\n{plan.table()}" for title, plan in plans.values())
+    plan_text = "\n\n".join(f"{title}. {plan.scope()}\n{plan.table()}" for title, plan in plans.values())
     at = md.index("## Where the time went")
     timing_md = "\n".join(md[at + 2 : at + 5 + len(laps)])
     body = [
         _HTML_STYLE,
-        f"<h1>cactus_theory report</h1><pre>{html.escape(table)}</pre>",
+        f"<h1>cactus_theory report</h1><p>{html.escape(TABLE_CAPTION)}</p><pre>{html.escape(table)}</pre>",
+        f"<p>The columns:</p><pre>{html.escape(result.legend())}</pre>",
         f"<h2>Every rule at the paper grid's parameters</h2>{markdown_html(zoo_md)}",
         f"<h2>Block verification and the engines' lossless methods</h2>{markdown_html(block_md)}",
         f"<h2>Multi-draft and tree verification</h2>{markdown_html(multi_md)}",

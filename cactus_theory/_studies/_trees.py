@@ -7,10 +7,12 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from .._analysis._analyze import analyze_trace
+from .._analysis._results import Result, interval
 from .._math._bootstrap import check_resamples
 from .._rules import kind_of, make_rule
 
@@ -42,7 +44,7 @@ TOP1_BINS = (0.0, 0.5, 0.8, 0.95, 0.99, 1.0 + 1e-12)
 
 
 @dataclass
-class MultiDraftComparison:
+class MultiDraftComparison(Result):
     """``compare_multi_draft``'s result.
 
     Attributes
@@ -66,19 +68,25 @@ class MultiDraftComparison:
     positions: int
     sequences: int
     seconds: float
+    name: ClassVar[str] = "multi_draft"
+
+    def records(self) -> list:
+        """One row per method x k x m."""
+        return [dict(r) for r in self.rows]
 
     def table(self, m=None) -> str:
         """Acceptance (fraction of the optimum) and tree AL per method and k, at one m."""
         m = self.ms[-1] if m is None else m
         rows = {(r["method"], r["k"]): r for r in self.rows if r["m"] == m}
         methods = list(dict.fromkeys(r["method"] for r in self.rows))
-        head = f"{'k':>2} " + " ".join(f"{name[:22]:>22}" for name in methods)
+        width = max(24, *(len(n) for n in methods))
+        head = f"{'k':>2} " + " ".join(f"{name:>{width}}" for name in methods)
         lines = [f"acceptance (of the i.i.d. optimum) and tree AL at m = {m}", head]
         for k in self.ks:
             cells = []
             for name in methods:
                 r = rows[(name, k)]
-                cells.append(f"{r['acceptance']:.3f} ({r['acceptance_of_optimum']:.3f}) {r['al']:5.2f}".rjust(22))
+                cells.append(f"{r['acceptance']:.3f} ({r['acceptance_of_optimum']:.3f}) {r['al']:5.2f}".rjust(width))
             lines.append(f"{k:>2} " + " ".join(cells))
         return "\n".join(lines)
 
@@ -97,7 +105,7 @@ class MultiDraftComparison:
             ]
             for k in self.ks:
                 cells = [
-                    f"{rows[(n, k)]['al']:.2f} [{rows[(n, k)]['al_lo']:.2f}, {rows[(n, k)]['al_hi']:.2f}] "
+                    f"{rows[(n, k)]['al']:.2f} {interval(rows[(n, k)]['al_lo'], rows[(n, k)]['al_hi'], '.2f')} "
                     f"({rows[(n, k)]['acceptance_of_optimum']:.3f})"
                     for n in methods
                 ]
@@ -125,13 +133,22 @@ class MultiDraftComparison:
         """Acceptance against k (left) and tree AL at the largest m against k (right), per method."""
         import matplotlib.pyplot as plt
 
+        from .._analysis._plotting import rule_colours
+
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
         m = self.ms[-1]
-        for i, name in enumerate(dict.fromkeys(r["method"] for r in self.rows)):
+        names = list(dict.fromkeys(r["method"] for r in self.rows))
+        colours = rule_colours(n for n in names if not n.startswith("optimum"))
+        for name in names:
             rs = sorted((r for r in self.rows if r["method"] == name and r["m"] == m), key=lambda r: r["k"])
-            style = {"color": "black", "ls": "--"} if name.startswith("optimum") else {"color": f"C{i}"}
+            style = {"color": "black", "ls": "--"} if name.startswith("optimum") else {"color": colours[name]}
             ks = [r["k"] for r in rs]
-            axes[0].plot(ks, [r["acceptance"] for r in rs], marker="o", ms=3, label=name, **style)
+            spread = [
+                [r["acceptance"] - r["acceptance_lo"] for r in rs],
+                [r["acceptance_hi"] - r["acceptance"] for r in rs],
+            ]
+            axes[0].errorbar(ks, [r["acceptance"] for r in rs], yerr=spread, marker="o", ms=3, capsize=2, label=name,
+                             **style)  # fmt: skip
             errors = [[r["al"] - r["al_lo"] for r in rs], [r["al_hi"] - r["al"] for r in rs]]
             axes[1].errorbar(ks, [r["al"] for r in rs], yerr=errors, marker="o", ms=3, capsize=2, label=name, **style)
         axes[0].set_ylabel("acceptance per position (some draft accepted)")
@@ -203,7 +220,10 @@ def compare_multi_draft(trace, ks=tuple(range(1, 9)), ms=(4, 8), *, k_bins=4, n_
                              f"{method[1]!r}")  # fmt: skip
     traces = open_traces(trace if trace is not None else load_trace())
     specs = {(name, k): make_rule(template.format(k=k)).describe() for name, template, _ in methods for k in ks}
-    result = analyze_trace(traces, list(dict.fromkeys(specs.values())), ms=tuple(ms), n_boot=n_boot, progress=progress)
+    binned = {name: make_rule(template.format(k=k_bins)).describe() for name, template, _ in methods}
+    # one pass: the table's rules and the bins' (at k_bins), each position's acceptance kept for the bins
+    result = analyze_trace(traces, list(dict.fromkeys([*specs.values(), *binned.values()])), ms=tuple(ms),
+                           n_boot=n_boot, progress=progress, position_acceptance=True)  # fmt: skip
     by_rule = {(r["rule"], r["m"]): r for r in result.rows if r["task"] == "all"}
     ms = result.ms  # an m longer than every sequence is analysed as the longest
     rows = []
@@ -213,26 +233,29 @@ def compare_multi_draft(trace, ks=tuple(range(1, 9)), ms=(4, 8), *, k_bins=4, n_
                 r = by_rule[(specs[(name, k)], m)]
                 rows.append({
                     "method": name, "rule": r["rule"], "children": children, "k": k, "m": m,
-                    "acceptance": r["acceptance"], "optimal_acceptance": r["optimal_acceptance"],
+                    "acceptance": r["acceptance"], "acceptance_lo": r["acceptance_lo"],
+                    "acceptance_hi": r["acceptance_hi"], "optimal_acceptance": r["optimal_acceptance"],
                     "acceptance_of_optimum": r["acceptance_of_optimum"],
                     "acceptance_of_optimum_lo": r["acceptance_of_optimum_lo"],
                     "acceptance_of_optimum_hi": r["acceptance_of_optimum_hi"],
                     "al": r["al"], "al_lo": r["al_lo"], "al_hi": r["al_hi"], "verified_tokens": r["verified_tokens"],
                 })  # fmt: skip
     settings = traces.sampling
+    order = {s.id: s for s in result.sequences}  # one trace here (a set's ids may repeat: by trace too)
     per_method = {name: [] for name, _, _ in methods}
     entropy, top1 = [], []
-    for seq in traces:
-        if seq.n_positions == 0:
-            continue
-        p, q = seq.distributions(settings)
-        q64 = np.asarray(q, dtype=np.float64)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            entropy.append(-np.sum(np.where(q64 > 0, q64 * np.log(q64), 0.0), axis=-1))
-        top1.append(q64.max(-1))
-        for name, template, _ in methods:
-            rule = make_rule(template.format(k=k_bins))
-            per_method[name].append(np.asarray(rule.multi_acceptance(p, q), dtype=np.float64))
+    for name_of_trace, trace in zip(traces.names, traces.traces, strict=True):
+        keyed = {s.id: s for s in result.sequences if s.trace == name_of_trace} if len(traces.traces) > 1 else order
+        for seq in trace:
+            if seq.n_positions == 0:
+                continue
+            _, q = seq.distributions(settings)
+            q64 = np.asarray(q, dtype=np.float64)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                entropy.append(-np.sum(np.where(q64 > 0, q64 * np.log(q64), 0.0), axis=-1))
+            top1.append(q64.max(-1))
+            for name, _, _ in methods:
+                per_method[name].append(keyed[seq.id].rules[binned[name]].position_acceptance)
     per_method = {n: np.concatenate(v) for n, v in per_method.items()}
     entropy, top1 = np.concatenate(entropy), np.concatenate(top1)
     return MultiDraftComparison(

@@ -13,12 +13,16 @@ is left out.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 from .._analysis._analyze import analyze_trace
+from .._analysis._results import Result, interval
 from .._math._pareto import pareto_front
 from .._rules import available_rules, make_rule
 
 __all__ = [
+    "RulesComparison",
     "compare_rules",
     "comparison_entries",
     "comparison_markdown",
@@ -45,13 +49,59 @@ def comparison_entries() -> list:
     return [e[1:] for e in grid + extra]
 
 
+@dataclass
+class RulesComparison(Result):
+    """``compare_rules``'s result: one row per rule setting and m (task 'all'), each with its grid
+    label and bonus policy; the trace's sampling settings, positions and sequences. Indexing by the
+    old keys ("rows", "settings", "positions", "sequences") still works."""
+
+    rows: list
+    settings: dict
+    positions: int
+    sequences: int
+    name: ClassVar[str] = "rules_comparison"
+
+    def __getitem__(self, key):
+        return getattr(self, key)
+
+    def records(self) -> list:
+        return [dict(r) for r in self.rows]
+
+    def as_dict(self) -> dict:
+        return {"rows": self.rows, "settings": self.settings, "positions": self.positions,
+                "sequences": self.sequences}  # fmt: skip
+
+    def table(self, m=8) -> str:
+        """AL(m), acceptance and drift per rule setting, fixed-width."""
+        lines = [f"{'rule':<40} {'bonus':>8} {'accept':>7} {'AL':>6} {'AL 95% CI':>15} {'KL(pi||q)':>10} {'TV':>7}"]
+        for r in self.rows:
+            if r["m"] == m:
+                ci = interval(r["al_lo"], r["al_hi"], ".2f")
+                lines.append(f"{r['rule']:<40} {r['bonus_policy']:>8} {r['acceptance']:>7.4f} {r['al']:>6.2f} "
+                             f"{ci:>15} {_fmt(r['kl_emitted_target']):>10} {r['tv']:>7.4f}")  # fmt: skip
+        return "\n".join(lines)
+
+    def markdown(self) -> str:
+        return comparison_markdown(self)
+
+    def figure(self):
+        from .._analysis._plotting import plot_rule_front
+
+        return plot_rule_front(self, m=8)
+
+    def to_json(self) -> str:
+        import json
+
+        return json.dumps(self.as_dict(), indent=1, default=str)
+
+
 def compare_rules(trace=None, entries=None, ms=(4, 8, 20), n_boot=1000, processes=1, progress=None):
     """Analyse ``entries`` ((label, spec, bonus policy) triples; default ``comparison_entries()``,
     every registered rule at its declared settings) on ``trace`` (a Trace, a directory, a glob
     or a list of them as ``analyze_trace`` takes; default: the embedded trace).
 
-    Returns ``{"rows": [...], "settings": ..., "trace": ...}`` with one row per rule and m (task
-    'all'), each carrying its grid label and bonus policy; the analysis runs once per policy.
+    Returns a ``RulesComparison``: one row per rule and m (task 'all'), each carrying its grid
+    label and bonus policy; the analysis runs once per policy.
     """
     from .._data._trace import load_trace
     from .._data._traceset import open_traces
@@ -72,7 +122,7 @@ def compare_rules(trace=None, entries=None, ms=(4, 8, 20), n_boot=1000, processe
         rows += [{**row, "grid_label": labels[row["rule"]]} for row in result.rows if row["task"] == "all"]
     rank = {make_rule(spec).describe(): i for i, (_, spec, _) in enumerate(entries)}
     rows.sort(key=lambda r: (rank[r["rule"]], r["m"]))
-    return {"rows": rows, "settings": settings, "positions": trace.n_positions, "sequences": len(trace)}
+    return RulesComparison(rows=rows, settings=settings, positions=trace.n_positions, sequences=len(trace))
 
 
 def _fmt(x, digits=4):
@@ -100,7 +150,7 @@ def comparison_markdown(comparison, m_front=8) -> str:
     ]
     for rule, per_m in by_rule.items():
         r = per_m[ms[0]]
-        al = " | ".join(f"{per_m[m]['al']:.2f} [{per_m[m]['al_lo']:.2f}, {per_m[m]['al_hi']:.2f}]" for m in ms)
+        al = " | ".join(f"{per_m[m]['al']:.2f} {interval(per_m[m]['al_lo'], per_m[m]['al_hi'], '.2f')}" for m in ms)
         front_row = per_m.get(m_front, r)
         out.append(
             f"| {r['grid_label']} | `{rule}` | {r['bonus_policy']} | {r['acceptance']:.4f} | "
@@ -170,7 +220,10 @@ def write_comparison(comparison, out_dir, *, command, seconds, trace_label=None)
         atomic_write(os.path.join(out_dir, name), data)
         for name, data in (
             ("rules_comparison.md", "\n".join(md) + "\n"),
-            ("rules_comparison.json", json.dumps(comparison, indent=1, default=str)),
+            (
+                "rules_comparison.json",
+                json.dumps(getattr(comparison, "as_dict", lambda: comparison)(), indent=1, default=str),
+            ),
             ("rules_comparison.png", png),
         )
     ]

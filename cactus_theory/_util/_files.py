@@ -172,9 +172,10 @@ def refuse_overlap(out, inputs, *, what: str = "--out") -> None:
 
 
 def csv_text(rows) -> str:
-    """CSV text of a list of dicts: a header from the first row's keys, then one line per row."""
+    """CSV text of a list of dicts: a header of every key (in the order they first appear), then one
+    line per row (a key a row lacks is an empty cell)."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    writer = csv.DictWriter(buf, fieldnames=list(dict.fromkeys(k for r in rows for k in r)), restval="")
     writer.writeheader()
     writer.writerows(rows)
     return buf.getvalue()

@@ -156,6 +156,24 @@ def _analysed(traces, result) -> str:
     return line
 
 
+def _study_options(parser, writes, out_default=None):
+    """The options every study of a trace takes: the traces, --bootstrap, --out (``writes``: the
+    files it writes there) and the progress switches."""
+    parser.add_argument(
+        "trace", nargs="*", default=None, help="trace directories or globs (default: the embedded trace)"
+    )
+    parser.add_argument("--bootstrap", type=_resamples, default=1000, help="bootstrap resamples (0: no intervals)")
+    parser.add_argument("--out", default=out_default, help=f"write {writes} here")
+    _progress_options(parser)
+
+
+def _write_result(args, result) -> None:
+    """A study's result written into --out (its pages headed by the command), the paths printed."""
+    if args.out:
+        for path in result.write(args.out, command=_command_line(args)):
+            print(f"wrote {path}")
+
+
 def _tasks_to_show(rows):
     """The tasks whose tables are printed: each task, and 'all' before them when there are several."""
     tasks = sorted({r["task"] for r in rows} - {"all"})

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from ._common import (
     _check_out,
-    _command_line,
     _Formatter,
     _int_at_least,
     _ints,
     _progress,
-    _progress_options,
-    _resamples,
+    _study_options,
     _trace_inputs,
     _traces,
+    _write_result,
 )
 
 ORDER = 10
@@ -23,16 +22,13 @@ def add_parser(sub):
     """The subparser of this command."""
     tr = sub.add_parser(
         "trees",
-        help="multi-draft and tree verification against the optimum of each drafting scheme",
+        help="multi-draft and tree verification against the optimum for k i.i.d. drafts",
         formatter_class=_Formatter,
     )
-    tr.add_argument("trace", nargs="*", default=None, help="trace directories or globs (default: the embedded trace)")
     tr.add_argument("--k", type=_ints, default=[1, 2, 4, 8], help="drafts per position (tree widths)")
     tr.add_argument("--m", type=_ints, default=[4, 8], help="tree depths")
     tr.add_argument("--bins-k", type=_int_at_least(1), default=4, help="width of the per-bin tables")
-    tr.add_argument("--bootstrap", type=_resamples, default=1000, help="bootstrap resamples (0: no intervals)")
-    tr.add_argument("--out", default=None, help="write multi_draft.md / .json / .csv / .png here")
-    _progress_options(tr)
+    _study_options(tr, "multi_draft.md / .json / .csv / .png")
     tr.set_defaults(func=run)
     return tr
 
@@ -46,7 +42,5 @@ def run(args) -> int:
     for m in result.ms:
         print(result.table(m))
         print()
-    if args.out:
-        for path in result.write(args.out, command=_command_line(args)):
-            print(f"wrote {path}")
+    _write_result(args, result)
     return 0

@@ -228,32 +228,30 @@ def _unicode(text: str, where: str) -> str:
     return text
 
 
-def _record_task(record, task_field, where):
-    """The record's own task label (its ``task_field``), or None where it has none."""
-    if task_field is None or not isinstance(record, dict) or task_field not in record:
+def _record_label(record, field, what, where, fix):
+    """A record's own label in ``field`` (a task or an id: a non-empty string or integer, at most
+    100 characters, no slashes or line breaks), or None where it has none."""
+    if field is None or not isinstance(record, dict) or field not in record:
         return None
-    value = record[task_field]
+    value = record[field]
     if isinstance(value, bool) or not isinstance(value, (str, int)) or not str(value).strip():
-        raise ValueError(f"{where}: the task field {task_field!r} must be a non-empty string; got {value!r}")
+        raise ValueError(f"{where}: the {what} field {field!r} must be a non-empty string or integer; got {value!r}")
     label = str(value).strip()
     if len(label) > 100 or any(c in label for c in "/\\\n\r\t") or label != _unicode(label, where):
-        raise ValueError(f"{where}: the task {label[:40]!r} is not a label (at most 100 characters, no slashes or "
-                         "line breaks)")  # fmt: skip
+        raise ValueError(f"{where}: the {what} {label[:40]!r} is not a label (at most 100 characters, no slashes or "
+                         f"line breaks){fix}")  # fmt: skip
     return label
+
+
+def _record_task(record, task_field, where):
+    """The record's own task label (its ``task_field``), or None where it has none."""
+    return _record_label(record, task_field, "task", where, "")
 
 
 def _record_id(record, id_field, where):
     """The record's own id (its ``id_field``) as a label, or None where it has none."""
-    if id_field is None or not isinstance(record, dict) or id_field not in record:
-        return None
-    value = record[id_field]
-    if isinstance(value, bool) or not isinstance(value, (str, int)) or not str(value).strip():
-        raise ValueError(f"{where}: the id field {id_field!r} must be a non-empty string or integer; got {value!r}")
-    label = str(value).strip()
-    if len(label) > 100 or any(c in label for c in "/\\\n\r\t") or label != _unicode(label, where):
-        raise ValueError(f"{where}: the id {label[:40]!r} is not a label (at most 100 characters, no slashes or "
-                         "line breaks); pass --id-field with another field, or none to number the records")  # fmt: skip
-    return label
+    fix = "; pass --id-field with another field, or none to number the records"
+    return _record_label(record, id_field, "id", where, fix)
 
 
 def _generic_records(path, field, task_field=None, id_field=None):

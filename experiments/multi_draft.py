@@ -6,8 +6,9 @@ Usage:
 For k = 1..8 drafts per position and trees of depth m = 4 and 8: the acceptance per position
 (the chance that some draft is accepted) and the tree AL of recursive rejection sampling (drafts
 i.i.d. from p, and without replacement), SpecTr's k-sequential selection, EAGLE-2/3's top-k
-children (SGLang's lossless tree sampling has the same law) and the optimum for k i.i.d. drafts
-(Khisti et al., Hu et al., ICLR 2025), with bootstrap intervals over sequences; where the
+children (SGLang's lossless tree sampling has the same law) and the optimum of each drafting
+scheme (k i.i.d. drafts, k without replacement, the top-k of p; Khisti et al., Hu et al., ICLR
+2025), each method against its own scheme's, with bootstrap intervals over sequences; where the
 deployed methods lose most (bins of the verifier's entropy and top-1 mass, at k = 4); sampled
 (i.i.d. or distinct) against top-k children. The tree AL is under the analysis's
 independent-positions model (the accepted child's own children are drafted).

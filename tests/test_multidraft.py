@@ -412,3 +412,125 @@ def test_every_multi_draft_rule_on_a_full_vocabulary_with_top_k_rows():
         assert float(rrs.multi_acceptance(p[row], q[row])) == pytest.approx(
             float(rrs._enumerate(small_p, small_q)[0]), abs=1e-12
         )
+
+
+# --- the optimum of each drafting scheme (issue 33) ----------------------------------------------
+
+
+def _scheme_tuples(p, k, drafting):
+    """The drafted tuples of a scheme with their probabilities, written out: i.i.d. products,
+    sequential draws without replacement (each from the mass left, summed), or the top-k set."""
+    if drafting == "top":
+        order = sorted(range(len(p)), key=lambda x: (-p[x], x))
+        return [(tuple(order[:k]), 1.0)]
+    if drafting == "iid":
+        return list(_draws(p, k, True))
+    support = [int(x) for x in np.flatnonzero(p > 0)]
+    out = []
+    for t in itertools.permutations(support, min(k, len(support))):
+        w = 1.0
+        for i, x in enumerate(t):
+            w *= p[x] / sum(p[y] for y in support if y not in t[:i])
+        out.append((t, w))
+    return out
+
+
+def _max_flow(p, q, k, drafting):
+    """The optimal lossless acceptance as the linear program of the coupling: the largest matched
+    mass of drafted tuples (capacity their probability) into tokens they hold (capacity q)."""
+    tuples = _scheme_tuples(p, k, drafting)
+    edges = [(i, y) for i, (t, _) in enumerate(tuples) for y in set(t)]
+    a = np.zeros((len(tuples) + len(q), len(edges)))
+    for e, (i, y) in enumerate(edges):
+        a[i, e] = a[len(tuples) + y, e] = 1
+    b = np.concatenate([[w for _, w in tuples], q])
+    res = linprog(-np.ones(len(edges)), A_ub=a, b_ub=b, bounds=(0, None), method="highs",
+                  options={"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10})  # fmt: skip
+    return -res.fun
+
+
+def _min_cut(p, q, k, drafting):
+    """1 - max_C [P(every draft in C) - q(C)] over all 2^V token sets C."""
+    tuples = _scheme_tuples(p, k, drafting)
+    best = 0.0
+    for size in range(len(q) + 1):
+        for subset in itertools.combinations(range(len(q)), size):
+            inside = set(subset)
+            best = max(best, sum(w for t, w in tuples if set(t) <= inside) - q[list(subset)].sum())
+    return 1.0 - best
+
+
+@pytest.mark.parametrize("drafting", ["iid", "without-replacement", "top"])
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_the_optimum_of_each_scheme_is_the_max_flow_and_the_min_cut(drafting, data):
+    vocab = data.draw(st.integers(2, 6))
+    k = data.draw(st.integers(1, 3))
+    seed = data.draw(st.integers(0, 2**31))
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet(np.full(vocab, data.draw(st.sampled_from([0.2, 1.0, 4.0]))))
+    q = rng.dirichlet(np.full(vocab, data.draw(st.sampled_from([0.2, 1.0, 4.0]))))
+    if data.draw(st.booleans()):  # a token the drafter excludes, and one the verifier excludes
+        p[rng.integers(vocab)] = 0.0
+        q[rng.integers(vocab)] = 0.0
+        p, q = p / p.sum(), q / q.sum()
+    ours = float(optimal_multi_draft_acceptance(p, q, k, drafting=drafting))
+    assert ours == pytest.approx(_min_cut(p, q, k, drafting), abs=1e-12)
+    assert ours == pytest.approx(_max_flow(p, q, k, drafting), abs=1e-8)
+    rule = make_rule(f"multi-draft-optimal(k={k}, drafting={drafting})")
+    assert float(rule.multi_acceptance(p, q)) == pytest.approx(ours, abs=1e-15)
+
+
+def test_the_optima_of_the_schemes_in_closed_forms():
+    p, q = np.array([0.6, 0.3, 0.1, 0.0]), np.array([0.2, 0.5, 0.1, 0.2])
+    # top-k: the fixed set {0, 1} holds q = 0.7; a set of every drafted token holds q(support)
+    assert float(optimal_multi_draft_acceptance(p, q, 2, drafting="top")) == pytest.approx(0.7, abs=1e-15)
+    assert float(optimal_multi_draft_acceptance(p, q, 3, drafting="top")) == pytest.approx(0.8, abs=1e-15)
+    # without replacement from 3 tokens, k >= 3 drafts them all: every y ~ q in the support is matched
+    for k in (3, 5):
+        assert float(optimal_multi_draft_acceptance(p, q, k, drafting="without-replacement")) == pytest.approx(0.8)
+    # one draft: every scheme that samples is 1 - TV
+    tv = 0.5 * np.abs(p - q).sum()
+    for drafting in ("iid", "without-replacement"):
+        assert float(optimal_multi_draft_acceptance(p, q, 1, drafting=drafting)) == pytest.approx(1 - tv, abs=1e-15)
+    # k = 2 without replacement, C = {0}: P(both drafts in C) = 0, so the cut is over larger sets:
+    # C = {0, 2}: P = 0.6 * 0.1 / 0.4 + 0.1 * 0.6 / 0.9 = 0.21667, minus q(C) = 0.3 -> gain < 0;
+    # the optimum is 1 (every y ~ q is matchable) only if no set gains: check by the min cut
+    assert float(optimal_multi_draft_acceptance(p, q, 2, drafting="without-replacement")) == pytest.approx(
+        _min_cut(p, q, 2, "without-replacement"), abs=1e-12
+    )
+    with pytest.raises(ValueError, match="drafting must be one of"):
+        optimal_multi_draft_acceptance(p, q, 2, drafting="sorted")
+
+
+def test_without_replacement_past_the_enumeration_is_estimated_and_said_so(monkeypatch):
+    from cactus_theory._rules import multidraft
+    from cactus_theory._rules.multidraft import optimal_multi_draft_exactness
+
+    rng = np.random.default_rng(3)
+    p, q = rng.dirichlet(np.ones(9) * 0.7, size=4), rng.dirichlet(np.ones(9) * 0.7, size=4)
+    exact = optimal_multi_draft_acceptance(p, q, 3, drafting="without-replacement")
+    assert optimal_multi_draft_exactness(p, q, 3, drafting="without-replacement").all()
+    monkeypatch.setattr(multidraft, "WITHOUT_REPLACEMENT_STATES", 5)
+    estimated = optimal_multi_draft_acceptance(p, q, 3, drafting="without-replacement")
+    assert not optimal_multi_draft_exactness(p, q, 3, drafting="without-replacement").any()
+    # 20,000 seeded tuples: each P(drafts in C) to within a few 1/sqrt(20000) = 0.007
+    assert np.abs(estimated - exact).max() < 0.03
+    assert not np.array_equal(estimated, exact)
+
+
+def test_no_lossless_tree_passes_its_own_schemes_optimum_on_the_embedded_trace():
+    from cactus_theory import compare_multi_draft
+
+    result = compare_multi_draft(None, ks=(1, 2, 3, 5, 8), ms=(4,), n_boot=100)
+    methods = {r["method"] for r in result.rows}
+    assert {"optimum (i.i.d.)", "optimum (without replacement)", "optimum (top-k)", "eagle-tree"} <= methods
+    for r in result.rows:
+        if make_rule(r["rule"]).lossless:
+            assert r["acceptance_of_optimum"] <= 1 + 1e-12, r
+        if r["method"].startswith("optimum") or r["method"] == "eagle-tree":
+            assert r["acceptance_of_optimum"] == pytest.approx(1.0, abs=1e-12), r  # the top-k optimum is q(S)
+    # distinct drafts never do worse than i.i.d. ones: P(k draws without replacement in C) <= p(C)^k
+    best = {(r["method"], r["k"]): r["acceptance"] for r in result.rows}
+    for k in (1, 2, 3, 5, 8):
+        assert best["optimum (without replacement)", k] >= best["optimum (i.i.d.)", k] - 1e-12

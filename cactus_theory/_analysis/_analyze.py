@@ -21,7 +21,7 @@ from .._laws._policies import make_draft_policy, policy_blocks
 from .._math._bootstrap import check_resamples, ratio_interval, ratio_intervals, resample_counts
 from .._math._kernels import block_pass
 from .._math._sampling import SamplingSettings
-from .._rules import BONUS_POLICIES, kind_of, make_rules, optimal_multi_draft_acceptance
+from .._rules import BONUS_POLICIES, kind_of, make_rules, optimal_acceptances
 from .._rules._helpers import prepare
 from .._util._files import csv_text
 from .._util._progress import progress_bar
@@ -44,7 +44,8 @@ __all__ = [
 #: Per-position metrics (means over positions); ``logits_exact`` is the share of positions whose
 #: result the stored logits determine exactly (1 unless a rule needs logits a trace lacks);
 #: ``optimal_acceptance`` the largest acceptance a lossless verification of the rule's k drafts
-#: drawn i.i.d. from p reaches there (1 - TV for one draft; ``optimal_multi_draft_acceptance``).
+#: reaches there, for the rule's own drafting scheme (i.i.d. from p, without replacement, or the
+#: top-k of p; 1 - TV for one sampled draft; ``optimal_multi_draft_acceptance``).
 METRICS = (
     "acceptance",
     "acceptance_outside_support",
@@ -230,9 +231,13 @@ def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, po
     else:
         exact = np.diff(rows.offsets).astype(np.float64)
     k = getattr(rule, "draft_count", 1)
+    drafting = getattr(rule, "drafting", "iid") if kind_of(rule) == "multi-draft" else "iid"
     optimum = {} if optimum is None else optimum
-    if k not in optimum:
-        optimum[k] = _per_sequence(optimal_multi_draft_acceptance(p, q, k), rows)
+    if (k, drafting) not in optimum:  # without replacement, one enumeration serves every k up to the widest
+        widest = max(k, optimum.get("widest", {}).get(drafting, 1))
+        ks = tuple(range(1, widest + 1)) if drafting == "without-replacement" else (k,)
+        for width, (value, _) in optimal_acceptances(p, q, ks, drafting).items():
+            optimum.setdefault((width, drafting), _per_sequence(value, rows))
     top = max(ms)
     slots = rule.slot_dependent
     if slots:  # acceptance and drift per slot of the block (the bonus at slot m)
@@ -247,7 +252,7 @@ def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, po
     for i in range(rows.sequences):
         span = rows.span(i)
         stats = RuleStats(**{name: float(v[i]) for name, v in sums.items()}, logits_exact=float(exact[i]),
-                          optimal_acceptance=float(optimum[k][i]))  # fmt: skip
+                          optimal_acceptance=float(optimum[(k, drafting)][i]))  # fmt: skip
         if keep:
             stats.position_acceptance = np.array(sm.acceptance[span])
         beta = beta_all[..., span]
@@ -351,7 +356,14 @@ def shard_statistics(job: ShardJob, threads=None) -> list:
     for chosen, batches in groups:
         for batch in batches:
             rows = _stack(batch, len(batch) == 1)
-            optimum, shared = {}, {}
+            # the optimum of each drafting scheme, at the widths the batch's rules verify (without
+            # replacement one enumeration serves every width: ask for the widest at once)
+            widest = {}
+            for i in chosen:
+                rule = job.rules[i]
+                if kind_of(rule) == "multi-draft":
+                    widest[rule.drafting] = max(widest.get(rule.drafting, 1), rule.draft_count)
+            optimum, shared = {"widest": widest}, {}
             for i in chosen:
                 per_rule[labels[i]] += _rule_stats(job.rules[i], rows, job.ms, job.bonus_policy, job.block_paths,
                                                    optimum, job.policies, job.cost, shared,

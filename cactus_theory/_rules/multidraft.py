@@ -1,5 +1,6 @@
 """Several drafts per position: multi-draft verification (recursive rejection sampling, SpecTr,
-EAGLE's and SGLang's tree verification) and the optimal acceptance for k i.i.d. drafts.
+EAGLE's and SGLang's tree verification) and the optimal acceptance of each drafting scheme (k
+i.i.d. drafts, k drafts without replacement, the top-k of p).
 
 A multi-draft rule verifies k candidate tokens for one position: the drafts are drawn i.i.d.
 from p (``drafting="iid"``), without replacement (``"without-replacement"``) or are the k most
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -40,7 +42,9 @@ __all__ = [
     "SGLangTree",
     "SpecTr",
     "TopChildVerification",
+    "optimal_acceptances",
     "optimal_multi_draft_acceptance",
+    "optimal_multi_draft_exactness",
     "top_drafts",
 ]
 
@@ -81,16 +85,127 @@ def _top(p, k):
     return order[..., :k]
 
 
-def optimal_multi_draft_acceptance(draft_probs, target_probs, k):
-    """The largest acceptance any lossless verification of k drafts drawn i.i.d. from p can reach:
+def _check_k(k):
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"k (drafts per position) must be an integer >= 1; got {k!r}")
 
-        alpha*(p, q, k) = 1 - max_C [ p(C)^k - q(C) ],
 
-    the maximal coupling of the drafted k-tuple and Y ~ q with Y among the drafts (max-flow
-    min-cut over token sets C: the cut costs q(C) + P(some draft outside C) = q(C) + 1 - p(C)^k).
-    For k = 1 it is 1 - TV(p, q). The maximising C is a prefix of the tokens sorted by p(x) / q(x)
-    (tokens with q(x) = 0 first), so it takes one sort: O(V log V) per row, exact (checked against
-    a linear program over the V^k tuples). Khisti et al., ICLR 2025; Hu et al., ICLR 2025.
+def _check_drafting(drafting):
+    if drafting not in DRAFTINGS:
+        raise ValueError(
+            f"drafting must be one of {', '.join(DRAFTINGS)} (how the k drafts are drawn); got {drafting!r}"
+        )
+
+
+def _cut_order(p, q):
+    """Tokens sorted by p(x) / q(x), largest first (q(x) = 0 < p(x) first, p(x) = 0 last; ties by id):
+    the optimal cut C of every drafting scheme here is a prefix of this order."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(q > 0, p / np.where(q > 0, q, 1.0), np.where(p > 0, np.inf, 0.0))
+    return np.argsort(-ratio, axis=-1, kind="stable")
+
+
+#: The most subsets (of at most k of a row's drafted tokens) the exact optimum without replacement
+#: enumerates per row; a row past it is estimated by Monte Carlo (``WITHOUT_REPLACEMENT_PATHS``).
+WITHOUT_REPLACEMENT_STATES = 2_000_000
+WITHOUT_REPLACEMENT_PATHS = 20_000
+
+
+def _subset_laws(pr, k):
+    """For one row's drafted tokens (probabilities ``pr``, s of them), the law of the *set* of the
+    first j draws without replacement, j = 1..min(k, s): [(masks, probabilities)] per j, masks as
+    bit sets over the s tokens; None when the sets pass ``WITHOUT_REPLACEMENT_STATES``. Exact: the
+    set J is reached from each J - {x} with probability p(x) / (1 - p(J - {x}))."""
+    s = pr.size
+    if s > 62:
+        return None
+    bits = np.left_shift(np.int64(1), np.arange(s, dtype=np.int64))
+    masks, probs = np.zeros(1, dtype=np.int64), np.ones(1)
+    out = []
+    for _ in range(min(k, s)):
+        free = (masks[:, None] & bits[None, :]) == 0
+        if free.size > WITHOUT_REPLACEMENT_STATES:
+            return None
+        row, token = np.nonzero(free)
+        left = (free @ pr)[row]  # the mass not yet drawn, summed (no cancellation)
+        step = probs[row] * pr[token] / np.where(left > 0, left, 1.0)
+        new = masks[row] | bits[token]
+        masks, inverse = np.unique(new, return_inverse=True)
+        probs = np.bincount(inverse, weights=step, minlength=masks.size)
+        out.append((masks, probs))
+    return out
+
+
+def _without_replacement_gains(p, q, ks, seed=0):
+    """max_C [P(the k drafts without replacement all lie in C) - q(C)] per row of (p, q) (R, V),
+    for each k in ``ks``: {k: (gains (R,), exact (R,) bool)}. The maximum is over the prefixes of
+    ``_cut_order``; P(drafts in C) by the exact law of the drafted set (``_subset_laws``), or for
+    a row whose sets are too many, from ``WITHOUT_REPLACEMENT_PATHS`` seeded drafted tuples."""
+    rows = p.shape[0]
+    top = max(ks)
+    gains = {k: np.zeros(rows) for k in ks}
+    exact = np.ones(rows, dtype=bool)
+    order = _cut_order(p, q)
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.arange(p.shape[-1])[None, :].repeat(rows, 0), -1)
+    cq = np.cumsum(np.take_along_axis(q, order, -1), -1)
+    rng = np.random.default_rng(seed)
+    single = (p > 0).sum(-1) == 1  # one drafted token: every draft is it, P(drafts in C) = p(C)
+    cp = np.minimum(np.cumsum(np.take_along_axis(p, order, -1), -1), 1.0)
+    for k in ks:
+        gains[k][single] = np.maximum(np.max(cp[single] - cq[single], axis=-1), 0.0)
+    for r in np.flatnonzero(~single):
+        support = np.flatnonzero(p[r] > 0)
+        ranks = rank[r, support]
+        laws = _subset_laws(p[r, support], top)
+        if laws is None:
+            exact[r] = False
+            contained = _sampled_last_ranks(rng, p[r, support], ranks, top, p.shape[-1])
+        for k in ks:
+            if laws is not None:
+                masks, probs = laws[min(k, support.size) - 1]
+                members = (masks[:, None] >> np.arange(support.size)[None, :]) & 1
+                last = np.max(np.where(members == 1, ranks[None, :], -1), axis=1)
+                within = np.cumsum(np.bincount(last, weights=probs, minlength=p.shape[-1]))
+            else:
+                within = contained[min(k, support.size) - 1]
+            gains[k][r] = max(float(np.max(np.minimum(within, 1.0) - cq[r])), 0.0)
+    return {k: (gains[k], exact) for k in ks}
+
+
+def _sampled_last_ranks(rng, pr, ranks, k, vocab):
+    """For j = 1..min(k, s): per prefix of the cut order, the share of seeded drafted tuples
+    without replacement whose first j draws all lie in it (the exponential race: the j tokens
+    with the smallest Exp(1) / p(x) are the first j draws)."""
+    n, s = WITHOUT_REPLACEMENT_PATHS, pr.size
+    keys = rng.exponential(size=(n, s)) / pr[None, :]
+    first = np.argsort(keys, axis=1)[:, : min(k, s)]
+    last = np.maximum.accumulate(ranks[first], axis=1)
+    return [np.cumsum(np.bincount(last[:, j], minlength=vocab)) / n for j in range(first.shape[1])]
+
+
+def optimal_multi_draft_acceptance(draft_probs, target_probs, k, drafting="iid"):
+    """The largest acceptance any lossless verification of k drafts reaches, for each way of
+    drawing them (``drafting``), by max-flow min-cut over token sets C (the cut costs q(C) +
+    P(some draft outside C)):
+
+        alpha*(p, q, k) = 1 - max_C [ P(every draft in C) - q(C) ].
+
+    - ``"iid"``: k drafts drawn i.i.d. from p; P(every draft in C) = p(C)^k; for k = 1 it is
+      1 - TV(p, q). Khisti et al., ICLR 2025; Hu et al., ICLR 2025.
+    - ``"without-replacement"``: k distinct drafts, each from p without the tokens drawn before
+      (a row with fewer than k tokens drafts them all). P(every draft in C) from the exact law of
+      the drafted *set* (enumerated over sets of at most k of the row's tokens; a row needing more
+      than ``WITHOUT_REPLACEMENT_STATES`` is estimated from seeded drafted tuples, and
+      ``optimal_multi_draft_exactness`` says which). Hu et al., ICLR 2025, arXiv 2502.18779.
+    - ``"top"``: the k most likely tokens of p (ties: the lower id), a fixed set S: alpha* = q(S)
+      (EAGLE's and SGLang's lossless tree verification reach it).
+
+    The maximising C is a prefix of the tokens sorted by p(x) / q(x) (tokens with q(x) = 0
+    first): one sort per row, O(V log V) for ``"iid"`` and ``"top"`` (checked against a linear
+    program over the drafted tuples and, for every scheme, against the brute force over all 2^V
+    sets C). Every lossless rule of a scheme accepts at most its scheme's optimum; the schemes'
+    optima differ, so a tree rule is measured against its own.
 
     Examples
     --------
@@ -98,20 +213,52 @@ def optimal_multi_draft_acceptance(draft_probs, target_probs, k):
     >>> p, q = np.array([0.6, 0.3, 0.1]), np.array([0.2, 0.5, 0.3])
     >>> round(float(optimal_multi_draft_acceptance(p, q, 1)), 6)   # 1 - TV
     0.6
+    >>> round(float(optimal_multi_draft_acceptance(p, q, 2, drafting="top")), 6)   # q({0, 1})
+    0.7
     """
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"k (drafts per position) must be an integer >= 1; got {k!r}")
+    return _optimum(draft_probs, target_probs, k, drafting)[0]
+
+
+def optimal_multi_draft_exactness(draft_probs, target_probs, k, drafting="iid"):
+    """Per row, True where ``optimal_multi_draft_acceptance`` is exact (every row for ``"iid"``
+    and ``"top"``; without replacement, a row whose drafted sets were enumerated)."""
+    return _optimum(draft_probs, target_probs, k, drafting)[1]
+
+
+def _optimum(draft_probs, target_probs, k, drafting):
+    _check_k(k)
+    _check_drafting(drafting)
     p = host_probabilities(draft_probs, "draft_probs")
     q = host_probabilities(target_probs, "target_probs")
     if p.shape != q.shape:
         raise ValueError(f"draft_probs with shape {p.shape} and target_probs with shape {q.shape} differ")
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(q > 0, p / np.where(q > 0, q, 1.0), np.where(p > 0, np.inf, 0.0))
-    order = np.argsort(-ratio, axis=-1, kind="stable")
-    cp = np.cumsum(np.take_along_axis(p, order, axis=-1), axis=-1)
-    cq = np.cumsum(np.take_along_axis(q, order, axis=-1), axis=-1)
-    gain = np.maximum(np.max(np.minimum(cp, 1.0) ** k - cq, axis=-1), 0.0)  # C = {} gives 0
-    return np.clip(1.0 - gain, 0.0, 1.0)
+    return optimal_acceptances(p, q, (k,), drafting)[k]
+
+
+def optimal_acceptances(p, q, ks, drafting):
+    """``optimal_multi_draft_acceptance`` of checked float64 rows (..., V) for several k at once:
+    {k: (acceptance (...), exact (...) bool)} (without replacement, one enumeration serves every k)."""
+    shape = q.shape[:-1]
+    flat_p, flat_q = p.reshape(-1, p.shape[-1]), q.reshape(-1, q.shape[-1])
+    out = {}
+    if drafting == "top":
+        ranked = _top(flat_p, max(ks))
+        taken = np.cumsum(np.take_along_axis(flat_q, ranked, -1), -1)
+        for k in ks:
+            value = np.clip(taken[:, min(k, ranked.shape[-1]) - 1], 0.0, 1.0)
+            out[k] = (value.reshape(shape), np.ones(shape, dtype=bool))
+        return out
+    if drafting == "iid":
+        order = _cut_order(flat_p, flat_q)
+        cp = np.minimum(np.cumsum(np.take_along_axis(flat_p, order, -1), -1), 1.0)
+        cq = np.cumsum(np.take_along_axis(flat_q, order, -1), -1)
+        for k in ks:
+            gain = np.maximum(np.max(cp**k - cq, axis=-1), 0.0)  # C = {} gives 0
+            out[k] = (np.clip(1.0 - gain, 0.0, 1.0).reshape(shape), np.ones(shape, dtype=bool))
+        return out
+    for k, (gain, exact) in _without_replacement_gains(flat_p, flat_q, tuple(ks)).items():
+        out[k] = (np.clip(1.0 - gain, 0.0, 1.0).reshape(shape), exact.reshape(shape))
+    return out
 
 
 @dataclass(frozen=True)
@@ -206,10 +353,9 @@ class MultiDraftRule(Rule):
             return [(t, float(np.prod([p[x] for x in t]))) for t in itertools.product(support, repeat=self.k)]
         out = []
         for t in itertools.permutations(support, min(self.k, len(support))):
-            prob, left = 1.0, 1.0
-            for x in t:
-                prob *= p[x] / left
-                left -= p[x]
+            prob = 1.0
+            for i, x in enumerate(t):
+                prob *= p[x] / sum(p[y] for y in support if y not in t[:i])  # the mass left, summed
             out.append((t, prob))
         return out
 
@@ -730,16 +876,22 @@ class SGLangTree(MultiDraftRule):
 
 @dataclass(frozen=True)
 class MultiDraftOptimal(MultiDraftRule):
-    """The optimal lossless verification of k drafts drawn i.i.d. from p: the maximal coupling of
-    the drafted k-tuple and Y ~ q with Y among the drafts. Its acceptance,
-    alpha* = 1 - max_C [p(C)^k - q(C)] (``optimal_multi_draft_acceptance``), is exact in
-    O(V log V); it emits q. A yardstick: ``verify`` builds the coupling by a linear program over
-    the V^k tuples (small vocabularies only, for simulation and the checks). Khisti, Ebrahimi,
-    Dbouk, Behboodi, Louizos and Soatto, "Multi-draft speculative sampling: canonical
-    architectures and theoretical limits", ICLR 2025; Hu, Zheng, Lin, Wang, Guo, Xu and Huang,
-    "Towards Optimal Multi-draft Speculative Decoding", ICLR 2025.
+    """The optimal lossless verification of k drafts drawn as ``drafting`` says ("iid": i.i.d.
+    from p; "without-replacement": k distinct tokens, each from p without those drawn before;
+    "top": the k most likely tokens of p): the maximal coupling of the drafted tuple and Y ~ q
+    with Y among the drafts. Its acceptance, alpha* = 1 - max_C [P(every draft in C) - q(C)]
+    (``optimal_multi_draft_acceptance``: exact in O(V log V) for "iid" and "top"; without
+    replacement exact by enumerating the drafted sets, Monte Carlo past a size), is what no
+    lossless rule of the same drafting scheme beats; it emits q. A yardstick, one per scheme:
+    each tree rule is measured against the optimum of its own scheme. ``verify`` builds the
+    coupling by a linear program over the drafted tuples (small vocabularies only, for
+    simulation and the checks). Khisti, Ebrahimi, Dbouk, Behboodi, Louizos and Soatto,
+    "Multi-draft speculative sampling: canonical architectures and theoretical limits", ICLR
+    2025; Hu, Zheng, Viswanathan, Chen, Rossi, Wu, Manocha and Huang, "Towards Optimal
+    Multi-draft Speculative Decoding", ICLR 2025 (without replacement).
     """
 
+    drafting: str = "iid"
     MAX_TUPLES: ClassVar[int] = 4096
     name: ClassVar[str] = "multi-draft-optimal"
     reference: ClassVar[str] = (
@@ -747,21 +899,42 @@ class MultiDraftOptimal(MultiDraftRule):
         ' Hu et al., "Towards Optimal Multi-draft Speculative Decoding", ICLR 2025'
     )
     table: ClassVar[dict] = {
-        "acceptance": "α* = 1 − max_C [p(C)^k − q(C)]",
+        "acceptance": "α* = 1 − max_C [P(drafts ⊆ C) − q(C)]; i.i.d.: P = p(C)^k; top-k: α* = q(top-k(p))",
         "correction": "the optimal coupling's",
         "emitted": "q",
         "lossless": "yes",
     }
     comparison: ClassVar[tuple] = (("", {"k": 4}, "verifier"),)
-    tree_comparison: ClassVar[tuple] = (("optimum (i.i.d.)", "multi-draft-optimal(k={k})", "sampled i.i.d."),)
+    tree_comparison: ClassVar[tuple] = (
+        ("optimum (i.i.d.)", "multi-draft-optimal(k={k})", "sampled i.i.d."),
+        (
+            "optimum (without replacement)",
+            "multi-draft-optimal(k={k}, drafting=without-replacement)",
+            "sampled distinct",
+        ),
+        ("optimum (top-k)", "multi-draft-optimal(k={k}, drafting=top)", "top-k of p"),
+    )
     yardstick: ClassVar[bool] = True
-    examples: ClassVar[tuple] = ({"k": 3}, {"k": 1})
+    examples: ClassVar[tuple] = (
+        {"k": 3},
+        {"k": 1},
+        {"k": 3, "drafting": "without-replacement"},
+        {"k": 2, "drafting": "top"},
+    )
     lossless: ClassVar[bool] = True
-    same_law_as: ClassVar[tuple] = ("sps", "rrs", "spectr", "block")
+    same_law_as: ClassVar[tuple] = ("sps", "rrs", "spectr", "block", "eagle-tree", "sglang-tree")
+
+    def __post_init__(self):
+        super().__post_init__()
+        _check_drafting(self.drafting)
+
+    def single(self) -> Rule:
+        """SpS for drafts from p; for the top-k scheme the one-draft form of EAGLE's verification."""
+        return TopChildVerification() if self.drafting == "top" else super().single()
 
     def multi_acceptance(self, draft_probs, target_probs):
         p, q, _ = self._host(draft_probs, target_probs)
-        return optimal_multi_draft_acceptance(p, q, self.k)
+        return optimal_acceptances(p, q, (self.k,), self.drafting)[self.k][0]
 
     def emitted(self, draft_probs, target_probs, *, logits=None):
         """q: lossless (exact)."""
@@ -776,21 +949,22 @@ class MultiDraftOptimal(MultiDraftRule):
         sampled when no draft is accepted). At most ``MAX_TUPLES`` tuples; cached for the last
         256 positions."""
         p, q, _ = self._host(draft_probs, target_probs)
-        count = int((p > 0).sum()) ** self.k
+        support = int((p > 0).sum())
+        count = {"iid": support**self.k, "top": 1}.get(self.drafting, math.perm(support, min(self.k, support)))
         if count > self.MAX_TUPLES:
             raise ValueError(
                 f"the optimal coupling of {count} drafted tuples is a linear program too large to build here "
                 f"(at most {self.MAX_TUPLES}); its acceptance is exact for any size (multi_acceptance)"
             )
-        return _optimal_coupling(self.k, np.ascontiguousarray(p).tobytes(), np.ascontiguousarray(q).tobytes())
+        return _optimal_coupling(self, np.ascontiguousarray(p).tobytes(), np.ascontiguousarray(q).tobytes())
 
     def _verify(self, p, q, drafts) -> MultiDraftLaw:
-        plan, rest = _optimal_coupling(self.k, np.ascontiguousarray(p).tobytes(), np.ascontiguousarray(q).tobytes())
-        per = plan.get(tuple(int(x) for x in drafts), {})
+        plan, rest = _optimal_coupling(self, np.ascontiguousarray(p).tobytes(), np.ascontiguousarray(q).tobytes())
+        per = plan.get(tuple(int(x) for x in drafts if x >= 0), {})
         law = np.zeros(self.k + 1)
         emitted = np.zeros(q.shape)
         for y, share in per.items():
-            i = list(drafts).index(y)  # credited to the first draft that holds y
+            i = [int(x) for x in drafts].index(y)  # credited to the first draft that holds y
             law[i] += share
             emitted[y] += share
         law[-1] = max(1.0 - law[:-1].sum(), 0.0)
@@ -799,13 +973,13 @@ class MultiDraftOptimal(MultiDraftRule):
 
 
 @functools.lru_cache(maxsize=256)
-def _optimal_coupling(k, p_bytes, q_bytes):
+def _optimal_coupling(rule, p_bytes, q_bytes):
     from scipy.optimize import linprog
 
     p, q = np.frombuffer(p_bytes), np.frombuffer(q_bytes)
-    support = [int(x) for x in np.flatnonzero(p > 0)]
-    tuples = list(itertools.product(support, repeat=k))
-    probs = np.array([np.prod([p[x] for x in t]) for t in tuples])
+    drafted = rule.draft_tuples(p)  # the drafting scheme's tuples and their probabilities
+    tuples = [t for t, _ in drafted]
+    probs = np.array([w for _, w in drafted])
     edges = [(i, y) for i, t in enumerate(tuples) for y in sorted(set(t))]
     a_ub = np.zeros((len(tuples) + len(q), len(edges)))
     for e, (i, y) in enumerate(edges):

@@ -51,7 +51,8 @@ class MultiDraftComparison(Result):
     ----------
     rows : list of dict
         One per method x k x m (over all tasks): ``method``, ``rule`` (spec), ``children``, ``k``,
-        ``m``, ``acceptance``, ``optimal_acceptance`` (i.i.d. optimum at the same k),
+        ``m``, ``acceptance``, ``optimal_acceptance`` (the optimum of the method's own drafting
+        scheme at the same k: i.i.d., without replacement or the top-k of p),
         ``acceptance_of_optimum`` (with ``_lo`` / ``_hi``), ``al`` (with ``al_lo`` / ``al_hi``),
         ``verified_tokens`` (k m + 1).
     by_entropy, by_top1 : list of dict
@@ -81,7 +82,7 @@ class MultiDraftComparison(Result):
         methods = list(dict.fromkeys(r["method"] for r in self.rows))
         width = max(24, *(len(n) for n in methods))
         head = f"{'k':>2} " + " ".join(f"{name:>{width}}" for name in methods)
-        lines = [f"acceptance (of the i.i.d. optimum) and tree AL at m = {m}", head]
+        lines = [f"acceptance (of the optimum of its own drafting scheme) and tree AL at m = {m}", head]
         for k in self.ks:
             cells = []
             for name in methods:
@@ -98,7 +99,9 @@ class MultiDraftComparison(Result):
             rows = {(r["method"], r["k"]): r for r in self.rows if r["m"] == m}
             lines += [
                 f"Tree AL at m = {m} (bootstrap 95% intervals over sequences); in brackets the acceptance per "
-                "position as a fraction of the i.i.d. optimum at the same k:",
+                "position as a fraction of the optimum of the method's own drafting scheme at the same k (i.i.d. "
+                "drafts for rrs and spectr, drafts without replacement for rrs without replacement, the top-k of p "
+                "for eagle-tree and sglang-tree; each optimum is 1.000 of itself):",
                 "",
                 "| k | " + " | ".join(methods) + " |",
                 "|---|" + "---|" * len(methods),
@@ -116,7 +119,7 @@ class MultiDraftComparison(Result):
             ("the verifier's top-1 mass", self.by_top1, ""),
         ):
             lines += [
-                f"Mean acceptance per position at k = {self.k_bins} by {title} (the optimum: i.i.d. drafts):",
+                f"Mean acceptance per position at k = {self.k_bins} by {title} (an optimum per drafting scheme):",
                 "",
                 f"| {title} | positions | " + " | ".join(methods) + " |",
                 "|---|---|" + "---|" * len(methods),
@@ -139,9 +142,15 @@ class MultiDraftComparison(Result):
         m = self.ms[-1]
         names = list(dict.fromkeys(r["method"] for r in self.rows))
         colours = rule_colours(n for n in names if not n.startswith("optimum"))
+        optima = [n for n in names if n.startswith("optimum")]
+        greys = (("black", "--"), ("dimgray", ":"), ("darkgray", "-."))  # one per drafting scheme
         for name in names:
             rs = sorted((r for r in self.rows if r["method"] == name and r["m"] == m), key=lambda r: r["k"])
-            style = {"color": "black", "ls": "--"} if name.startswith("optimum") else {"color": colours[name]}
+            if name in optima:
+                colour, dash = greys[optima.index(name) % len(greys)]
+                style = {"color": colour, "ls": dash}
+            else:
+                style = {"color": colours[name]}
             ks = [r["k"] for r in rs]
             spread = [
                 [r["acceptance"] - r["acceptance_lo"] for r in rs],
@@ -185,7 +194,8 @@ def _positive_ints(values, name, what):
 def compare_multi_draft(trace, ks=tuple(range(1, 9)), ms=(4, 8), *, k_bins=4, n_boot=1000, methods=None,
                         progress=None) -> MultiDraftComparison:  # fmt: skip
     """Each multi-draft method's acceptance and tree AL on ``trace`` for each k in ``ks`` and depth
-    m in ``ms``, against the optimum for k i.i.d. drafts, with bootstrap intervals over sequences
+    m in ``ms``, against the optimum of its own drafting scheme (k i.i.d. drafts, k drafts without
+    replacement, the top-k of p), with bootstrap intervals over sequences
     (``analyze_trace``); and, at ``k_bins`` drafts, each method's mean acceptance per bin of the
     verifier's entropy and top-1 mass (where the deployed methods lose most). ``methods``: (label,
     spec template in k, children) tuples, default ``MULTI_DRAFT_METHODS``. The tree AL is under

@@ -19,6 +19,7 @@ from ._analysis._plotting import (
     plot_plan,
     plot_rule_front,
     plot_step,
+    rule_colours,
 )
 from ._data._prompts import (
     Prompt,
@@ -200,6 +201,7 @@ __all__ = [
     "plot_plan",
     "plot_rule_front",
     "plot_step",
+    "rule_colours",
     "predict_speedup",
     "processed_probs",
     "prompt_part",

@@ -30,7 +30,17 @@ from ._rules import available_rules, make_rule
 from ._rules._protocol import kind_of
 from ._rules._reference import emitted_bruteforce
 
-__all__ = ["CHECKS", "check_rule", "check_sane", "conformance_rules", "emitted_bruteforce", "make_case", "same_rules"]
+__all__ = [
+    "CHECKS",
+    "check_rule",
+    "check_sane",
+    "conformance_rules",
+    "emitted_bruteforce",
+    "make_case",
+    "same_rules",
+    "sequence_law",
+    "sequence_tv",
+]
 
 
 def make_case(seed: int, vocab: int, batch=()):
@@ -380,10 +390,32 @@ def _position_rows(seed, positions, vocab):
     return p / p.sum(-1, keepdims=True), q / q.sum(-1, keepdims=True)
 
 
+def sequence_law(rule, draft_probs, target_probs, m, length):
+    """{tokens: probability} of the first ``length`` tokens that speculative decoding with ``rule``
+    emits in a context-free world with rows p (``draft_probs``, (T, V)) and q (``target_probs``,
+    (T, V)) at positions 0..T-1 (blocks of m drafts, each started after the last emitted token;
+    T >= length + m), exactly: every draft, tau and the token after it enumerated at every step
+    through ``block_law`` (V^m drafted blocks a step: small vocabularies only). A lossless rule
+    gives prod_i q_i(y_i)."""
+    return _sequence_law(make_rule(rule) if isinstance(rule, str) else rule, np.asarray(draft_probs, dtype=np.float64),
+                         np.asarray(target_probs, dtype=np.float64), int(m), int(length))  # fmt: skip
+
+
+def sequence_tv(rule, draft_probs, target_probs, m, length):
+    """The total variation between ``sequence_law`` and the verifier's law of the first ``length``
+    tokens, prod_i q_i(y_i): 0 for a lossless rule (exact, by enumeration)."""
+    import itertools
+
+    q = np.asarray(target_probs, dtype=np.float64)
+    law = sequence_law(rule, draft_probs, q, m, length)
+    total = 0.0
+    for seq in itertools.product(range(q.shape[-1]), repeat=int(length)):
+        total += abs(law.get(seq, 0.0) - float(np.prod([q[i, y] for i, y in enumerate(seq)])))
+    return 0.5 * total
+
+
 def _sequence_law(rule, p, q, m, length):
-    """{tokens: probability} of the first ``length`` tokens that decoding with ``rule`` emits in a
-    context-free world with these rows (blocks of m drafts, each started after the last emitted
-    token), by enumerating the drafts, tau and the token after it at every step."""
+    """``sequence_law`` of a rule object and float64 rows."""
     import itertools
 
     vocab = q.shape[-1]

@@ -236,3 +236,19 @@ def test_a_block_rule_has_no_relaxed_bonus(models):
         speculative_generate(verifier, draft, make_rule("block"), m=2, prompt_ids=PROMPT, bonus_policy="relaxed")
     with pytest.raises(ValueError, match="draft_mode must be one of"):
         speculative_generate(verifier, draft, SpS(), m=2, prompt_ids=PROMPT, draft_mode="beam")
+
+
+@pytest.mark.parametrize("spec", ["fly(window=1, threshold=0)", "magic-mtp"])
+def test_real_decoding_runs_the_engine_block_rules(models, spec):
+    # issue 33: real decoding accepts each new chain rule (through its block law)
+    from cactus_theory import make_rule
+
+    verifier, draft = models
+    settings = SamplingSettings(temperature=1.0, top_k=4, top_p=1.0)
+    total = 0
+    for seed in range(5):
+        out = speculative_generate(verifier, draft, make_rule(spec), m=3, sampling=settings, max_new_tokens=12,
+                                   seed=seed, prompt_ids=PROMPT)  # fmt: skip
+        assert len(out.tokens) >= 12 and all(0 <= a <= d <= 3 for a, d in zip(out.accepted, out.drafted, strict=True))
+        total += sum(out.accepted)
+    assert total > 0

@@ -239,3 +239,14 @@ def test_the_real_pair_pipeline_on_tiny_models(models, tmp_path, capsys):
     script("model_load_times").main(["--models", models, "--cache", str(tmp_path / "load-cache")])
     assert "| same logits |" in capsys.readouterr().out
     shutil.rmtree(tmp_path / "load-cache")
+
+
+def test_engine_rules(tiny_trace, tmp_path):
+    script("engine_rules").main(["--trace", tiny_trace, "--out", str(tmp_path), "--bootstrap", "100", "--m", "4"])
+    data = json.loads((tmp_path / "engine_rules.json").read_text())
+    tv = {(r["case"], r["m"]): r["tv"] for r in data["exact"]}
+    toy = tv[("toy pair (Sun et al.)", 2)]
+    assert toy["block"] < 1e-12 and toy["magic-mtp"] > 0.1  # lossless against not, exactly
+    rules = {r["rule"] for r in data["rows"]}
+    assert {"sps", "block", "magic-mtp(recovery=block)"} <= rules
+    assert (tmp_path / "engine_rules.png").stat().st_size > 0 and "paired" in (tmp_path / "engine_rules.md").read_text()

@@ -45,7 +45,9 @@ __all__ = [
 #: result the stored logits determine exactly (1 unless a rule needs logits a trace lacks);
 #: ``optimal_acceptance`` the largest acceptance a lossless verification of the rule's k drafts
 #: reaches there, for the rule's own drafting scheme (i.i.d. from p, without replacement, or the
-#: top-k of p; 1 - TV for one sampled draft; ``optimal_multi_draft_acceptance``).
+#: top-k of p; 1 - TV for one sampled draft; ``optimal_multi_draft_acceptance``). For a lossy block
+#: rule (one with ``block_drift_for``: FLy, MagicMTP) ``kl_emitted_target`` and ``tv`` are the drift
+#: per token its blocks of m emit (``kl_per_token``, ``tv_per_token``): its law depends on the slot.
 METRICS = (
     "acceptance",
     "acceptance_outside_support",
@@ -265,6 +267,12 @@ def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, po
             # exact where a start's weights take at most 10,000 values (m <= 3 on a top-20 trace), else Monte Carlo
             lengths = accepted_lengths(rule, *host, ms, beta=beta, n_paths=block_paths, seed=rows.seeds[i],
                                        max_support=BLOCK_EXACT_SUPPORT)  # fmt: skip
+        # a lossy block rule states its own drift per block (``block_drift_for``); a lossless one emits q
+        block_drift = None
+        if kind == "block" and hasattr(rule, "block_drift_for"):
+            found = rule.block_drift_for(*host, sorted({min(m, positions) for m in ms}), n_paths=block_paths,
+                                         seed=rows.seeds[i])  # fmt: skip
+            block_drift = {m: found[min(m, positions)] for m in ms}
         for m in ms:
             starts = max(positions - m + 1, 1)
             if fused is not None:  # one compiled pass gave every m's sums
@@ -290,6 +298,8 @@ def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, po
                     emitted = block_sums(beta[:m] if slots else beta, values[:m] if slots else values, m, bonus,
                                          per_slot=slots)  # fmt: skip
                     setattr(block, f"{name}_sum", float(np.sum(emitted[:starts])))
+            if block_drift is not None:
+                block.kl_sum, block.tv_sum = (float(np.sum(v[:starts])) for v in block_drift[m])
             for policy in policies:
                 al_p, drafted, forwards = policy_blocks(policy, seq_p, beta[:m] if slots else beta, m, cost)
                 stats.blocks[(m, policy.describe())] = BlockStats(
@@ -809,6 +819,12 @@ def _row(rule, m, task, trace, sel, counts, bonus_policy, draft_mode="sampled", 
         row["acceptance_by_position"] = [float(x) for x in sums / max(sum(starts), 1)]
     for name, (v, lo, hi) in stats.items():
         row[name], row[f"{name}_lo"], row[f"{name}_hi"] = v, lo, hi
+    if kind_of(rule) == "block" and hasattr(rule, "block_drift_for"):
+        # a lossy block rule's law depends on the slot, not the position: its drift per position is
+        # that of the tokens its blocks of m emit (the per-position metrics are its one-draft form's)
+        for name, key in (("kl", "kl_emitted_target"), ("tv", "tv")):
+            for end in ("", "_lo", "_hi"):
+                row[f"{key}{end}"] = row[f"{name}_per_token{end}"]
     if policy is not None:  # the per-token drift above is of fixed blocks of m, not of this policy's
         for name in BLOCK_METRICS:
             row[f"{name}_per_token"] = row[f"{name}_per_token_lo"] = row[f"{name}_per_token_hi"] = float("nan")

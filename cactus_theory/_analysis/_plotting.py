@@ -49,7 +49,7 @@ BUILTIN_COLOURS = {
     "sps": 0, "cactus": 1, "tas": 2, "cactus-exact": 9, "mentored": 4, "block": 6, "strict": 5, "always-accept": 8,
     "lossy": 7, "topk": 10, "relaxed-topk": 11, "lenience": 12, "fsd": 13, "rfsd": 14, "interpolation": 15,
     "ensemble": 16, "scd": 17, "spec-cascade-opt": 18, "spec-cascade-tok3": 19, "synthetic": 20, "rrs": 21,
-    "spectr": 22, "eagle-tree": 23, "sglang-tree": 24, "multi-draft-optimal": 25,
+    "spectr": 22, "eagle-tree": 23, "sglang-tree": 24, "multi-draft-optimal": 25, "fly": 36, "magic-mtp": 34,
 }  # fmt: skip
 
 

@@ -21,6 +21,7 @@ this), and it costs the verifier k m + 1 tokens. The per-token protocol (``accep
 from __future__ import annotations
 
 import functools
+import hashlib
 import itertools
 import math
 from dataclasses import dataclass
@@ -256,9 +257,24 @@ def optimal_acceptances(p, q, ks, drafting):
             gain = np.maximum(np.max(cp**k - cq, axis=-1), 0.0)  # C = {} gives 0
             out[k] = (np.clip(1.0 - gain, 0.0, 1.0).reshape(shape), np.ones(shape, dtype=bool))
         return out
-    for k, (gain, exact) in _without_replacement_gains(flat_p, flat_q, tuple(ks)).items():
+    # one enumeration serves every k up to the widest asked: the newest rows' results are kept (the
+    # analysis asks for the widest first, then each yardstick rule for its own k on the same rows)
+    digest = hashlib.blake2b(flat_p.tobytes() + flat_q.tobytes(), digest_size=16).digest()
+    key = (digest, flat_p.shape, WITHOUT_REPLACEMENT_STATES, WITHOUT_REPLACEMENT_PATHS)
+    known = _WITHOUT_REPLACEMENT_CACHE.get(key, {})
+    if not all(k in known for k in ks):
+        widest = max(max(ks), max(known, default=0))
+        known = _without_replacement_gains(flat_p, flat_q, tuple(range(1, widest + 1)))
+        _WITHOUT_REPLACEMENT_CACHE.clear()
+        _WITHOUT_REPLACEMENT_CACHE[key] = known
+    for k in ks:
+        gain, exact = known[k]
         out[k] = (np.clip(1.0 - gain, 0.0, 1.0).reshape(shape), exact.reshape(shape))
     return out
+
+
+#: The newest rows' optimum without replacement, {key: {k: (gains, exact)}}.
+_WITHOUT_REPLACEMENT_CACHE: dict = {}
 
 
 @dataclass(frozen=True)

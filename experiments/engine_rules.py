@@ -1,6 +1,6 @@
 """The verification methods engines added lately, on a trace and exactly on small vocabularies:
-FLy (vLLM PR 53987) and MagicMTP (vllm-ascend PRs 4443 / 5542), against SpS and block
-verification.
+FLy (vLLM PR 53987), MagicMTP (vllm-ascend PRs 4443 / 5542) and entropy verify (vllm-ascend PR
+9772), against SpS and block verification.
 
 Usage:
     python experiments/engine_rules.py [--trace DIR] [--out docs/results] [--bootstrap 1000] [--m 4 8 20]
@@ -34,7 +34,16 @@ from cactus_theory.io import atomic_write
 from cactus_theory.testing import sequence_tv
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-RULES = ("sps", "block", "fly", "fly(window=2)", "magic-mtp", "magic-mtp(recovery=residual)")
+RULES = (
+    "sps",
+    "block",
+    "fly",
+    "fly(window=2)",
+    "magic-mtp",
+    "magic-mtp(recovery=residual)",
+    "entropy-verify",
+    "entropy-verify(alpha=0.4)",
+)
 EXACT_RULES = ("block", "fly(window=1, threshold=0)", "fly(window=2, threshold=0)", "magic-mtp",
                "magic-mtp(recovery=residual)")  # fmt: skip
 
@@ -108,14 +117,14 @@ def figure(rows, ms):
     axes[0].set_ylabel("AL / m (share of the drafts accepted; 95% intervals)")
     axes[1].set_ylabel("TV from the verifier per emitted token")
     axes[1].legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    fig.suptitle("FLy and MagicMTP against SpS and block verification on the trace", fontsize=10)
+    fig.suptitle("FLy, MagicMTP and entropy verify against SpS and block verification on the trace", fontsize=10)
     fig.tight_layout()
     return fig
 
 
 def markdown(rows, exact, errors, command, trace, seconds):
     lines = [
-        "# FLy and MagicMTP against SpS and block verification",
+        "# FLy, MagicMTP and entropy verify against SpS and block verification",
         "",
         f"Command: `{command}` ({os.cpu_count()} cores, {platform.machine()}; the analysis {seconds:.0f} s). Trace: "
         f"{os.path.basename(os.path.normpath(trace.directory))} ({len(trace)} sequences, "
@@ -123,7 +132,8 @@ def markdown(rows, exact, errors, command, trace, seconds):
         "",
         "AL(m) with bootstrap 95% intervals over sequences; gain = AL / AL(sps) - 1 with a paired interval; KL and TV "
         "per emitted token (each slot's law against the verifier's, weighted by the chance of reaching it). FLy: "
-        "exact. MagicMTP: Monte Carlo, mean standard error of AL per block start "
+        "exact; entropy verify (a token rule): exact, its entropy from the stored logits. MagicMTP: Monte Carlo, "
+        "mean standard error of AL per block start "
         + ", ".join(f"{errors[m]:.4f} at m = {m}" for m in sorted(errors))
         + ". Block: exact for m <= 3, Monte Carlo beyond.",
         "",

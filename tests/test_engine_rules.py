@@ -310,3 +310,68 @@ def test_magic_mtp_bad_recovery_says_which():
 def test_magic_mtp_passes_check_rule(spec):
     report = check_rule(spec, cases=4)
     assert all(not str(v).startswith("failed") for v in report.values()), report
+
+
+# --- Entropy verify ------------------------------------------------------------------------------
+
+
+def _entropy_verify_reference(p, q, ori, drafted, threshold, alpha, epsilon=1e-10):
+    """vllm-ascend's rejection_random_sample_pytorch with ENTROPY_VERIFY for one draft, integrated
+    over its uniform: P(p(n) > 0 and q(n) / p(n) >= c u), c = min(exp(-alpha H(ori)), threshold)."""
+    entropy = -sum(s * np.log(s + epsilon) for s in ori)
+    c = min(np.exp(-entropy * alpha), threshold)
+    if p[drafted] <= 0:
+        return 0.0 if q[drafted] <= 0 else 1.0  # the package's limit convention for a token p never drafts
+    return min(1.0, q[drafted] / p[drafted] / c)
+
+
+def test_entropy_verify_is_the_kernel():
+    from cactus_theory import RuleLogits
+
+    rng = np.random.default_rng(4)
+    for _ in range(30):
+        vocab = int(rng.integers(2, 7))
+        p, q = rng.dirichlet(np.ones(vocab)), rng.dirichlet(np.ones(vocab) * 0.5)
+        logits = rng.normal(size=vocab) * 2
+        ori = np.exp(logits - logits.max())
+        ori /= ori.sum()
+        threshold, alpha = float(rng.choice([0.5, 0.95, 1.0])), float(rng.choice([0.0, 0.4, 1.0, 3.0]))
+        rule = make_rule(f"entropy-verify(threshold={threshold}, alpha={alpha})")
+        for n in range(vocab):
+            got = float(rule.acceptance(p, q, n, logits=RuleLogits(target=logits)))
+            assert got == pytest.approx(_entropy_verify_reference(p, q, ori, n, threshold, alpha), abs=1e-12)
+            proc = make_rule(f"entropy-verify(threshold={threshold}, alpha={alpha}, entropy_of=processed)")
+            assert float(proc.acceptance(p, q, n)) == pytest.approx(
+                _entropy_verify_reference(p, q, q, n, threshold, alpha), abs=1e-12
+            )
+        # after a rejection, the native residual
+        np.testing.assert_allclose(rule.correction(p, q, 0, logits=RuleLogits(target=logits)), _residual(q, p),
+                                   atol=1e-14)  # fmt: skip
+
+
+def test_entropy_verify_the_kernels_own_test_case():
+    # vllm-ascend's test_entropy_verify_standard_high_entropy_accepts_more: ratio 0.4 / 0.5 = 0.8 < u = 0.85
+    # natively; ori = (0.4, 0.35, 0.25), alpha = 0.4: c = min(exp(-0.4 H), 0.95) ~ 0.649, 0.8 >= 0.649 * 0.85
+    from cactus_theory import RuleLogits
+
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.4, 0.4, 0.2])
+    ori = np.array([0.4, 0.35, 0.25])
+    rule = make_rule("entropy-verify(threshold=0.95, alpha=0.4)")
+    a = float(rule.acceptance(p, q, 0, logits=RuleLogits(target=np.log(ori))))
+    entropy = -np.sum(ori * np.log(ori))
+    assert np.exp(-0.4 * entropy) == pytest.approx(0.649, abs=1e-3)
+    assert a > 0.85 and a == pytest.approx(min(1.0, 0.8 / np.exp(-0.4 * entropy)))
+    assert float(make_rule("sps").acceptance(p, q, 0)) == pytest.approx(0.8)
+
+
+def test_entropy_verify_bad_parameters_say_which():
+    for spec, word in (("entropy-verify(threshold=0)", "threshold"), ("entropy-verify(alpha=-1)", "alpha"),
+                       ("entropy-verify(entropy_of=raw)", "entropy_of")):  # fmt: skip
+        with pytest.raises(ValueError, match=word):
+            make_rule(spec)
+
+
+@pytest.mark.parametrize("spec", ["entropy-verify", "entropy-verify(alpha=0.4, entropy_of=processed)"])
+def test_entropy_verify_passes_check_rule(spec):
+    report = check_rule(spec, cases=4)
+    assert all(not str(v).startswith("failed") for v in report.values()), report

@@ -51,6 +51,7 @@ from ._laws._emitted import (
     expected_accepted_length,
     step_metrics,
 )
+from ._laws._gate import FunctionGate, RegionGate, make_gate
 from ._laws._policies import DRAFT_POLICIES, DraftPolicy, make_draft_policy, policy_blocks
 from ._laws._simulate import SimulationResult, simulate
 from ._laws._worst_case import WorstCase, worst_case_drift, worst_case_sweep
@@ -218,6 +219,9 @@ __all__ = [
     "worst_case_drift",
     "worst_case_sweep",
     *sorted(_RULE_EXPORTS),
+    "FunctionGate",
+    "RegionGate",
+    "make_gate",
 ]
 
 _SYMBOLIC = ("SYMPY_GENERATORS", "GeneratorFacts", "SymbolicGamma", "generator_facts", "symbolic_gamma")

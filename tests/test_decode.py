@@ -252,3 +252,23 @@ def test_real_decoding_runs_the_engine_block_rules(models, spec):
         assert len(out.tokens) >= 12 and all(0 <= a <= d <= 3 for a, d in zip(out.accepted, out.drafted, strict=True))
         total += sum(out.accepted)
     assert total > 0
+
+
+def test_decoding_under_a_gate_is_the_rule_where_open_and_sps_where_closed(models):
+    # issue 33: gated relaxation in real decoding; the same seed gives the same coins, so a gate
+    # that never opens reproduces SpS token for token, and one always open the relaxed rule
+    from cactus_theory._laws._gate import FunctionGate
+
+    verifier, draft = models
+    settings = SamplingSettings(temperature=1.0, top_k=6, top_p=1.0)
+    relaxed = Lossy(alpha=0.7)
+    runs = {}
+    for name, rule, gate in (("sps", SpS(), None), ("lossy", relaxed, None),
+                             ("shut", relaxed, FunctionGate(lambda prev: False, "shut")),
+                             ("open", relaxed, FunctionGate(lambda prev: True, "open"))):  # fmt: skip
+        runs[name] = [speculative_generate(verifier, draft, rule, m=3, sampling=settings, max_new_tokens=16, seed=s,
+                                           prompt_ids=PROMPT, gate=gate).tokens for s in range(6)]  # fmt: skip
+    assert runs["shut"] == runs["sps"] and runs["open"] == runs["lossy"] and runs["sps"] != runs["lossy"]
+    with pytest.raises(ValueError, match="position by position"):
+        speculative_generate(verifier, draft, "magic-mtp", m=3, sampling=settings, max_new_tokens=4, prompt_ids=PROMPT,
+                             gate="1:2")  # fmt: skip

@@ -16,6 +16,7 @@ from .._data._prompts import prompt_seed
 from .._data._trace import Trace
 from .._laws._block import DRAFT_MODES, draft_rows
 from .._laws._emitted import block_sums, step_metrics
+from .._laws._gate import gated_rule, make_gate
 from .._laws._lengths import accepted_lengths
 from .._laws._policies import make_draft_policy, policy_blocks
 from .._math._bootstrap import check_resamples, ratio_interval, ratio_intervals, resample_counts
@@ -100,6 +101,7 @@ class ShardJob:
     policies: tuple = ()  # drafting policies (``DraftPolicy``) analysed besides fixed blocks
     cost: object = None  # a CostModel, for the cost-optimal drafting policy
     position_acceptance: bool = False  # keep each sequence's per-position acceptance
+    gate: object = None  # a gate (``RegionGate``, ``FunctionGate``): relaxed rules only where it is open
 
 
 @dataclass
@@ -152,6 +154,7 @@ class SequenceStats:
     rules: dict  # {rule spec string: RuleStats}
     prompt_tokens: int | None = None
     trace: str = ""
+    gated: int | None = None  # under a gate: the positions where it is open
 
     def as_dict(self) -> dict:
         """The record as plain data (JSON-ready: tuples of block keys written "m" or "m@policy")."""
@@ -183,6 +186,7 @@ class _Rows:
     lg: object
     offsets: np.ndarray
     seeds: list
+    region: np.ndarray | None = None  # under a gate: (N,) True where the relaxed rule judges
 
     @property
     def sequences(self) -> int:
@@ -195,17 +199,18 @@ class _Rows:
 def _stack(parts, single):
     """A ``_Rows`` of [(p, q, lg, seed)]: one sequence as it is (``single``), or several stacked
     (padded to one width; their logits are not kept)."""
+    region = None if parts[0][4] is None else np.concatenate([part[4] for part in parts])
     if single:
-        ((p, q, lg, seed),) = parts
-        return _Rows(p, q, lg, np.array([0, p.shape[0]]), [seed])
-    width = max(q.shape[-1] for _, q, _, _ in parts)
-    sizes = [q.shape[0] for _, q, _, _ in parts]
+        ((p, q, lg, seed, _),) = parts
+        return _Rows(p, q, lg, np.array([0, p.shape[0]]), [seed], region)
+    width = max(part[1].shape[-1] for part in parts)
+    sizes = [part[1].shape[0] for part in parts]
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     p_all, q_all = np.zeros((offsets[-1], width)), np.zeros((offsets[-1], width))
-    for (p, q, _, _), a, b in zip(parts, offsets[:-1], offsets[1:], strict=True):
+    for (p, q, *_), a, b in zip(parts, offsets[:-1], offsets[1:], strict=True):
         p_all[a:b, : p.shape[-1]] = p
         q_all[a:b, : q.shape[-1]] = q
-    return _Rows(p_all, q_all, None, offsets, [seed for *_, seed in parts])
+    return _Rows(p_all, q_all, None, offsets, [part[3] for part in parts], region)
 
 
 def _per_sequence(values, rows):
@@ -214,7 +219,7 @@ def _per_sequence(values, rows):
 
 
 def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, policies=(), cost=None,
-                shared=None, keep=False) -> list:  # fmt: skip
+                shared=None, keep=False, gate=None) -> list:  # fmt: skip
     """Per-sequence sums of one rule over a batch of sequences (``RuleStats`` each): per-position
     metrics, and per m the AL and block drift. The AL of every kind of rule comes from
     ``accepted_lengths`` (a block rule's exact or Monte Carlo with ``block_paths`` paths seeded by
@@ -227,6 +232,13 @@ def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, po
     p, q = rows.p, rows.q
     logits = rows.lg if rule.needs_logits else None
     sm = step_metrics(rule, p, q, logits=logits, validate=shared is None, shared=shared)
+    fallback = gated_rule(gate, rule)
+    if fallback is not None:  # the rule where the gate is open, the lossless fallback elsewhere
+        base = step_metrics(fallback, p, q, validate=False, shared=shared)
+        open_ = rows.region
+        sm = dataclasses.replace(sm, **{f.name: np.where(open_ if getattr(sm, f.name).ndim == 1 else open_[:, None],
+                                                         getattr(sm, f.name), getattr(base, f.name))
+                                        for f in dataclasses.fields(sm)})  # fmt: skip
     sums = {name: _per_sequence(getattr(sm, name), rows) for name in _POSITION_METRICS}
     if logits is not None:
         exact = _per_sequence(rule.logits_exact(p, q, logits=logits), rows)
@@ -352,7 +364,8 @@ def shard_statistics(job: ShardJob, threads=None) -> list:
         _, p, q, _, _ = prepare(p, q)  # the rows are checked once here, for every rule
         # the block rules' Monte Carlo paths are seeded by the sequence: the same whatever the engine
         kept.append(seq)
-        parts.append((p, q, lg, prompt_seed(0, seq.id)))
+        region = None if job.gate is None else np.asarray(job.gate.mask(seq.tokens), dtype=bool)
+        parts.append((p, q, lg, prompt_seed(0, seq.id), region))
     # the sequences of the shard as one batch, for the rules that need no raw logits; those that do
     # see one sequence at a time (a batch of its own rows, no padding under the logits)
     plain = [i for i, rule in enumerate(job.rules) if not rule.needs_logits]
@@ -377,13 +390,14 @@ def shard_statistics(job: ShardJob, threads=None) -> list:
             for i in chosen:
                 per_rule[labels[i]] += _rule_stats(job.rules[i], rows, job.ms, job.bonus_policy, job.block_paths,
                                                    optimum, job.policies, job.cost, shared,
-                                                   job.position_acceptance)  # fmt: skip
+                                                   job.position_acceptance, job.gate)  # fmt: skip
     out = []
     for i, seq in enumerate(kept):
         prompt = seq.meta.get("prompt_tokens")
         out.append(SequenceStats(id=seq.id, task=seq.task, positions=seq.n_positions,
                                  rules={label: per_rule[label][i] for label in labels},
-                                 prompt_tokens=prompt if isinstance(prompt, int) else None))  # fmt: skip
+                                 prompt_tokens=prompt if isinstance(prompt, int) else None,
+                                 gated=None if job.gate is None else int(parts[i][4].sum())))  # fmt: skip
     return out
 
 
@@ -622,6 +636,7 @@ def analyze_trace(
     draft_policies=None,
     cost=None,
     position_acceptance=False,
+    gate=None,
 ):
     """Statistics of ``rules`` (Rule objects or spec strings) on ``trace``: a Trace, a directory,
     a glob pattern, a TraceSet or a list of them (several traces are one dataset, checked for
@@ -657,6 +672,13 @@ def analyze_trace(
     (True, False, or None: only on a terminal). ``position_acceptance=True`` keeps each
     sequence's per-position acceptance (``RuleStats.position_acceptance``) for studies that bin
     positions.
+
+    ``gate`` (a ``RegionGate``, ``FunctionGate``, a callable of the tokens before a position, or
+    "OPEN:CLOSE" token ids): gated relaxation, the relaxed rules judge only the positions where
+    the gate is open (from the sequence's own generated tokens before each position) and the
+    gate's lossless fallback (SpS) the others; lossless rules are not gated, block and
+    multi-draft rules are refused. Exact per position, so every number above is the gated
+    rule's. The result's ``notes`` say which gate and the share of positions it held open.
     """
     from .._data._traceset import open_traces
 
@@ -675,6 +697,9 @@ def analyze_trace(
         raise ValueError(f"seed must be an integer >= 0; got {seed!r}")
     ms = _check_ms(ms)
     rules = make_rules(list(rules)) if not isinstance(rules, str) else make_rules(rules)
+    gate = make_gate(gate)
+    for rule in rules:
+        gated_rule(gate, rule)  # a block, multi-draft or slot rule under a gate is refused here
     if isinstance(draft_policies, str):
         draft_policies = [draft_policies]
     policies = []
@@ -718,7 +743,7 @@ def analyze_trace(
         for i in sorted({r.shard for r in recs if wanted is None or r.task in wanted}):
             jobs.append(ShardJob(os.path.abspath(t.directory), i, tuple(rules), tuple(ms), settings, bonus_policy,
                                  wanted, draft_mode, int(block_paths), tuple(policies), cost,
-                                 bool(position_acceptance)))  # fmt: skip
+                                 bool(position_acceptance), gate))  # fmt: skip
             names.append(name)
             total += t.shard_positions(i)
     with progress_bar(total=total, desc="analyse", unit="pos", enabled=progress) as bar:
@@ -758,6 +783,13 @@ def analyze_trace(
                     if sel:
                         trace_rows.append(_row(rule, m, "all", name, sel, trace_counts[name], bonus_policy,
                                                draft_mode))  # fmt: skip
+    if gate is not None:
+        held = sum(s.gated for s in sequences)
+        positions = sum(s.positions for s in sequences)
+        relaxed = [r.describe() for r in rules if not r.lossless]
+        notes = [*notes, f"gated by {gate.describe()}: {', '.join(relaxed) or 'no relaxed rule'} judge(s) only the "
+                         f"{held} of {positions} positions ({held / max(positions, 1):.1%}) where it is open, "
+                         f"{gate.fallback} the others"]  # fmt: skip
     return AnalysisResult(
         rows=rows,
         sequences=sequences,

@@ -280,6 +280,27 @@ def _draft_mode_option(parser):
     )
 
 
+def _gate_option(parser):
+    parser.add_argument(
+        "--gate",
+        default=None,
+        metavar="OPEN:CLOSE[:inside]",
+        help="gated relaxation: relaxed rules judge only inside regions opened by token id OPEN and closed by CLOSE "
+        "(several ids joined by ';'; ':inside' if the output starts inside, e.g. after a prompt ending in <think>), "
+        "SpS elsewhere; lossless rules are not gated",
+    )
+
+
+def _gate(args):
+    """The gate of ``--gate`` (None without one); a bad one is a ValueError naming the option."""
+    from .._laws._gate import make_gate
+
+    try:
+        return make_gate(args.gate)
+    except ValueError as exc:
+        raise ValueError(f"--gate: {exc}") from None
+
+
 def _bonus_policy_option(parser):
     from .._rules import BONUS_POLICIES
 

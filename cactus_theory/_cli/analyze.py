@@ -11,6 +11,8 @@ from ._common import (
     _draft_mode_option,
     _floats,
     _Formatter,
+    _gate,
+    _gate_option,
     _int_at_least,
     _ints,
     _progress,
@@ -65,6 +67,7 @@ def add_parser(sub):
     a.add_argument("--no-figures", action="store_true", help="with --out: tables only")
     _bonus_policy_option(a)
     _draft_mode_option(a)
+    _gate_option(a)
     _progress_options(a)
     a.set_defaults(func=run)
     return a
@@ -109,6 +112,7 @@ def run(args) -> int:
             tasks=args.task,
             client=client,
             draft_mode=args.draft_mode,
+            gate=_gate(args),
         )
     finally:
         from .._analysis._engines import close_quietly

@@ -10,6 +10,8 @@ from ._common import (
     _CombinedSpecs,
     _draft_mode_option,
     _Formatter,
+    _gate,
+    _gate_option,
     _int_at_least,
     _model_inputs,
     _model_options,
@@ -58,6 +60,7 @@ def add_parser(sub):
     _model_options(c)
     _bonus_policy_option(c)
     _draft_mode_option(c)
+    _gate_option(c)
     c.add_argument(
         "--draft-policy",
         default=None,
@@ -71,14 +74,17 @@ def add_parser(sub):
 def run(args) -> int:
     from .._analysis._analyze import parse_rules
     from .._data._prompts import Prompt
+    from .._laws._gate import gated_rule
     from .._laws._policies import make_draft_policy
     from .._models._decode import NgramDrafter, check_chain_rule, decode_prompts, decoding_summary
     from .._models._hf import load_model
 
     _check_out(args, [*(args.prompts or []), *_model_inputs(args)], directory=False)
     rules = parse_rules(args.rule, [args.delta])
+    gate = _gate(args)
     for rule in rules:
         check_chain_rule(rule)  # before loading any model
+        gated_rule(gate, rule)
     policy = make_draft_policy(args.draft_policy)
     if policy is not None and policy.needs_cost:
         raise ValueError("--draft-policy cost-optimal needs a cost model: it is for 'plan'; decode with p-min(...), "
@@ -106,6 +112,7 @@ def run(args) -> int:
         progress=_progress(args),
         draft_mode=args.draft_mode,
         draft_policy=policy,
+        gate=gate,
     )
     for rule in rules:
         label = rule.describe()

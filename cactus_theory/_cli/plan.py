@@ -13,6 +13,8 @@ from ._common import (
     _draft_mode_option,
     _floats,
     _Formatter,
+    _gate,
+    _gate_option,
     _int_at_least,
     _ints,
     _nonnegative,
@@ -86,6 +88,7 @@ def add_parser(sub):
     pl.add_argument("--processes", type=_int_at_least(1), default=1, help="local worker processes over shards")
     pl.add_argument("--out", default=None, help="write plan.csv, plan.json, plan.png and the analysis here")
     _draft_mode_option(pl)
+    _gate_option(pl)
     _progress_options(pl)
     pl.set_defaults(func=run)
     return pl
@@ -129,6 +132,7 @@ def run(args) -> int:
     result = analyze_trace(
         traces, parse_rules(args.rules, args.delta), ms=args.m, n_boot=args.bootstrap, processes=args.processes,
         progress=_progress(args), tasks=args.task, draft_mode=args.draft_mode, draft_policies=policies, cost=cost,
+        gate=_gate(args),
     )  # fmt: skip
     plan = predict_speedup(result, cost, max_kl=args.max_kl, allow_untrusted=args.trust_cost,
                            prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens)  # fmt: skip

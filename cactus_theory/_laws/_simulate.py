@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._rules._protocol import BONUS_POLICIES, as_rule, kind_of
+from ._gate import fallback_for
 
 __all__ = ["SimulationResult", "simulate"]
 
@@ -73,6 +74,8 @@ def simulate(
     *,
     logits=None,
     bonus_policy: str = "verifier",
+    region=None,
+    fallback="sps",
 ) -> SimulationResult:
     """Seeded Monte Carlo of speculative decoding along fixed positions, vectorised over runs.
 
@@ -98,6 +101,10 @@ def simulate(
     seed : int or numpy Generator
     logits : RuleLogits with (T, V) rows, for the rules that need raw logits
     bonus_policy : "verifier" or "relaxed"
+    region : bool array (T,) or None
+        Gated relaxation (``RegionGate.mask`` of the positions' tokens): the rule judges the
+        positions where it is True and ``fallback`` (a lossless token rule) the others; a
+        lossless rule is not gated.
     """
     rule = as_rule(rule)
     if bonus_policy not in BONUS_POLICIES:
@@ -112,6 +119,12 @@ def simulate(
     n_positions, vocab = p.shape
     if n_positions < m + 1:
         raise ValueError(f"a block of m = {m} drafts needs m + 1 = {m + 1} positions; got {n_positions}")
+    base, open_ = None, None
+    if region is not None:  # gated relaxation: the fallback where the region is closed
+        open_ = np.asarray(region, dtype=bool).reshape(-1)
+        if open_.shape != (n_positions,):
+            raise ValueError(f"region must be one bool per position, shape ({n_positions},); got {np.shape(region)}")
+        base = fallback_for(rule, fallback)
     rng = np.random.default_rng(seed)
     if kind_of(rule) == "block":
         if bonus_policy != "verifier":
@@ -125,6 +138,9 @@ def simulate(
     accept_tables = [
         np.clip(np.asarray(r.acceptance_all(p, q, logits=lg), dtype=np.float64), 0.0, 1.0) for r in slot_rules
     ]
+    if base is not None:  # the fallback's acceptance where the gate is closed
+        closed = np.clip(np.asarray(base.acceptance_all(p, q), dtype=np.float64), 0.0, 1.0)
+        accept_tables = [np.where(open_[:, None], table, closed) for table in accept_tables]
     corrections: dict[tuple, np.ndarray] = {}
 
     def slot_of(j):
@@ -138,6 +154,10 @@ def simulate(
             rows_t = missing // vocab
             part = lg.rows(rows_t) if lg is not None else None
             rows = np.asarray(slot_rules[slot_of(j)].correction(p[rows_t], q[rows_t], missing % vocab, logits=part))
+            if base is not None:
+                shut = ~open_[rows_t]
+                if shut.any():
+                    rows[shut] = np.asarray(base.correction(p[rows_t[shut]], q[rows_t[shut]], (missing % vocab)[shut]))
             corrections.update(zip([(slot_of(j), k) for k in missing.tolist()], rows, strict=True))
         return np.stack([corrections[slot_of(j), k] for k in keys])
 

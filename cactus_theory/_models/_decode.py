@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._laws._block import DRAFT_MODES, greedy_draft
+from .._laws._gate import gated_rule, make_gate
 from .._laws._policies import draft_features, make_draft_policy
 from .._math._bootstrap import percentile_interval, ratio_interval, resample_counts, resampled_sums
 from .._math._logits import RuleLogits
@@ -152,7 +153,7 @@ def autoregressive_generate(model, prompt_ids, sampling=None, max_new_tokens=128
 
 
 def speculative_generate(verifier, draft, rule, m, sampling=None, max_new_tokens=128, seed=0, prompt_ids=(), eos_ids=(),
-                         *, bonus_policy="verifier", draft_mode="sampled", draft_policy=None):  # fmt: skip
+                         *, bonus_policy="verifier", draft_mode="sampled", draft_policy=None, gate=None):  # fmt: skip
     """Speculative decoding of ``prompt_ids`` with ``rule``; ``draft`` is a causal LM or an ``NgramDrafter``.
 
     Per step: draft m tokens (sampling from the processed draft distribution p), verify them in
@@ -168,10 +169,14 @@ def speculative_generate(verifier, draft, rule, m, sampling=None, max_new_tokens
     rules (trees) are refused: decoding here drafts chains. ``draft_policy`` (``"p-min(0.4)"``,
     ``"entropy(1)"``, ``"accept-prob(0.3)"``) stops a block early when the drafter is unsure, as
     ``policy_blocks`` models it (the stop reads p at one more place: one more draft forward).
+    ``gate`` (``RegionGate``, ``FunctionGate``, a callable or "OPEN:CLOSE"): gated relaxation, a
+    relaxed token rule judges a draft only where the gate is open after the tokens generated
+    before it (the output so far and the drafts before it in the block), the gate's lossless
+    fallback (SpS) elsewhere.
     Returns a ``DecodeResult`` with timings (the prefill apart, and when each token was out). ``speculative_steps`` is
     the same run as a generator of steps.
     """
-    options = {"bonus_policy": bonus_policy, "draft_mode": draft_mode, "draft_policy": draft_policy}
+    options = {"bonus_policy": bonus_policy, "draft_mode": draft_mode, "draft_policy": draft_policy, "gate": gate}
     return drain(speculative_steps(verifier, draft, rule, m, sampling, max_new_tokens, seed, prompt_ids, eos_ids,
                                    **options))  # fmt: skip
 
@@ -190,6 +195,7 @@ def speculative_steps(
     bonus_policy="verifier",
     draft_mode="sampled",
     draft_policy=None,
+    gate=None,
 ):
     """``speculative_generate`` as a generator that yields after the prefill and after each
     verification step, so several runs (the verifier alone among them) can alternate on one
@@ -206,6 +212,8 @@ def speculative_steps(
     if draft_mode not in DRAFT_MODES:
         raise ValueError(f"draft_mode must be one of {DRAFT_MODES}; got {draft_mode!r}")
     check_chain_rule(rule)
+    gate = make_gate(gate)
+    fallback = gated_rule(gate, rule)  # None: not gated (no gate, or a lossless rule)
     policy = make_draft_policy(draft_policy)
     if policy is not None and (policy.needs_cost or isinstance(draft, NgramDrafter)):
         raise ValueError(
@@ -282,8 +290,10 @@ def speculative_steps(
         q_raw = q_raw.double().cpu().numpy() if need_logits else None
         t2 = time.perf_counter()
 
-        def step(slot, p_row, token, p_raw, q_rows=q_rows, q_raw=q_raw):
+        def step(slot, p_row, token, p_raw, q_rows=q_rows, q_raw=q_raw, drafted=drafted):
             """The rule at slot ``slot``: (accepted?, the token emitted)."""
+            if fallback is not None and not gate.inside_after([*result.tokens, *drafted[:slot]]):
+                return _rule_step(fallback, p_row, q_rows[slot], token, None, coin, gen)  # the gate is closed
             logits = None
             if need_logits:
                 logits = RuleLogits(target=q_raw[slot], draft=p_raw, temperature=sampling.temperature)
@@ -336,7 +346,7 @@ def speculative_steps(
 def _record_key(rec):
     draft_mode = rec.get("draft_mode", "sampled")  # records written before draft modes existed sampled
     return (rec["id"], rec["rule"], rec["m"], rec["seed"], rec["bonus_policy"], rec["baseline"] is not None, draft_mode,
-            rec.get("draft_policy"))  # fmt: skip
+            rec.get("draft_policy"), rec.get("gate"))  # fmt: skip
 
 
 #: Seconds of its own compute each run gets before the next takes the machine (``interleave``).
@@ -416,6 +426,7 @@ def decode_prompts(
     draft_mode="sampled",
     draft_policy=None,
     chunk_seconds=None,
+    gate=None,
 ):
     """Speculative decoding of many prompts with the models loaded once: one record per prompt
     and rule (``rule``: one rule or a list of them).
@@ -433,8 +444,9 @@ def decode_prompts(
     second, the load, and the baseline's) are returned, prompt by prompt, rules in the order
     given; with ``out`` they are also appended to that JSON Lines file as each prompt finishes,
     and records already there with the same prompt, rule, m, seed, bonus policy, draft mode,
-    drafting policy and baseline setting are not decoded again (read back; a prompt missing only
-    some rules decodes those, with the baseline already recorded for it).
+    drafting policy, gate and baseline setting are not decoded again (read back; a prompt missing
+    only some rules decodes those, with the baseline already recorded for it). ``gate``: gated
+    relaxation (``speculative_generate``), recorded as ``gate``.
     """
     from .._data._prompts import prompt_seed
     from .._util._progress import progress_bar
@@ -450,6 +462,10 @@ def decode_prompts(
         check_chain_rule(r)
     policy = make_draft_policy(draft_policy)
     policy_label = None if policy is None else policy.describe()
+    gate = make_gate(gate)
+    gate_label = None if gate is None else gate.describe()
+    for r in rules:
+        gated_rule(gate, r)  # a gate on a block rule is refused before anything is decoded
     model, tokenizer = verifier[0], verifier[1]
     settings = settings or SamplingSettings()
     eos = eos_ids(model, tokenizer)
@@ -465,7 +481,7 @@ def decode_prompts(
     sink = open(out, "a", encoding="utf-8") if out is not None else None
     try:
         for prompt in progress_bar(prompts, desc="decode", unit="prompt", enabled=progress):
-            keys = [(prompt.id, label, m, seed, bonus_policy, bool(baseline), draft_mode, policy_label)
+            keys = [(prompt.id, label, m, seed, bonus_policy, bool(baseline), draft_mode, policy_label, gate_label)
                     for label in labels]  # fmt: skip
             todo = [i for i, key in enumerate(keys) if key not in done]
             fresh = {}
@@ -475,7 +491,7 @@ def decode_prompts(
                 shared = next((done[k]["baseline"] for k in keys if k in done), None) if baseline else None
                 runs = [
                     speculative_steps(model, draft, rules[i], m, settings, max_new_tokens, prompt_seed_value, ids, eos,
-                                      bonus_policy=bonus_policy, draft_mode=draft_mode, draft_policy=policy)
+                                      bonus_policy=bonus_policy, draft_mode=draft_mode, draft_policy=policy, gate=gate)
                     for i in todo
                 ]  # fmt: skip
                 if baseline and shared is None:
@@ -494,6 +510,7 @@ def decode_prompts(
                         "bonus_policy": bonus_policy,
                         "draft_mode": draft_mode,
                         "draft_policy": policy_label,
+                        "gate": gate_label,
                         "prompt_tokens": len(ids),
                         "token_ids": [int(t) for t in res.tokens],
                         "text": tokenizer.decode(res.tokens, skip_special_tokens=True),

@@ -62,7 +62,8 @@ class EntropyVerify(GeneralizedRule):
         {"threshold": 1.0, "alpha": 0.0, "entropy_of": "processed"},
     )
     label_fields: ClassVar[tuple] = ("threshold", "alpha")
-    same_law_as: ClassVar[tuple] = ("sps", "lossy")
+    #: at threshold = 1, alpha = 0 it is SpS (and so the one-draft form of the block rules)
+    same_law_as: ClassVar[tuple] = ("sps", "lossy", "block", "fly", "magic-mtp")
 
     def __post_init__(self):
         if not (isinstance(self.threshold, (int, float, np.floating)) and 0 < self.threshold <= 1):

@@ -272,3 +272,45 @@ def test_decoding_under_a_gate_is_the_rule_where_open_and_sps_where_closed(model
     with pytest.raises(ValueError, match="position by position"):
         speculative_generate(verifier, draft, "magic-mtp", m=3, sampling=settings, max_new_tokens=4, prompt_ids=PROMPT,
                              gate="1:2")  # fmt: skip
+
+
+def test_drift_records_the_kl_of_the_law_each_token_was_emitted_from(models):
+    # issue 33, item 6: per emitted token KL(pi_t || q_t); 0 for a lossless rule; the first token
+    # (slot 0 after the prompt) has the exact law emitted_distribution(rule, p_1, q_1)
+    verifier, draft = models
+    settings = SamplingSettings(temperature=1.0, top_k=6, top_p=1.0)
+    out = speculative_generate(verifier, draft, SpS(), m=3, sampling=settings, max_new_tokens=12, seed=0,
+                               prompt_ids=PROMPT, drift=True)  # fmt: skip
+    assert len(out.token_kl) == len(out.tokens) and max(out.token_kl) < 1e-12 and out.answer_kl < 1e-11
+    rule = Lossy(alpha=0.7)
+    settings = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0)  # the tiny models' top-6 sets are disjoint
+    with torch.no_grad():
+        q1 = processed_probs(verifier(input_ids=torch.tensor([PROMPT])).logits[0, -1].double(), settings).numpy()
+        p1 = processed_probs(draft(input_ids=torch.tensor([PROMPT])).logits[0, -1].double(), settings).numpy()
+    pi = emitted_distribution(rule, p1, q1)
+    want = float(np.sum(np.where(pi > 0, pi * np.log(np.where(pi > 0, pi, 1) / np.where(q1 > 0, q1, 1)), 0.0)))
+    assert want > 0
+    for seed in range(3):
+        out = speculative_generate(verifier, draft, rule, m=3, sampling=settings, max_new_tokens=12, seed=seed,
+                                   prompt_ids=PROMPT, drift=True)  # fmt: skip
+        assert out.token_kl[0] == pytest.approx(want, rel=1e-6, abs=1e-9)
+        assert len(out.token_kl) == len(out.tokens) and min(out.token_kl) >= 0
+        assert out.answer_kl == pytest.approx(sum(out.token_kl))
+    with pytest.raises(ValueError, match="whole blocks"):
+        speculative_generate(verifier, draft, "block", m=3, sampling=settings, max_new_tokens=4, prompt_ids=PROMPT,
+                             drift=True)  # fmt: skip
+
+
+def test_answer_drift_sums_each_answer_and_resamples_prompts():
+    from cactus_theory._models._decode import answer_drift
+
+    records = [{"id": f"p{i}", "task": "t" if i < 3 else "u", "rule": "lossy(alpha=0.7)",
+                "token_kl": [0.1 * i] * (i + 1)} for i in range(5)]  # fmt: skip
+    rows = {r["task"]: r for r in answer_drift(records, n_boot=500)}
+    sums = [0.1 * i * (i + 1) for i in range(5)]
+    assert rows["all"]["answer_kl"] == pytest.approx(np.mean(sums))
+    assert rows["all"]["kl_per_token"] == pytest.approx(sum(sums) / sum(i + 1 for i in range(5)))
+    assert rows["all"]["answer_kl_lo"] <= rows["all"]["answer_kl"] <= rows["all"]["answer_kl_hi"]
+    assert rows["t"]["prompts"] == 3 and rows["t"]["answer_kl"] == pytest.approx(np.mean(sums[:3]))
+    with pytest.raises(ValueError, match="drift=True"):
+        answer_drift([{"id": "a", "task": "t", "rule": "sps"}])

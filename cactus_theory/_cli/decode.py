@@ -62,6 +62,13 @@ def add_parser(sub):
     _draft_mode_option(c)
     _gate_option(c)
     c.add_argument(
+        "--drift",
+        action="store_true",
+        help="record per emitted token KL(pi_t || q_t) of the law the rule emitted it from, and print each answer's "
+        "sum (mean over prompts, 95%% interval): the drift of a whole answer from the verifier (an upper bound of its "
+        "KL, estimated without bias); token rules",
+    )
+    c.add_argument(
         "--draft-policy",
         default=None,
         help="stop a block early when the drafter is unsure: p-min(0.4), entropy(1), accept-prob(0.3)",
@@ -76,8 +83,9 @@ def run(args) -> int:
     from .._data._prompts import Prompt
     from .._laws._gate import gated_rule
     from .._laws._policies import make_draft_policy
-    from .._models._decode import NgramDrafter, check_chain_rule, decode_prompts, decoding_summary
+    from .._models._decode import NgramDrafter, answer_drift, check_chain_rule, decode_prompts, decoding_summary
     from .._models._hf import load_model
+    from .._rules import kind_of
 
     _check_out(args, [*(args.prompts or []), *_model_inputs(args)], directory=False)
     rules = parse_rules(args.rule, [args.delta])
@@ -85,6 +93,9 @@ def run(args) -> int:
     for rule in rules:
         check_chain_rule(rule)  # before loading any model
         gated_rule(gate, rule)
+        if args.drift and kind_of(rule) == "block":
+            raise ValueError(f"--drift records the law of each emitted token: {rule.describe()} judges whole blocks; "
+                             "drop it or --drift")  # fmt: skip
     policy = make_draft_policy(args.draft_policy)
     if policy is not None and policy.needs_cost:
         raise ValueError("--draft-policy cost-optimal needs a cost model: it is for 'plan'; decode with p-min(...), "
@@ -113,6 +124,7 @@ def run(args) -> int:
         draft_mode=args.draft_mode,
         draft_policy=policy,
         gate=gate,
+        drift=args.drift,
     )
     for rule in rules:
         label = rule.describe()
@@ -137,9 +149,21 @@ def run(args) -> int:
                 print(decoding_summary(mine, seed=args.seed))  # prefill apart, matched lengths, flags
             continue
         print(decoding_summary(mine, seed=args.seed))
+    if args.drift:
+        print("\ndrift of whole answers: sum over the answer of KL(pi_t || q_t), mean over prompts [95% interval]; "
+              "KL per emitted token")  # fmt: skip
+        for row in answer_drift(records, seed=args.seed):
+            print(f"  {row['rule']:<28} {row['task']:<12} {row['prompts']:>4} prompts  answer KL "
+                  f"{row['answer_kl']:.4f} {_interval(row['answer_kl_lo'], row['answer_kl_hi'])}  over "
+                  f"{row['tokens']:.1f} tokens  KL/token {row['kl_per_token']:.5f} "
+                  f"{_interval(row['kl_per_token_lo'], row['kl_per_token_hi'], '.5f')}")  # fmt: skip
     if args.baseline and len(rules) > 1:
         print("\n(one verifier-alone baseline per prompt, shared by every rule; each prompt's runs alternated in "
               "chunks of about 0.25 s)")  # fmt: skip
     if args.out and args.prompt is None:
         print(f"records in {args.out}")
     return 0
+
+
+def _interval(lo, hi, spec=".4f") -> str:
+    return f"[{lo:{spec}}, {hi:{spec}}]" if lo == lo and hi == hi else "(no interval: one prompt)"

@@ -28,6 +28,7 @@ from ._hf import CachedModel, OwnClock, drain, generate_steps, paused, sample_to
 __all__ = [
     "DecodeResult",
     "NgramDrafter",
+    "answer_drift",
     "autoregressive_generate",
     "autoregressive_steps",
     "decode_prompts",
@@ -54,6 +55,15 @@ class DecodeResult:
     prefill_seconds: float = 0.0
     #: Seconds after the prefill at which each emitted token was available (per token).
     token_seconds: list = field(default_factory=list)
+    #: With ``drift=True``: per emitted token, KL(pi_t || q_t) of the law the rule emitted it from
+    #: (given the output before it and its place in the block) against the verifier's there.
+    token_kl: list | None = None
+
+    @property
+    def answer_kl(self) -> float:
+        """sum_t KL(pi_t || q_t) along this output (``drift=True``; NaN otherwise): an unbiased
+        estimate, over outputs, of an upper bound of KL(law of the answer || the verifier's)."""
+        return float(np.sum(self.token_kl)) if self.token_kl is not None else float("nan")
 
     @property
     def decode_seconds(self) -> float:
@@ -107,6 +117,20 @@ def _rule_step(rule, p_row, q_row, token, logits, coin, gen):
     return False, sample_token(torch.as_tensor(r), gen)
 
 
+def _emitted_kl(rule, p_row, q_row, token, logits):
+    """KL(pi || q) of the law ``rule`` emits a position from, over the draft there (one-hot on
+    ``token`` for a drafter without probabilities), exact (``emitted_distribution``)."""
+    from .._laws._emitted import step_metrics
+
+    if p_row is None:
+        p_row = np.zeros(q_row.shape[-1])
+        p_row[token] = 1.0
+    # the models' rows are float32 probabilities: renormalised in float64, so that a lossless rule gives 0
+    p_row = np.asarray(p_row, dtype=np.float64) / np.sum(p_row, dtype=np.float64)
+    q_row = np.asarray(q_row, dtype=np.float64) / np.sum(q_row, dtype=np.float64)
+    return float(step_metrics(rule, p_row, q_row, logits=logits).kl_emitted_target)
+
+
 def _block_step(rule, drafted, draft_rows, q_rows, q_raw, draft_raw, sampling, coin, gen):
     """A block rule's verification of ``drafted``: (accepted drafts, tokens emitted: the accepted
     drafts and then the correction, or the bonus when all were accepted)."""
@@ -153,7 +177,8 @@ def autoregressive_generate(model, prompt_ids, sampling=None, max_new_tokens=128
 
 
 def speculative_generate(verifier, draft, rule, m, sampling=None, max_new_tokens=128, seed=0, prompt_ids=(), eos_ids=(),
-                         *, bonus_policy="verifier", draft_mode="sampled", draft_policy=None, gate=None):  # fmt: skip
+                         *, bonus_policy="verifier", draft_mode="sampled", draft_policy=None, gate=None,
+                         drift=False):  # fmt: skip
     """Speculative decoding of ``prompt_ids`` with ``rule``; ``draft`` is a causal LM or an ``NgramDrafter``.
 
     Per step: draft m tokens (sampling from the processed draft distribution p), verify them in
@@ -172,11 +197,24 @@ def speculative_generate(verifier, draft, rule, m, sampling=None, max_new_tokens
     ``gate`` (``RegionGate``, ``FunctionGate``, a callable or "OPEN:CLOSE"): gated relaxation, a
     relaxed token rule judges a draft only where the gate is open after the tokens generated
     before it (the output so far and the drafts before it in the block), the gate's lossless
-    fallback (SpS) elsewhere.
+    fallback (SpS) elsewhere. ``drift=True`` records, per emitted token, KL(pi_t || q_t): pi_t the
+    exact law the rule emits that position from (``emitted_distribution`` of the rule that judged
+    it, over the draft there; q at a verifier bonus), q_t the verifier's processed row there; their
+    sum along the output (``DecodeResult.answer_kl``) is an unbiased estimate of E[sum_t KL(pi_t ||
+    q_t)], which bounds the KL of the whole answer's law from the verifier's from above (the chain
+    rule over the tokens and the block's hidden accept decisions, then the data processing
+    inequality; equal to 0 for a lossless rule). Token rules only (a block rule's law at a slot
+    depends on drafts not yet drawn).
     Returns a ``DecodeResult`` with timings (the prefill apart, and when each token was out). ``speculative_steps`` is
     the same run as a generator of steps.
     """
-    options = {"bonus_policy": bonus_policy, "draft_mode": draft_mode, "draft_policy": draft_policy, "gate": gate}
+    options = {
+        "bonus_policy": bonus_policy,
+        "draft_mode": draft_mode,
+        "draft_policy": draft_policy,
+        "gate": gate,
+        "drift": drift,
+    }
     return drain(speculative_steps(verifier, draft, rule, m, sampling, max_new_tokens, seed, prompt_ids, eos_ids,
                                    **options))  # fmt: skip
 
@@ -196,6 +234,7 @@ def speculative_steps(
     draft_mode="sampled",
     draft_policy=None,
     gate=None,
+    drift=False,
 ):
     """``speculative_generate`` as a generator that yields after the prefill and after each
     verification step, so several runs (the verifier alone among them) can alternate on one
@@ -222,6 +261,9 @@ def speculative_steps(
                if policy.needs_cost else "reads the drafter's probabilities; the n-gram drafter has none")
         )  # fmt: skip
     block_level = kind_of(rule) == "block"
+    if drift and block_level:
+        raise ValueError(f"drift=True records the law of each emitted token: {rule.describe()} judges whole blocks, "
+                         "whose law at a slot depends on drafts not yet drawn; record it for a token rule")  # fmt: skip
     if block_level and bonus_policy != "verifier":
         raise ValueError(
             f"{rule.describe()} judges whole blocks: its bonus token is the verifier's (bonus_policy='verifier')"
@@ -238,7 +280,7 @@ def speculative_steps(
     ngram = isinstance(draft, NgramDrafter)
     drf = None if ngram else CachedModel(draft)
     context = list(prompt_ids)
-    result = DecodeResult(tokens=[])
+    result = DecodeResult(tokens=[], token_kl=[] if drift else None)
     clock = OwnClock()
     # verifier and draft caches hold every context token but the last; the last is fed each step
     if len(context) < 1:
@@ -290,14 +332,18 @@ def speculative_steps(
         q_raw = q_raw.double().cpu().numpy() if need_logits else None
         t2 = time.perf_counter()
 
-        def step(slot, p_row, token, p_raw, q_rows=q_rows, q_raw=q_raw, drafted=drafted):
+        kls = []
+
+        def step(slot, p_row, token, p_raw, q_rows=q_rows, q_raw=q_raw, drafted=drafted, kls=kls):
             """The rule at slot ``slot``: (accepted?, the token emitted)."""
+            judge, logits = rule.at_slot(slot), None
             if fallback is not None and not gate.inside_after([*result.tokens, *drafted[:slot]]):
-                return _rule_step(fallback, p_row, q_rows[slot], token, None, coin, gen)  # the gate is closed
-            logits = None
-            if need_logits:
+                judge = fallback  # the gate is closed
+            elif need_logits:
                 logits = RuleLogits(target=q_raw[slot], draft=p_raw, temperature=sampling.temperature)
-            return _rule_step(rule.at_slot(slot), p_row, q_rows[slot], token, logits, coin, gen)
+            if drift:
+                kls.append(_emitted_kl(judge, p_row, q_rows[slot], token, logits))
+            return _rule_step(judge, p_row, q_rows[slot], token, logits, coin, gen)
 
         if block_level and drafted:  # the whole block judged at once
             n_acc, emitted = _block_step(rule, drafted, draft_rows, q_rows, q_raw, draft_raw, sampling, coin, gen)
@@ -317,6 +363,7 @@ def speculative_steps(
             else:
                 if bonus_policy == "verifier" or not drafted:
                     emitted.append(sample_token(torch.as_tensor(q_rows[len(drafted)]), gen))  # bonus from q
+                    kls.append(0.0)
                 else:  # relaxed: the drafter drafts at the bonus position, the rule judges once more
                     token, p_row, p_raw = draft_after(drafted[-1])
                     emitted.append(step(len(drafted), p_row, token, p_raw)[1])
@@ -333,6 +380,8 @@ def speculative_steps(
                 drf.feed(drafted[drf.length - len(context) : n_acc])
             drf.crop(keep)
         emitted = emitted[: max_new_tokens - len(result.tokens)]
+        if drift:
+            result.token_kl.extend(kls[: len(emitted)])
         context.extend(emitted)
         result.tokens.extend(emitted)
         result.token_seconds.extend([clock.elapsed() - result.prefill_seconds] * len(emitted))
@@ -346,7 +395,7 @@ def speculative_steps(
 def _record_key(rec):
     draft_mode = rec.get("draft_mode", "sampled")  # records written before draft modes existed sampled
     return (rec["id"], rec["rule"], rec["m"], rec["seed"], rec["bonus_policy"], rec["baseline"] is not None, draft_mode,
-            rec.get("draft_policy"), rec.get("gate"))  # fmt: skip
+            rec.get("draft_policy"), rec.get("gate"), rec.get("token_kl") is not None)  # fmt: skip
 
 
 #: Seconds of its own compute each run gets before the next takes the machine (``interleave``).
@@ -427,6 +476,7 @@ def decode_prompts(
     draft_policy=None,
     chunk_seconds=None,
     gate=None,
+    drift=False,
 ):
     """Speculative decoding of many prompts with the models loaded once: one record per prompt
     and rule (``rule``: one rule or a list of them).
@@ -446,7 +496,8 @@ def decode_prompts(
     and records already there with the same prompt, rule, m, seed, bonus policy, draft mode,
     drafting policy, gate and baseline setting are not decoded again (read back; a prompt missing
     only some rules decodes those, with the baseline already recorded for it). ``gate``: gated
-    relaxation (``speculative_generate``), recorded as ``gate``.
+    relaxation (``speculative_generate``), recorded as ``gate``; ``drift``: each record carries
+    ``token_kl`` and ``answer_kl`` (``speculative_generate(drift=True)``; ``answer_drift`` sums them).
     """
     from .._data._prompts import prompt_seed
     from .._util._progress import progress_bar
@@ -481,8 +532,8 @@ def decode_prompts(
     sink = open(out, "a", encoding="utf-8") if out is not None else None
     try:
         for prompt in progress_bar(prompts, desc="decode", unit="prompt", enabled=progress):
-            keys = [(prompt.id, label, m, seed, bonus_policy, bool(baseline), draft_mode, policy_label, gate_label)
-                    for label in labels]  # fmt: skip
+            keys = [(prompt.id, label, m, seed, bonus_policy, bool(baseline), draft_mode, policy_label, gate_label,
+                     bool(drift)) for label in labels]  # fmt: skip
             todo = [i for i, key in enumerate(keys) if key not in done]
             fresh = {}
             if todo:
@@ -491,7 +542,8 @@ def decode_prompts(
                 shared = next((done[k]["baseline"] for k in keys if k in done), None) if baseline else None
                 runs = [
                     speculative_steps(model, draft, rules[i], m, settings, max_new_tokens, prompt_seed_value, ids, eos,
-                                      bonus_policy=bonus_policy, draft_mode=draft_mode, draft_policy=policy, gate=gate)
+                                      bonus_policy=bonus_policy, draft_mode=draft_mode, draft_policy=policy, gate=gate,
+                                      drift=drift)
                     for i in todo
                 ]  # fmt: skip
                 if baseline and shared is None:
@@ -530,6 +582,9 @@ def decode_prompts(
                     }
                     if loads[j] is not None:
                         rec["other_load"] = loads[j]  # the share of the cores other processes used in its chunks
+                    if drift:
+                        rec["token_kl"] = [float(x) for x in res.token_kl]
+                        rec["answer_kl"] = res.answer_kl
                     fresh[i] = rec
             for i, key in enumerate(keys):
                 rec = fresh.get(i, done.get(key))
@@ -651,3 +706,31 @@ def decoding_summary(records, seed=0, n_boot=1000) -> str:
     if notes:
         lines += ["", "flagged:", *(f"  {n}" for n in notes)]
     return "\n".join(lines)
+
+
+def answer_drift(records, n_boot=1000, seed=0) -> list:
+    """The drift of whole answers from decoding records made with ``drift=True``: per rule and
+    task (and "all"), the mean over prompts of sum_t KL(pi_t || q_t) along each answer (an
+    unbiased estimate of an upper bound of the KL of the answer's law from the verifier's;
+    ``speculative_generate``) with its percentile bootstrap 95% interval over prompts, the mean
+    answer length, and the KL per emitted token (summed KL over summed tokens, with its paired
+    interval): rows of dicts ``rule``, ``task``, ``prompts``, ``answer_kl`` (``_lo``, ``_hi``),
+    ``tokens``, ``kl_per_token`` (``_lo``, ``_hi``)."""
+    with_kl = [r for r in records if r.get("token_kl") is not None]
+    if not with_kl:
+        raise ValueError("records: none carries token_kl; decode with drift=True (decode --drift)")
+    rows = []
+    for rule in dict.fromkeys(r["rule"] for r in with_kl):
+        mine = [r for r in with_kl if r["rule"] == rule]
+        for task in ["all", *sorted({r["task"] for r in mine})]:
+            sel = [r for r in mine if task in ("all", r["task"])]
+            kl = np.array([float(np.sum(r["token_kl"])) for r in sel])
+            tokens = np.array([float(len(r["token_kl"])) for r in sel])
+            counts = resample_counts([r["id"] for r in sel], n_boot, seed)  # None: one prompt, no interval
+            mean, lo, hi = ratio_interval(kl, np.ones(kl.size), counts)
+            per, per_lo, per_hi = ratio_interval(kl, tokens, counts)
+            rows.append({"rule": rule, "task": task, "prompts": len(sel), "answer_kl": float(mean),
+                         "answer_kl_lo": float(lo), "answer_kl_hi": float(hi), "tokens": float(tokens.mean()),
+                         "kl_per_token": float(per), "kl_per_token_lo": float(per_lo),
+                         "kl_per_token_hi": float(per_hi)})  # fmt: skip
+    return rows

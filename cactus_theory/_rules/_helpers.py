@@ -205,3 +205,23 @@ def slot_logits(lg, j, ndim):
             value = np.asarray(value)
             changes[f.name] = value[..., j, :] if value.ndim == ndim else value[..., j]
     return dataclasses.replace(lg, **changes)
+
+
+class SpSOneDraft:
+    """The per-token methods of a block rule whose block of one draft is SpS (block verification,
+    FLy, MagicMTP): accept with min(1, q(n)/p(n)), correct from norm((q - p)+), emit q. Put it
+    before ``Rule`` among the bases."""
+
+    def _acceptance(self, b, p, q, n, lg):
+        return ratio_acceptance(b, b.take_last(q, n), b.take_last(p, n))
+
+    def _correction(self, b, p, q, n, lg):
+        return residual(b, q, p)
+
+    def _acceptance_all(self, p, q, lg):
+        return ratio_acceptance(NUMPY, q, p)
+
+    def emitted(self, draft_probs, target_probs, *, logits=None):
+        """q: a block of one draft is SpS, lossless (exact)."""
+        _, q, _ = self._host(draft_probs, target_probs, logits)
+        return q

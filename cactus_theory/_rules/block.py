@@ -10,7 +10,7 @@ from typing import ClassVar
 import numpy as np
 
 from .._math._kernels import block_weights_exact
-from ._helpers import NUMPY, block_inputs, ratio_acceptance, residual
+from ._helpers import SpSOneDraft, block_inputs
 from ._protocol import BlockLaw, Rule
 
 __all__ = ["BlockVerification"]
@@ -67,7 +67,7 @@ def _sample_tokens(rng, probs, n):
 
 
 @dataclass(frozen=True)
-class BlockVerification(Rule):
+class BlockVerification(SpSOneDraft, Rule):
     """Block verification: accept the longest prefix of the drafted block that a joint coupling
     of the whole block allows (lossless, and never below token-wise SpS in expectation).
 
@@ -100,20 +100,6 @@ class BlockVerification(Rule):
     kind: ClassVar[str] = "block"
     #: one draft at a time it is SpS (the per-token view the conformance checks see)
     same_law_as: ClassVar[tuple] = ("sps",)
-
-    def _acceptance(self, b, p, q, n, lg):
-        return ratio_acceptance(b, b.take_last(q, n), b.take_last(p, n))
-
-    def _correction(self, b, p, q, n, lg):
-        return residual(b, q, p)
-
-    def _acceptance_all(self, p, q, lg):
-        return ratio_acceptance(NUMPY, q, p)
-
-    def emitted(self, draft_probs, target_probs, *, logits=None):
-        """q: the one-draft block is SpS, lossless (exact)."""
-        _, q, _ = self._host(draft_probs, target_probs, logits)
-        return q
 
     def block_law(self, draft_probs, target_probs, drafted_tokens, *, logits=None) -> BlockLaw:
         """The exact law of tau and of the token emitted after it (Algorithm 2), float64."""

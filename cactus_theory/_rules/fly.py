@@ -9,7 +9,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ._helpers import NUMPY, block_inputs, ratio_acceptance, residual
+from ._helpers import NUMPY, SpSOneDraft, block_inputs, ratio_acceptance, residual
 from ._protocol import BlockLaw, Rule
 
 __all__ = ["FLy", "top_entropy"]
@@ -58,7 +58,7 @@ def _pass_dp(native, override, window):
 
 
 @dataclass(frozen=True)
-class FLy(Rule):
+class FLy(SpSOneDraft, Rule):
     """FLy (entropy-gated deferred verification), lossy: judge each draft natively (accept with
     min(1, q/p)); a native rejection at slot i is overridden (the draft accepted) when q(x_i) > 0,
     the verifier's top-3 entropy there is at least ``threshold``, a full window fits (i +
@@ -103,21 +103,6 @@ class FLy(Rule):
         for field, value in (("window", self.window), ("entropy_top_k", self.entropy_top_k)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"fly {field} must be an integer >= 1; got {value!r}")
-
-    # -- the one-draft form: SpS --------------------------------------------------------------
-    def _acceptance(self, b, p, q, n, lg):
-        return ratio_acceptance(b, b.take_last(q, n), b.take_last(p, n))
-
-    def _correction(self, b, p, q, n, lg):
-        return residual(b, q, p)
-
-    def _acceptance_all(self, p, q, lg):
-        return ratio_acceptance(NUMPY, q, p)
-
-    def emitted(self, draft_probs, target_probs, *, logits=None):
-        """q: a block of one draft is SpS (exact)."""
-        _, q, _ = self._host(draft_probs, target_probs, logits)
-        return q
 
     # -- the block ------------------------------------------------------------------------------
     def _gate(self, q, m):

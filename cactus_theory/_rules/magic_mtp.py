@@ -10,7 +10,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ._helpers import NUMPY, block_inputs, ratio_acceptance, residual
+from ._helpers import NUMPY, SpSOneDraft, block_inputs, residual
 from ._protocol import BlockLaw, Rule
 
 __all__ = ["MagicMTP"]
@@ -77,7 +77,7 @@ def _tau_law(w, can_pass):
 
 
 @dataclass(frozen=True)
-class MagicMTP(Rule):
+class MagicMTP(SpSOneDraft, Rule):
     """MagicMTP (vllm-ascend's block verify before PRs 7807 / 7808): with block weights w_0 = 1,
     w_j = min(w_{j-1} q_j(x_j) / p_j(x_j), 1) and one uniform u_j per slot, slot j passes when
     p_j(x_j) > 0 and w_j >= u_1 u_2 ... u_j; tau is the last slot that passes (0 if none). It emits
@@ -115,21 +115,6 @@ class MagicMTP(Rule):
     def __post_init__(self):
         if self.recovery not in RECOVERIES:
             raise ValueError(f"magic-mtp recovery must be one of {', '.join(RECOVERIES)}; got {self.recovery!r}")
-
-    # -- the one-draft form: SpS --------------------------------------------------------------
-    def _acceptance(self, b, p, q, n, lg):
-        return ratio_acceptance(b, b.take_last(q, n), b.take_last(p, n))
-
-    def _correction(self, b, p, q, n, lg):
-        return residual(b, q, p)
-
-    def _acceptance_all(self, p, q, lg):
-        return ratio_acceptance(NUMPY, q, p)
-
-    def emitted(self, draft_probs, target_probs, *, logits=None):
-        """q: a block of one draft is SpS (exact)."""
-        _, q, _ = self._host(draft_probs, target_probs, logits)
-        return q
 
     # -- the block ------------------------------------------------------------------------------
     def _recovered(self, w, p, q):

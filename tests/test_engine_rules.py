@@ -375,3 +375,33 @@ def test_entropy_verify_bad_parameters_say_which():
 def test_entropy_verify_passes_check_rule(spec):
     report = check_rule(spec, cases=4)
     assert all(not str(v).startswith("failed") for v in report.values()), report
+
+
+# --- vLLM's synthetic acceptance by a target mean acceptance length ------------------------------
+
+
+@pytest.mark.parametrize("length, n, want", [(3.5, 5, [1.0, 1.0, 0.5, 0.0, 0.0]), (2.0, 4, [1.0, 0.0, 0.0, 0.0]),
+                                             (1.0, 3, [0.0, 0.0, 0.0]), (4.25, 3, [1.0, 1.0, 1.0])])  # fmt: skip
+def test_synthetic_acceptance_length_is_vllms_schedule(length, n, want):
+    # vLLM's _acceptance_length_to_rates written out: floor(L - 1) ones, the fraction, zeros, cut at n
+    drafts = length - 1
+    full = int(drafts)
+    ref = ([1.0] * full + [drafts - full] + [0.0] * (n - full - 1))[:n]
+    assert ref == want
+    rule = make_rule(f"synthetic(acceptance_length={length})")
+    got = [rule.at_slot(j).conditional_rate for j in range(n)]
+    unconditional = np.cumprod(got)
+    np.testing.assert_allclose(unconditional, ref, atol=1e-15)
+    # the expected accepted length of a block of n drafts is the sum of the rates: L - 1 up to n
+    from cactus_theory import block_accepted_length
+
+    p, q = _rows(1, n + 1, 4)
+    assert block_accepted_length(rule, p[: n + 1], q[: n + 1], n)[0] == pytest.approx(sum(ref), abs=1e-12)
+
+
+def test_synthetic_takes_rates_or_a_length_not_both():
+    with pytest.raises(ValueError, match="not both"):
+        make_rule("synthetic(rates=[0.5], acceptance_length=2)")
+    with pytest.raises(ValueError, match="acceptance_length"):
+        make_rule("synthetic(acceptance_length=0.5)")
+    assert make_rule("synthetic(acceptance_length=2.5)").describe() == "synthetic(acceptance_length=2.5)"

@@ -22,6 +22,14 @@ def _others(x):
     return before + after
 
 
+def _length_to_rates(length):
+    """vLLM's minimum-variance schedule of a mean acceptance length L (``SpeculativeConfig.
+    _acceptance_length_to_rates``): floor(L - 1) ones, the fraction, then nothing (rate 0)."""
+    drafts = length - 1.0
+    full = int(drafts)
+    return (1.0,) * full + ((drafts - full,) if drafts > full else ()) or (0.0,)
+
+
 @dataclass(frozen=True)
 class SyntheticAcceptance(Rule):
     """Accept the draft at block slot i with a fixed probability, whatever p, q and n.
@@ -38,6 +46,11 @@ class SyntheticAcceptance(Rule):
     Parameters
     ----------
     rates : tuple of floats in [0, 1], non-increasing
+    acceptance_length : float >= 1 or None
+        vLLM's ``synthetic_acceptance_length`` instead of ``rates``: a target mean acceptance length
+        L, resolved as vLLM does (``_acceptance_length_to_rates``, its minimum-variance schedule):
+        floor(L - 1) rates of 1, then the fraction L - 1 - floor(L - 1), then 0. Give ``rates`` or
+        ``acceptance_length``, not both.
     slot : int >= 0
         The block slot this instance applies to (``at_slot``); per-position statistics (acceptance,
         emitted law) are those of this slot; accepted lengths use every slot.
@@ -45,6 +58,7 @@ class SyntheticAcceptance(Rule):
 
     rates: tuple[float, ...] = (0.9, 0.6, 0.3)
     slot: int = 0
+    acceptance_length: float | None = None
     name: ClassVar[str] = "synthetic"
     reference: ClassVar[str] = 'vLLM, rejection_sample_method="synthetic" (a benchmarking mode)'
     table: ClassVar[dict] = {
@@ -55,9 +69,28 @@ class SyntheticAcceptance(Rule):
     }
     comparison: ClassVar[tuple] = ()
     slot_dependent: ClassVar[bool] = True
-    examples: ClassVar[tuple] = ({"rates": (0.7,)}, {"rates": (0.9, 0.6, 0.3), "slot": 1})
+    examples: ClassVar[tuple] = (
+        {"rates": (0.7,)},
+        {"rates": (0.9, 0.6, 0.3), "slot": 1},
+        {"acceptance_length": 2.5, "slot": 1},
+    )
 
     def __post_init__(self):
+        if self.acceptance_length is not None:
+            length = self.acceptance_length
+            if (
+                isinstance(length, bool)
+                or not isinstance(length, (int, float, np.number))
+                or not (np.isfinite(length) and length >= 1)
+            ):
+                raise ValueError(f"synthetic acceptance_length must be a number >= 1; got {length!r}")
+            resolved = _length_to_rates(float(length))
+            if tuple(np.atleast_1d(np.asarray(self.rates, dtype=np.float64)).tolist()) not in (
+                (0.9, 0.6, 0.3),
+                resolved,
+            ):
+                raise ValueError("synthetic takes rates or acceptance_length, not both")
+            object.__setattr__(self, "rates", resolved)
         rates = tuple(float(r) for r in np.atleast_1d(np.asarray(self.rates, dtype=np.float64)))
         object.__setattr__(self, "rates", rates)
         if not rates or not all(0 <= r <= 1 for r in rates):
@@ -66,6 +99,12 @@ class SyntheticAcceptance(Rule):
             raise ValueError(f"synthetic rates are unconditional and must not increase; got {rates!r}")
         if not (isinstance(self.slot, (int, np.integer)) and self.slot >= 0):
             raise ValueError(f"synthetic slot must be an integer >= 0; got {self.slot!r}")
+
+    def describe(self) -> str:
+        if self.acceptance_length is None:
+            return super().describe()
+        slot = f", slot={self.slot}" if self.slot else ""
+        return f"synthetic(acceptance_length={self.acceptance_length:g}{slot})"
 
     def at_slot(self, slot: int) -> SyntheticAcceptance:
         return dataclasses.replace(self, slot=int(slot))

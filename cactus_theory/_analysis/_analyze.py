@@ -218,6 +218,20 @@ def _per_sequence(values, rows):
     return np.add.reduceat(np.asarray(values, dtype=np.float64), rows.offsets[:-1])
 
 
+def _scheme(rule):
+    """(k, drafting scheme) of the drafts a rule verifies at a position: (1, "iid") for a chain rule."""
+    if kind_of(rule) == "multi-draft":
+        return rule.draft_count, rule.drafting
+    return 1, "iid"
+
+
+def _optima(rows, widths) -> dict:
+    """{(k, drafting): per-sequence sums of the optimal acceptance} for ``widths`` {drafting: {k}}."""
+    return {(k, drafting): _per_sequence(value, rows)
+            for drafting, ks in widths.items()
+            for k, (value, _) in optimal_acceptances(rows.p, rows.q, tuple(sorted(ks)), drafting).items()}  # fmt: skip
+
+
 def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, policies=(), cost=None,
                 shared=None, keep=False, gate=None) -> list:  # fmt: skip
     """Per-sequence sums of one rule over a batch of sequences (``RuleStats`` each): per-position
@@ -225,7 +239,7 @@ def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, po
     ``accepted_lengths`` (a block rule's exact or Monte Carlo with ``block_paths`` paths seeded by
     the sequence's seed; its drift is its token-level one, 0: lossless; a multi-draft rule's
     acceptance is over its k drafts, so its AL is that of a tree of width k). ``optimum``: a dict
-    caching the optimal acceptance per k over the rules of the batch. ``policies``: drafting
+    of the optimal acceptance per (k, drafting scheme) over the rules of the batch. ``policies``: drafting
     policies (``DraftPolicy``) whose AL, drafted tokens and draft forwards per block start are summed
     too (``policy_blocks``; ``cost`` for ``cost-optimal``). ``shared``: the work the rules of the
     batch share (``step_metrics``); the rows are checked once per batch, not once per rule."""
@@ -244,14 +258,10 @@ def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, po
         exact = _per_sequence(rule.logits_exact(p, q, logits=logits), rows)
     else:
         exact = np.diff(rows.offsets).astype(np.float64)
-    k = getattr(rule, "draft_count", 1)
-    drafting = getattr(rule, "drafting", "iid") if kind_of(rule) == "multi-draft" else "iid"
+    k, drafting = _scheme(rule)
     optimum = {} if optimum is None else optimum
-    if (k, drafting) not in optimum:  # without replacement, one enumeration serves every k up to the widest
-        widest = max(k, optimum.get("widest", {}).get(drafting, 1))
-        ks = tuple(range(1, widest + 1)) if drafting == "without-replacement" else (k,)
-        for width, (value, _) in optimal_acceptances(p, q, ks, drafting).items():
-            optimum.setdefault((width, drafting), _per_sequence(value, rows))
+    if (k, drafting) not in optimum:
+        optimum.update(_optima(rows, {drafting: {k}}))
     top = max(ms)
     slots = rule.slot_dependent
     if slots:  # acceptance and drift per slot of the block (the bonus at slot m)
@@ -379,14 +389,13 @@ def shard_statistics(job: ShardJob, threads=None) -> list:
     for chosen, batches in groups:
         for batch in batches:
             rows = _stack(batch, len(batch) == 1)
-            # the optimum of each drafting scheme, at the widths the batch's rules verify (without
-            # replacement one enumeration serves every width: ask for the widest at once)
-            widest = {}
+            # the optimum of each drafting scheme at every width the batch's rules verify, asked for at
+            # once (without replacement, one enumeration of the drafted sets serves every width)
+            widths = {}
             for i in chosen:
-                rule = job.rules[i]
-                if kind_of(rule) == "multi-draft":
-                    widest[rule.drafting] = max(widest.get(rule.drafting, 1), rule.draft_count)
-            optimum, shared = {"widest": widest}, {}
+                k, drafting = _scheme(job.rules[i])
+                widths.setdefault(drafting, set()).add(k)
+            optimum, shared = _optima(rows, widths), {}
             for i in chosen:
                 per_rule[labels[i]] += _rule_stats(job.rules[i], rows, job.ms, job.bonus_policy, job.block_paths,
                                                    optimum, job.policies, job.cost, shared,

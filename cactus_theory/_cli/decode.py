@@ -80,6 +80,7 @@ def add_parser(sub):
 
 def run(args) -> int:
     from .._analysis._analyze import parse_rules
+    from .._analysis._results import interval
     from .._data._prompts import Prompt
     from .._laws._gate import gated_rule
     from .._laws._policies import make_draft_policy
@@ -154,16 +155,12 @@ def run(args) -> int:
               "KL per emitted token")  # fmt: skip
         for row in answer_drift(records, seed=args.seed):
             print(f"  {row['rule']:<28} {row['task']:<12} {row['prompts']:>4} prompts  answer KL "
-                  f"{row['answer_kl']:.4f} {_interval(row['answer_kl_lo'], row['answer_kl_hi'])}  over "
+                  f"{row['answer_kl']:.4f} {interval(row['answer_kl_lo'], row['answer_kl_hi'], '.4f')}  over "
                   f"{row['tokens']:.1f} tokens  KL/token {row['kl_per_token']:.5f} "
-                  f"{_interval(row['kl_per_token_lo'], row['kl_per_token_hi'], '.5f')}")  # fmt: skip
+                  f"{interval(row['kl_per_token_lo'], row['kl_per_token_hi'], '.5f')}")  # fmt: skip
     if args.baseline and len(rules) > 1:
         print("\n(one verifier-alone baseline per prompt, shared by every rule; each prompt's runs alternated in "
               "chunks of about 0.25 s)")  # fmt: skip
     if args.out and args.prompt is None:
         print(f"records in {args.out}")
     return 0
-
-
-def _interval(lo, hi, spec=".4f") -> str:
-    return f"[{lo:{spec}}, {hi:{spec}}]" if lo == lo and hi == hi else "(no interval: one prompt)"

@@ -22,7 +22,7 @@ def add_parser(sub):
     """The subparser of this command."""
     tr = sub.add_parser(
         "trees",
-        help="multi-draft and tree verification against the optimum for k i.i.d. drafts",
+        help="multi-draft and tree verification, each against the optimum of its own drafting scheme",
         formatter_class=_Formatter,
     )
     tr.add_argument("--k", type=_ints, default=[1, 2, 4, 8], help="drafts per position (tree widths)")

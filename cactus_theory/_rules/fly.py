@@ -125,13 +125,20 @@ class FLy(SpSOneDraft, Rule):
         emitted = np.concatenate([residual(NUMPY, q[..., :m, :], p), q[..., m:, :]], axis=-2)
         return BlockLaw(accepted=np.clip(accepted, 0.0, 1.0), emitted=emitted)
 
-    def _marginal(self, p, q, m):
-        """Per block start (rows (T, V), T - m + 1 starts): the slots' native-pass and override
-        probabilities over x ~ p, (starts, m) each, and the slot rows' parts for the emitted law."""
-        starts = p.shape[0] - m + 1
+    @staticmethod
+    def _parts(p, q):
+        """Per row (T, V): the native passes' law min(p, q) and the overridable native rejections',
+        p - min(p, q) where q > 0."""
         kept = np.minimum(p, q)
+        return kept, np.where(q > 0, p - kept, 0.0)
+
+    def _marginal(self, p, q, m, parts=None):
+        """Per block start (rows (T, V), T - m + 1 starts): the slots' native-pass and override
+        probabilities over x ~ p, (starts, m) each, and each slot's row (``parts``: ``_parts``)."""
+        starts = p.shape[0] - m + 1
+        kept, over = self._parts(p, q) if parts is None else parts
         native_row = kept.sum(-1)
-        over_row = np.where(q > 0, p - kept, 0.0).sum(-1)
+        over_row = over.sum(-1)
         gate_row = top_entropy(q, self.entropy_top_k) >= self.threshold
         index = np.arange(starts)[:, None] + np.arange(m)[None, :]
         fits = (np.arange(m) + self.window < m)[None, :]
@@ -162,25 +169,23 @@ class FLy(SpSOneDraft, Rule):
         slot j with c native passes owed, the token is a native pass, min(p, q) normalised; with
         none owed it is a native pass, an override (the native rejection p - min(p, q) where q >
         0, when the next ``window`` slots pass natively) or the residual norm((q - p)+)."""
-        kept = np.minimum(p, q)
-        over = np.where(q > 0, p - kept, 0.0)
+        kept, over = parts = self._parts(p, q)
         rest = residual(NUMPY, q, p)
         out = {}
         for m in ms:
-            native, override, index = self._marginal(p, q, m)
+            native, override, index = self._marginal(p, q, m, parts)
             reach, owed = _pass_dp(native, override, self.window)
             starts = native.shape[0]
             kl, tv = np.zeros(starts), np.zeros(starts)
             for j in range(m):
-                # mass of slot j emitted as a native pass under an owed obligation
+                # slot j emitted as a native pass owed to an override: the mass owed c passes there times
+                # the later owed slots' native passes, j + 1 .. j + c - 1 (slot j's own is in kept)
                 under = np.zeros(starts)
-                keep = np.ones(starts)
+                later = np.ones(starts)
                 for c in range(1, self.window + 1):
-                    later = j + c - 1
-                    keep = keep * (native[:, later] if later < m else 0.0)
-                    under += owed[:, j, c] * np.where(
-                        native[:, j] > 0, keep / np.where(native[:, j] > 0, native[:, j], 1.0), 0.0
-                    )
+                    if c > 1:
+                        later = later * (native[:, j + c - 1] if j + c - 1 < m else 0.0)
+                    under += owed[:, j, c] * later
                 free = owed[:, j, 0]
                 ahead = np.ones(starts)
                 for c in range(1, self.window + 1):
@@ -189,7 +194,7 @@ class FLy(SpSOneDraft, Rule):
                 rows = index[:, j]
                 law = (under + free)[:, None] * kept[rows]
                 law += np.where(gated, free * ahead, 0.0)[:, None] * over[rows]
-                failing = 1.0 - native[:, j] - np.where(gated, over[rows].sum(-1) * ahead, 0.0)
+                failing = 1.0 - native[:, j] - override[:, j] * ahead
                 law += (free * np.maximum(failing, 0.0))[:, None] * rest[rows]
                 mass = reach[:, j]
                 with np.errstate(divide="ignore", invalid="ignore"):

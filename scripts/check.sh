@@ -6,7 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -c constraints-ci.txt -e ".[dev,models,docs,fast,distributed]"
+# llama-cpp-python is a source distribution: build its library only (no llava, tools, tests or
+# examples), on every core; pip caches the wheel, so a second run takes seconds
+export CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF}"
+export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)}"
+.venv/bin/python -m pip install --quiet -c constraints-ci.txt -e ".[dev,models,docs,fast,distributed,llamacpp]"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/lint-imports --no-cache  # the wings' contract (pyproject.toml [tool.importlinter])

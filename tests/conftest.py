@@ -24,6 +24,7 @@ OPTIONAL = {
     "models": ("transformers", "models"),
     "fast": ("numba", "fast"),
     "distributed": ("distributed", "distributed"),
+    "llamacpp": ("llama_cpp", "llamacpp"),
 }
 
 

@@ -314,14 +314,22 @@ def _bonus_policy_option(parser):
 
 #: What loading a model pair costs, for the commands that load one.
 MODEL_MEMORY = """\
-Models: a GGUF file is dequantised on its first load (about 45 s per billion parameters on 2
-cores, several minutes on a busy machine; a message says so) and cached; later loads take
-seconds. Memory: the Qwen2.5-Coder 1.5B + 0.5B pair peaks at 9-11 GB during dump, calibrate
-and decode (float32 weights of both models and transformers' load); bfloat16 halves the
-weights once loaded."""
+Models: on --engine hf a GGUF file is dequantised on its first load (about 45 s per billion
+parameters on 2 cores, several minutes on a busy machine; a message says so) and cached; later
+loads take seconds. Memory: the Qwen2.5-Coder 1.5B + 0.5B pair peaks at 9-11 GB during dump,
+calibrate and decode (float32 weights of both models and transformers' load); bfloat16 halves
+the weights once loaded. On --engine llama.cpp the GGUF file runs as stored: loads in seconds,
+the pair in about 3 GB (docs/results_llamacpp.md has the measured ratios)."""
 
 
 def _model_options(parser):
+    parser.add_argument(
+        "--engine",
+        default="hf",
+        choices=("hf", "llama.cpp"),
+        help="hf: transformers (any checkpoint; a GGUF file dequantised); llama.cpp: GGUF files run by llama.cpp's "
+        "quantised kernels (pip install -e '.[llamacpp]'; --dtype and --no-model-cache do not apply)",
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16", "float16"),
                         help="model dtype (float32: twice the memory, the exact reference)")  # fmt: skip

@@ -68,10 +68,12 @@ def run(args) -> int:
 
     progress = _progress(args)
     _check_out(args, _model_inputs(args), directory=False)
-    verifier = load_model(args.verifier, args.device, args.dtype, cache=not args.no_model_cache, progress=progress)
-    draft = load_model(args.draft, args.device, args.dtype, cache=not args.no_model_cache, progress=progress)
+    opts = {"cache": not args.no_model_cache, "progress": progress, "engine": args.engine}
+    verifier = load_model(args.verifier, args.device, args.dtype, **opts)
+    draft = load_model(args.draft, args.device, args.dtype, **opts)
+    dtype = args.dtype if args.engine == "hf" else "llamacpp"  # llama.cpp runs the weights as stored
     out = args.out or check_output(
-        default_cost_path(verifier[2]["name"], draft[2]["name"], args.dtype, args.device), directory=False
+        default_cost_path(verifier[2]["name"], draft[2]["name"], dtype, args.device), directory=False
     )  # the default is known only once the models are: checked before the timing
     cost = calibrate_cost(
         verifier, draft, max_block=args.max_block, context=args.context, repeats=args.repeats, settings=_settings(args),

@@ -52,6 +52,13 @@ def add_parser(sub):
     one.add_argument("--prompt", default=None, help="one prompt's text")
     _prompt_file_options(c, one)
     c.add_argument("--limit", type=_int_at_least(0), default=None, help="at most this many prompts")
+    c.add_argument(
+        "--batch",
+        type=_int_at_least(1),
+        default=1,
+        help="decode this many prompts at once, in synchronous steps, each with its own accepted length and cache "
+        "rollback (--engine llama.cpp); --baseline then runs the verifier alone at the same batch size",
+    )
     c.add_argument("--baseline", action="store_true", help="also decode every prompt with the verifier alone: speedups")
     c.add_argument("--out", default=None, help="JSON Lines of per-prompt records (appended; a rerun skips done ones)")
     c.add_argument("--max-new-tokens", type=_int_at_least(1), default=128, help="tokens generated per prompt")
@@ -106,7 +113,11 @@ def run(args) -> int:
     else:
         prompts = _prompts_from(args)[: args.limit]
     settings = _settings(args)
+    if args.batch > 1 and args.engine != "llama.cpp":
+        raise ValueError("--batch > 1 decodes several sequences in one llama.cpp batch: add --engine llama.cpp")
     opts = {"cache": not args.no_model_cache, "progress": _progress(args)}
+    if args.engine == "llama.cpp":  # a sequence per prompt of a batch, per rule and for the baseline
+        opts.update(engine="llama.cpp", sequences=args.batch * (len(rules) + 1))
     verifier = load_model(args.verifier, args.device, args.dtype, **opts)
     draft = NgramDrafter() if args.draft == "ngram" else load_model(args.draft, args.device, args.dtype, **opts)[0]
     records = decode_prompts(
@@ -126,6 +137,7 @@ def run(args) -> int:
         draft_policy=policy,
         gate=gate,
         drift=args.drift,
+        batch=args.batch,
     )
     for rule in rules:
         label = rule.describe()

@@ -109,6 +109,7 @@ def run(args) -> int:
         progress=_progress(args),
         cache=not args.no_model_cache,
         part=args.part,
+        engine=args.engine,
     )
     print(f"wrote {n} positions to {args.out}" + (f" (part {args.part[0]}/{args.part[1]})" if args.part else ""))
     return 0

@@ -225,6 +225,7 @@ RESUME_FIELDS = (
     "chat_template",
     "sampling",
     "dtype",
+    "engine",
     "seed",
     "seeding",
     "max_new_tokens",
@@ -233,6 +234,8 @@ RESUME_FIELDS = (
 )
 #: Resume fields compared even when the stored trace lacks them (an older scheme).
 _RESUME_REQUIRED = ("seeding",)
+#: What a field absent from a stored trace means (traces dumped before the field existed).
+_ABSENT_MEANS = {"engine": "hf"}
 _MANIFEST_MAX_BYTES = 1 << 30
 
 
@@ -411,9 +414,10 @@ def metadata_differences(old, new, fields, *, skip_absent=False):
     missing from ``new``, or from ``old`` unless required there, is not compared."""
     out = []
     for key in fields:
-        if skip_absent and key != "part" and (key not in new or (key not in old and key not in _RESUME_REQUIRED)):
+        always = key == "part" or key in _ABSENT_MEANS
+        if skip_absent and not always and (key not in new or (key not in old and key not in _RESUME_REQUIRED)):
             continue  # "part" always: a part of a split dump resumes only as that part, a whole dump as a whole
-        a, b = old.get(key), new.get(key)
+        a, b = old.get(key, _ABSENT_MEANS.get(key)), new.get(key, _ABSENT_MEANS.get(key))
         if _comparable(a) != _comparable(b):
             out.append((key, a, b))
     return out

@@ -59,7 +59,7 @@ def calibrate_cost(
 
     from .._math._sampling import SamplingSettings, processed_probs
     from .._models._decode import _rule_step
-    from .._models._hf import CachedModel, sample_token, software_versions
+    from .._models._hf import cached_model, dtype_and_device, engine_of, model_threads, sample_token, software_versions
     from .._rules import SpS
     from .._util._progress import progress_bar
 
@@ -87,9 +87,9 @@ def calibrate_cost(
     longest = max(context, second_context, *lengths)
     stream = ids * (longest // max(len(ids), 1) + 1)
     ids = stream[:context]
-    ver, drf = CachedModel(v_model), CachedModel(d_model)
-    ver.feed(ids)
-    drf.feed(ids)
+    ver, drf = cached_model(v_model), cached_model(d_model)
+    ver.feed(ids, want="last")
+    drf.feed(ids, want="last")
     gen = torch.Generator().manual_seed(0)
     token = ids[-1]
 
@@ -141,16 +141,19 @@ def calibrate_cost(
         prefill = {"verifier": {}, "draft": {}}
         for name, model in (("verifier", v_model), ("draft", d_model)):
             for length in lengths:
-                runs = _timings(lambda model=model, length=length: CachedModel(model).feed(stream[:length]),
-                                min(repeats, 3))  # fmt: skip
+
+                def prefill_run(model=model, length=length):
+                    return cached_model(model).feed(stream[:length], want="last")
+
+                runs = _timings(prefill_run, min(repeats, 3))
                 samples["prefill"][name][length] = runs
                 prefill[name][length] = float(np.median(runs))
         bar.update(1)
         # the context slope: the same forwards after a longer context
         far = stream[:second_context]
-        ver_far, drf_far = CachedModel(v_model), CachedModel(d_model)
-        ver_far.feed(far)
-        drf_far.feed(far)
+        ver_far, drf_far = cached_model(v_model), cached_model(d_model)
+        ver_far.feed(far, want="last")
+        drf_far.feed(far, want="last")
 
         def at_far(runner, length):
             def run():
@@ -173,15 +176,16 @@ def calibrate_cost(
         "kind": "calibration",
         "verifier": v_info,
         "draft": d_info,
-        "dtype": str(next(v_model.parameters()).dtype).replace("torch.", ""),
-        "device": str(next(v_model.parameters()).device),
+        "engine": engine_of(v_model),
+        "dtype": dtype_and_device(v_model)[0],
+        "device": dtype_and_device(v_model)[1],
         "context": int(context),
         "second_context": int(second_context),
         "repeats": int(repeats),
         "sampling": settings.as_dict(),
-        "threads": torch.get_num_threads(),
+        "threads": model_threads(v_model),
         "machine": f"{os.cpu_count()} cores, {platform.machine()}",
-        "versions": software_versions(),
+        "versions": software_versions(engine_of(v_model)),
         "created": utc_timestamp(),
     }
     return CostModel(

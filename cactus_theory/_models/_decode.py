@@ -23,19 +23,22 @@ from .._math._logits import RuleLogits
 from .._math._sampling import SamplingSettings, processed_probs
 from .._rules._protocol import BONUS_POLICIES, as_rule, kind_of
 from .._util._files import json_lines
-from ._hf import CachedModel, OwnClock, drain, generate_steps, paused, sample_token
+from ._hf import OwnClock, cached_model, drain, generate_steps, paused, sample_token
 
 __all__ = [
     "DecodeResult",
     "NgramDrafter",
     "answer_drift",
+    "autoregressive_batch_steps",
     "autoregressive_generate",
     "autoregressive_steps",
+    "batch_throughput",
     "decode_prompts",
     "decoding_flags",
     "decoding_summary",
     "interleave",
     "matched_times",
+    "speculative_batch_steps",
     "speculative_generate",
     "speculative_steps",
 ]
@@ -242,6 +245,272 @@ def speculative_steps(
     (``OwnClock``: the chunks of the other runs are not counted)."""
     import torch
 
+    o = _options(rule, m, sampling, draft, bonus_policy, draft_mode, draft_policy, gate, drift)
+    gen = torch.Generator().manual_seed(seed)
+    coin = np.random.default_rng(seed)
+    ver = cached_model(verifier)
+    ngram = isinstance(draft, NgramDrafter)
+    drf = None if ngram else cached_model(draft)
+    context = list(prompt_ids)
+    result = DecodeResult(tokens=[], token_kl=[] if drift else None)
+    clock = OwnClock()
+    # verifier and draft caches hold every context token but the last; the last is fed each step
+    if len(context) < 1:
+        raise ValueError("prompt_ids must hold at least one token")
+    if len(context) > 1:
+        ver.feed(context[:-1], want="last")
+        if drf is not None:
+            drf.feed(context[:-1], want="last")
+    result.prefill_seconds = clock.elapsed()
+    yield from paused(clock)
+
+    def draft_after(token):
+        """The drafter's next token after ``token``: (token, processed row, raw row or None, features)."""
+        return _draft_row(drf.feed([token])[-1], o, gen)
+
+    while len(result.tokens) < max_new_tokens:
+        budget = min(m, max_new_tokens - len(result.tokens))
+        t0 = time.perf_counter()
+        drafted, draft_rows, draft_raw = [], [], []
+        if ngram:
+            drafted = draft.propose(context, budget)
+        else:
+            token, confidence = context[-1], 1.0
+            for _ in range(budget):
+                token, p_row, p_raw, features = draft_after(token)
+                if o.policy is not None:
+                    if o.policy.stop(features[0], features[1], confidence):
+                        break  # the drafter is unsure here: verify what is drafted
+                    confidence *= features[0]
+                drafted.append(token)
+                draft_rows.append(p_row)
+                if o.need_logits:
+                    draft_raw.append(p_raw)
+        t1 = time.perf_counter()
+        q_raw = ver.feed([context[-1], *drafted])
+        t2 = time.perf_counter()
+        n_acc, emitted, kls = _judge(o, result.tokens, drafted, draft_rows, draft_raw, q_raw, coin, gen, eos_ids,
+                                     draft_after)  # fmt: skip
+        t3 = time.perf_counter()
+        result.drafted.append(len(drafted))
+        result.accepted.append(n_acc)
+        result.draft_seconds += t1 - t0
+        result.verify_seconds += (t2 - t1) + (t3 - t2)
+        # Caches keep the old context and the accepted drafts; the last emitted token is fed
+        # next step. The draft cache lacks d_m when all m drafts were accepted: feed it.
+        keep = len(context) + n_acc
+        ver.crop(keep)
+        if drf is not None:
+            if drf.length < keep:
+                drf.feed(drafted[drf.length - len(context) : n_acc], want="last")
+            drf.crop(keep)
+        if _extend(result, context, emitted, kls, max_new_tokens, clock, eos_ids):
+            break
+        yield from paused(clock)
+    result.total_seconds = clock.elapsed()
+    return result
+
+
+def _check_batch(models, prompts_ids, seeds):
+    """Refuse a batch the engine cannot run: several sequences at once need llama.cpp models."""
+    from ._hf import engine_of
+
+    for name, model in models:
+        if engine_of(model) != "llama.cpp":
+            raise ValueError(f"decoding several prompts in one batch needs engine 'llama.cpp' (per-sequence KV "
+                             f"caches): the {name} runs on {engine_of(model)!r}; decode one prompt at a time there "
+                             "(batch=1)")  # fmt: skip
+    if not prompts_ids or len(prompts_ids) != len(seeds):
+        raise ValueError(f"give one seed per prompt, and at least one prompt; got {len(prompts_ids)} prompt(s) and "
+                         f"{len(seeds)} seed(s)")  # fmt: skip
+    if any(len(ids) < 1 for ids in prompts_ids):
+        raise ValueError("every prompt's ids must hold at least one token")
+
+
+@dataclass
+class _Row:
+    """One request of a batch: its caches, output, generators and the block being drafted."""
+
+    context: list
+    result: DecodeResult
+    gen: object
+    coin: object
+    ver: object
+    drf: object
+    drafted: list = field(default_factory=list)
+    draft_rows: list = field(default_factory=list)
+    draft_raw: list = field(default_factory=list)
+    budget: int = 0
+    drafting: bool = True
+    confidence: float = 1.0
+
+
+def speculative_batch_steps(verifier, draft, rule, m, prompts_ids, seeds, sampling=None, max_new_tokens=128,
+                            eos_ids=(), *, bonus_policy="verifier", draft_mode="sampled", draft_policy=None, gate=None,
+                            drift=False):  # fmt: skip
+    """Speculative decoding of B prompts at once on the llama.cpp engine, as a generator of steps
+    (``interleave`` alternates it with other runs); its value is one ``DecodeResult`` per prompt.
+
+    The B requests advance in synchronous steps. A step drafts up to m tokens for every request
+    that is still running, one draft forward of all of them per drafted position (a request whose
+    drafting policy stopped it drops out of the later ones), then verifies every request's block in
+    one verifier evaluation of sum_b (m_b + 1) tokens, each at its own positions (``llama_decode``
+    with one sequence id per request); each request is judged by the rule exactly as
+    ``speculative_steps`` judges it, with its own generators seeded by ``seeds[b]``, accepts its
+    own length, and its caches are cut back to its accepted prefix (``llama_memory_seq_rm``). A
+    request that ends (an end-of-sequence token, or ``max_new_tokens``) leaves the batch. So
+    request b's tokens are those ``speculative_generate`` gives with the same seed whenever the
+    logits agree (they do up to llama.cpp's rounding in batches of another shape).
+
+    Timing: ``prefill_seconds`` is the batch's prefill (every prompt in one evaluation of each
+    model), ``token_seconds`` when each token was out, ``total_seconds`` the request's own latency
+    (the batch's clock when it ended); ``draft_seconds`` / ``verify_seconds`` the batch's steps
+    while it ran. Options as in ``speculative_generate``."""
+    import torch
+
+    _check_batch([("verifier", verifier)] + ([] if isinstance(draft, NgramDrafter) else [("draft", draft)]),
+                 prompts_ids, seeds)  # fmt: skip
+    o = _options(rule, m, sampling, draft, bonus_policy, draft_mode, draft_policy, gate, drift)
+    ngram = isinstance(draft, NgramDrafter)
+    rows = [
+        _Row(context=list(ids), result=DecodeResult(tokens=[], token_kl=[] if drift else None),
+             gen=torch.Generator().manual_seed(int(seed)), coin=np.random.default_rng(int(seed)),
+             ver=verifier.sequence(), drf=None if ngram else draft.sequence())
+        for ids, seed in zip(prompts_ids, seeds, strict=True)
+    ]  # fmt: skip
+    clock = OwnClock()
+    verifier.evaluate([(r.ver, r.context[:-1], "last") for r in rows])
+    if not ngram:
+        draft.evaluate([(r.drf, r.context[:-1], "last") for r in rows])
+    for r in rows:
+        r.result.prefill_seconds = clock.elapsed()
+    yield from paused(clock)
+    active = list(rows)
+    while active:
+        t0 = time.perf_counter()
+        for r in active:
+            r.budget = min(m, max_new_tokens - len(r.result.tokens))
+            r.drafted, r.draft_rows, r.draft_raw, r.drafting, r.confidence = [], [], [], True, 1.0
+            if ngram:
+                r.drafted = draft.propose(r.context, r.budget)
+        while not ngram:
+            live = [r for r in active if r.drafting and len(r.drafted) < r.budget]
+            if not live:
+                break
+            raws = draft.evaluate([(r.drf, [r.drafted[-1] if r.drafted else r.context[-1]], "all") for r in live])
+            for r, raw in zip(live, raws, strict=True):
+                token, p_row, p_raw, features = _draft_row(raw[-1], o, r.gen)
+                if o.policy is not None:
+                    if o.policy.stop(features[0], features[1], r.confidence):
+                        r.drafting = False  # unsure here: verify what is drafted
+                        continue
+                    r.confidence *= features[0]
+                r.drafted.append(token)
+                r.draft_rows.append(p_row)
+                if o.need_logits:
+                    r.draft_raw.append(p_raw)
+        t1 = time.perf_counter()
+        q_raws = verifier.evaluate([(r.ver, [r.context[-1], *r.drafted], "all") for r in active])
+        steps = []
+        for r, q_raw in zip(active, q_raws, strict=True):
+
+            def draft_after(token, r=r):
+                return _draft_row(draft.evaluate([(r.drf, [token], "all")])[0][-1], o, r.gen)
+
+            steps.append(_judge(o, r.result.tokens, r.drafted, r.draft_rows, r.draft_raw, q_raw, r.coin, r.gen,
+                                eos_ids, draft_after))  # fmt: skip
+        feeds = []  # the draft caches that lack d_m (all m accepted) get it in one evaluation
+        for r, (n_acc, _, _) in zip(active, steps, strict=True):
+            keep = len(r.context) + n_acc
+            r.ver.crop(keep)
+            if r.drf is not None and r.drf.length < keep:
+                feeds.append((r.drf, r.drafted[r.drf.length - len(r.context) : n_acc], "last"))
+        if feeds:
+            draft.evaluate(feeds)
+        t3 = time.perf_counter()
+        still = []
+        for r, (n_acc, emitted, kls) in zip(active, steps, strict=True):
+            if r.drf is not None:
+                r.drf.crop(len(r.context) + n_acc)
+            res = r.result
+            res.drafted.append(len(r.drafted))
+            res.accepted.append(n_acc)
+            res.draft_seconds += t1 - t0
+            res.verify_seconds += t3 - t1
+            ended = _extend(res, r.context, emitted, kls, max_new_tokens, clock, eos_ids)
+            if ended or len(res.tokens) >= max_new_tokens:
+                res.total_seconds = clock.elapsed()
+                r.ver.close()
+                if r.drf is not None:
+                    r.drf.close()
+            else:
+                still.append(r)
+        active = still
+        if active:
+            yield from paused(clock)
+    return [r.result for r in rows]
+
+
+def autoregressive_batch_steps(model, prompts_ids, seeds, sampling=None, max_new_tokens=128, eos_ids=()):
+    """The verifier alone on B prompts at once (llama.cpp): one evaluation of every running
+    request's next token per step, each sampled as ``generate`` samples it (its own generator,
+    seeded by ``seeds[b]``); a generator of steps whose value is one ``DecodeResult`` per prompt,
+    timed as ``speculative_batch_steps`` times them."""
+    import torch
+
+    _check_batch([("verifier", model)], prompts_ids, seeds)
+    sampling = sampling or SamplingSettings()
+    clock = OwnClock()
+    seqs = [model.sequence() for _ in prompts_ids]
+    gens = [torch.Generator().manual_seed(int(seed)) for seed in seeds]
+    results = [DecodeResult(tokens=[]) for _ in prompts_ids]
+    logits = [x[-1] for x in model.evaluate([(q, list(ids), "last") for q, ids in zip(seqs, prompts_ids,
+                                                                                        strict=True)])]  # fmt: skip
+    for res in results:
+        res.prefill_seconds = clock.elapsed()
+    yield from paused(clock)
+    active = list(range(len(seqs)))
+    while active:
+        feeds, still = [], []
+        for b in active:
+            res = results[b]
+            token = sample_token(processed_probs(logits[b][None], sampling)[0], gens[b])
+            res.tokens.append(token)
+            res.token_seconds.append(clock.elapsed() - res.prefill_seconds)
+            if token in eos_ids or len(res.tokens) >= max_new_tokens:
+                res.total_seconds = res.verify_seconds = clock.elapsed()
+                seqs[b].close()
+            else:
+                feeds.append((seqs[b], [token], "last"))
+                still.append(b)
+        if feeds:
+            for b, out in zip(still, model.evaluate(feeds), strict=True):
+                logits[b] = out[-1]
+        active = still
+        if active:
+            yield from paused(clock)
+    return results
+
+
+@dataclass
+class _Options:
+    """What every step of a speculative run reads: the checked rule and settings."""
+
+    rule: object
+    sampling: SamplingSettings
+    bonus_policy: str
+    draft_mode: str
+    policy: object
+    gate: object
+    fallback: object
+    block_level: bool
+    need_logits: bool
+    drift: bool
+
+
+def _options(rule, m, sampling, draft, bonus_policy, draft_mode, draft_policy, gate, drift) -> _Options:
+    """The checks of ``speculative_steps`` (and ``speculative_batch_steps``): ValueErrors naming
+    the argument, before anything runs."""
     rule = as_rule(rule)
     sampling = sampling or SamplingSettings()
     if not (isinstance(m, int) and m >= 1):
@@ -273,129 +542,94 @@ def speculative_steps(
             f"{rule.describe()} with bonus_policy={bonus_policy!r} needs a draft model with probabilities and "
             "logits; the n-gram drafter has none"
         )
-    need_logits = bool(rule.needs_logits)
-    gen = torch.Generator().manual_seed(seed)
-    coin = np.random.default_rng(seed)
-    ver = CachedModel(verifier)
-    ngram = isinstance(draft, NgramDrafter)
-    drf = None if ngram else CachedModel(draft)
-    context = list(prompt_ids)
-    result = DecodeResult(tokens=[], token_kl=[] if drift else None)
-    clock = OwnClock()
-    # verifier and draft caches hold every context token but the last; the last is fed each step
-    if len(context) < 1:
-        raise ValueError("prompt_ids must hold at least one token")
-    if len(context) > 1:
-        ver.feed(context[:-1])
-        if drf is not None:
-            drf.feed(context[:-1])
-    result.prefill_seconds = clock.elapsed()
-    yield from paused(clock)
-    features = {}
+    return _Options(rule, sampling, bonus_policy, draft_mode, policy, gate, fallback, block_level,
+                    bool(rule.needs_logits), bool(drift))  # fmt: skip
 
-    def draft_after(token):
-        """The drafter's next token after ``token``: (token, processed row, raw row or None)."""
-        raw = drf.feed([token])[-1]
-        p = processed_probs(raw[None], sampling)[0]
-        p_row = p.double().cpu().numpy()
-        if policy is not None:
-            top1, entropy = draft_features(p_row[None])
-            features["top1"], features["entropy"] = float(top1[0]), float(entropy[0])
-        if draft_mode == "greedy":  # the rule sees the drafter's one-hot
-            drafted = int(torch.argmax(p))
-            p_row = greedy_draft(p_row)
-        else:
-            drafted = sample_token(p, gen)
-        return drafted, p_row, raw.double().cpu().numpy() if need_logits else None
 
-    while len(result.tokens) < max_new_tokens:
-        budget = min(m, max_new_tokens - len(result.tokens))
-        t0 = time.perf_counter()
-        drafted, draft_rows, draft_raw = [], [], []
-        if ngram:
-            drafted = draft.propose(context, budget)
-        else:
-            token, confidence = context[-1], 1.0
-            for _ in range(budget):
-                token, p_row, p_raw = draft_after(token)
-                if policy is not None:
-                    if policy.stop(features["top1"], features["entropy"], confidence):
-                        break  # the drafter is unsure here: verify what is drafted
-                    confidence *= features["top1"]
-                drafted.append(token)
-                draft_rows.append(p_row)
-                if need_logits:
-                    draft_raw.append(p_raw)
-        t1 = time.perf_counter()
-        q_raw = ver.feed([context[-1], *drafted])
-        q_rows = processed_probs(q_raw, sampling).double().cpu().numpy()
-        q_raw = q_raw.double().cpu().numpy() if need_logits else None
-        t2 = time.perf_counter()
+def _draft_row(raw, o, gen):
+    """The drafter's token from its raw logit row: (token, processed row p as float64 NumPy (one-hot
+    under greedy drafting), the raw row as NumPy when the rule reads logits, (top-1 p, entropy)
+    when a drafting policy reads them)."""
+    import torch
 
-        kls = []
+    p = processed_probs(raw[None], o.sampling)[0]
+    p_row = p.double().cpu().numpy()
+    features = None
+    if o.policy is not None:
+        top1, entropy = draft_features(p_row[None])
+        features = (float(top1[0]), float(entropy[0]))
+    if o.draft_mode == "greedy":  # the rule sees the drafter's one-hot
+        drafted = int(torch.argmax(p))
+        p_row = greedy_draft(p_row)
+    else:
+        drafted = sample_token(p, gen)
+    return drafted, p_row, raw.double().cpu().numpy() if o.need_logits else None, features
 
-        def step(slot, p_row, token, p_raw, q_rows=q_rows, q_raw=q_raw, drafted=drafted, kls=kls):
-            """The rule at slot ``slot``: (accepted?, the token emitted)."""
-            judge, logits = rule.at_slot(slot), None
-            if fallback is not None and not gate.inside_after([*result.tokens, *drafted[:slot]]):
-                judge = fallback  # the gate is closed
-            elif need_logits:
-                logits = RuleLogits(target=q_raw[slot], draft=p_raw, temperature=sampling.temperature)
-            if drift:
-                kls.append(_emitted_kl(judge, p_row, q_rows[slot], token, logits))
-            return _rule_step(judge, p_row, q_rows[slot], token, logits, coin, gen)
 
-        if block_level and drafted:  # the whole block judged at once
-            n_acc, emitted = _block_step(rule, drafted, draft_rows, q_rows, q_raw, draft_raw, sampling, coin, gen)
-            end = next((i for i, t in enumerate(emitted[:n_acc]) if t in eos_ids), None)
-            if end is not None:  # an accepted end token ends the output there
-                n_acc, emitted = end + 1, emitted[: end + 1]
-        else:
-            n_acc, emitted = 0, []
-            for j, token in enumerate(drafted):
-                ok, out = step(j, draft_rows[j] if draft_rows else None, token, draft_raw[j] if draft_raw else None)
-                emitted.append(out)
-                if not ok:
-                    break
-                n_acc += 1
-                if token in eos_ids:
-                    break
-            else:
-                if bonus_policy == "verifier" or not drafted:
-                    emitted.append(sample_token(torch.as_tensor(q_rows[len(drafted)]), gen))  # bonus from q
-                    kls.append(0.0)
-                else:  # relaxed: the drafter drafts at the bonus position, the rule judges once more
-                    token, p_row, p_raw = draft_after(drafted[-1])
-                    emitted.append(step(len(drafted), p_row, token, p_raw)[1])
-        result.drafted.append(len(drafted))
-        result.accepted.append(n_acc)
-        result.draft_seconds += t1 - t0
-        result.verify_seconds += t2 - t1
-        # Caches keep the old context and the accepted drafts; the last emitted token is fed
-        # next step. The draft cache lacks d_m when all m drafts were accepted: feed it.
-        keep = len(context) + n_acc
-        ver.crop(keep)
-        if drf is not None:
-            if drf.length < keep:
-                drf.feed(drafted[drf.length - len(context) : n_acc])
-            drf.crop(keep)
-        emitted = emitted[: max_new_tokens - len(result.tokens)]
-        if drift:
-            result.token_kl.extend(kls[: len(emitted)])
-        context.extend(emitted)
-        result.tokens.extend(emitted)
-        result.token_seconds.extend([clock.elapsed() - result.prefill_seconds] * len(emitted))
-        if any(t in eos_ids for t in emitted):
+def _judge(o, output, drafted, draft_rows, draft_raw, q_raw, coin, gen, eos_ids, draft_after):
+    """One verification of ``drafted`` against the verifier's raw rows ``q_raw`` (m + 1 of them,
+    torch) after ``output``: (accepted drafts, tokens emitted: the accepted drafts and then the
+    correction, or the bonus when all were accepted, per emitted token its KL under drift).
+    ``draft_after(token)``: one more draft forward (the relaxed bonus)."""
+    import torch
+
+    rule, sampling = o.rule, o.sampling
+    q_rows = processed_probs(q_raw, sampling).double().cpu().numpy()
+    q_raw = q_raw.double().cpu().numpy() if o.need_logits else None
+    kls = []
+
+    def step(slot, p_row, token, p_raw):
+        """The rule at slot ``slot``: (accepted?, the token emitted)."""
+        judge, logits = rule.at_slot(slot), None
+        if o.fallback is not None and not o.gate.inside_after([*output, *drafted[:slot]]):
+            judge = o.fallback  # the gate is closed
+        elif o.need_logits:
+            logits = RuleLogits(target=q_raw[slot], draft=p_raw, temperature=sampling.temperature)
+        if o.drift:
+            kls.append(_emitted_kl(judge, p_row, q_rows[slot], token, logits))
+        return _rule_step(judge, p_row, q_rows[slot], token, logits, coin, gen)
+
+    if o.block_level and drafted:  # the whole block judged at once
+        n_acc, emitted = _block_step(rule, drafted, draft_rows, q_rows, q_raw, draft_raw, sampling, coin, gen)
+        end = next((i for i, t in enumerate(emitted[:n_acc]) if t in eos_ids), None)
+        if end is not None:  # an accepted end token ends the output there
+            n_acc, emitted = end + 1, emitted[: end + 1]
+        return n_acc, emitted, kls
+    n_acc, emitted = 0, []
+    for j, token in enumerate(drafted):
+        ok, out = step(j, draft_rows[j] if draft_rows else None, token, draft_raw[j] if draft_raw else None)
+        emitted.append(out)
+        if not ok:
             break
-        yield from paused(clock)
-    result.total_seconds = clock.elapsed()
-    return result
+        n_acc += 1
+        if token in eos_ids:
+            break
+    else:
+        if o.bonus_policy == "verifier" or not drafted:
+            emitted.append(sample_token(torch.as_tensor(q_rows[len(drafted)]), gen))  # bonus from q
+            kls.append(0.0)
+        else:  # relaxed: the drafter drafts at the bonus position, the rule judges once more
+            token, p_row, p_raw, _ = draft_after(drafted[-1])
+            emitted.append(step(len(drafted), p_row, token, p_raw)[1])
+    return n_acc, emitted, kls
+
+
+def _extend(result, context, emitted, kls, max_new_tokens, clock, eos_ids) -> bool:
+    """Append a step's emitted tokens (cut at ``max_new_tokens``) to ``result`` and ``context``,
+    with their time; True when the output has ended (an end-of-sequence token)."""
+    emitted = emitted[: max_new_tokens - len(result.tokens)]
+    if result.token_kl is not None:
+        result.token_kl.extend(kls[: len(emitted)])
+    context.extend(emitted)
+    result.tokens.extend(emitted)
+    result.token_seconds.extend([clock.elapsed() - result.prefill_seconds] * len(emitted))
+    return any(t in eos_ids for t in emitted)
 
 
 def _record_key(rec):
     draft_mode = rec.get("draft_mode", "sampled")  # records written before draft modes existed sampled
     return (rec["id"], rec["rule"], rec["m"], rec["seed"], rec["bonus_policy"], rec["baseline"] is not None, draft_mode,
-            rec.get("draft_policy"), rec.get("gate"), rec.get("token_kl") is not None)  # fmt: skip
+            rec.get("draft_policy"), rec.get("gate"), rec.get("token_kl") is not None, rec.get("batch", 1))  # fmt: skip
 
 
 #: Seconds of its own compute each run gets before the next takes the machine (``interleave``).
@@ -477,6 +711,7 @@ def decode_prompts(
     chunk_seconds=None,
     gate=None,
     drift=False,
+    batch=1,
 ):
     """Speculative decoding of many prompts with the models loaded once: one record per prompt
     and rule (``rule``: one rule or a list of them).
@@ -498,7 +733,15 @@ def decode_prompts(
     only some rules decodes those, with the baseline already recorded for it). ``gate``: gated
     relaxation (``speculative_generate``), recorded as ``gate``; ``drift``: each record carries
     ``token_kl`` and ``answer_kl`` (``speculative_generate(drift=True)``; ``answer_drift`` sums them).
+    ``batch`` > 1 (the llama.cpp engine): the prompts go ``batch`` at a time, in order, through
+    ``speculative_batch_steps`` (the baseline through ``autoregressive_batch_steps``, the verifier
+    alone at the same batch size); each record also carries ``batch``, ``batch_size`` (the last
+    group may be smaller) and ``batch_seconds`` (the group's wall time: its throughput is the
+    group's tokens over it), and ``seconds`` is the request's own latency. A rerun decodes a group
+    again for a rule that lacks any of its records (writing only the missing ones).
     """
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be an integer >= 1 (prompts decoded at once); got {batch!r}")
     from .._data._prompts import prompt_seed
     from .._util._progress import progress_bar
     from ._hf import encode_chat, eos_ids
@@ -531,72 +774,100 @@ def decode_prompts(
     records = []
     sink = open(out, "a", encoding="utf-8") if out is not None else None
     try:
-        for prompt in progress_bar(prompts, desc="decode", unit="prompt", enabled=progress):
-            keys = [(prompt.id, label, m, seed, bonus_policy, bool(baseline), draft_mode, policy_label, gate_label,
-                     bool(drift)) for label in labels]  # fmt: skip
-            todo = [i for i, key in enumerate(keys) if key not in done]
+        bar = progress_bar(total=len(prompts), desc="decode", unit="prompt", enabled=progress)
+        for start in range(0, len(prompts), batch):
+            group = list(prompts[start : start + batch])
+            keys = [[(prompt.id, label, m, seed, bonus_policy, bool(baseline), draft_mode, policy_label, gate_label,
+                      bool(drift), batch) for label in labels] for prompt in group]  # fmt: skip
+            todo = [i for i in range(len(rules)) if any(k[i] not in done for k in keys)]
             fresh = {}
             if todo:
-                ids = encode_chat(tokenizer, prompt.text, f"prompt {prompt.id!r}")
-                prompt_seed_value = prompt_seed(seed, prompt.id)
-                shared = next((done[k]["baseline"] for k in keys if k in done), None) if baseline else None
-                runs = [
-                    speculative_steps(model, draft, rules[i], m, settings, max_new_tokens, prompt_seed_value, ids, eos,
-                                      bonus_policy=bonus_policy, draft_mode=draft_mode, draft_policy=policy, gate=gate,
-                                      drift=drift)
-                    for i in todo
-                ]  # fmt: skip
-                if baseline and shared is None:
-                    runs.append(autoregressive_steps(model, ids, settings, max_new_tokens, prompt_seed_value, eos))
+                ids = [encode_chat(tokenizer, p.text, f"prompt {p.id!r}") for p in group]
+                seeds = [prompt_seed(seed, p.id) for p in group]
+                shared = [next((done[k]["baseline"] for k in row if k in done), None) if baseline else None
+                          for row in keys]  # fmt: skip
+                options = {"bonus_policy": bonus_policy, "draft_mode": draft_mode, "draft_policy": policy,
+                           "gate": gate, "drift": drift}  # fmt: skip
+                if batch == 1:
+                    runs = [speculative_steps(model, draft, rules[i], m, settings, max_new_tokens, seeds[0], ids[0],
+                                              eos, **options) for i in todo]  # fmt: skip
+                else:
+                    runs = [speculative_batch_steps(model, draft, rules[i], m, ids, seeds, settings, max_new_tokens,
+                                                    eos, **options) for i in todo]  # fmt: skip
+                alone = baseline and any(x is None for x in shared)
+                if alone:
+                    runs.append(autoregressive_steps(model, ids[0], settings, max_new_tokens, seeds[0], eos)
+                                if batch == 1 else
+                                autoregressive_batch_steps(model, ids, seeds, settings, max_new_tokens,
+                                                           eos))  # fmt: skip
                 values, loads, chunks = interleave(runs, INTERLEAVE_SECONDS if chunk_seconds is None else chunk_seconds)
-                if baseline and shared is None:
-                    shared = _baseline_record(values[-1], loads[-1], chunks[-1])
+                values = [v if isinstance(v, list) else [v] for v in values]
+                if alone:
+                    batch_seconds = max(r.total_seconds for r in values[-1])
+                    shared = [_baseline_record(r, loads[-1], chunks[-1]) for r in values[-1]]
+                    if batch > 1:
+                        for rec in shared:
+                            rec["batch_seconds"] = batch_seconds
                 for j, i in enumerate(todo):
-                    res = values[j]
-                    rec = {
-                        "id": prompt.id,
-                        "task": prompt.task,
-                        "rule": labels[i],
-                        "m": m,
-                        "seed": seed,
-                        "bonus_policy": bonus_policy,
-                        "draft_mode": draft_mode,
-                        "draft_policy": policy_label,
-                        "gate": gate_label,
-                        "prompt_tokens": len(ids),
-                        "token_ids": [int(t) for t in res.tokens],
-                        "text": tokenizer.decode(res.tokens, skip_special_tokens=True),
-                        "tokens": len(res.tokens),
-                        "accepted": [int(a) for a in res.accepted],
-                        "drafted": [int(d) for d in res.drafted],
-                        "al": res.accepted_length,
-                        "seconds": res.total_seconds,
-                        "prefill_seconds": res.prefill_seconds,
-                        "token_seconds": [round(float(t), 6) for t in res.token_seconds],
-                        "draft_seconds": res.draft_seconds,
-                        "verify_seconds": res.verify_seconds,
-                        "tokens_per_second": res.tokens_per_second,
-                        "chunks": chunks[j],
-                        "interleaved_with": len(runs) - 1,
-                        "baseline": shared if baseline else None,
-                    }
-                    if loads[j] is not None:
-                        rec["other_load"] = loads[j]  # the share of the cores other processes used in its chunks
-                    if drift:
-                        rec["token_kl"] = [float(x) for x in res.token_kl]
-                        rec["answer_kl"] = res.answer_kl
-                    fresh[i] = rec
-            for i, key in enumerate(keys):
-                rec = fresh.get(i, done.get(key))
-                records.append(rec)
-                if i in fresh and sink is not None:
-                    sink.write(json.dumps(rec) + "\n")
+                    batch_seconds = max(r.total_seconds for r in values[j])
+                    for b, (prompt, res) in enumerate(zip(group, values[j], strict=True)):
+                        if keys[b][i] in done:
+                            continue
+                        rec = _decode_record(prompt, labels[i], m, seed, bonus_policy, draft_mode, policy_label,
+                                             gate_label, ids[b], tokenizer, res)  # fmt: skip
+                        rec.update({"chunks": chunks[j], "interleaved_with": len(runs) - 1,
+                                    "baseline": shared[b] if baseline else None})  # fmt: skip
+                        if batch > 1:  # the batch's size and wall time: its throughput is their tokens over it
+                            rec.update({"batch": batch, "batch_size": len(group), "batch_seconds": batch_seconds,
+                                        "batch_ids": [p.id for p in group]})  # fmt: skip
+                        if loads[j] is not None:
+                            rec["other_load"] = loads[j]  # the share of the cores other processes used in its chunks
+                        if drift:
+                            rec["token_kl"] = [float(x) for x in res.token_kl]
+                            rec["answer_kl"] = res.answer_kl
+                        fresh[(b, i)] = rec
+            for b, row in enumerate(keys):
+                for i, key in enumerate(row):
+                    rec = fresh.get((b, i), done.get(key))
+                    records.append(rec)
+                    if (b, i) in fresh and sink is not None:
+                        sink.write(json.dumps(rec) + "\n")
+            bar.update(len(group))
             if sink is not None:
                 sink.flush()
+        bar.close()
     finally:
         if sink is not None:
             sink.close()
     return records
+
+
+def _decode_record(prompt, rule, m, seed, bonus_policy, draft_mode, policy_label, gate_label, ids, tokenizer, res):
+    """The fields of one decoding record that come from its run."""
+    return {
+        "id": prompt.id,
+        "task": prompt.task,
+        "rule": rule,
+        "m": m,
+        "seed": seed,
+        "bonus_policy": bonus_policy,
+        "draft_mode": draft_mode,
+        "draft_policy": policy_label,
+        "gate": gate_label,
+        "prompt_tokens": len(ids),
+        "token_ids": [int(t) for t in res.tokens],
+        "text": tokenizer.decode(res.tokens, skip_special_tokens=True),
+        "tokens": len(res.tokens),
+        "accepted": [int(a) for a in res.accepted],
+        "drafted": [int(d) for d in res.drafted],
+        "al": res.accepted_length,
+        "seconds": res.total_seconds,
+        "prefill_seconds": res.prefill_seconds,
+        "token_seconds": [round(float(t), 6) for t in res.token_seconds],
+        "draft_seconds": res.draft_seconds,
+        "verify_seconds": res.verify_seconds,
+        "tokens_per_second": res.tokens_per_second,
+    }
 
 
 def _speedup_interval(columns, counts):
@@ -693,6 +964,7 @@ def decoding_summary(records, seed=0, n_boot=1000) -> str:
                     f"{v:>7.2f}x {_cell(v, a, b, 0)}".rjust(26) for v, a, b in (req, dec)
                 )
         lines.append(row)
+    lines += _throughput_lines(records, seed, n_boot)
     notes = []
     for r in records:
         flags = decoding_flags(r)
@@ -706,6 +978,43 @@ def decoding_summary(records, seed=0, n_boot=1000) -> str:
     if notes:
         lines += ["", "flagged:", *(f"  {n}" for n in notes)]
     return "\n".join(lines)
+
+
+def batch_throughput(records, seed=0, n_boot=1000):
+    """Throughput of decoding records made with ``batch`` > 1: (tokens per second over the batches:
+    their tokens over their wall times, summed over batches; with baselines the verifier alone's at
+    the same batch size, and the throughput speedup with its paired bootstrap 95% interval over
+    batches), or None when no record was batched."""
+    groups = {}
+    for r in records:
+        if r.get("batch", 1) > 1:
+            groups.setdefault((r["rule"], tuple(r["batch_ids"])), []).append(r)
+    if not groups:
+        return None
+    tokens = np.array([sum(x["tokens"] for x in g) for g in groups.values()], dtype=float)
+    seconds = np.array([g[0]["batch_seconds"] for g in groups.values()], dtype=float)
+    out = {"batches": len(groups), "tokens_per_second": float(tokens.sum() / seconds.sum())}
+    if all(x.get("baseline") and "batch_seconds" in x["baseline"] for g in groups.values() for x in g):
+        b_tokens = np.array([sum(x["baseline"]["tokens"] for x in g) for g in groups.values()], dtype=float)
+        b_seconds = np.array([g[0]["baseline"]["batch_seconds"] for g in groups.values()], dtype=float)
+        counts = resample_counts([str(k) for k in groups], n_boot, seed)
+        value, lo, hi = _speedup_interval((tokens, seconds, b_tokens, b_seconds), counts)
+        out.update({"alone_tokens_per_second": float(b_tokens.sum() / b_seconds.sum()), "speedup": value,
+                    "speedup_lo": lo, "speedup_hi": hi})  # fmt: skip
+    return out
+
+
+def _throughput_lines(records, seed, n_boot):
+    got = batch_throughput(records, seed, n_boot)
+    if got is None:
+        return []
+    sizes = sorted({r["batch"] for r in records if r.get("batch", 1) > 1})
+    line = (f"throughput at batch {'/'.join(map(str, sizes))} ({got['batches']} batches): "
+            f"{got['tokens_per_second']:.2f} tok/s")  # fmt: skip
+    if "speedup" in got:
+        line += (f"; the verifier alone at the same batch size {got['alone_tokens_per_second']:.2f} tok/s: "
+                 f"{got['speedup']:.2f}x {_cell(got['speedup'], got['speedup_lo'], got['speedup_hi'], 0)}")  # fmt: skip
+    return ["", line + " (the table's tok/s and speedups are per request: tokens over each request's own latency)"]
 
 
 def answer_drift(records, n_boot=1000, seed=0) -> list:

@@ -24,6 +24,7 @@ from .._util._progress import progress_bar
 from ._hf import (
     default_threads,
     encode_chat,
+    engine_of,
     eos_ids,
     generate,
     load_model,
@@ -103,6 +104,7 @@ def dump_trace(
     cache=True,
     part=None,
     threads=None,
+    engine="hf",
 ):
     """Dump a trace of ``prompts`` (``Prompt`` objects) into directory ``out``; resumable.
 
@@ -136,6 +138,10 @@ def dump_trace(
     gives the uninterrupted dump's numbers bit for bit whatever the caller's torch setting (a CPU
     forward's rounding depends on the thread count).
 
+    ``engine``: "hf" (transformers; GGUF files dequantised) or "llama.cpp" (GGUF files run by
+    llama.cpp's quantised kernels, ``_llamacpp``; ``dtype`` and ``cache`` do not apply), recorded
+    as ``engine`` (a resume on the other engine is refused: their logits differ by rounding).
+
     Returns the number of positions written by this call.
     """
     settings = settings or SamplingSettings()
@@ -151,8 +157,9 @@ def dump_trace(
     if completions is not None:
         completions = _check_completions(completions, prompts, max_new_tokens)
 
-    v_model, v_tok, v_info = load_model(verifier, device, dtype, cache=cache, progress=progress)
-    d_model, _d_tok, d_info = load_model(draft, device, dtype, cache=cache, progress=progress)
+    options = {"engine": engine} if engine != "hf" else {}  # the llama.cpp engine: one sequence at a time here
+    v_model, v_tok, v_info = load_model(verifier, device, dtype, cache=cache, progress=progress, **options)
+    d_model, _d_tok, d_info = load_model(draft, device, dtype, cache=cache, progress=progress, **options)
     vocab = v_model.config.vocab_size if hasattr(v_model.config, "vocab_size") else None
     d_vocab = d_model.config.vocab_size if hasattr(d_model.config, "vocab_size") else None
     if vocab != d_vocab:
@@ -163,14 +170,15 @@ def dump_trace(
         "tokenizer_sha256": tokenizer_hash(v_tok),
         "chat_template": getattr(v_tok, "chat_template", None),
         "sampling": settings.as_dict(),
-        "dtype": str(dtype),
+        "engine": engine,
+        "dtype": str(dtype) if engine == "hf" else "gguf as stored",
         "device": str(device),
         "seed": int(seed),
         "seeding": "per prompt: sha256 of the prompt id with the seed (prompt_seed)",
         "max_new_tokens": int(max_new_tokens),
         "teacher_forced": completions is not None,
         "threads": int(threads) if threads is not None else default_threads(),
-        "versions": software_versions(),
+        "versions": software_versions(engine),
         "created": utc_timestamp(),
     }
     if part is not None:
@@ -199,6 +207,9 @@ def dump_trace(
         todo = [p for p in prompts if p.id not in writer.done_ids][: limit if limit is not None else None]
         bar = progress_bar(todo, desc="dump", unit="prompt", enabled=progress)
         try:
+            for model in (v_model, d_model):
+                if engine_of(model) == "llama.cpp":
+                    model.set_threads(metadata["threads"])
             with torch_threads(metadata["threads"]):
                 _dump_prompts(bar, todo, writer, v_model, v_tok, d_model, completions, settings, max_new_tokens, seed,
                               eos, vocab, start, counters := {"written": 0, "finished": 0})  # fmt: skip

@@ -17,11 +17,15 @@ import tempfile
 import time
 
 from .._math._sampling import processed_probs
-from .._util._files import TEMP_PREFIX, _umask, remove_stale_temporaries, sha256_file, utc_timestamp
+from .._util._files import TEMP_PREFIX, _umask, remove_stale_temporaries, utc_timestamp
 from .._util._paths import cache_root
+from ._identity import default_threads, file_sha256, model_identity
+from ._identity import file_entry as _file_entry
+from ._identity import source_of_gguf as _source_of_gguf
 
 __all__ = [
     "CachedModel",
+    "cached_model",
     "default_threads",
     "encode_chat",
     "eos_ids",
@@ -35,29 +39,54 @@ __all__ = [
 ]
 
 
-def software_versions() -> dict:
-    """The versions a dump or a calibration records: Python, torch, transformers, NumPy."""
+def software_versions(engine="hf") -> dict:
+    """The versions a dump or a calibration records: Python, torch, transformers, NumPy (and
+    llama-cpp-python on engine "llama.cpp")."""
     import platform
 
     import numpy
     import torch
     import transformers
 
-    return {
+    out = {
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "numpy": numpy.__version__,
     }
+    if engine == "llama.cpp":
+        from ._llamacpp import llama_cpp_version
+
+        out["llama_cpp_python"] = llama_cpp_version()
+    return out
 
 
-def default_threads() -> int:
-    """The threads a model forward uses by default: the cores this process may run on (affinity),
-    whatever torch's current setting is (another library may have changed it)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
+def engine_of(model) -> str:
+    """The engine a loaded model runs on: "llama.cpp" for a ``LlamaCppModel``, else "hf"."""
+    return getattr(model, "engine", "hf")
+
+
+def cached_model(model):
+    """A KV-cached runner over ``model`` with ``feed`` / ``crop`` / ``length``: a ``CachedModel``
+    on the Hugging Face path, a fresh ``LlamaSequence`` of a llama.cpp model."""
+    return model.sequence() if engine_of(model) == "llama.cpp" else CachedModel(model)
+
+
+def model_threads(model) -> int:
+    """The CPU threads a forward of ``model`` uses (torch's setting on the HF path)."""
+    if engine_of(model) == "llama.cpp":
+        return model.threads
+    import torch
+
+    return torch.get_num_threads()
+
+
+def dtype_and_device(model) -> tuple[str, str]:
+    """What a calibration records of a model's arithmetic: (dtype, device)."""
+    if engine_of(model) == "llama.cpp":
+        return "gguf as stored (llama.cpp kernels)", "cpu"
+    weight = next(model.parameters())
+    return str(weight.dtype).replace("torch.", ""), str(weight.device)
 
 
 @contextlib.contextmanager
@@ -93,36 +122,6 @@ def torch_dtype(dtype):
     return table[dtype]
 
 
-def file_sha256(path: str) -> str:
-    """sha256 of a model file, from its ``.sha256`` sidecar (experiments/fetch_models.py writes one
-    after checking the pinned sum) when it is newer than the file, else computed."""
-    sidecar = path + ".sha256"
-    if os.path.exists(sidecar) and os.path.getmtime(sidecar) >= os.path.getmtime(path):
-        with open(sidecar) as fh:
-            value = fh.read().split()
-        if value and len(value[0]) == 64:
-            return value[0]
-    return sha256_file(path)
-
-
-def model_identity(name: str, source: str, files: dict) -> dict:
-    """What a manifest and a report record of a model: a name, where it came from, and each
-    file's sha256 and size. Never a path on the machine that dumped it."""
-    return {"name": name, "source": source, "files": files}
-
-
-def _file_entry(path):
-    return {"sha256": file_sha256(path), "bytes": os.path.getsize(path)}
-
-
-def _source_of_gguf(path):
-    sidecar = path + ".source.json"
-    if os.path.exists(sidecar):
-        with contextlib.suppress(OSError, ValueError), open(sidecar) as fh:
-            return str(json.load(fh).get("source", "local GGUF file"))
-    return "local GGUF file"
-
-
 def _looks_like_path(spec: str) -> bool:
     return spec.startswith(("/", "./", "../", "~", "\\")) or (len(spec) > 1 and spec[1] == ":") or os.path.exists(spec)
 
@@ -150,9 +149,20 @@ def _transformers_bars(enabled):
         (hf_logging.enable_progress_bar if before else hf_logging.disable_progress_bar)()
 
 
-def load_model(spec, device="cpu", dtype="float32", *, cache=True, progress=None):
+def load_model(spec, device="cpu", dtype="float32", *, cache=True, progress=None, engine="hf", **llama_options):
     """(model, tokenizer, identity); see ``_load_model``. ``progress``: transformers' loading bars
-    (True, False, or None: only on a terminal)."""
+    (True, False, or None: only on a terminal). ``engine="llama.cpp"``: a GGUF file run by
+    llama.cpp (``_llamacpp.load_llamacpp``; ``dtype`` and ``cache`` do not apply: the weights stay
+    as stored), with ``llama_options`` ``threads``, ``context`` (tokens per sequence) and
+    ``sequences`` (sequences one context holds: decoding B prompts at once, or several runs
+    alternating, needs one each)."""
+    from ._llamacpp import check_engine, load_llamacpp
+
+    if check_engine(engine) == "llama.cpp":
+        with _transformers_bars(progress):
+            return load_llamacpp(spec, device, progress=progress, **llama_options)
+    if llama_options:
+        raise ValueError(f"{sorted(llama_options)} apply to engine 'llama.cpp' only")
     with _transformers_bars(progress):
         return _load_model(spec, device, dtype, cache, progress)
 
@@ -331,14 +341,15 @@ class CachedModel:
         self.cache = None
         self.length = 0  # tokens in the cache
 
-    def feed(self, tokens):
-        """Run the model on ``tokens`` after the cached prefix; logits (len, V) float32."""
+    def feed(self, tokens, want="all"):
+        """Run the model on ``tokens`` after the cached prefix; logits (len, V) float32 (``want``
+        ="last": only the last row; the forward computes them all on this path)."""
         torch = self.torch
         ids = torch.tensor([list(tokens)], device=next(self.model.parameters()).device)
         with torch.no_grad():
             logits, self.cache = forward(self.model, ids, self.cache)
         self.length += len(tokens)
-        return logits[0].float()
+        return logits[0, -1:].float() if want == "last" else logits[0].float()
 
     def crop(self, length):
         """Keep the first ``length`` cached tokens (transformers 5: crop takes a negative count)."""
@@ -399,8 +410,8 @@ def generate_steps(model, prompt_ids, settings, max_new_tokens, generator, eos, 
     only its own time. Returns (as the generator's value) (tokens, raw logit rows as NumPy or None,
     seconds, {"prefill": seconds, "token_seconds": [...]})."""
     clock = OwnClock()
-    runner = CachedModel(model)
-    logits = runner.feed(prompt_ids)[-1]
+    runner = cached_model(model)
+    logits = runner.feed(prompt_ids, want="last")[-1]
     prefill = clock.elapsed()
     yield from paused(clock)
     tokens, rows, stamps = [], [], []
@@ -438,7 +449,10 @@ def generate(model, prompt_ids, settings, max_new_tokens, generator, eos, keep_l
 
 def teacher_forced_logits(model, prompt_ids, tokens):
     """``model``'s raw next-token logits (T, V) float32 before each of the T ``tokens`` after the
-    prompt, from one forward pass over prompt + tokens[:-1]."""
+    prompt, from one forward pass over prompt + tokens[:-1] (on llama.cpp: the prompt, then the
+    tokens, in one sequence: ``LlamaCppModel.teacher_forced``)."""
+    if engine_of(model) == "llama.cpp":
+        return model.teacher_forced(prompt_ids, tokens)
     import torch
 
     device = next(model.parameters()).device

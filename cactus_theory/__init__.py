@@ -41,7 +41,7 @@ from ._data._trace import (
     load_trace,
     trace_from_arrays,
 )
-from ._data._traceset import TraceSet, merge_traces, open_traces, synthesize_trace
+from ._data._traceset import TraceSet, embedded_tasks, embedded_traces, merge_traces, open_traces, synthesize_trace
 from ._laws._block import BlockLength, block_accepted_length, greedy_draft
 from ._laws._emitted import (
     StepMetrics,
@@ -74,11 +74,14 @@ from ._models._decode import (
     DecodeResult,
     NgramDrafter,
     autoregressive_generate,
+    autoregressive_generate_batch,
+    batch_throughput,
     decode_prompts,
     decoding_flags,
     decoding_summary,
     matched_times,
     speculative_generate,
+    speculative_generate_batch,
 )
 from ._models._dump import dump_trace
 from ._models._hf import load_model
@@ -171,6 +174,9 @@ __all__ = [
     "calibrate_cost",
     "data_directory",
     "decode_prompts",
+    "autoregressive_generate_batch",
+    "batch_throughput",
+    "speculative_generate_batch",
     "default_cost_path",
     "decoding_summary",
     "divergence",
@@ -188,6 +194,8 @@ __all__ = [
     "load_model",
     "load_prompts",
     "load_trace",
+    "embedded_traces",
+    "embedded_tasks",
     "local_dask_cluster",
     "make_rule",
     "make_rules",

@@ -48,10 +48,10 @@ from cactus_theory import (
     analyze_trace,
     benchmark_file,
     default_cost_path,
+    embedded_traces,
     figure_png,
     load_cost,
     load_prompts,
-    load_trace,
     parse_rules,
     predict_speedup,
 )
@@ -78,7 +78,9 @@ def heldout_prompts(args, trace):
     with open(benchmark_file("spec_bench", args.data), encoding="utf-8") as fh:
         categories = [json.loads(line)["category"] for line in fh if line.strip()]
     out = mt[: args.mt_bench]
-    for category, count in (("translation", args.translation), ("qa", args.qa)):
+    counts = [(c, args.per_category) for c in args.categories] if args.categories else [
+        ("translation", args.translation), ("qa", args.qa)]  # fmt: skip
+    for category, count in counts:
         chosen = [p for p, c in zip(spec, categories, strict=True) if c == category][:count]
         out += [type(p)(id=p.id, task=category, text=p.text, index=p.index) for p in chosen]
     return out
@@ -98,7 +100,7 @@ def dump_heldout(args, prompts, settings):
 
     dump_trace(os.path.join(args.models, PAIR[0] + ".gguf"), os.path.join(args.models, PAIR[1] + ".gguf"), prompts,
                args.heldout_trace, settings=settings, max_new_tokens=args.max_new_tokens, dtype=args.dtype, seed=1,
-               progress=True)  # fmt: skip
+               progress=True, engine=args.engine)  # fmt: skip
     return args.heldout_trace
 
 
@@ -129,8 +131,9 @@ def measure(args, prompts, rules, best, settings):
     from cactus_theory.hf import load_model
 
     models = args.models
-    verifier = load_model(os.path.join(models, PAIR[0] + ".gguf"), dtype=args.dtype, progress=True)
-    draft = load_model(os.path.join(models, PAIR[1] + ".gguf"), dtype=args.dtype, progress=True)[0]
+    engine = {"engine": "llama.cpp", "sequences": 2} if args.engine == "llama.cpp" else {}
+    verifier = load_model(os.path.join(models, PAIR[0] + ".gguf"), dtype=args.dtype, progress=True, **engine)
+    draft = load_model(os.path.join(models, PAIR[1] + ".gguf"), dtype=args.dtype, progress=True, **engine)[0]
     records = {}
     first = True
     for rule in rules:
@@ -202,14 +205,15 @@ def gpu_regime(trace, n_boot):
     return cost, [r for r in plan.rows if r["task"] == "all"]
 
 
-def markdown(cost, rows, gpu_cost, gpu_rows, command, prompts):
+def markdown(cost, rows, gpu_cost, gpu_rows, command, prompts, engine="hf"):
     v = cost.verify_block
     pre = cost.prefill.get("verifier", {})
     lines = [
         "# Predicted against measured speedups on held-out prompts",
         "",
         f"Command: `{command}` after `cactus-theory calibrate --verifier MODELS/{PAIR[0]}.gguf --draft "
-        f"MODELS/{PAIR[1]}.gguf --dtype bfloat16 --context 256 --max-block 13` (MODELS: "
+        f"MODELS/{PAIR[1]}.gguf {'--dtype bfloat16' if engine == 'hf' else '--engine llama.cpp'} --context 256 "
+        "--max-block 13` (MODELS: "
         "`~/.cache/cactus_theory/models`, from `experiments/fetch_models.py`; DATA: the benchmark directory).",
         "",
         f"Calibration ({cost.source.get('machine', '?')}, {cost.source.get('dtype', '?')}, context "
@@ -319,7 +323,17 @@ def figure(rows):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cost", default=default_cost_path(*PAIR, "bfloat16", "cpu"))
+    parser.add_argument("--cost", default=None, help="the calibration (default: calibrate's file for the engine)")
+    parser.add_argument("--engine", default="hf", choices=("hf", "llama.cpp"), help="the engine decoding runs on")
+    parser.add_argument(
+        "--categories",
+        default=None,
+        type=lambda text: [c for c in text.split(",") if c],
+        help="Spec-Bench categories held out, --per-category questions each, the first ones not in the embedded "
+        "trace set (instead of --translation / --qa)",
+    )
+    parser.add_argument("--per-category", type=int, default=3)
+    parser.add_argument("--name", default="plan_vs_reality", help="the stem of the files written to --out")
     parser.add_argument("--trust-cost", action="store_true", help="use a calibration with problems anyway")
     parser.add_argument("--data", default=None, help="benchmark data directory (the default held-out set)")
     parser.add_argument("--prompts", action="append", default=None, help="any prompt file instead (repeatable)")
@@ -349,6 +363,7 @@ def main(argv=None):
     runs = os.path.join(cache_root(), "runs")
     args.records = args.records or os.path.join(runs, "plan_vs_reality.jsonl")
     args.heldout_trace = os.path.join(runs, "heldout_trace") if args.heldout_trace is None else args.heldout_trace
+    args.cost = args.cost or default_cost_path(*PAIR, "bfloat16" if args.engine == "hf" else "llamacpp", "cpu")
     if not os.path.isfile(args.cost):
         sys.exit(f"no calibration at {args.cost}: run the calibrate command in this script's docstring first")
     cost = load_cost(args.cost)
@@ -357,7 +372,8 @@ def main(argv=None):
     from cactus_theory import SamplingSettings
     from cactus_theory.hf import encode_chat, load_model
 
-    trace = load_trace()
+    # the embedded trace set: the default trace, and with Spec-Bench categories the Spec-Bench trace
+    trace = embedded_traces(args.categories)
     settings = SamplingSettings(**trace.metadata["sampling"])
     prompts = heldout_prompts(args, trace)
     rules = parse_rules(args.rules, (1.0,))
@@ -373,12 +389,15 @@ def main(argv=None):
     rows = compare(cost, predicted, own, records, best, prompts)
     gpu_cost, gpu_rows = gpu_regime(trace, args.bootstrap)
     command = "python experiments/plan_vs_reality.py " + ("--data DATA" if not args.prompts else "--prompts ...")
-    text = markdown(cost, rows, gpu_cost, gpu_rows, command, prompts)
-    atomic_write(os.path.join(args.out, "plan_vs_reality.md"), text)
+    if args.categories:
+        command += (f" --engine {args.engine} --categories {','.join(args.categories)} --per-category "
+                    f"{args.per_category} --mt-bench {args.mt_bench} --name {args.name}")  # fmt: skip
+    text = markdown(cost, rows, gpu_cost, gpu_rows, command, prompts, args.engine)
+    atomic_write(os.path.join(args.out, f"{args.name}.md"), text)
     data = {"cost": json.loads(cost.to_json()), "rows": rows, "gpu_profile": PROFILE, "gpu_rows": gpu_rows,
             "prompts": [p.id for p in prompts], "machine": f"{os.cpu_count()} cores, {platform.machine()}"}  # fmt: skip
-    atomic_write(os.path.join(args.out, "plan_vs_reality.json"), json.dumps(data, indent=1, default=str))
-    atomic_write(os.path.join(args.out, "plan_vs_reality.png"), figure_png(figure(rows)))
+    atomic_write(os.path.join(args.out, f"{args.name}.json"), json.dumps(data, indent=1, default=str))
+    atomic_write(os.path.join(args.out, f"{args.name}.png"), figure_png(figure(rows)))
     print(text)
 
 

@@ -67,3 +67,42 @@ def test_indexing_matches_iteration_order():
         trace[len(trace)]
     with pytest.raises(TypeError, match="integer"):
         trace["a"]
+
+
+def test_the_embedded_spec_bench_trace_covers_the_other_categories_within_the_budget():
+    from cactus_theory import embedded_tasks, embedded_traces
+    from cactus_theory._data._traceset import EMBEDDED_TRACES
+
+    default = embedded_traces()
+    assert len(default.traces) == 1 and default.traces[0].directory == load_trace().directory
+    assert len(embedded_traces(["gsm8k", "mt_bench"]).traces) == 1  # tasks of the default trace: it alone
+    both = embedded_traces(["translation"])
+    assert [pathlib.Path(t.directory).name for t in both.traces] == list(EMBEDDED_TRACES)
+    spec = both.traces[1]
+    tasks = {s["task"] for s in spec.manifest["sequences"]}
+    assert tasks == {"translation", "summarization", "qa", "math_reasoning", "rag"}
+    assert embedded_tasks() == {**dict.fromkeys(["gsm8k", "humaneval", "mt_bench"], "default_trace"),
+                                **dict.fromkeys(tasks, "spec_bench_trace")}  # fmt: skip
+    meta = spec.metadata
+    assert meta["engine"] == "llama.cpp" and meta["sampling"] == default.metadata["sampling"]
+    assert meta["verifier"]["files"] == default.metadata["verifier"]["files"]  # the same model files
+    assert meta["max_new_tokens"] == 128 and spec.top_k == 64 and spec.vocab_size == 151_936
+    for rec in spec.manifest["sequences"]:  # prompts by dataset, index and hash, no text
+        assert rec["meta"]["source"]["dataset"] == "spec_bench" and len(rec["meta"]["source"]["sha256"]) == 64
+    counts = {t: sum(s["task"] == t for s in spec.manifest["sequences"]) for t in tasks}
+    assert min(counts.values()) >= 10 and spec.n_positions >= 5000
+    # the package-size budget: 10 MB a trace, 16 MB the two
+    sizes = [sum((pathlib.Path(t.directory) / s["file"]).stat().st_size for s in t.manifest["shards"])
+             for t in both.traces]  # fmt: skip
+    assert max(sizes) <= 10 * 2**20 and sum(sizes) <= 16 * 2**20
+
+
+def test_plan_answers_a_spec_bench_category_from_the_embedded_set(capsys):
+    from cactus_theory._cli import main
+
+    assert main(["plan", "--task", "translation", "--rules", "sps,cactus", "--m", "2,4", "--bootstrap", "100",
+                 "--quiet"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "task translation" in out and "task gsm8k" not in out
+    assert main(["analyze", "--task", "rag", "--rules", "sps", "--m", "4", "--bootstrap", "100", "--quiet"]) == 0
+    assert "rag" in capsys.readouterr().out

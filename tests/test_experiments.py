@@ -250,3 +250,46 @@ def test_engine_rules(tiny_trace, tmp_path):
     rules = {r["rule"] for r in data["rows"]}
     assert {"sps", "block", "magic-mtp(recovery=block)"} <= rules
     assert (tmp_path / "engine_rules.png").stat().st_size > 0 and "paired" in (tmp_path / "engine_rules.md").read_text()
+
+
+@pytest.mark.models
+@pytest.mark.llamacpp
+def test_llamacpp_vs_hf(models, tmp_path):
+    script("llamacpp_vs_hf").main(["--models", models, "--data", str(FIXTURES), "--prompts", "2", "--decode-prompts",
+                                   "2", "--max-new-tokens", "4", "--m", "2", "--batch", "2", "--dtype", "float32",
+                                   "--repeats", "1", "--max-block", "2", "--bootstrap", "100",
+                                   "--out", str(tmp_path)])  # fmt: skip
+    result = json.loads((tmp_path / "llamacpp.json").read_text())
+    assert {r["engine"] for r in result["decoding"]} == {"hf", "llama.cpp"}
+    assert {r["batch"] for r in result["decoding"]} == {1, 2}
+    # the tiny pair's GGUF weights are float32: the engines agree up to llama.cpp's float16 cache
+    assert result["agreement"]["llama.cpp"]["kl_max"] < 1e-3 and result["agreement"]["llama.cpp"]["positions"] == 8
+    assert "| load, verifier first |" in (tmp_path / "llamacpp.md").read_text()
+
+
+@pytest.mark.models
+@pytest.mark.llamacpp
+def test_dump_spec_bench_trace_and_the_per_category_held_out_check(models, tmp_path):
+    data = str(FIXTURES)
+    script("dump_spec_bench_trace").main(["--models", models, "--data", data, "--per-category", "1",
+                                          "--max-new-tokens", "3", "--out", str(tmp_path / "spec")])  # fmt: skip
+    trace = Trace(tmp_path / "spec")
+    assert sorted(s["task"] for s in trace.manifest["sequences"]) == sorted(
+        ["translation", "summarization", "qa", "math_reasoning", "rag"]
+    )
+    assert trace.metadata["engine"] == "llama.cpp"
+    cost = tmp_path / "cost.json"
+    assert main(["calibrate", "--engine", "llama.cpp", "--verifier", f"{models}/{PAIR[0]}.gguf", "--draft",
+                 f"{models}/{PAIR[1]}.gguf", "--max-block", "9", "--context", "16", "--repeats", "2",
+                 "--prompt-lengths", "8,16", "--out", str(cost), "--quiet"]) == 0  # fmt: skip
+    script("plan_vs_reality").main(["--data", data, "--models", models, "--cost", str(cost), "--trust-cost",
+                                    "--engine", "llama.cpp", "--categories", "translation,qa", "--per-category", "1",
+                                    "--mt-bench", "0", "--max-new-tokens", "4", "--heldout-trace",
+                                    str(tmp_path / "heldout"), "--records", str(tmp_path / "records.jsonl"),
+                                    "--out", str(tmp_path), "--bootstrap", "100",
+                                    "--name", "per_category"])  # fmt: skip
+    result = json.loads((tmp_path / "per_category.json").read_text())
+    assert {r["task"] for r in result["rows"]} == {"translation", "qa"}
+    # the embedded trace set holds these categories: each row's AL comes from its own task
+    assert {r["al_source"] for r in result["rows"]} == {"translation", "qa"}
+    assert "--engine llama.cpp" in (tmp_path / "per_category.md").read_text()

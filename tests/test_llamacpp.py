@@ -234,6 +234,15 @@ def test_cli_dump_decode_batch_and_calibrate_on_the_llama_engine(pair, tmp_path,
     assert "--engine llama.cpp" in capsys.readouterr().err
     cost = tmp_path / "cost.json"
     assert main(["calibrate", *models, "--max-block", "3", "--repeats", "2", "--context", "16",
-                 "--prompt-lengths", "4,8", "--quiet", "--out", str(cost)]) == 0  # fmt: skip
-    source = json.loads(cost.read_text())["source"]
-    assert source["engine"] == "llama.cpp" and source["versions"]["llama_cpp_python"]
+                 "--prompt-lengths", "4,8", "--quiet", "--out", str(cost), "--batch", "1,3"]) == 0  # fmt: skip
+    data = json.loads(cost.read_text())
+    assert data["source"]["engine"] == "llama.cpp" and data["source"]["versions"]["llama_cpp_python"]
+    assert set(data["batch"]) == {"3"} and set(data["batch"]["3"]["verify_block"]) == {"1", "2", "3"}
+    assert len(data["batch"]["3"]["samples"]["draft_token"]) == 2
+    assert "batch 3: a draft step" in capsys.readouterr().out
+    # plan from this calibration at both sizes
+    assert main(["plan", str(tmp_path / "t"), "--cost", str(cost), "--trust-cost", "--rules", "sps", "--m", "1,2",
+                 "--batch", "1,3", "--bootstrap", "100", "--quiet"]) == 0  # fmt: skip
+    assert "break-even B" in capsys.readouterr().out
+    assert main(["calibrate", "--verifier", v_path, "--draft", d_path, "--batch", "2", "--quiet"]) == 2
+    assert "--engine llama.cpp" in capsys.readouterr().err

@@ -190,3 +190,77 @@ def test_plan_without_a_cost_uses_the_pairs_newest_calibration_and_says_which(tm
     assert "22 sequences, 2816 positions analysed (of the trace's 66 sequences, 7577 positions)" in out
     # the table prints every m asked, the best marked, the notes once
     assert "speedup per step at m =" in out and "*" in out
+
+
+# --- batches (issue 35) ------------------------------------------------------------------------
+
+
+def _batched_cost():
+    """Batch 1 as a cheap-draft GPU; at batch 4 drafting costs almost a verifier step and blocks
+    grow with their size (a compute-bound regime): speculation pays at 1 and not at 4."""
+    return CostModel(
+        draft_token=0.1, verify_block={1: 1.0, 9: 1.2}, prefill={"verifier": {100: 2.0}, "draft": {100: 0.5}},
+        batch={4: {"draft_token": 0.8, "verify_block": {1: 2.0, 9: 9.0}}, 2: {"draft_token": 0.3,
+               "verify_block": {1: 1.2, 9: 2.5}}},
+    )  # fmt: skip
+
+
+def test_a_cost_model_at_a_batch_size_uses_that_batchs_parts_and_round_trips(tmp_path):
+    cost = _batched_cost()
+    assert cost.batch_sizes == (1, 2, 4) and cost.at_batch(1) is cost
+    four = cost.at_batch(4)
+    assert four.draft_token == 0.8 and four.verify(1) == 2.0 and four.verify(5) == pytest.approx(2.0 + 4 * 7 / 8)
+    assert four.prefill_time(100) == pytest.approx(4 * 2.0) and four.source["batch"] == 4  # four prompts in turn
+    assert four.step_time(2, 1.0) == pytest.approx(2 * 0.8 + four.verify(3))
+    with pytest.raises(ValueError, match=r"--batch 1,2,3,4"):
+        cost.at_batch(3)
+    cost.save(tmp_path / "c.json")
+    again = load_cost(tmp_path / "c.json")
+    assert again.batch == cost.batch and again.at_batch(2).verify(9) == 2.5
+    for bad, match in (({1: {"draft_token": 1, "verify_block": {1: 1}}}, ">= 2"),
+                       ({2: {"draft_token": -1, "verify_block": {1: 1}}}, r"batch\[2\]"),
+                       ({2: {"draft_token": 1, "verify_block": {2: 1}}}, "k = 1"),
+                       ({2: {"draft": 1}}, r"batch\[2\] must be")):  # fmt: skip
+        with pytest.raises(ValueError, match=match):
+            CostModel(draft_token=0.1, verify_block={1: 1.0}, batch=bad)
+
+
+def test_batch_plans_give_the_throughput_closed_form_and_the_break_even_batch(tmp_path):
+    from cactus_theory._analysis._plan import batch_plan, break_even
+
+    trace = _constant_trace(tmp_path / "t", *_pair(1))
+    settings = SamplingSettings(**trace.metadata["sampling"])
+    p, q = (x[0] for x in next(iter(trace)).distributions(settings))
+    beta = 1 - 0.5 * np.abs(p - q).sum()
+    result = analyze_trace(trace, ["sps"], ms=(1, 2, 4), n_boot=100)
+    cost = _batched_cost()
+    plans = batch_plan(result, cost, [1, 2, 4])
+    for size, plan in plans.items():
+        c = cost.at_batch(size)
+        for row in (r for r in plan.rows if r["task"] == "all"):
+            m = row["m"]
+            al = beta * (1 - beta**m) / (1 - beta)
+            verify = float(np.interp(m + 1, [1, 9], [c.verify_block[1], c.verify_block[9]]))
+            want = (al + 1) * c.verify_block[1] / ((m + beta**m) * c.draft_token + verify)  # per step
+            assert row["speedup"] == pytest.approx(want, rel=1e-9)
+    rows = break_even(batch_plan(result, cost, [1, 2, 4], prompt_tokens=100, output_tokens=60))
+    (sps,) = rows
+    best = {b: max(r["request_speedup"] for r in plan.rows if r["task"] == "all")
+            for b, plan in batch_plan(result, cost, [1, 2, 4], prompt_tokens=100, output_tokens=60).items()}  # fmt: skip
+    assert {b: r["request_speedup"] for b, r in sps["per_batch"].items()} == best
+    assert best[1] > 1 > best[4] and sps["break_even"] == min(b for b in best if best[b] < 1)
+    assert break_even(batch_plan(result, cost, [1]))[0]["break_even"] is None  # pays at every size given
+    assert break_even(batch_plan(result, cost, [4]))[0]["break_even"] == 4  # pays at none
+
+
+def test_cli_plan_prints_the_break_even_batch_and_refuses_an_untimed_size(tmp_path, capsys):
+    _constant_trace(tmp_path / "t", *_pair(2))
+    _batched_cost().save(tmp_path / "cost.json")
+    argv = ["plan", str(tmp_path / "t"), "--cost", str(tmp_path / "cost.json"), "--rules", "sps", "--m", "1,2,4",
+            "--bootstrap", "100", "--quiet", "--prompt-tokens", "100", "--output-tokens", "60"]  # fmt: skip
+    assert main([*argv, "--batch", "1,2,4"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("sps ") and "m=" in x)
+    assert line.split()[-1] == "4"  # the break-even batch (the closed form above)
+    assert main([*argv, "--batch", "1,8"]) == 2
+    assert "--batch 1,2,4,8" in capsys.readouterr().err

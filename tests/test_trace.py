@@ -60,6 +60,48 @@ def test_processed_probs_match_the_definition(seed, temperature, top_k, top_p):
     np.testing.assert_allclose(got_t.numpy(), want, rtol=1e-12, atol=1e-15)
 
 
+@pytest.mark.torch
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    temperature=st.sampled_from([0.3, 0.6, 1.7]),
+    top_k=st.sampled_from([1, 3, 20]),
+    top_p=st.sampled_from([1.0, 0.95, 0.5]),
+    masked=st.booleans(),
+)
+def test_processed_probs_with_a_small_top_k_of_a_large_vocabulary_match_the_definition(seed, temperature, top_k,
+                                                                                      top_p, masked):  # fmt: skip
+    """top-k far below the vocabulary takes the path that never sorts the whole row."""
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(0, 3, size=(3, 700))
+    if masked:
+        logits[:, rng.integers(0, 700, size=300)] = -np.inf
+    want = _reference_probs(logits, temperature, top_k, top_p)
+    got = processed_probs(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+    got_t = processed_probs(torch.as_tensor(logits), temperature=temperature, top_k=top_k, top_p=top_p)
+    np.testing.assert_allclose(got_t.numpy(), want, rtol=1e-12, atol=1e-15)
+    got_f = processed_probs(torch.as_tensor(logits, dtype=torch.bfloat16), temperature=temperature, top_k=top_k,
+                            top_p=top_p)  # fmt: skip
+    assert got_f.dtype == torch.float32 and abs(float(got_f.sum(-1).max()) - 1) < 1e-5
+
+
+@pytest.mark.torch
+def test_a_small_top_k_keeps_every_tie_with_the_k_th_logit():
+    logits = np.full(1000, -3.0)
+    logits[[10, 500, 900]] = 5.0  # three tied for the top: top-2 keeps all three
+    logits[7] = 4.0
+    for row in (logits, torch.as_tensor(logits)):
+        got = np.asarray(processed_probs(row, temperature=1.0, top_k=2, top_p=1.0))
+        want = np.zeros(1000)
+        want[[10, 500, 900]] = 1 / 3
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+        # top-p 0.5 after them: the stable order (by index) keeps the first two of the tie
+        got = np.asarray(processed_probs(row, temperature=1.0, top_k=2, top_p=0.5))
+        want = np.zeros(1000)
+        want[[10, 500]] = 0.5
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+
+
 def test_sampling_settings_are_checked():
     with pytest.raises(ValueError, match="temperature must be"):
         SamplingSettings(temperature=-1)

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import ClassVar
 
 import numpy as np
@@ -205,6 +205,10 @@ class CostModel:
     load : dict {"other", "cores"}
         The share of the machine's cores other processes kept busy while the calibration ran
         (``other_load``: from /proc on Linux), and the cores.
+    batch : dict {B: {"draft_token": s, "verify_block": {k: s}, "samples": {...}}}
+        The same step parts with B sequences in flight (B >= 2; ``calibrate --batch``): one draft
+        forward of B sequences with their B rows processed, and the verifier scoring k tokens of
+        each of B sequences in one evaluation. ``at_batch(B)`` is the cost model at that batch.
     """
 
     draft_token: float
@@ -217,6 +221,7 @@ class CostModel:
     context_slope: dict = field(default_factory=dict)
     samples: dict = field(default_factory=dict)
     load: dict = field(default_factory=dict)
+    batch: dict = field(default_factory=dict)
 
     def __post_init__(self):
         _positive(self.draft_token, "draft_token")
@@ -245,6 +250,55 @@ class CostModel:
         if blocks[1] <= 0:
             raise ValueError("verify_block[1] must be > 0: it is the baseline's time per token")
         object.__setattr__(self, "verify_block", dict(sorted(blocks.items())))
+        object.__setattr__(self, "batch", self._checked_batch(self.batch))
+
+    def _checked_batch(self, batch):
+        if not isinstance(batch, dict):
+            raise ValueError('batch must be {B: {"draft_token": s, "verify_block": {k: s}, "samples": {...}}}')
+        out = {}
+        for key, entry in batch.items():
+            size = _size_map({key: 0}, "batch", "batch sizes")
+            (b,) = size
+            if b < 2:
+                raise ValueError(f"batch sizes are >= 2 (batch 1 is the model's own fields); got {key!r}")
+            if not isinstance(entry, dict) or set(entry) - {"draft_token", "verify_block", "samples"}:
+                raise ValueError(f'batch[{b}] must be {{"draft_token": s, "verify_block": {{k: s}}, "samples": ...}}')
+            try:
+                one = CostModel(draft_token=entry.get("draft_token"), verify_block=entry.get("verify_block"),
+                                samples=entry.get("samples", {}))  # fmt: skip
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"batch[{b}]: {exc}") from None
+            out[b] = {"draft_token": one.draft_token, "verify_block": one.verify_block, "samples": one.samples}
+        return dict(sorted(out.items()))
+
+    @property
+    def batch_sizes(self) -> tuple:
+        """The batch sizes the model knows: 1 and those of ``batch``."""
+        return (1, *self.batch)
+
+    def at_batch(self, size):
+        """The cost model with ``size`` sequences in flight: each step part is the measured one at
+        that batch (``batch``), and a prompt costs ``size`` times one prompt's (the batch's
+        prompts are processed in turn: the per-request prefill of a full batch). Its speedups
+        are throughput ratios over the batch: (AL + 1) verify_B(1) / step_B, the verifier alone
+        at the same batch size. Exact for the batch sizes measured; a size between two measured
+        ones is refused (name it in ``calibrate --batch``)."""
+        size = int(size)
+        if size == 1:
+            return self
+        if size not in self.batch:
+            raise ValueError(
+                f"the cost model knows batch sizes {list(self.batch_sizes)}, not {size}: calibrate with "
+                f"--batch {','.join(map(str, sorted({*self.batch_sizes, size})))} (the llama.cpp engine)"
+            )
+        entry = self.batch[size]
+        samples = {**entry["samples"], **({"prefill": self.samples["prefill"]} if "prefill" in self.samples else {})}
+        prefill = {role: {n: size * t for n, t in points.items()} for role, points in self.prefill.items()}
+        if "prefill" in samples:
+            samples["prefill"] = {role: {n: [size * t for t in ts] for n, ts in points.items()}
+                                  for role, points in samples["prefill"].items()}  # fmt: skip
+        return replace(self, draft_token=entry["draft_token"], verify_block=entry["verify_block"], samples=samples,
+                       prefill=prefill, batch={}, source={**self.source, "batch": size})  # fmt: skip
 
     @property
     def verify_fit(self) -> dict:
@@ -877,3 +931,35 @@ def predict_speedup(
                 )
         rows.append(row)
     return Plan(rows=rows, cost=cost, max_kl=max_kl, warnings=problems)
+
+
+def batch_plan(analysis, cost, sizes, **options) -> dict:
+    """Predictions at several batch sizes: {B: ``predict_speedup(analysis, cost.at_batch(B))``}
+    (``options`` as there). Each plan's speedups are throughput ratios over the batch against the
+    verifier alone at the same batch size (``CostModel.at_batch``): B requests advance in
+    synchronous steps, each accepting the trace's AL per step on average. Approximate where
+    requests of one batch end at different times (the batch is taken as full throughout)."""
+    sizes = sorted({int(b) for b in sizes})
+    if not sizes or sizes[0] < 1:
+        raise ValueError(f"sizes must be batch sizes >= 1; got {sizes}")
+    return {b: predict_speedup(analysis, cost.at_batch(b), **options) for b in sizes}
+
+
+def break_even(plans: dict, task="all") -> list:
+    """Per rule (and drafting policy) over the batch plans of ``batch_plan``: its best m and
+    speedup (with its interval) at each batch size, and the break-even batch: the smallest
+    size at which even its best m no longer beats the verifier alone (None: it pays at every
+    size given; the first size: it never pays). Rows of dicts ``rule``, ``draft_policy``,
+    ``per_batch`` ({B: best row}), ``break_even``."""
+    out = {}
+    for size, plan in plans.items():
+        for row in plan.best_m(task):
+            setting = (row["rule"], row.get("draft_policy"))
+            out.setdefault(setting, {})[size] = row
+    rows = []
+    for (rule, policy), per in out.items():
+        key = next(iter(plans.values())).key
+        losing = [b for b in sorted(per) if per[b][key] < 1]
+        rows.append({"rule": rule, "draft_policy": policy, "per_batch": per, "key": key,
+                     "break_even": losing[0] if losing else None})  # fmt: skip
+    return rows

@@ -138,11 +138,11 @@ def _model_inputs(args):
 
 
 def _traces(args):
-    """The trace set of the positional trace arguments (default: the embedded trace)."""
-    from .._data._trace import load_trace
-    from .._data._traceset import open_traces
+    """The trace set of the positional trace arguments (default: the embedded trace; with --task
+    naming a task it lacks, such as Spec-Bench's translation, the embedded trace set)."""
+    from .._data._traceset import embedded_traces, open_traces
 
-    return open_traces(args.trace) if args.trace else open_traces(load_trace())
+    return open_traces(args.trace) if args.trace else embedded_traces(getattr(args, "task", None))
 
 
 def _analysed(traces, result) -> str:

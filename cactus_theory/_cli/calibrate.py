@@ -54,6 +54,13 @@ def add_parser(sub):
         help="a longer context for the context slope (default: 2 x --context)",
     )
     cb.add_argument(
+        "--batch",
+        type=_ints,
+        default=[1],
+        help="batch sizes whose step parts are timed too, e.g. 1,2,4 (--engine llama.cpp): 'plan --batch' then "
+        "predicts throughput at each",
+    )
+    cb.add_argument(
         "--out", default=None, help="cost file (default: in the user cache, named by models, dtype, device)"
     )
     _progress_options(cb)
@@ -69,6 +76,10 @@ def run(args) -> int:
     progress = _progress(args)
     _check_out(args, _model_inputs(args), directory=False)
     opts = {"cache": not args.no_model_cache, "progress": progress, "engine": args.engine}
+    if any(b > 1 for b in args.batch) and args.engine != "llama.cpp":
+        raise ValueError("--batch times several sequences at once: add --engine llama.cpp")
+    if args.engine == "llama.cpp":  # the caches the timings hold at once, and a batch's sequences
+        opts["sequences"] = max(args.batch) + 4
     verifier = load_model(args.verifier, args.device, args.dtype, **opts)
     draft = load_model(args.draft, args.device, args.dtype, **opts)
     dtype = args.dtype if args.engine == "hf" else "llamacpp"  # llama.cpp runs the weights as stored
@@ -77,7 +88,7 @@ def run(args) -> int:
     )  # the default is known only once the models are: checked before the timing
     cost = calibrate_cost(
         verifier, draft, max_block=args.max_block, context=args.context, repeats=args.repeats, settings=_settings(args),
-        progress=progress, prompt_lengths=args.prompt_lengths, second_context=args.second_context,
+        progress=progress, prompt_lengths=args.prompt_lengths, second_context=args.second_context, batch=args.batch,
     )  # fmt: skip
     cost.save(out)
     blocks = cost.verify_block
@@ -90,6 +101,10 @@ def run(args) -> int:
         print(f"{name} prefill: " + ", ".join(f"{n} tokens {s:.2f} s" for n, s in per.items()))
     print(f"context slope per 1,000 tokens: verify {cost.context_slope['verify'] * 1e6:.1f} ms, draft "
           f"{cost.context_slope['draft'] * 1e6:.1f} ms")  # fmt: skip
+    for size, entry in cost.batch.items():
+        b1 = entry["verify_block"][1]
+        print(f"batch {size}: a draft step {entry['draft_token'] * 1e3:.1f} ms, a verifier step {b1 * 1e3:.1f} ms "
+              f"({b1 / blocks[1]:.2f}x batch 1), of {top} tokens each {entry['verify_block'][top] * 1e3:.1f} ms")  # fmt: skip
     for problem in cost.problems():
         print(f"warning: {problem}")
     print(f"wrote {out}")

@@ -84,6 +84,13 @@ def add_parser(sub):
     pl.add_argument("--delta", type=_floats, default=[0.25, 0.5, 1.0, 2.0], help=_delta_help())
     pl.add_argument("--m", type=_ints, default=[1, 2, 3, 4, 6, 8, 10, 12, 16, 20], help="draft lengths to compare")
     pl.add_argument("--task", action="append", default=None, help="only this task (repeatable)")
+    pl.add_argument(
+        "--batch",
+        type=_ints,
+        default=None,
+        help="batch sizes, e.g. 1,2,4: per rule the best m and throughput speedup at each (the verifier alone at the "
+        "same batch size) and the break-even batch; needs a cost model timed at them (calibrate --batch)",
+    )
     pl.add_argument("--bootstrap", type=_resamples, default=1000, help="bootstrap resamples (0: no intervals)")
     pl.add_argument("--processes", type=_int_at_least(1), default=1, help="local worker processes over shards")
     pl.add_argument("--out", default=None, help="write plan.csv, plan.json, plan.png and the analysis here")
@@ -92,6 +99,36 @@ def add_parser(sub):
     _progress_options(pl)
     pl.set_defaults(func=run)
     return pl
+
+
+def _print_batches(args, result, cost):
+    """The ``--batch`` tables: per task, per rule its best m and throughput speedup at each batch size."""
+    from .._analysis._plan import batch_plan, break_even
+    from .._analysis._results import interval
+
+    for size in args.batch:
+        cost.at_batch(size)  # an unknown size is refused, naming the fix
+    plans = batch_plan(result, cost, args.batch, max_kl=args.max_kl, allow_untrusted=args.trust_cost,
+                       prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens)  # fmt: skip
+    sizes = sorted(plans)
+    for task in _tasks_to_show(next(iter(plans.values())).rows):
+        rows = break_even(plans, task)
+        what = "request" if rows and rows[0]["key"] == "request_speedup" else "per-step"
+        print(f"\n{'all tasks' if task == 'all' else 'task ' + task}: {what} throughput speedup over the batch at its "
+              "best m, against the verifier alone at the same batch size [95% interval]")  # fmt: skip
+        print(f"{'rule':<34} " + " ".join(f"{'B=' + str(b):>26}" for b in sizes) + f" {'break-even B':>13}")
+        for row in rows:
+            label = row["rule"] if not row["draft_policy"] else f"{row['rule']} [{row['draft_policy']}]"
+            cells = []
+            for b in sizes:
+                r = row["per_batch"][b]
+                key = row["key"]
+                cells.append(f"m={r['m']:<2} {r[key]:.2f}x {interval(r[key + '_lo'], r[key + '_hi'], '.2f')}".rjust(26))
+            even = row["break_even"]
+            verdict = (f"< {sizes[0]}" if even == sizes[0] else str(even)) if even is not None else f"> {sizes[-1]}"
+            print(f"{label:<34} " + " ".join(cells) + f" {verdict:>13}")
+        print("(break-even B: the smallest batch size given at which the rule's best m no longer beats the verifier "
+              "alone; > B: it pays at every size given; < B: at none)")  # fmt: skip
 
 
 def run(args) -> int:
@@ -146,6 +183,8 @@ def run(args) -> int:
     for task in _tasks_to_show(plan.rows):
         print(f"\n{'all tasks' if task == 'all' else 'task ' + task}: predicted speedup at every m (* the best)")
         print(plan.table(task, every_m=True, warnings=False))
+    if args.batch:
+        _print_batches(args, result, cost)
     if args.out:
         from .._analysis._plotting import figure_png, plot_plan
         from .._util._files import atomic_write

@@ -242,6 +242,35 @@ class TraceSet:
         return f"TraceSet({len(self.traces)} traces, {len(self)} sequences, {self.n_positions} positions)"
 
 
+#: The traces embedded in the package: the default one (GSM8K, HumanEval, MT-Bench; the HF path
+#: in bfloat16) and Spec-Bench's translation, summarization, qa, math_reasoning and rag
+#: categories (llama.cpp), the same model pair and sampling.
+EMBEDDED_TRACES = ("default_trace", "spec_bench_trace")
+
+
+def embedded_traces(tasks=None, verify: bool = True) -> TraceSet:
+    """The embedded trace set for ``tasks``: the default trace alone when no task is asked for or
+    it holds every task asked for (so every default number stays the default trace's), else every
+    embedded trace (``EMBEDDED_TRACES``), from which the analysis keeps the tasks asked for."""
+    from importlib import resources
+
+    root = resources.files("cactus_theory") / "data"
+    paths = [str(root / name) for name in EMBEDDED_TRACES if (root / name / "manifest.json").is_file()]
+    default = Trace(paths[0], verify=verify)
+    if not tasks or set(tasks) <= {s["task"] for s in default.manifest["sequences"]}:
+        return TraceSet(default)
+    return TraceSet([default, *(Trace(p, verify=verify) for p in paths[1:])])
+
+
+def embedded_tasks() -> dict:
+    """{task: the embedded trace that holds it} over ``EMBEDDED_TRACES``."""
+    out = {}
+    for trace in embedded_traces(["*"]).traces:
+        for rec in trace.manifest["sequences"]:
+            out.setdefault(rec["task"], os.path.basename(trace.directory))
+    return out
+
+
 def open_traces(traces, verify: bool = True) -> TraceSet:
     """A TraceSet from a Trace, a TraceSet, a directory, a glob pattern or a list of them."""
     return traces if isinstance(traces, TraceSet) else TraceSet(traces, verify=verify)

@@ -148,6 +148,15 @@ class NumpyBackend:
         return tuple(np.shape(x))
 
     @staticmethod
+    def reshape(x, shape):
+        return np.reshape(x, shape)
+
+    @staticmethod
+    def flatnonzero(x):
+        """Indices of the true entries of a 1-D mask, increasing."""
+        return np.flatnonzero(x)
+
+    @staticmethod
     def any(x) -> bool:
         return bool(np.any(x))
 
@@ -288,6 +297,13 @@ class TorchBackend:
     @staticmethod
     def shape(x):
         return tuple(x.shape)
+
+    @staticmethod
+    def reshape(x, shape):
+        return x.reshape(shape)
+
+    def flatnonzero(self, x):
+        return self.torch.nonzero(x).flatten()
 
     @staticmethod
     def any(x) -> bool:

@@ -109,7 +109,21 @@ def processed_probs(logits, settings: SamplingSettings | None = None, **kwargs):
     vocab = b.shape(x)[-1]
     if s.greedy:
         return b.put_last(zeros, b.argmax_last(x), 1.0)
+    if 0 < s.top_k and s.top_k * _FEW < vocab:
+        out = _top_k_rows(b, x, s, vocab, zeros)
+        if out is not None:
+            return out
     values, idx = b.sort_desc_last(x)
+    return b.scatter_last(_sorted_probs(b, values, s, vocab), idx)
+
+
+#: top-k below a vocabulary of this many times k takes the candidates-only path.
+_FEW = 16
+
+
+def _sorted_probs(b, values, s, vocab):
+    """The processed probabilities of logits ``values`` sorted in decreasing order (last axis):
+    top-k (ties with the k-th kept), temperature, top-p."""
     keep = b.mask_to(values > -np.inf, values)
     if 0 < s.top_k < vocab:
         keep = keep * b.mask_to(values >= values[..., s.top_k - 1 : s.top_k], values)
@@ -123,4 +137,23 @@ def processed_probs(logits, settings: SamplingSettings | None = None, **kwargs):
         keep = keep * b.mask_to(before < s.top_p, values)
         weights = weights * keep
         probs_sorted = weights / b.sum_last(weights, keepdims=True)
-    return b.scatter_last(probs_sorted, idx)
+    return probs_sorted
+
+
+def _top_k_rows(b, x, s, vocab, zeros):
+    """``processed_probs`` under top-k without sorting the vocabulary: per row, the tokens at or
+    above the k-th largest logit (ties kept) in index order, sorted stably (the full sort's
+    order), processed by ``_sorted_probs`` and scattered into zeros. The same probabilities as
+    the full path up to the rounding of the normalising sum (over the candidates instead of the
+    whole row). None where a row keeps too many (fewer than k finite logits)."""
+    flat = b.reshape(x, (-1, vocab))
+    out = b.reshape(zeros, (-1, vocab))
+    kth = b.topk_threshold(flat, s.top_k)
+    for r in range(b.shape(flat)[0]):
+        row = flat[r]
+        chosen = b.flatnonzero(row >= kth[r])
+        if b.shape(chosen)[0] * _FEW > vocab:
+            return None
+        values, order = b.sort_desc_last(row[chosen])
+        out[r, chosen[order]] = _sorted_probs(b, values, s, vocab)
+    return b.reshape(out, b.shape(x))

@@ -37,6 +37,7 @@ def calibrate_cost(
     progress=None,
     prompt_lengths=(32, 128, 512),
     second_context=None,
+    batch=(1,),
 ):
     """Time the parts of a step for a model pair on this machine: a CostModel.
 
@@ -54,6 +55,11 @@ def calibrate_cost(
     read them) with the machine's load average before and after. Deterministic inputs; the
     timings are whatever this machine gives (run it idle: ``CostModel.problems`` says when it
     was not).
+
+    ``batch``: batch sizes B whose step parts are timed too (``CostModel.batch``; B >= 2 needs
+    the llama.cpp engine: B sequences, each with the same context, in one evaluation): one draft
+    forward of B sequences with its B rows processed and sampled, and the verifier scoring k
+    tokens of each of the B sequences (k = 1..``max_block``) with the B k rows processed.
     """
     import torch
 
@@ -73,6 +79,12 @@ def calibrate_cost(
     if any(n < 1 for n in lengths):
         raise ValueError(f"prompt_lengths must be integers >= 1; got {list(prompt_lengths)!r}")
     second_context = 2 * context if second_context is None else second_context
+    sizes = sorted({int(b) for b in batch} - {1})
+    if any(b < 1 for b in sizes) or any(isinstance(b, bool) for b in batch):
+        raise ValueError(f"batch must list batch sizes >= 1; got {list(batch)!r}")
+    if sizes and (engine_of(verifier[0]) != "llama.cpp" or engine_of(draft[0]) != "llama.cpp"):
+        raise ValueError("timing batches of several sequences needs the llama.cpp engine (per-sequence caches): "
+                         "calibrate with --engine llama.cpp, or leave --batch out")  # fmt: skip
     if not (isinstance(second_context, (int, np.integer)) and second_context > context):
         raise ValueError(f"second_context must be an integer > context ({context}); got {second_context!r}")
     sample_start = machine_sample()
@@ -105,7 +117,7 @@ def calibrate_cost(
         processed_probs(rows, settings).double().cpu().numpy()
         ver.crop(len(ids))
 
-    bar = progress_bar(total=max_block + 5, desc="calibrate", unit="part", enabled=progress)
+    bar = progress_bar(total=max_block + 5 + len(sizes), desc="calibrate", unit="part", enabled=progress)
     samples = {"verify_block": {}, "prefill": {"verifier": {}, "draft": {}}}
     with bar:
         draft_step()  # warm-up
@@ -170,6 +182,10 @@ def calibrate_cost(
             slopes[role] = max((t_far - t_near) / (second_context - context), 0.0)
         context_slope = slopes
         bar.update(1)
+        batches = {}
+        for size in sizes:
+            batches[size] = _batch_timings(v_model, d_model, ids, token, size, max_block, repeats, settings, gen)
+            bar.update(1)
     busy = other_load(sample_start, machine_sample())
     load = {} if busy is None else {"other": busy, "cores": float(os.cpu_count() or 1)}
     source = {
@@ -199,4 +215,44 @@ def calibrate_cost(
         context_slope=context_slope,
         samples=samples,
         load=load,
+        batch=batches,
     )
+
+
+def _batch_timings(v_model, d_model, ids, token, size, max_block, repeats, settings, gen):
+    """A ``CostModel.batch`` entry: the step parts with ``size`` sequences of the context ``ids``."""
+    from .._math._sampling import processed_probs
+    from .._models._hf import sample_token
+
+    vers = [v_model.sequence() for _ in range(size)]
+    drfs = [d_model.sequence() for _ in range(size)]
+    try:
+        v_model.evaluate([(q, ids, "last") for q in vers])
+        d_model.evaluate([(q, ids, "last") for q in drfs])
+
+        def draft_step():
+            for q, raw in zip(drfs, d_model.evaluate([(q, [token], "all") for q in drfs]), strict=True):
+                p = processed_probs(raw, settings)[0]
+                sample_token(p, gen)
+                p.double().cpu().numpy()
+                q.crop(len(ids))
+
+        def verify_step(k):
+            block = ids[-k:] if k <= len(ids) else [token] * k
+            for q, rows in zip(vers, v_model.evaluate([(q, block, "all") for q in vers]), strict=True):
+                processed_probs(rows, settings).double().cpu().numpy()
+                q.crop(len(ids))
+
+        draft_step()
+        verify_step(1)  # warm-ups
+        samples = {"draft_token": _timings(draft_step, repeats), "verify_block": {}}
+        for k in range(1, max_block + 1):
+            samples["verify_block"][k] = _timings(lambda k=k: verify_step(k), repeats)
+    finally:
+        for q in vers + drfs:
+            q.close()
+    return {
+        "draft_token": float(np.median(samples["draft_token"])),
+        "verify_block": {k: float(np.median(v)) for k, v in samples["verify_block"].items()},
+        "samples": samples,
+    }

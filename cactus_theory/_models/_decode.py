@@ -31,6 +31,7 @@ __all__ = [
     "answer_drift",
     "autoregressive_batch_steps",
     "autoregressive_generate",
+    "autoregressive_generate_batch",
     "autoregressive_steps",
     "batch_throughput",
     "decode_prompts",
@@ -40,6 +41,7 @@ __all__ = [
     "matched_times",
     "speculative_batch_steps",
     "speculative_generate",
+    "speculative_generate_batch",
     "speculative_steps",
 ]
 
@@ -449,6 +451,19 @@ def speculative_batch_steps(verifier, draft, rule, m, prompts_ids, seeds, sampli
         if active:
             yield from paused(clock)
     return [r.result for r in rows]
+
+
+def speculative_generate_batch(verifier, draft, rule, m, prompts_ids, seeds, sampling=None, max_new_tokens=128,
+                               eos_ids=(), **options):  # fmt: skip
+    """Speculative decoding of B prompts at once on the llama.cpp engine: one ``DecodeResult`` per
+    prompt (``speculative_batch_steps`` run to its end; options as there)."""
+    return drain(speculative_batch_steps(verifier, draft, rule, m, prompts_ids, seeds, sampling, max_new_tokens,
+                                         eos_ids, **options))  # fmt: skip
+
+
+def autoregressive_generate_batch(model, prompts_ids, seeds, sampling=None, max_new_tokens=128, eos_ids=()):
+    """The verifier alone on B prompts at once (llama.cpp): ``autoregressive_batch_steps`` run to its end."""
+    return drain(autoregressive_batch_steps(model, prompts_ids, seeds, sampling, max_new_tokens, eos_ids))
 
 
 def autoregressive_batch_steps(model, prompts_ids, seeds, sampling=None, max_new_tokens=128, eos_ids=()):

@@ -245,8 +245,8 @@ def test_batch_plans_give_the_throughput_closed_form_and_the_break_even_batch(tm
             assert row["speedup"] == pytest.approx(want, rel=1e-9)
     rows = break_even(batch_plan(result, cost, [1, 2, 4], prompt_tokens=100, output_tokens=60))
     (sps,) = rows
-    best = {b: max(r["request_speedup"] for r in plan.rows if r["task"] == "all")
-            for b, plan in batch_plan(result, cost, [1, 2, 4], prompt_tokens=100, output_tokens=60).items()}  # fmt: skip
+    plans = batch_plan(result, cost, [1, 2, 4], prompt_tokens=100, output_tokens=60)
+    best = {b: max(r["request_speedup"] for r in plan.rows if r["task"] == "all") for b, plan in plans.items()}
     assert {b: r["request_speedup"] for b, r in sps["per_batch"].items()} == best
     assert best[1] > 1 > best[4] and sps["break_even"] == min(b for b in best if best[b] < 1)
     assert break_even(batch_plan(result, cost, [1]))[0]["break_even"] is None  # pays at every size given

@@ -102,9 +102,9 @@ def run(args) -> int:
     print(f"context slope per 1,000 tokens: verify {cost.context_slope['verify'] * 1e6:.1f} ms, draft "
           f"{cost.context_slope['draft'] * 1e6:.1f} ms")  # fmt: skip
     for size, entry in cost.batch.items():
-        b1 = entry["verify_block"][1]
+        b1, bt = entry["verify_block"][1], entry["verify_block"][top]
         print(f"batch {size}: a draft step {entry['draft_token'] * 1e3:.1f} ms, a verifier step {b1 * 1e3:.1f} ms "
-              f"({b1 / blocks[1]:.2f}x batch 1), of {top} tokens each {entry['verify_block'][top] * 1e3:.1f} ms")  # fmt: skip
+              f"({b1 / blocks[1]:.2f}x batch 1), of {top} tokens each {bt * 1e3:.1f} ms")  # fmt: skip
     for problem in cost.problems():
         print(f"warning: {problem}")
     print(f"wrote {out}")

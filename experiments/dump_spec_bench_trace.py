@@ -42,7 +42,8 @@ def spec_bench_prompts(data, per_category, skip=0, categories=CATEGORIES):
               for c in categories}  # fmt: skip
     out = []
     for group in zip(*chosen.values(), strict=False):
-        out += [type(p)(id=p.id, task=c, text=p.text, index=p.index) for c, p in zip(chosen, group, strict=True)]
+        out += [type(p)(id=p.id, task=c, text=p.text, index=p.index, dataset="spec_bench")
+                for c, p in zip(chosen, group, strict=True)]  # fmt: skip
     return out
 
 

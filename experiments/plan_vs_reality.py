@@ -65,7 +65,7 @@ PROFILE = "qwen3-32b-0.6b-gb200-vllm"
 
 def heldout_prompts(args, trace):
     """The held-out prompts, each with its task, none of them in the trace."""
-    held = {s["id"] for s in trace.manifest["sequences"]}
+    held = {s["id"] for t in trace.traces for s in t.manifest["sequences"]}  # a trace set
     if args.prompts:
         prompts = []
         for path in args.prompts:
@@ -81,8 +81,8 @@ def heldout_prompts(args, trace):
     counts = [(c, args.per_category) for c in args.categories] if args.categories else [
         ("translation", args.translation), ("qa", args.qa)]  # fmt: skip
     for category, count in counts:
-        chosen = [p for p, c in zip(spec, categories, strict=True) if c == category][:count]
-        out += [type(p)(id=p.id, task=category, text=p.text, index=p.index) for p in chosen]
+        chosen = [p for p, c in zip(spec, categories, strict=True) if c == category and p.id not in held][:count]
+        out += [type(p)(id=p.id, task=category, text=p.text, index=p.index, dataset="spec_bench") for p in chosen]
     return out
 
 

@@ -105,4 +105,5 @@ def test_plan_answers_a_spec_bench_category_from_the_embedded_set(capsys):
     out = capsys.readouterr().out
     assert "task translation" in out and "task gsm8k" not in out
     assert main(["analyze", "--task", "rag", "--rules", "sps", "--m", "4", "--bootstrap", "100", "--quiet"]) == 0
-    assert "rag" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "task rag (" in out and "trace spec_bench_trace (" in out and "trace default_trace (" not in out

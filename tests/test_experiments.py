@@ -281,7 +281,17 @@ def test_dump_spec_bench_trace_and_the_per_category_held_out_check(models, tmp_p
     cost = tmp_path / "cost.json"
     assert main(["calibrate", "--engine", "llama.cpp", "--verifier", f"{models}/{PAIR[0]}.gguf", "--draft",
                  f"{models}/{PAIR[1]}.gguf", "--max-block", "9", "--context", "16", "--repeats", "2",
-                 "--prompt-lengths", "8,16", "--out", str(cost), "--quiet"]) == 0  # fmt: skip
+                 "--prompt-lengths", "8,16", "--out", str(cost), "--quiet", "--batch", "1,2"]) == 0  # fmt: skip
+    trace = tmp_path / "trace"  # the prediction's trace: the first prompt of each task; the held-out ones after it
+    script("dump_real_trace").main(["--models", models, "--data", data, "--per-task", "1", "--max-new-tokens", "4",
+                                    "--dtype", "float32", "--out", str(trace)])  # fmt: skip
+    script("batch_vs_reality").main(["--data", data, "--models", models, "--cost", str(cost), "--trust-cost",
+                                     "--trace", str(trace), "--prompts", "2", "--batch", "1", "2", "--m", "2",
+                                     "--max-new-tokens", "4", "--bootstrap", "100",
+                                     "--out", str(tmp_path)])  # fmt: skip
+    rows = json.loads((tmp_path / "batch_vs_reality.json").read_text())["rows"]
+    assert {(r["batch"], r["rule"]) for r in rows} == {(b, x) for b in (1, 2) for x in ("sps", "cactus(delta=1)")}
+    assert all(r["predicted_lo"] <= r["predicted"] <= r["predicted_hi"] and r["measured"] > 0 for r in rows)
     script("plan_vs_reality").main(["--data", data, "--models", models, "--cost", str(cost), "--trust-cost",
                                     "--engine", "llama.cpp", "--categories", "translation,qa", "--per-category", "1",
                                     "--mt-bench", "0", "--max-new-tokens", "4", "--heldout-trace",

@@ -875,8 +875,9 @@ def predict_speedup(
         raise ValueError(f"n_draws must be an integer >= 2; got {n_draws!r}")
     problems = cost.problems()
     if problems and not allow_untrusted:
+        at = f" at batch {cost.source['batch']}" if "batch" in cost.source else ""
         raise ValueError(
-            "the cost model cannot be trusted as it is: " + "; ".join(problems) + ". Recalibrate on an idle "
+            f"the cost model{at} cannot be trusted as it is: " + "; ".join(problems) + ". Recalibrate on an idle "
             "machine (cactus-theory calibrate), or plan anyway with allow_untrusted=True (--trust-cost)"
         )
     rng = np.random.default_rng(seed)

@@ -133,7 +133,9 @@ def run(args) -> int:
         print(f"\n{label} ({positions} positions)")
         print(result.table(task))
     for name in result.traces if result.trace_rows else []:
-        positions = next(r["positions"] for r in result.trace_rows if r["trace"] == name)
+        positions = next((r["positions"] for r in result.trace_rows if r["trace"] == name), None)
+        if positions is None:  # none of its sequences is of the tasks asked for
+            continue
         print(f"\ntrace {name} ({positions} positions)")
         print(result.table(trace=name))
     print("\nthe columns:\n" + result.legend())

@@ -103,6 +103,9 @@ class Prompt:
     task: str
     text: str
     index: int
+    #: The file it came from when that is not its task (a Spec-Bench question labelled by its
+    #: category: task "translation", dataset "spec_bench").
+    dataset: str | None = None
 
     @property
     def sha256(self) -> str:
@@ -110,7 +113,8 @@ class Prompt:
 
     @property
     def source(self) -> dict:
-        return {"dataset": self.task, "index": self.index, "sha256": self.sha256}
+        """Where it came from, as a trace records it: dataset, index in it, sha256 of the text."""
+        return {"dataset": self.dataset or self.task, "index": self.index, "sha256": self.sha256}
 
 
 def prompt_seed(seed: int, prompt_id: str) -> int:

@@ -19,6 +19,8 @@ the same arrays in the same process:
   against one plain NumPy pass over the same arrays (the embedded trace's values, tiled);
 - the emitted distribution of Cactus at V = 151,936 against one np.sort (and np.argsort) of V
   floats, and batched over 7,577 rows of 100 tokens;
+- the sampling step (temperature, top-k, top-p) on 1 and 9 rows of 151,936 logits in torch
+  against the sort-based processing an engine writes (vLLM's ``apply_top_k_top_p``);
 - analysis throughput: positions per second per core for the default rule set on the embedded
   trace, against only reading and processing the shards, with 1 and 2 processes, and where the
   time goes (reading, rules, bootstrap).
@@ -375,6 +377,46 @@ def bench_emitted(repeats, vocab):
     ]
 
 
+# --- the sampling step ----------------------------------------------------------------------------
+
+
+def plain_top_k_top_p(logits, temperature, top_k, top_p):
+    """What an engine writes (vLLM's ``apply_top_k_top_p``): temperature, mask below the k-th
+    logit, one sort of the whole row for top-p, softmax."""
+    import torch
+
+    x = logits / temperature
+    x = x.masked_fill(x < torch.topk(x, top_k, dim=-1).values[..., -1:], -float("inf"))
+    ordered, idx = torch.sort(x, dim=-1, descending=False)
+    cum = ordered.softmax(-1).cumsum(-1)
+    cut = cum <= 1 - top_p
+    cut[..., -1] = False
+    ordered = ordered.masked_fill(cut, -float("inf"))
+    return ordered.scatter(-1, idx, ordered).softmax(-1)
+
+
+def bench_sampling(repeats, vocab):
+    """processed_probs (temperature 0.6, top-k 20, top-p 0.95) on 1 and 9 rows of V logits in
+    torch, against the engine's sort-based processing of the same rows."""
+    import torch
+
+    from cactus_theory import SamplingSettings, processed_probs
+
+    settings = SamplingSettings()
+    rows = []
+    for n in (1, 9):
+        x = torch.as_tensor(np.random.default_rng(n).normal(size=(n, vocab)) * 3, dtype=torch.float32)
+        ours = processed_probs(x, settings)
+        theirs = plain_top_k_top_p(x, settings.temperature, settings.top_k, settings.top_p)
+        gap = float((ours - theirs).abs().max())
+        base, mine, ratio = paired_times(lambda x=x: plain_top_k_top_p(x, 0.6, 20, 0.95),
+                                         lambda x=x: processed_probs(x, settings), repeats)  # fmt: skip
+        rows.append((f"sampling step: {n} row(s) of V={vocab:,}, temperature 0.6, top-k 20, top-p 0.95",
+                     f"{ratio:.2f}x the engine's sort-based top-k / top-p", f"ours {mine * 1e3:.2f} ms",
+                     f"engine {base * 1e3:.2f} ms; largest difference of a probability {gap:.1e}"))  # fmt: skip
+    return rows
+
+
 # --- analysis throughput -------------------------------------------------------------------------
 
 
@@ -487,6 +529,7 @@ def main(argv=None):
     parser.add_argument("--cuda-only", action="store_true", help="only the cuda rows (for a GPU machine)")
     parser.add_argument("--scaling-only", action="store_true", help="only the processes / Dask scaling rows")
     parser.add_argument("--gamma-only", action="store_true", help="only the exact-gamma rows")
+    parser.add_argument("--sampling-only", action="store_true", help="only the sampling-step rows")
     args = parser.parse_args(argv)
     import torch
 
@@ -505,13 +548,16 @@ def main(argv=None):
         rows += bench_scaling()
     elif args.gamma_only:
         rows += bench_gamma(args.repeats, 20_000 if args.quick else 1_000_000)
+    elif args.sampling_only:
+        rows += bench_sampling(args.repeats, 20_000 if args.quick else VOCAB)
     elif not args.cuda_only:
         if args.quick:
             rows += bench_rules(1, rows=8, vocab=4096) + bench_gamma(1, 20_000) + bench_trace_stats(1, 100_000)
-            rows += bench_emitted(1, 20_000)
+            rows += bench_emitted(1, 20_000) + bench_sampling(1, 20_000)
         else:
             rows += bench_rules(args.repeats) + bench_gamma(args.repeats, 1_000_000)
             rows += bench_trace_stats(args.repeats, 1_000_000) + bench_emitted(args.repeats, VOCAB)
+            rows += bench_sampling(args.repeats, VOCAB)
             rows += bench_analysis(3) + bench_scaling()
     load = other_load(started, machine_sample())
     print("| what | ratio | ratio | note |")

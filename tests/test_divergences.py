@@ -116,7 +116,11 @@ def test_user_divergence_from_a_callable_agrees_with_the_builtin():
     np.testing.assert_allclose(exact_gamma(q, 0.1, no_derivative), exact_gamma(q, 0.1, "kl"), rtol=1e-8)
 
 
-def test_user_divergence_from_sympy_and_registration():
+def test_user_divergence_from_sympy_and_registration(monkeypatch):
+    from cactus_theory._math import _divergences
+
+    # the registration is this test's own: later tests in this process see only the built-ins
+    monkeypatch.setattr(_divergences, "_REGISTRY", dict(_divergences._REGISTRY))
     # Neyman chi-squared: f(t) = (t - 1)^2 / t, so B = (gamma - q)^2 / (gamma (1 - gamma)) in closed form
     t = sp.Symbol("t", positive=True)
     neyman = FDivergence.from_sympy("neyman_chi2", (t - 1) ** 2 / t)

@@ -957,9 +957,9 @@ def break_even(plans: dict, task="all") -> list:
         for row in plan.best_m(task):
             setting = (row["rule"], row.get("draft_policy"))
             out.setdefault(setting, {})[size] = row
+    key = next(iter(plans.values())).key
     rows = []
     for (rule, policy), per in out.items():
-        key = next(iter(plans.values())).key
         losing = [b for b in sorted(per) if per[b][key] < 1]
         rows.append({"rule": rule, "draft_policy": policy, "per_batch": per, "key": key,
                      "break_even": losing[0] if losing else None})  # fmt: skip

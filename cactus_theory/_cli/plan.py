@@ -106,8 +106,6 @@ def _print_batches(args, result, cost):
     from .._analysis._plan import batch_plan, break_even
     from .._analysis._results import interval
 
-    for size in args.batch:
-        cost.at_batch(size)  # an unknown size is refused, naming the fix
     plans = batch_plan(result, cost, args.batch, max_kl=args.max_kl, allow_untrusted=args.trust_cost,
                        prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens)  # fmt: skip
     sizes = sorted(plans)
@@ -119,10 +117,9 @@ def _print_batches(args, result, cost):
         print(f"{'rule':<34} " + " ".join(f"{'B=' + str(b):>26}" for b in sizes) + f" {'break-even B':>13}")
         for row in rows:
             label = row["rule"] if not row["draft_policy"] else f"{row['rule']} [{row['draft_policy']}]"
-            cells = []
+            cells, key = [], row["key"]
             for b in sizes:
                 r = row["per_batch"][b]
-                key = row["key"]
                 cells.append(f"m={r['m']:<2} {r[key]:.2f}x {interval(r[key + '_lo'], r[key + '_hi'], '.2f')}".rjust(26))
             even = row["break_even"]
             verdict = (f"< {sizes[0]}" if even == sizes[0] else str(even)) if even is not None else f"> {sizes[-1]}"
@@ -164,6 +161,8 @@ def run(args) -> int:
         policies += list(AUTO_POLICIES) if spec == "auto" else [spec]
     for spec in policies:
         make_draft_policy(spec)
+    for size in args.batch or ():
+        cost.at_batch(size)  # a batch size the cost model did not time is refused before the analysis
     _check_out(args, [*_trace_inputs(args), args.cost])
     traces = traces if traces is not None else _traces(args)
     result = analyze_trace(

@@ -252,22 +252,27 @@ def embedded_traces(tasks=None, verify: bool = True) -> TraceSet:
     """The embedded trace set for ``tasks``: the default trace alone when no task is asked for or
     it holds every task asked for (so every default number stays the default trace's), else every
     embedded trace (``EMBEDDED_TRACES``), from which the analysis keeps the tasks asked for."""
-    from importlib import resources
-
-    root = resources.files("cactus_theory") / "data"
-    paths = [str(root / name) for name in EMBEDDED_TRACES if (root / name / "manifest.json").is_file()]
+    paths = _embedded_paths()
     default = Trace(paths[0], verify=verify)
     if not tasks or set(tasks) <= {s["task"] for s in default.manifest["sequences"]}:
         return TraceSet(default)
     return TraceSet([default, *(Trace(p, verify=verify) for p in paths[1:])])
 
 
+def _embedded_paths() -> list:
+    """The directories of the ``EMBEDDED_TRACES`` the package holds, the default first."""
+    from importlib import resources
+
+    root = resources.files("cactus_theory") / "data"
+    return [str(root / name) for name in EMBEDDED_TRACES if (root / name / "manifest.json").is_file()]
+
+
 def embedded_tasks() -> dict:
     """{task: the embedded trace that holds it} over ``EMBEDDED_TRACES``."""
     out = {}
-    for trace in embedded_traces(["*"]).traces:
-        for rec in trace.manifest["sequences"]:
-            out.setdefault(rec["task"], os.path.basename(trace.directory))
+    for path in _embedded_paths():
+        for rec in Trace(path, verify=False).manifest["sequences"]:
+            out.setdefault(rec["task"], os.path.basename(path))
     return out
 
 

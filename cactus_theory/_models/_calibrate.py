@@ -187,14 +187,15 @@ def calibrate_cost(
             batches[size] = _batch_timings(v_model, d_model, ids, token, size, max_block, repeats, settings, gen)
             bar.update(1)
     busy = other_load(sample_start, machine_sample())
+    arithmetic = dtype_and_device(v_model)
     load = {} if busy is None else {"other": busy, "cores": float(os.cpu_count() or 1)}
     source = {
         "kind": "calibration",
         "verifier": v_info,
         "draft": d_info,
         "engine": engine_of(v_model),
-        "dtype": dtype_and_device(v_model)[0],
-        "device": dtype_and_device(v_model)[1],
+        "dtype": arithmetic[0],
+        "device": arithmetic[1],
         "context": int(context),
         "second_context": int(second_context),
         "repeats": int(repeats),

@@ -11,15 +11,13 @@ import hashlib
 import inspect
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 
 from .._math._sampling import processed_probs
-from .._util._files import TEMP_PREFIX, _umask, remove_stale_temporaries, utc_timestamp
+from .._util._files import utc_timestamp
 from .._util._paths import cache_root
-from ._identity import default_threads, file_sha256, model_identity
+from ._identity import default_threads, file_sha256, model_identity, write_cache_entry
 from ._identity import file_entry as _file_entry
 from ._identity import source_of_gguf as _source_of_gguf
 
@@ -234,7 +232,8 @@ def _load_gguf(path, tdtype, cache, progress=None):
 
     directory, name = os.path.split(os.path.abspath(path))
     root = os.path.join(cache_root(), "dequantised")
-    target = os.path.join(root, file_sha256(path)) if cache else None
+    digest = file_sha256(path) if cache else None
+    target = os.path.join(root, digest) if cache else None
     if target is not None and os.path.exists(os.path.join(target, "COMPLETE")):
         return _from_pretrained(target, tdtype)
     if progress is not False:  # minutes without a word otherwise: say what is happening and what it costs
@@ -249,21 +248,8 @@ def _load_gguf(path, tdtype, cache, progress=None):
     if not cache:
         return _from_pretrained(directory, tdtype, gguf_file=name)
     model, tokenizer = _from_pretrained(directory, torch.float32, gguf_file=name)
-    os.makedirs(root, exist_ok=True)
-    remove_stale_temporaries(root)
-    staging = tempfile.mkdtemp(dir=root, prefix=f"{TEMP_PREFIX}{os.getpid()}-", suffix=".tmp")
-    try:
-        _save_dequantised(model, tokenizer, staging)
-        with open(os.path.join(staging, "COMPLETE"), "w") as fh:
-            json.dump({"gguf": name, "created": utc_timestamp()}, fh)
-        os.chmod(staging, 0o777 & ~_umask())
-        try:
-            os.replace(staging, target)
-        except OSError:  # another process cached it first
-            shutil.rmtree(staging, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    write_cache_entry(root, digest, lambda staging: _save_dequantised(model, tokenizer, staging),
+                      json.dumps({"gguf": name, "created": utc_timestamp()}))  # fmt: skip
     return model.to(tdtype), tokenizer
 
 

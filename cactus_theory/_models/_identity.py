@@ -6,10 +6,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
+import tempfile
 
-from .._util._files import sha256_file
+from .._util._files import TEMP_PREFIX, _umask, remove_stale_temporaries, sha256_file
 
-__all__ = ["default_threads", "file_entry", "file_sha256", "model_identity", "source_of_gguf"]
+__all__ = ["default_threads", "file_entry", "file_sha256", "model_identity", "source_of_gguf", "write_cache_entry"]
 
 
 def default_threads() -> int:
@@ -49,3 +51,25 @@ def source_of_gguf(path):
         with contextlib.suppress(OSError, ValueError), open(sidecar) as fh:
             return str(json.load(fh).get("source", "local GGUF file"))
     return "local GGUF file"
+
+
+def write_cache_entry(root, key, fill, complete: str):
+    """Publish the cache entry ``root/key`` whole or not at all: ``fill(directory)`` writes it into
+    a temporary directory beside it, a ``COMPLETE`` file with ``complete`` marks it finished, and
+    a rename puts it in place (another process that cached it first wins; the temporary copy is
+    removed, as on any error). Stale temporaries of dead writers in ``root`` are cleared first."""
+    os.makedirs(root, exist_ok=True)
+    remove_stale_temporaries(root)
+    staging = tempfile.mkdtemp(dir=root, prefix=f"{TEMP_PREFIX}{os.getpid()}-", suffix=".tmp")
+    try:
+        fill(staging)
+        with open(os.path.join(staging, "COMPLETE"), "w") as fh:
+            fh.write(complete)
+        os.chmod(staging, 0o777 & ~_umask())
+        try:
+            os.replace(staging, os.path.join(root, key))
+        except OSError:  # another process cached it first
+            shutil.rmtree(staging, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

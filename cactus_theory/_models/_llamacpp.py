@@ -24,14 +24,12 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-import shutil
-import tempfile
 import weakref
 from types import SimpleNamespace
 
 import numpy as np
 
-from .._util._files import TEMP_PREFIX, _umask, remove_stale_temporaries, utc_timestamp
+from .._util._files import utc_timestamp
 from .._util._paths import cache_root
 
 __all__ = [
@@ -264,7 +262,7 @@ def load_tokenizer(path, progress=None):
 
     from transformers import AutoTokenizer
 
-    from ._identity import file_sha256
+    from ._identity import file_sha256, write_cache_entry
 
     digest = file_sha256(path)
     for root in ("tokenizers", "dequantised"):
@@ -276,22 +274,8 @@ def load_tokenizer(path, progress=None):
               flush=True)  # fmt: skip
     directory, name = os.path.split(os.path.abspath(path))
     tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
-    root = os.path.join(cache_root(), "tokenizers")
-    os.makedirs(root, exist_ok=True)
-    remove_stale_temporaries(root)
-    staging = tempfile.mkdtemp(dir=root, prefix=f"{TEMP_PREFIX}{os.getpid()}-", suffix=".tmp")
-    try:
-        tokenizer.save_pretrained(staging)
-        with open(os.path.join(staging, "COMPLETE"), "w") as fh:
-            fh.write(f"{name} {utc_timestamp()}\n")
-        os.chmod(staging, 0o777 & ~_umask())
-        try:
-            os.replace(staging, os.path.join(root, digest))
-        except OSError:  # another process cached it first
-            shutil.rmtree(staging, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    write_cache_entry(os.path.join(cache_root(), "tokenizers"), digest, tokenizer.save_pretrained,
+                      f"{name} {utc_timestamp()}\n")  # fmt: skip
     return tokenizer
 
 

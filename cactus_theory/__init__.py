@@ -71,6 +71,7 @@ from ._math._pareto import pareto_front
 from ._math._sampling import SamplingSettings, processed_probs
 from ._math._surrogate import cactus_surrogate
 from ._math._synthetic import SYNTHETIC_KINDS, synthetic_pairs
+from ._math._vocab import VocabularyMap
 from ._models._calibrate import calibrate_cost
 from ._models._decode import (
     DecodeResult,
@@ -149,6 +150,7 @@ __all__ = [
     "TraceSequence",
     "TraceSet",
     "TraceWriter",
+    "VocabularyMap",
     "WorstCase",
     "analyze_trace",
     "approx_gamma",

@@ -106,7 +106,7 @@ def run(args) -> int:
                              "drop it or --drift")  # fmt: skip
     policy = make_draft_policy(args.draft_policy)
     if policy is not None and policy.needs_cost:
-        raise ValueError("--draft-policy cost-optimal needs a cost model: it is for 'plan'; decode with p-min(...), "
+        raise ValueError(f"--draft-policy {policy.kind} needs a cost model: it is for 'plan'; decode with p-min(...), "
                          "entropy(...) or accept-prob(...)")  # fmt: skip
     if args.prompt is not None:
         prompts = [Prompt(id="prompt-0", task=args.task or "prompt", text=args.prompt, index=0)]

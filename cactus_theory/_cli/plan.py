@@ -58,7 +58,8 @@ def add_parser(sub):
         "--draft-policy",
         action="append",
         default=None,
-        help="also plan with this drafting policy (p-min(0.4), entropy(1), accept-prob(0.3), cost-optimal; "
+        help="also plan with this drafting policy (p-min(0.4), entropy(1), accept-prob(0.3), cost-optimal, "
+        "adaptive-verify: the verified length that pays; "
         "repeatable; 'auto': a sweep of each)",
     )
     pl.add_argument("--trust-cost", action="store_true", help="plan even from a cost model with problems")

@@ -55,7 +55,9 @@ def accepted_lengths(rule, p, q, ms, *, beta=None, logits=None, method="auto", n
     accepted drafts under independent positions.
 
     By kind (``kind_of``): token and multi-draft rules, the prefix product of ``beta`` (their
-    ``acceptance_rates``, computed when not given): exact; block rules, E[tau] = sum_i E[w_i]
+    ``acceptance_rates``, computed when not given): exact; a multi-draft rule that judges the
+    whole tree (``expected_tree_lengths_for``: ``traversal-tree``), Monte Carlo over ``n_paths``
+    drafted trees per root, each with its exact law; block rules, E[tau] = sum_i E[w_i]
     from ``expected_block_lengths_for``, exact by enumeration where every start needs at most
     ``max_support`` weight values (``method="auto"`` or ``"exact"``), else Monte Carlo over
     ``n_paths`` drafted paths per start, seeded by ``seed``, with its standard error."""
@@ -70,6 +72,10 @@ def accepted_lengths(rule, p, q, ms, *, beta=None, logits=None, method="auto", n
             m: BlockLength(values, errors, used, int(n_paths) if used == "monte-carlo" else 0)
             for m, (used, values, errors) in ((m, found[min(m, positions)]) for m in ms)
         }
+    if kind_of(rule) == "multi-draft" and hasattr(rule, "expected_tree_lengths_for"):
+        # a sequence-level tree rule (``traversal-tree``): its whole tree's law, Monte Carlo over trees
+        found = rule.expected_tree_lengths_for(p, q, sorted(set(ms)), n_paths=int(n_paths), seed=seed)
+        return {m: BlockLength(found[m][1], found[m][2], found[m][0], int(n_paths)) for m in ms}
     if beta is None:
         beta = acceptance_rates(rule, p, q, max(ms), logits=logits)
     out = {}

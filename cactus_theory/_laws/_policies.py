@@ -16,9 +16,17 @@ per step are exact under the analysis's model of independent positions (``policy
   while the tokens it is expected to add (the acceptance estimate above) per second it costs
   (a draft forward and the verifier block's growth) exceed the step's tokens per second so far.
   Needs a cost model (the planner's): not for real decoding.
+- ``adaptive-verify``: draft m tokens, then verify only the first L of them, the L in 0..m that
+  maximises the expected tokens of the step per second of it: (1 + sum_{j<=L} prod_{i<=j} c_i) /
+  (m t_draft + t_verify(L + 1)), with c_i the drafter's top-1 probability at place i as the
+  acceptance estimate (the survival of TensorRT-LLM's DSpark planner and vLLM's adaptive
+  verification, PRs 47808 / 52228). The drafts past L are discarded: the step pays m draft
+  forwards and a verifier block of L + 1. Needs a cost model, like ``cost-optimal``.
 
 The stop decision at place j reads p at that place, which costs a draft forward: a block that
-stops early after L drafts ran L + 1 draft forwards, one that reaches m ran m.
+stops early after L drafts ran L + 1 draft forwards, one that reaches m ran m. For
+``adaptive-verify`` the block's "drafted" tokens are the drafts it verifies (L) and its draft
+forwards are m.
 """
 
 from __future__ import annotations
@@ -33,13 +41,13 @@ from ._emitted import _entropy
 
 __all__ = ["AUTO_POLICIES", "DRAFT_POLICIES", "DraftPolicy", "make_draft_policy", "policy_blocks"]
 
-DRAFT_POLICIES = ("fixed", "p-min", "entropy", "accept-prob", "cost-optimal")
+DRAFT_POLICIES = ("fixed", "p-min", "entropy", "accept-prob", "cost-optimal", "adaptive-verify")
 #: The sweep ``plan --draft-policy auto`` compares (each policy at a few thresholds).
 AUTO_POLICIES = (
     "p-min(0.2)", "p-min(0.4)", "p-min(0.6)", "p-min(0.8)",
     "entropy(0.5)", "entropy(1)", "entropy(2)",
     "accept-prob(0.1)", "accept-prob(0.3)", "accept-prob(0.5)",
-    "cost-optimal",
+    "cost-optimal", "adaptive-verify",
 )  # fmt: skip
 
 
@@ -79,7 +87,7 @@ class DraftPolicy:
 
     @property
     def needs_cost(self) -> bool:
-        return self.kind == "cost-optimal"
+        return self.kind in ("cost-optimal", "adaptive-verify")
 
     def stop(self, top1, entropy, confidence):
         """Whether to stop before drafting at a place whose p has top-1 probability ``top1`` and
@@ -96,7 +104,8 @@ class DraftPolicy:
 
 def make_draft_policy(spec) -> DraftPolicy | None:
     """A DraftPolicy from ``"p-min(0.4)"``, ``"entropy(threshold=1.5)"``, ``"accept-prob(0.3)"``,
-    ``"cost-optimal"`` or ``"fixed"`` (None and "fixed" give None: always m drafts)."""
+    ``"cost-optimal"``, ``"adaptive-verify"`` or ``"fixed"`` (None and "fixed" give None: always m
+    drafts)."""
     if spec is None or isinstance(spec, DraftPolicy):
         return None if spec is None or spec.kind == "fixed" else spec
     if not isinstance(spec, str):
@@ -139,7 +148,9 @@ def policy_blocks(policy, draft_probs, beta, m, cost=None):
     per_slot = beta.ndim == 2
     n = top1.shape[0]
     if policy is not None and policy.needs_cost and cost is None:
-        raise ValueError("draft policy cost-optimal needs a cost model (plan with --cost or --cost-ratio)")
+        raise ValueError(f"draft policy {policy.kind} needs a cost model (plan with --cost or --cost-ratio)")
+    if policy is not None and policy.kind == "adaptive-verify":
+        return _adaptive_verify(top1, beta, per_slot, m, cost)
     starts = np.arange(n)
     al = np.zeros(n)
     drafted = np.zeros(n, dtype=np.int64)
@@ -172,3 +183,29 @@ def policy_blocks(policy, draft_probs, beta, m, cost=None):
         drafted += live
         confidence = np.where(live, confidence * top1[at], confidence)
     return al, drafted, forwards
+
+
+def _adaptive_verify(top1, beta, per_slot, m, cost):
+    """``policy_blocks`` for ``adaptive-verify``: per start, the verified length L* in 0..m that
+    maximises (1 + sum_{j<=L} prod_{i<=j} top1_i) / (m' t_draft + t_verify(L + 1)) (m' = the drafts
+    that fit before the end of the sequence; ties to the shorter L), and AL_t = sum_{j=1}^{L*}
+    prod_{i<j} beta_{t+i} (exact: L* reads only p)."""
+    n = top1.shape[0]
+    index = np.arange(n)[:, None] + np.arange(m)[None, :]
+    inside = index < n
+    at = np.minimum(index, n - 1)
+    fit = inside.sum(-1)  # drafts the drafter makes before the sequence ends
+    survival = np.cumprod(np.where(inside, top1[at], 0.0), axis=-1)
+    expected = 1.0 + np.concatenate([np.zeros((n, 1)), np.cumsum(survival, -1)], -1)  # L = 0..m
+    lengths = np.arange(m + 1)
+    verify = np.array([float(cost.verify(int(length) + 1)) for length in lengths])
+    seconds = fit[:, None] * float(cost.draft_time()) + verify[None, :]
+    rate = np.where(lengths[None, :] <= fit[:, None], expected / seconds, -np.inf)
+    best = np.argmax(rate, axis=-1)  # the first maximum: the shorter L on ties
+    if per_slot:
+        b = np.stack([beta[min(j, beta.shape[0] - 1), at[:, j]] for j in range(m)], axis=-1)
+    else:
+        b = beta[at]
+    reach = np.cumprod(np.where(inside, b, 0.0), axis=-1)
+    al = np.where(lengths[None, 1:] <= best[:, None], reach, 0.0).sum(-1)
+    return al, best.astype(np.int64), fit.astype(np.int64)

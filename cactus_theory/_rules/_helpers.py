@@ -16,8 +16,10 @@ from .._math._validation import NORMALISATION_ATOL, check_distribution, check_to
 __all__ = [
     "NUMPY",
     "ROLES",
+    "SpSOneDraft",
     "block_inputs",
     "checked_logits",
+    "enumerated_block_lengths",
     "gss_emitted",
     "prefix_product_law",
     "prepare",
@@ -225,3 +227,30 @@ class SpSOneDraft:
         """q: a block of one draft is SpS, lossless (exact)."""
         _, q, _ = self._host(draft_probs, target_probs, logits)
         return q
+
+
+def enumerated_block_lengths(rule, p, q, m, max_support):
+    """E[tau] of a block rule per block start of rows (T, V) (T - m + 1 values), exactly: every
+    drafted block of a start enumerated (at most ``max_support`` of them, else an error naming
+    the start), each weighted by its probability under p and averaged through its exact law
+    (``rule.block_law``). Small vocabularies only (V^m blocks a start)."""
+    import itertools
+
+    values = []
+    for t in range(p.shape[0] - m + 1):
+        supports = [np.flatnonzero(p[t + j] > 0) for j in range(m)]
+        count = int(np.prod([s.size for s in supports]))
+        if count > max_support:
+            raise ValueError(
+                f"{rule.describe()}'s exact block length at start {t} needs {count} drafted blocks (more than "
+                f"max_support={max_support}): use method='monte-carlo'"
+            )
+        paths = np.array(list(itertools.product(*supports)), dtype=np.int64).reshape(count, m)
+        weight = np.prod(p[t + np.arange(m)[None, :], paths], axis=1)
+        rows = q[t : t + m + 1]
+        if rows.shape[0] == m:  # the last start has no bonus row: tau does not read it
+            rows = np.concatenate([rows, rows[-1:]])
+        law = rule.block_law(np.broadcast_to(p[t : t + m], (count, m, p.shape[1])),
+                             np.broadcast_to(rows, (count, m + 1, q.shape[1])), paths)  # fmt: skip
+        values.append(float(weight @ law.expected_accepted))
+    return np.array(values)

@@ -10,7 +10,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ._helpers import NUMPY, SpSOneDraft, block_inputs, residual
+from ._helpers import NUMPY, SpSOneDraft, block_inputs, enumerated_block_lengths, residual
 from ._protocol import BlockLaw, Rule
 
 __all__ = ["MagicMTP"]
@@ -234,33 +234,11 @@ class MagicMTP(SpSOneDraft, Rule):
         out = {}
         for m in ms:
             if method == "exact":
-                out[m] = ("exact", self._enumerated(p, q, m, max_support), np.zeros(p.shape[0] - m + 1))
+                out[m] = ("exact", enumerated_block_lengths(self, p, q, m, max_support), np.zeros(p.shape[0] - m + 1))
                 continue
             mean, error, _, _ = self._monte_carlo(p, q, tuple(ms), n_paths, seed)[m]
             out[m] = ("monte-carlo", mean, error)
         return out
-
-    def _enumerated(self, p, q, m, max_support):
-        import itertools
-
-        values = []
-        for t in range(p.shape[0] - m + 1):
-            supports = [np.flatnonzero(p[t + j] > 0) for j in range(m)]
-            count = int(np.prod([s.size for s in supports]))
-            if count > max_support:
-                raise ValueError(
-                    f"magic-mtp's exact block length at start {t} needs {count} drafted blocks (more than "
-                    f"max_support={max_support}): use method='monte-carlo'"
-                )
-            paths = np.array(list(itertools.product(*supports)), dtype=np.int64).reshape(count, m)
-            weight = np.prod(p[t + np.arange(m)[None, :], paths], axis=1)
-            rows = q[t : t + m + 1]
-            if rows.shape[0] == m:  # the last start has no bonus row: tau does not read it
-                rows = np.concatenate([rows, rows[-1:]])
-            law = self.block_law(np.broadcast_to(p[t : t + m], (count, m, p.shape[1])),
-                                 np.broadcast_to(rows, (count, m + 1, q.shape[1])), paths)  # fmt: skip
-            values.append(float(weight @ law.expected_accepted))
-        return np.array(values)
 
     def block_drift_for(self, p, q, ms, *, n_paths=1024, seed=0):
         """{m: (KL sums, TV sums)} per block start: for each slot j < m, P(tau >= j) times KL / TV

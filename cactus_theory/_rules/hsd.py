@@ -1,0 +1,246 @@
+"""Hierarchical speculative decoding (HSD) for one sampled chain, as the authors' code runs it:
+the block weights of Sun et al.'s block verification with the whole block accepted on the
+uncapped joint ratio (Zhou et al., "Overcoming Joint Intractability with Lossless Hierarchical
+Speculative Decoding", arXiv 2601.05724; ZhouYuxuanYX/Hierarchical-Speculative-Decoding,
+``transformers/generation/utils.py`` ``_speculative_sampling(backward=True, clever=True)``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from ._helpers import SpSOneDraft, block_inputs, enumerated_block_lengths
+from ._protocol import BlockLaw, Rule
+
+__all__ = ["HierarchicalSpeculativeDecoding"]
+
+
+def _ratios(px, qx):
+    """q(x)/p(x) of drafted tokens (p(x) = 0: 1 if q(x) > 0, else 0; a drafted token has p(x) > 0)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(px > 0, qx / np.where(px > 0, px, 1.0), np.where(qx > 0, 1.0, 0.0))
+
+
+def _lindley(r):
+    """Block weights w_0 = 1, w_i = min(w_{i-1} r_i, 1), (..., m + 1), from ratios r (..., m):
+    the joint ratio divided by its running maximum (HSD's capping, ``torch.cummax``)."""
+    w = np.ones((*r.shape[:-1], r.shape[-1] + 1))
+    for i in range(r.shape[-1]):
+        w[..., i + 1] = np.minimum(w[..., i] * r[..., i], 1.0)
+    return w
+
+
+def _pass_probabilities(w, z, whole):
+    """h_i, i = 0..m: h_0 = 1, h_i = Z_i / (Z_i + 1 - w_i) for 0 < i < m (1 where both vanish: the
+    code's NaN step-back probability never steps back), h_m = ``whole``."""
+    m = w.shape[-1] - 1
+    h = np.ones(w.shape)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        denominator = z[..., 1:m] + 1.0 - w[..., 1:m]
+        h[..., 1:m] = np.where(denominator > 0, z[..., 1:m] / np.where(denominator > 0, denominator, 1.0), 1.0)
+    h[..., m] = whole
+    return h
+
+
+def _tau_law(h):
+    """P(tau = i) = h_i prod_{j > i} (1 - h_j), i = 0..m (tau: the last place that passes)."""
+    after = np.ones(h.shape)
+    for i in range(h.shape[-1] - 2, -1, -1):
+        after[..., i] = after[..., i + 1] * (1.0 - h[..., i + 1])
+    return h * after
+
+
+class _ResidualMass:
+    """Z(w) = sum_x (w q(x) - p(x))+ of each row (T, V), for many w at once: the tokens with
+    p(x) < w q(x) are a prefix of the row sorted by p/q, so Z(w) = w q(prefix) - p(prefix) after a
+    binary search (exact up to rounding; one sort per row)."""
+
+    def __init__(self, p, q):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(q > 0, p / np.where(q > 0, q, 1.0), np.inf)
+        order = np.argsort(ratio, axis=-1, kind="stable")
+        self.ratio = np.take_along_axis(ratio, order, -1)
+        zero = np.zeros((p.shape[0], 1))
+        self.cq = np.concatenate([zero, np.cumsum(np.take_along_axis(q, order, -1), -1)], -1)
+        self.cp = np.concatenate([zero, np.cumsum(np.take_along_axis(p, order, -1), -1)], -1)
+        self.steps = int(np.ceil(np.log2(p.shape[-1] + 1))) + 1
+
+    def __call__(self, rows, w):
+        """Z at ``rows`` (int array) for weights ``w`` (same shape)."""
+        lo = np.zeros(w.shape, dtype=np.int64)
+        hi = np.full(w.shape, self.ratio.shape[-1], dtype=np.int64)
+        for _ in range(self.steps):  # the first index whose ratio is >= w
+            mid = (lo + hi) // 2
+            below = self.ratio[rows, np.minimum(mid, self.ratio.shape[-1] - 1)] < w
+            below &= mid < hi
+            lo = np.where(below, mid + 1, lo)
+            hi = np.where(below, hi, mid)
+        return np.maximum(w * self.cq[rows, lo] - self.cp[rows, lo], 0.0)
+
+
+@dataclass(frozen=True)
+class HierarchicalSpeculativeDecoding(SpSOneDraft, Rule):
+    """HSD on one sampled chain, as its authors' code runs it: with block weights w_0 = 1,
+    w_i = min(w_{i-1} q_i(x_i) / p_i(x_i), 1) (the joint ratio over its running maximum) and
+    residual masses Z_i = sum_x (w_i q_{i+1}(x) - p_{i+1}(x))+, place i < m passes with
+    h_i = Z_i / (Z_i + 1 - w_i) (a "step back" otherwise) and the whole block with the uncapped
+    joint ratio, min(1, prod_i q_i(x_i) / p_i(x_i)); tau is m if the block passes, else the last
+    place that does. It emits x_1..x_tau, then a token from norm((w_tau q - p)+) at tau + 1, or
+    the verifier's bonus token after m.
+
+    The places 0 < i < m pass exactly as in Sun et al.'s block verification (``block``); only the
+    whole block differs (``block`` accepts it with w_m <= min(1, prod q/p)). So HSD accepts at
+    least as much as ``block`` everywhere, and equals it when the joint ratio never rises above 1
+    on the way (greedy drafting: one-hot p, as in the authors' EAGLE-3 integration). **Not
+    lossless** as written: decided exactly by enumerating every path on small vocabularies
+    (``cactus_theory.testing.sequence_tv``: total variation up to 0.14 from the verifier's law
+    of two tokens on three-token vocabularies; the tests keep cases). ``block_law`` is exact; on
+    traces the accepted length and the per-slot drift are Monte Carlo over drafted blocks with
+    each block's exact law (standard errors given). Zhou et al., arXiv 2601.05724; the authors'
+    ``_speculative_sampling(backward=True, clever=True)`` with one draft.
+    """
+
+    name: ClassVar[str] = "hsd"
+    kind: ClassVar[str] = "block"
+    reference: ClassVar[str] = (
+        'Zhou et al., "Overcoming Joint Intractability with Lossless Hierarchical Speculative Decoding", arXiv '
+        "2601.05724; ZhouYuxuanYX/Hierarchical-Speculative-Decoding (transformers/generation/utils.py, "
+        "_speculative_sampling, backward=True, clever=True, one draft)"
+    )
+    table: ClassVar[dict] = {
+        "acceptance": "block verification's places, the whole block with min(1, Π q/p) (uncapped)",
+        "correction": "norm((w_τ q − p)+) at τ + 1",
+        "emitted": "not q (exact TV on small vocabularies)",
+        "lossless": "no (as the authors' code runs it)",
+    }
+    #: not in the every-rule grid: its analysis is Monte Carlo; ``experiments/sequence_rules.py`` compares it
+    comparison: ClassVar[tuple] = ()
+    lossless: ClassVar[bool] = False
+    #: one draft at a time it is SpS; under greedy drafting it is block verification
+    same_law_as: ClassVar[tuple] = ("sps", "block", "fly", "magic-mtp", "traversal", "entropy-verify")
+
+    def block_law(self, draft_probs, target_probs, drafted_tokens, *, logits=None) -> BlockLaw:
+        """The exact law of tau and of the token emitted after it, given the drafts, float64."""
+        p, q, tokens, _ = block_inputs(self, draft_probs, target_probs, drafted_tokens, logits)
+        m = tokens.shape[-1]
+        px = np.take_along_axis(p, tokens[..., None], -1)[..., 0]
+        qx = np.take_along_axis(q[..., :m, :], tokens[..., None], -1)[..., 0]
+        r = _ratios(px, qx)
+        w = _lindley(r)
+        excess = np.maximum(w[..., :m, None] * q[..., :m, :] - p, 0.0)  # row i: after i accepted drafts
+        z = excess.sum(-1)
+        h = _pass_probabilities(w, z, np.minimum(np.prod(r, axis=-1), 1.0))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            corrections = np.where(z[..., None] > 0, excess / np.where(z > 0, z, 1.0)[..., None], q[..., :m, :])
+        emitted = np.concatenate([corrections, q[..., m:, :]], axis=-2)
+        return BlockLaw(accepted=_tau_law(h), emitted=emitted)
+
+    # -- on traces ------------------------------------------------------------------------------
+    def _paths(self, p, q, n_paths, seed):
+        """Drafted tokens (T, n) shared by every start and m, their ratios, and Z's lookup."""
+        rng = np.random.default_rng(seed)
+        positions, vocab = p.shape
+        cdf = np.cumsum(p, -1)
+        cdf /= cdf[:, -1:]
+        u = rng.random((positions, n_paths))
+        drawn = np.empty((positions, n_paths), dtype=np.int64)
+        for t in range(positions):
+            drawn[t] = np.minimum(np.searchsorted(cdf[t], u[t], side="right"), vocab - 1)
+        rows = np.arange(positions)[:, None]
+        return drawn, _ratios(p[rows, drawn], q[rows, drawn]), _ResidualMass(p, q)
+
+    def _window(self, r, mass, m):
+        """Per start and path (starts, n): the weights w (.., m + 1) and P(tau = i | drafts) (.., m + 1)."""
+        starts = r.shape[0] - m + 1
+        index = np.arange(starts)[:, None] + np.arange(m)[None, :]
+        ratios = np.moveaxis(r[index], 1, 2)  # (starts, n, m)
+        w = _lindley(ratios)
+        z = np.zeros(w.shape)
+        for i in range(1, m):  # Z_i at position start + i with w_i
+            rows = np.broadcast_to((np.arange(starts) + i)[:, None], w.shape[:2])
+            z[..., i] = mass(rows, w[..., i])
+        h = _pass_probabilities(w, z, np.minimum(np.prod(ratios, axis=-1), 1.0))
+        return w, _tau_law(h)
+
+    def expected_block_lengths_for(self, p, q, ms, *, method="auto", n_paths=1024, seed=0, max_support=1_000_000):
+        """{m: (method, E[tau] per block start, standard errors)} on validated float64 rows (T, V),
+        under independent positions. ``"monte-carlo"`` (and ``"auto"``): ``n_paths`` seeded drafted
+        blocks per start (shared between overlapping starts), each contributing its exact
+        E[tau | drafts]. ``"exact"``: every drafted block of a start enumerated (at most
+        ``max_support``), each with its exact law (``block_law``): small vocabularies only."""
+        if method == "exact":
+            return {m: ("exact", enumerated_block_lengths(self, p, q, m, max_support), np.zeros(p.shape[0] - m + 1))
+                    for m in ms}  # fmt: skip
+        _, r, mass = self._paths(p, q, n_paths, seed)
+        out = {}
+        for m in ms:
+            _, law = self._window(r, mass, m)
+            values = law @ np.arange(m + 1, dtype=np.float64)  # (starts, n)
+            out[m] = ("monte-carlo", values.mean(-1), values.std(-1, ddof=1) / np.sqrt(n_paths))
+        return out
+
+    def block_drift_for(self, p, q, ms, *, n_paths=1024, seed=0):
+        """{m: (KL sums, TV sums)} per block start: for each slot j < m, P(tau >= j) times KL / TV
+        of the law of the token emitted at slot j against q there, from the same seeded drafted
+        blocks as ``expected_block_lengths_for`` (Monte Carlo: each block enters with its exact
+        chances of passing and stopping at j; the accepted drafts' share is an empirical law,
+        plug-in, so the KL is biased up by about (tokens - 1) / (2 n) per slot; the residual
+        norm((w q - p)+) of every block enters exactly, summed over the blocks' weights in one
+        sorted pass per slot)."""
+        drawn, r, mass = self._paths(p, q, n_paths, seed)
+        vocab = p.shape[-1]
+        out = {}
+        for m in ms:
+            w, law = self._window(r, mass, m)
+            starts = law.shape[0]
+            stop = law[..., :m]  # P(tau = j | drafts)
+            beyond = np.flip(np.cumsum(np.flip(law, -1), -1), -1)  # P(tau >= j | drafts)
+            kl, tv = np.zeros(starts), np.zeros(starts)
+            for j in range(m):
+                rows = np.arange(starts) + j
+                passed = beyond[..., j + 1]
+                tokens = drawn[rows]  # (starts, n)
+                cell = np.arange(starts)[:, None] * vocab + tokens
+                emitted = np.bincount(cell.ravel(), weights=passed.ravel(), minlength=starts * vocab)
+                emitted = emitted.reshape(starts, vocab) + _residual_sum(p[rows], q[rows], w[..., j], stop[..., j])
+                reached = beyond[..., j].sum(-1)
+                target = q[rows]
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    pi = np.where(reached[:, None] > 0, emitted / np.where(reached > 0, reached, 1.0)[:, None], target)
+                    pi = pi / pi.sum(-1, keepdims=True)
+                    log = np.where(pi > 0, np.log(np.where(pi > 0, pi, 1.0) / np.where(target > 0, target, 1.0)), 0.0)
+                share = reached / n_paths
+                kl += share * np.where((pi > 0) & (target <= 0), np.inf, pi * log).sum(-1)
+                tv += share * 0.5 * np.abs(pi - target).sum(-1)
+            out[m] = (kl, tv)
+        return out
+
+
+def _residual_sum(p, q, w, weight):
+    """sum_n weight_n norm((w_n q - p)+) per row: rows p, q (S, V), weights w and ``weight`` (S, n).
+    Token x is in the residual of w iff p(x) < w q(x); with the blocks sorted by w, the sum at x is
+    q(x) A(w > t_x) - p(x) B(w > t_x), t_x = p(x) / q(x), A and B suffix sums of weight w / Z(w)
+    and weight / Z(w). A block whose residual has no mass (w q <= p everywhere) emits q there."""
+    rows = p.shape[0]
+    order = np.argsort(w, axis=-1)
+    ws = np.take_along_axis(w, order, -1)
+    weights = np.take_along_axis(weight, order, -1)
+    mass = _ResidualMass(p, q)
+    zs = mass(np.broadcast_to(np.arange(rows)[:, None], ws.shape), ws)
+    empty = zs <= 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a = np.where(empty, 0.0, weights * ws / np.where(empty, 1.0, zs))
+        b = np.where(empty, 0.0, weights / np.where(empty, 1.0, zs))
+    zero = np.zeros((rows, 1))
+    suffix_a = np.concatenate([np.flip(np.cumsum(np.flip(a, -1), -1), -1), zero], -1)
+    suffix_b = np.concatenate([np.flip(np.cumsum(np.flip(b, -1), -1), -1), zero], -1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        threshold = np.where(q > 0, p / np.where(q > 0, q, 1.0), np.inf)  # (S, V)
+    first = np.empty(threshold.shape, dtype=np.int64)  # the first sorted block with w > t_x
+    for s in range(rows):
+        first[s] = np.searchsorted(ws[s], threshold[s], side="right")
+    out = q * np.take_along_axis(suffix_a, first, -1) - p * np.take_along_axis(suffix_b, first, -1)
+    out = np.maximum(out, 0.0)
+    return out + np.sum(np.where(empty, weights, 0.0), -1)[:, None] * q

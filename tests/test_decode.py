@@ -238,7 +238,7 @@ def test_a_block_rule_has_no_relaxed_bonus(models):
         speculative_generate(verifier, draft, SpS(), m=2, prompt_ids=PROMPT, draft_mode="beam")
 
 
-@pytest.mark.parametrize("spec", ["fly(window=1, threshold=0)", "magic-mtp"])
+@pytest.mark.parametrize("spec", ["fly(window=1, threshold=0)", "magic-mtp", "hsd", "traversal"])
 def test_real_decoding_runs_the_engine_block_rules(models, spec):
     # issue 33: real decoding accepts each new chain rule (through its block law)
     from cactus_theory import make_rule
@@ -252,6 +252,23 @@ def test_real_decoding_runs_the_engine_block_rules(models, spec):
         assert len(out.tokens) >= 12 and all(0 <= a <= d <= 3 for a, d in zip(out.accepted, out.drafted, strict=True))
         total += sum(out.accepted)
     assert total > 0
+
+
+@pytest.mark.parametrize("spec, draft_mode", [("sglang-chain", "sampled"), ("tli", "sampled"), ("vllm-greedy", "greedy")])
+def test_real_decoding_runs_the_engine_chain_rules(models, spec, draft_mode):
+    # issue 33: SGLang's chain kernel and TLI (on a shared vocabulary) have SpS's law, and vLLM's
+    # verification without draft probabilities is SpS on a greedy drafter's one-hot row: the
+    # same tokens as SpS from the same seed
+    from cactus_theory import make_rule
+
+    verifier, draft = models
+    settings = SamplingSettings(temperature=1.0, top_k=4, top_p=1.0)
+    for seed in range(3):
+        ours = speculative_generate(verifier, draft, make_rule(spec), m=3, sampling=settings, max_new_tokens=10,
+                                    seed=seed, prompt_ids=PROMPT, draft_mode=draft_mode)  # fmt: skip
+        sps = speculative_generate(verifier, draft, SpS(), m=3, sampling=settings, max_new_tokens=10, seed=seed,
+                                   prompt_ids=PROMPT, draft_mode=draft_mode)  # fmt: skip
+        assert ours.tokens == sps.tokens and ours.accepted == sps.accepted
 
 
 def test_decoding_under_a_gate_is_the_rule_where_open_and_sps_where_closed(models):

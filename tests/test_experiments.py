@@ -252,6 +252,21 @@ def test_engine_rules(tiny_trace, tmp_path):
     assert (tmp_path / "engine_rules.png").stat().st_size > 0 and "paired" in (tmp_path / "engine_rules.md").read_text()
 
 
+def test_sequence_rules(tiny_trace, tmp_path):
+    script("sequence_rules").main(["--trace", tiny_trace, "--out", str(tmp_path), "--bootstrap", "100", "--m", "4",
+                                   "--tree-paths", "4"])  # fmt: skip
+    data = json.loads((tmp_path / "sequence_rules.json").read_text())
+    toy = {(r["case"], r["m"]): r["tv"] for r in data["exact"]}[("toy pair (Sun et al.)", 2)]
+    assert toy["block"] < 1e-12 and toy["traversal"] < 1e-12 and toy["hsd"] > 0.05
+    chains = {(r["draft_mode"], r["rule"]): r for r in data["chains"]}
+    assert abs(chains[("sampled", "traversal")]["al"] - chains[("sampled", "block")]["al"]) < 1e-12
+    assert chains[("sampled", "hsd")]["al"] >= chains[("sampled", "block")]["al"] - 0.05
+    assert {(r["k"], r["m"]) for r in data["trees"]} >= {(2, 2), (3, 3)}
+    assert all(r["gain_lo"] <= r["gain"] <= r["gain_hi"] for r in data["trees"])
+    assert {r.get("draft_policy") for r in data["adaptive"]} >= {None, "adaptive-verify"}
+    assert (tmp_path / "sequence_rules.png").stat().st_size > 0
+
+
 @pytest.mark.models
 @pytest.mark.llamacpp
 def test_llamacpp_vs_hf(models, tmp_path):

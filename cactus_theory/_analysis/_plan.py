@@ -282,10 +282,21 @@ class CostModel:
         prompts are processed in turn: the per-request prefill of a full batch). Its speedups
         are throughput ratios over the batch: (AL + 1) verify_B(1) / step_B, the verifier alone
         at the same batch size. Exact for the batch sizes measured; a size between two measured
-        ones is refused (name it in ``calibrate --batch``)."""
+        ones is refused (name it in ``calibrate --batch``). A shipped GPU profile (measured at batch 1)
+        reaches any batch through the roofline fitted to the profiles (``_roofline.batch_scale``:
+        each part times t(B) / t(1), modelled, said in its ``source``)."""
         size = int(size)
         if size == 1:
             return self
+        if size not in self.batch and self.source.get("kind") == "profile":
+            # a measured GPU profile (batch 1): larger batches from the roofline fitted to it (modelled)
+            from ._roofline import BATCH_CONTEXT, batch_scale
+
+            entry = batch_scale(self, size, BATCH_CONTEXT)
+            how = f"roofline ratio t(B) / t(1) at {BATCH_CONTEXT} tokens of context, fitted to the shipped profiles"
+            source = {**self.source, "batch": size, "batch_model": how + " (modelled)"}
+            return replace(self, draft_token=entry["draft_token"], verify_block=entry["verify_block"], samples={},
+                           batch={}, source=source)  # fmt: skip
         if size not in self.batch:
             raise ValueError(
                 f"the cost model knows batch sizes {list(self.batch_sizes)}, not {size}: calibrate with "
@@ -316,10 +327,18 @@ class CostModel:
         """A published, measured cost profile shipped with the package (``cost_profiles()`` lists
         them with their hardware and engine): e.g. ``"qwen3-32b-0.6b-gb200-vllm"``, vLLM's forward
         passes of Qwen3-32B verifying and Qwen3-0.6B drafting on one GB200 at batch size 1, from
-        graphcore-research/relaxed-spec-dec-repro's ``profiles/paper``."""
+        graphcore-research/relaxed-spec-dec-repro's ``profiles/paper``. ``"roofline:VERIFIER:DRAFT:DEVICE"``
+        (model presets of ``_roofline.MODEL_PRESETS``, a device of ``_roofline.DEVICES``, optionally
+        ``:CONTEXT`` tokens, default 1024) is a modelled profile instead (``roofline_cost``) at batch
+        sizes 1 to 1024."""
         profiles = cost_profiles()
+        if isinstance(name, str) and name.startswith("roofline:"):
+            return _roofline_profile(name)
         if name not in profiles:
-            raise ValueError(f"unknown cost profile {name!r}; the profiles: {', '.join(sorted(profiles))}")
+            raise ValueError(
+                f"unknown cost profile {name!r}; the profiles: {', '.join(sorted(profiles))}, or "
+                "roofline:VERIFIER:DRAFT:DEVICE (modelled; e.g. roofline:qwen3-32b:qwen3-0.6b:h100)"
+            )
         return load_cost(profiles[name])
 
     @classmethod
@@ -619,6 +638,34 @@ def _pair(source) -> tuple:
     return tuple(names)
 
 
+#: The batch sizes a roofline profile is modelled at (``CostModel.from_profile("roofline:...")``).
+ROOFLINE_BATCHES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+
+
+def _roofline_profile(name):
+    from ._roofline import DEVICES, MODEL_PRESETS, roofline_cost
+
+    parts = name.split(":")[1:]
+    if len(parts) not in (3, 4):
+        raise ValueError(f"a roofline profile is roofline:VERIFIER:DRAFT:DEVICE[:CONTEXT]; got {name!r}")
+    verifier, draft, device = (p.strip().lower() for p in parts[:3])
+    for model in (verifier, draft):
+        if model not in MODEL_PRESETS:
+            presets = ", ".join(MODEL_PRESETS)
+            raise ValueError(f"roofline profile {name!r}: no model preset {model!r}; the presets: {presets} (other "
+                             "models: roofline_cost with their config.json)")  # fmt: skip
+    if device not in DEVICES:
+        raise ValueError(f"roofline profile {name!r}: unknown device {device!r}; the devices: {', '.join(DEVICES)}")
+    context = 1024
+    if len(parts) == 4:
+        try:
+            context = int(parts[3])
+        except ValueError:
+            raise ValueError(f"roofline profile {name!r}: the context {parts[3]!r} is not a number of tokens") from None
+    cost = roofline_cost(verifier, draft, device, batches=ROOFLINE_BATCHES, context=context)
+    return replace(cost, source={**cost.source, "name": name})
+
+
 def cost_description(cost, trace=None) -> str:
     """Where a cost model's timings come from, in words, and, for a published profile, that it
     times another model pair than ``trace``'s (a trace set or its metadata) when it does."""
@@ -628,6 +675,8 @@ def cost_description(cost, trace=None) -> str:
         return "a what-if ratio (not a measurement)"
     if kind == "profile":
         text = f"measured profile {src.get('name')} ({src.get('hardware')}, {src.get('engine')})"
+        if src.get("batch"):
+            text += f"; at batch {src['batch']} modelled from it by a {src.get('batch_model')}"
         meta = getattr(trace, "metadata", trace) if trace is not None else None
         if meta is not None and _pair(meta) != _pair(src) and None not in _pair(meta):
             verifier, draft = _pair(meta)
@@ -637,6 +686,10 @@ def cost_description(cost, trace=None) -> str:
     if kind == "calibration":
         where = f"{src.get('dtype', '?')} on {src.get('device', '?')}, {src.get('created', '')}"
         return f"calibrated on this machine ({where})"
+    if kind == "roofline":
+        return (f"a roofline (modelled, not measured) of {src.get('verifier')} verifying and {src.get('draft')} "
+                f"drafting on {src.get('device')} at {src.get('context')} tokens of context, its efficiency and "
+                "overheads fitted to the shipped GB200 profiles")  # fmt: skip
     return "a cost file"
 
 

@@ -65,7 +65,8 @@ class VLLMGreedy(Rule):
         "emitted": "q",
         "lossless": "yes",
     }
-    comparison: ClassVar[tuple] = (("", {}, "verifier"),)
+    #: not in the every-rule grid (its acceptance there is sum p q): ``experiments/sequence_rules.py`` runs it
+    comparison: ClassVar[tuple] = ()
     same_law_as: ClassVar[tuple] = ("eagle-tree", "sglang-tree", "strict")
 
     def _acceptance(self, b, p, q, n, lg):

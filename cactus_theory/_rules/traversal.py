@@ -28,7 +28,7 @@ from ._helpers import SpSOneDraft, block_inputs
 from ._protocol import BlockLaw, Rule
 from .multidraft import MultiDraftLaw, MultiDraftRule, RecursiveRejectionSampling
 
-__all__ = ["TraversalTree", "TraversalVerification", "full_tree", "traverse"]
+__all__ = ["TraversalTree", "TraversalVerification", "full_tree", "sample_tree", "token_level_tree", "traverse"]
 
 
 def full_tree(k: int, m: int):
@@ -119,6 +119,46 @@ def traverse(tree, tokens, draft_rows, target_rows, *, emitted=False):
 
     visit(0, np.ones(batch), np.ones(batch))
     return (stop, law) if emitted else stop
+
+
+def token_level_tree(tree, tokens, draft_rows, target_rows):
+    """P(token-level verification stops at node i), (B, N), on the same drafted trees as
+    ``traverse``: recursive rejection sampling without replacement from the root down (a node's
+    children tried in drawing order against the residual the earlier rejections left; the first
+    accepted is descended into; if none is, the walk stops at the node). Its expected depth is
+    what the prefix product of ``rrs(k, replacement=false)``'s per-position acceptance gives on
+    average over the trees; per tree it pairs with ``traverse`` for a paired comparison."""
+    _, depth, children = tree
+    batch = tokens.shape[0]
+    stop = np.zeros(tokens.shape)
+    rows = np.arange(batch)
+
+    def visit(node, live):
+        d = depth[node]
+        target = target_rows[:, d, :].copy()
+        proposal = draft_rows[:, d, :].copy() if d < draft_rows.shape[1] else None
+        reach = live.copy()
+        for child in children[node]:
+            x = tokens[:, child]
+            here = x >= 0
+            xs = np.where(here, x, 0)
+            z = proposal.sum(-1)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                prop = np.where(z[:, None] > 0, proposal / np.where(z > 0, z, 1.0)[:, None], proposal)
+                px, qx = prop[rows, xs], target[rows, xs]
+                accept = np.where(px > 0, np.minimum(qx / np.where(px > 0, px, 1.0), 1.0), (qx > 0) * 1.0)
+            accept = np.where(here, accept, 0.0)
+            visit(child, reach * accept)
+            reach = reach * (1.0 - accept)
+            rest = np.maximum(target - prop, 0.0)
+            mass = rest.sum(-1)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                target = np.where((here & (mass > 0))[:, None], rest / np.where(mass > 0, mass, 1.0)[:, None], target)
+            proposal[rows, xs] = np.where(here, 0.0, proposal[rows, xs])
+        stop[:, node] = reach
+
+    visit(0, np.ones(batch))
+    return stop
 
 
 def sample_tree(rng, tree, draft_rows):

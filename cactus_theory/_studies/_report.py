@@ -14,6 +14,7 @@ import numpy as np
 from .._analysis._plan import DEFAULT_COST_PROFILE
 from .._analysis._plotting import _delta_axis, rule_colours
 from .._analysis._plotting import figure_png as _png
+from .._analysis._results import interval
 from .._util._files import check_output, publish_directory
 from .._util._progress import say as _say
 
@@ -261,6 +262,60 @@ def block_section(trace, progress=None, ms=BLOCK_MS, n_boot=None, block_paths=25
     return "\n".join(lines), _png(result.figure())
 
 
+#: The sequence-level section's block sizes (``experiments/sequence_rules.py`` runs m = 4, 8, 20).
+SEQUENCE_MS = (8,)
+
+
+def sequence_section(trace, progress=None, ms=SEQUENCE_MS, n_boot=None, block_paths=64):
+    """Markdown of the sequence-level methods on ``trace``: HSD's gain over SpS and over block
+    verification (paired, both Monte Carlo over ``block_paths`` drafted blocks per start) with its
+    drift, and the exact total variation of the first four tokens from the verifier's law on small
+    vocabularies (``experiments/sequence_rules.py`` runs 1,024 paths, the trees and the rest)."""
+    from .._analysis._analyze import analyze_trace
+    from ..testing import sequence_tv
+
+    n_boot = REPORT_RESAMPLES if n_boot is None else n_boot
+    result = analyze_trace(trace, ["sps", "block", "hsd"], ms=ms, n_boot=n_boot, block_paths=block_paths,
+                           progress=progress)  # fmt: skip
+    lines = [
+        "Traversal Verification of a chain has block verification's law (its leaf-to-root walk is Sun et al.'s "
+        "algorithm run backwards; the tests compare the two laws), so its AL is the block section's. HSD as its "
+        "authors' code runs it (one sampled chain) accepts the whole block on the uncapped joint ratio: more AL "
+        f"than block verification, and not lossless. HSD's AL is Monte Carlo ({block_paths} drafted blocks per "
+        "start; gains paired with block verification's on the same sequences and paths):",
+        "",
+        "| m | hsd AL | over sps | over block | hsd KL/token | hsd TV/token |",
+        "|---|---|---|---|---|---|",
+    ]
+    rows = {(r["rule"], r["m"]): r for r in result.rows if r["task"] == "all"}
+    for m in result.ms:
+        r = rows[("hsd", m)]
+        cells = []
+        for base in ("sps", "block"):
+            ratio, lo, hi = result.al_ratio("hsd", base, m, n_boot=n_boot)
+            cells.append(f"{100 * ratio:+.1f}% {interval(100 * lo, 100 * hi, '+.1f')}")
+        lines.append(f"| {m} | {r['al']:.3f} {interval(r['al_lo'], r['al_hi'], '.3f')} | {cells[0]} | {cells[1]} | "
+                     f"{r['kl_per_token']:.4f} | {r['tv_per_token']:.4f} |")  # fmt: skip
+    small, big = np.array([[1 / 3, 2 / 3]] * 8), np.array([[2 / 3, 1 / 3]] * 8)
+    cases = [("toy pair (Sun et al.)", big, small)]
+    for seed in (1, 2):
+        rng = np.random.default_rng(seed)
+        cases.append((f"random 3-token rows, seed {seed}", rng.dirichlet(np.ones(3), size=8),
+                      rng.dirichlet(np.ones(3), size=8)))  # fmt: skip
+    rules = ("block", "traversal", "hsd")
+    lines += [
+        "",
+        "Total variation of the law of the first 4 emitted tokens from the verifier's, exactly (every draft, coin "
+        "and token enumerated; blocks of m = 2 drafts): 0 for a lossless rule.",
+        "",
+        "| case | " + " | ".join(rules) + " |",
+        "|---|" + "---|" * len(rules),
+    ]
+    for label, p, q in cases:
+        lines.append(f"| {label} | " + " | ".join(f"{sequence_tv(rule, p, q, 2, 4):.4f}" for rule in rules) + " |")
+    return "\n".join(lines)
+
+
 def multi_draft_section(trace, progress=None, ks=(1, 2, 4, 8), m=8, n_boot=None):
     """(Markdown, PNG) of multi-draft and tree verification against the optimum on ``trace``
     (``compare_multi_draft`` at k in ``ks`` and depth m; ``experiments/multi_draft.py`` runs
@@ -440,6 +495,9 @@ def build_report(
         )
     )
     lap("block verification, sampled and greedy drafting")
+    say("      sequence-level verification: HSD and traversal against block verification")
+    sequence_md = sequence_section(tr, progress)
+    lap("sequence-level verification")
     say("      multi-draft and tree verification against the optimum")
     multi_md, multi_png = multi_draft_section(tr, progress)
     figures.append(
@@ -501,6 +559,10 @@ def build_report(
         "",
         block_md,
         "",
+        "## Sequence-level verification: HSD and Traversal Verification",
+        "",
+        sequence_md,
+        "",
         "## Multi-draft and tree verification",
         "",
         multi_md,
@@ -534,6 +596,7 @@ def build_report(
         f"<p>The columns:</p><pre>{html.escape(result.legend())}</pre>",
         f"<h2>Every rule at the paper grid's parameters</h2>{markdown_html(zoo_md)}",
         f"<h2>Block verification and the engines' lossless methods</h2>{markdown_html(block_md)}",
+        "<h2>Sequence-level verification: HSD and Traversal Verification</h2>" + markdown_html(sequence_md),
         f"<h2>Multi-draft and tree verification</h2>{markdown_html(multi_md)}",
         f"<h2>Predicted speedups</h2><pre>{html.escape(plan_text)}</pre>",
     ]

@@ -243,8 +243,9 @@ def markdown(data, trace, seconds):
         "|---|---|---|---|---|---|---|",
     ]
     for r in data["trees"]:
+        gain = _interval(r["gain"], r["gain_lo"], r["gain_hi"])
         lines.append(f"| {r['k']} | {r['m']} | {r['nodes']} | {r['traversal_al']:.3f} | {r['token_level_al']:.3f} | "
-                     f"{_interval(r['gain'], r['gain_lo'], r['gain_hi'])} | {r['acceptance_of_optimum']:.3f} |")  # fmt: skip
+                     f"{gain} | {r['acceptance_of_optimum']:.3f} |")  # fmt: skip
     lines += [
         "",
         "## The papers' gains beside these",
@@ -273,8 +274,9 @@ def markdown(data, trace, seconds):
     ]
     for r in data["adaptive"]:
         verified = r["m"] if r.get("drafted") is None else r["drafted"]
+        speedup = f"{r['speedup']:.3f}x [{r['speedup_lo']:.3f}, {r['speedup_hi']:.3f}]"
         lines.append(f"| {r['rule']} | {r['m']} | {r.get('draft_policy') or 'fixed'} | {r['al']:.3f} | "
-                     f"{verified:.2f} | {r['speedup']:.3f}x [{r['speedup_lo']:.3f}, {r['speedup_hi']:.3f}] |")  # fmt: skip
+                     f"{verified:.2f} | {speedup} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

@@ -18,6 +18,7 @@ Hugging Face ``config.json`` or the presets of the paper's Qwen3 pairs.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass
@@ -229,7 +230,16 @@ def fit_to_profiles(device="gb200", profiles=None):
     from ._plan import cost_profiles
 
     profiles = cost_profiles() if profiles is None else profiles
-    points = _profile_points(profiles)
+    efficiency, overhead, verify_overhead, rows = _fitted(tuple(sorted(profiles.items())))
+    on = DEVICES[device] if isinstance(device, str) else device
+    return Roofline(on, efficiency, overhead, verify_overhead), [dict(r) for r in rows]
+
+
+@functools.lru_cache(maxsize=8)
+def _fitted(profiles):
+    """(efficiency, overhead, verify overhead, rows) of ``fit_to_profiles`` (cached: the fit reads
+    files and searches a grid; every batch size asks for it)."""
+    points = _profile_points(dict(profiles))
     spec = DEVICES["gb200"]
     cores = []
     for model, tokens, _, _ in points:
@@ -259,8 +269,7 @@ def fit_to_profiles(device="gb200", profiles=None):
         modelled = fitted.time(model, 1, tokens, PROFILE_CONTEXT)
         rows.append({"point": label, "measured": float(seconds), "modelled": modelled,
                      "error": modelled / float(seconds) - 1.0})  # fmt: skip
-    on = DEVICES[device] if isinstance(device, str) else device
-    return Roofline(on, efficiency, overhead, verify_overhead), rows
+    return efficiency, overhead, verify_overhead, tuple(rows)
 
 
 def roofline_cost(verifier, draft, device="gb200", *, dtype="bfloat16", batches=(1,), context=1024,

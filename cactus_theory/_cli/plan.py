@@ -127,6 +127,32 @@ def _print_batches(args, result, cost):
             print(f"{label:<34} " + " ".join(cells) + f" {verdict:>13}")
         print("(break-even B: the smallest batch size given at which the rule's best m no longer beats the verifier "
               "alone; > B: it pays at every size given; < B: at none)")  # fmt: skip
+        if task == "all":
+            _print_requests(args, cost, rows)
+
+
+def _print_requests(args, cost, rows):
+    """Requests ending at their own times in static batches, and a verify budget in a full batch, at
+    each rule's best m per batch size (``batch_requests``)."""
+    from .._analysis._batch import batch_requests
+
+    settings = {(row["rule"], b): r["m"] for row in rows if not row["draft_policy"]
+                for b, r in row["per_batch"].items()}  # fmt: skip
+    found = batch_requests(_traces(args), settings, cost, sorted({b for _, b in settings}), seed=0)
+    if not found:
+        return
+    print("\nall tasks, per-step speedups at each rule's best m: static batches of the trace's requests, each "
+          "leaving when done (throughput and mean per-request latency, exact; [min, max] over 4 batches), and a "
+          "full batch (continuous batching) verifying every draft or a verify budget (+- Monte Carlo standard "
+          "error)")  # fmt: skip
+    print(f"{'rule':<24} {'B':>4} {'m':>3} {'static throughput':>24} {'latency':>24} {'full, every draft':>18} "
+          f"{'full, budget':>15} {'verified':>9}")  # fmt: skip
+    for r in found:
+        print(f"{r['rule']:<24} {r['batch']:>4} {r['m']:>3} "
+              f"{r['throughput_speedup']:>6.2f}x [{r['throughput_speedup_lo']:.2f}, {r['throughput_speedup_hi']:.2f}]"
+              f"{'':>4}{r['latency_speedup']:>6.2f}x [{r['latency_speedup_lo']:.2f}, {r['latency_speedup_hi']:.2f}]"
+              f"{'':>4}{r['fixed_speedup']:>8.3f}x+-{r['fixed_speedup_se']:.3f} "
+              f"{r['budget_speedup']:>7.3f}x+-{r['budget_speedup_se']:.3f} {r['verified']:>9.2f}")  # fmt: skip
 
 
 def run(args) -> int:

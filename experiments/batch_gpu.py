@@ -61,8 +61,11 @@ def figure(pairs, measured):
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(pairs) + 1, figsize=(5 * (len(pairs) + 1), 4.2))
+    from cactus_theory import make_rule
+
     rules = sorted({c["rule"] for _, cs in pairs for c in cs} | {r["rule"] for r in measured})
-    colours = rule_colours(rules)
+    families = rule_colours({make_rule(r).family for r in rules})  # a rule's colour by its family
+    colours = {r: families[make_rule(r).family] for r in rules}
     for ax, (title, cs) in zip(axes, pairs, strict=False):
         for c in cs:
             xs = [p["batch"] for p in c["points"]]
@@ -87,12 +90,15 @@ def figure(pairs, measured):
             ax.plot(xs, [r["predicted"] for r in pts], marker="x", ms=5, color=colours[rule], ls="none",
                     label=f"{rule}, m = {m} (predicted)")  # fmt: skip
     ax.set_title("this machine, llama.cpp (measured and predicted)", fontsize=9)
+    ax.legend(fontsize=6, loc="center", ncol=2)
     for ax in axes:
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_xlabel("batch size B")
         ax.grid(alpha=0.3)
+    for ax in axes[:-1]:
         ax.legend(fontsize=7)
-    axes[0].set_ylabel("throughput speedup at the best m (dotted: break-even B)")
+    axes[0].set_ylabel("throughput speedup at the best m")
+    fig.suptitle("Throughput speedup against batch size (dotted: the break-even batch)", fontsize=10)
     fig.tight_layout()
     return fig
 

@@ -267,6 +267,17 @@ def test_sequence_rules(tiny_trace, tmp_path):
     assert (tmp_path / "sequence_rules.png").stat().st_size > 0
 
 
+def test_batch_gpu(tiny_trace, tmp_path):
+    script("batch_gpu").main(["--trace", tiny_trace, "--out", str(tmp_path), "--bootstrap", "100"])
+    data = json.loads((tmp_path / "batch_gpu.json").read_text())
+    assert len(data["fit"]["rows"]) == 12 and 0 < data["fit"]["efficiency"] <= 1
+    for _, curves in data["pairs"]:
+        assert {c["rule"] for c in curves} >= {"sps", "cactus(delta=1)"}
+        assert all(p["lo"] <= p["speedup"] <= p["hi"] for c in curves for p in c["points"])
+    assert {r["batch"] for r in data["requests"]} == {1, 8, 32, 128}
+    assert (tmp_path / "batch_gpu.png").stat().st_size > 0 and "break-even" in (tmp_path / "batch_gpu.md").read_text()
+
+
 @pytest.mark.models
 @pytest.mark.llamacpp
 def test_llamacpp_vs_hf(models, tmp_path):

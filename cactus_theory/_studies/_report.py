@@ -233,6 +233,37 @@ def _plans(trace, result):
 
 
 BLOCK_MS = (1, 2, 4, 8, 12, 16, 20)
+#: The batch sizes of the report's concurrency table (``plan --batch``).
+REPORT_BATCHES = (1, 8, 32, 128, 512)
+
+
+def batch_section(result):
+    """Markdown: per rule its best m and per-step throughput speedup at each of ``REPORT_BATCHES``
+    under the GPU profile (batch 1 measured, larger batches modelled by the roofline fitted to the
+    shipped profiles) and its break-even batch (``batch_plan`` / ``break_even``)."""
+    from .._analysis._plan import CostModel, batch_plan, break_even
+
+    plans = batch_plan(result, CostModel.from_profile(GPU_PROFILE), REPORT_BATCHES)
+    lines = [
+        f"Per-step throughput speedup over a full batch at each rule's best m, against the verifier alone at the same "
+        f"batch size, under {GPU_PROFILE} (measured at batch 1; larger batches modelled by the roofline fitted to the "
+        "shipped profiles: `docs/results_batch.md`), with the break-even batch (the smallest size at which the best m "
+        "no longer beats the verifier alone):",
+        "",
+        "| rule | " + " | ".join(f"B = {b}" for b in REPORT_BATCHES) + " | break-even B |",
+        "|---|" + "---|" * (len(REPORT_BATCHES) + 1),
+    ]
+    for row in break_even(plans):
+        if row["draft_policy"]:
+            continue
+        cells = [f"{row['per_batch'][b]['speedup']:.2f}x (m = {row['per_batch'][b]['m']})" for b in REPORT_BATCHES]
+        even = row["break_even"]
+        first, last = REPORT_BATCHES[0], REPORT_BATCHES[-1]
+        verdict = (f"< {first}" if even == first else str(even)) if even is not None else f"> {last}"
+        lines.append(f"| {row['rule']} | " + " | ".join(cells) + f" | {verdict} |")
+    return "\n".join(lines)
+
+
 #: Bootstrap resamples of every section (the commands' and experiments' default too): one
 #: resampling of the sequences, so a quantity printed in two sections has one interval.
 REPORT_RESAMPLES = 1000
@@ -524,6 +555,7 @@ def build_report(
                 "settings no other beats on both (cactus-theory plan).",
             )
         )
+    concurrency_md = batch_section(dataclasses.replace(full, rows=[r for r in full.rows if r["m"] in PLAN_MS]))
     lap("predicted speedups")
     say("      Gamma(delta): worst-case search on synthetic pairs")
     worst = worst_case_curve(sorted(deltas))
@@ -572,6 +604,7 @@ def build_report(
     ]
     for title, plan in plans.values():
         md += [f"{title}. {plan.scope()}", "", "```", plan.table(), "```", ""]
+    md += ["### At serving concurrency", "", concurrency_md, ""]
     if "machine" not in plans:
         md += [
             "No calibration of this trace's model pair on this machine was found; `cactus-theory calibrate "
@@ -599,6 +632,7 @@ def build_report(
         "<h2>Sequence-level verification: HSD and Traversal Verification</h2>" + markdown_html(sequence_md),
         f"<h2>Multi-draft and tree verification</h2>{markdown_html(multi_md)}",
         f"<h2>Predicted speedups</h2><pre>{html.escape(plan_text)}</pre>",
+        f"<h3>At serving concurrency</h3>{markdown_html(concurrency_md)}",
     ]
     for _name, data, caption in figures:
         b64 = base64.b64encode(data).decode()

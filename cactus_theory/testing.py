@@ -40,6 +40,7 @@ __all__ = [
     "same_rules",
     "sequence_law",
     "sequence_tv",
+    "small_cases",
 ]
 
 
@@ -399,6 +400,18 @@ def sequence_law(rule, draft_probs, target_probs, m, length):
     gives prod_i q_i(y_i)."""
     return _sequence_law(make_rule(rule) if isinstance(rule, str) else rule, np.asarray(draft_probs, dtype=np.float64),
                          np.asarray(target_probs, dtype=np.float64), int(m), int(length))  # fmt: skip
+
+
+def small_cases(seeds=(1, 2, 3), positions=8):
+    """The small vocabularies the exact sequence-level checks of the results pages use: [(label,
+    draft_probs, target_probs)], Sun et al.'s toy pair (p = (2/3, 1/3), q = (1/3, 2/3) at every
+    position) and, per seed, position-dependent 3-token rows drawn from a flat Dirichlet."""
+    cases = [("toy pair (Sun et al.)", np.array([[2 / 3, 1 / 3]] * positions), np.array([[1 / 3, 2 / 3]] * positions))]
+    for seed in seeds:
+        rng = np.random.default_rng(seed)
+        cases.append((f"random, seed {seed}", rng.dirichlet(np.ones(3), size=positions),
+                      rng.dirichlet(np.ones(3), size=positions)))  # fmt: skip
+    return cases
 
 
 def sequence_tv(rule, draft_probs, target_probs, m, length):

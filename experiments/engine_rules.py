@@ -31,7 +31,7 @@ import numpy as np
 
 from cactus_theory import analyze_trace, figure_png, load_trace, rule_colours
 from cactus_theory.io import atomic_write
-from cactus_theory.testing import sequence_tv
+from cactus_theory.testing import sequence_tv, small_cases
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RULES = (
@@ -49,13 +49,8 @@ EXACT_RULES = ("block", "fly(window=1, threshold=0)", "fly(window=2, threshold=0
 
 
 def exact_part(length=4):
-    small, big = np.array([[1 / 3, 2 / 3]] * 8), np.array([[2 / 3, 1 / 3]] * 8)
-    cases = [("toy pair (Sun et al.)", big, small)]
-    for seed in (1, 2, 3):
-        rng = np.random.default_rng(seed)
-        cases.append((f"random, seed {seed}", rng.dirichlet(np.ones(3), size=8), rng.dirichlet(np.ones(3), size=8)))
     rows = []
-    for label, p, q in cases:
+    for label, p, q in small_cases():
         for m in (2, 3):
             rows.append({"case": label, "m": m, "length": length,
                          "tv": {rule: sequence_tv(rule, p, q, m, length) for rule in EXACT_RULES}})  # fmt: skip

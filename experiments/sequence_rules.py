@@ -51,11 +51,11 @@ from cactus_theory import (
     traverse,
 )
 from cactus_theory.io import atomic_write
-from cactus_theory.testing import sequence_tv
+from cactus_theory.testing import sequence_tv, small_cases
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CHAIN_RULES = ("sps", "block", "traversal", "hsd", "sglang-chain", "vllm-greedy", "tli")
-GREEDY_RULES = ("sps", "block", "traversal", "hsd", "vllm-greedy")
+CHAIN_RULES = ("sps", "block", "traversal", "hsd", "sglang-chain", "strict", "tli")
+GREEDY_RULES = ("sps", "block", "traversal", "hsd", "strict")
 EXACT_RULES = ("block", "traversal", "hsd", "magic-mtp")
 TREES = ((2, 2), (3, 2), (4, 2), (2, 3), (3, 3))
 #: What the papers report for the same comparison (their models, trees and tasks, not ours).
@@ -136,13 +136,8 @@ def tree_part(trace, n_paths, n_boot, seed=0):
 
 
 def exact_part(length=4):
-    small, big = np.array([[1 / 3, 2 / 3]] * 8), np.array([[2 / 3, 1 / 3]] * 8)
-    cases = [("toy pair (Sun et al.)", big, small)]
-    for seed in (1, 2, 3):
-        rng = np.random.default_rng(seed)
-        cases.append((f"random, seed {seed}", rng.dirichlet(np.ones(3), size=8), rng.dirichlet(np.ones(3), size=8)))
     rows = []
-    for label, p, q in cases:
+    for label, p, q in small_cases():
         for m in (2, 3):
             rows.append({"case": label, "m": m, "length": length,
                          "tv": {rule: sequence_tv(rule, p, q, m, length) for rule in EXACT_RULES}})  # fmt: skip

@@ -2,7 +2,7 @@
 written out step by step here: HSD (the authors' ``_speculative_sampling(backward=True,
 clever=True)`` with one draft), Traversal Verification (the paper's leaf-to-root loop with
 deletions, on chains and on trees drafted without replacement, enumerated over every tree),
-SGLang's chain rejection kernel, vLLM's no-draft-probabilities kernel, TLI's vocabulary map and
+SGLang's chain rejection kernel, vLLM's no-draft-probabilities kernel (strict), TLI's vocabulary map and
 the adaptive verify length."""
 
 import itertools
@@ -315,7 +315,7 @@ def test_traversal_tree_lengths_against_enumerated_trees():
         make_rule("traversal-tree(k=8)").expected_tree_lengths_for(p, q, (5,))
 
 
-@pytest.mark.parametrize("spec", ["hsd", "traversal", "traversal-tree(k=2)", "sglang-chain", "vllm-greedy", "tli"])
+@pytest.mark.parametrize("spec", ["hsd", "traversal", "traversal-tree(k=2)", "sglang-chain", "tli"])
 def test_new_rules_pass_the_conformance_checks(spec):
     report = check_rule(spec)
     assert all(v == "passed" or v.startswith("skipped") for v in report.values()), report
@@ -342,8 +342,8 @@ def test_sglang_chain_kernel_written_out():
             np.testing.assert_allclose(rule.correction(p[row], q[row], n), want, atol=1e-15)
 
 
-def test_vllm_greedy_kernel_written_out_and_lossless_for_any_draft_law():
-    rule = make_rule("vllm-greedy")
+def test_vllm_kernel_without_draft_probabilities_is_strict_and_lossless_for_any_draft_law():
+    rule = make_rule("strict")
     p, q = _rows(3, 4, 6)
     for row in range(4):
         for n in range(6):

@@ -50,7 +50,7 @@ BUILTIN_COLOURS = {
     "lossy": 7, "topk": 10, "relaxed-topk": 11, "lenience": 12, "fsd": 13, "rfsd": 14, "interpolation": 15,
     "ensemble": 16, "scd": 17, "spec-cascade-opt": 18, "spec-cascade-tok3": 19, "synthetic": 20, "rrs": 21,
     "spectr": 22, "eagle-tree": 23, "sglang-tree": 24, "multi-draft-optimal": 25, "fly": 36, "magic-mtp": 34,
-    "entropy-verify": 38, "hsd": 26, "traversal": 27, "traversal-tree": 28, "sglang-chain": 29, "vllm-greedy": 30,
+    "entropy-verify": 38, "hsd": 26, "traversal": 27, "traversal-tree": 28, "sglang-chain": 29,
     "tli": 31,
 }  # fmt: skip
 

@@ -131,11 +131,42 @@ class TraceSequence:
         smaller of its K-th stored logit and lse + log(tail mass), also given as ``*_floor`` for
         every token outside the support). Needs exact settings (0 < top_k <= K) or full rows.
         """
-        from .._math._logits import RuleLogits
-
         if settings is not None and kwargs:
             raise ValueError("give either settings or keyword settings, not both")
         s = settings if settings is not None else SamplingSettings(**kwargs)
+        if self.full_logits is not None:
+            return self._distributions(s, with_logits)
+        # the same stored rows under the same settings give the same arrays: the sections of a report
+        # and the studies read each sequence several times, so the newest results are kept (read-only)
+        key = (self._digest(), s, bool(with_logits))
+        found = _DISTRIBUTIONS.get(key)
+        if found is None:
+            found = self._distributions(s, with_logits)
+            for value in found:
+                for array in (value,) if isinstance(value, np.ndarray) else _logit_arrays(value):
+                    array.flags.writeable = False
+            _DISTRIBUTIONS[key] = found
+            while len(_DISTRIBUTIONS) > _DISTRIBUTIONS_KEPT:
+                _DISTRIBUTIONS.pop(next(iter(_DISTRIBUTIONS)))
+        return found
+
+    def _digest(self) -> bytes:
+        """A digest of the stored rows (ids, logits, log-sum-exps of both models)."""
+        import hashlib
+
+        h = hashlib.blake2b(digest_size=16)
+        for role in _ROLES:
+            for part in (self.topk_ids[role], self.topk_logits[role], self.lse[role]):
+                array = np.ascontiguousarray(part)
+                h.update(str((array.dtype, array.shape)).encode())
+                h.update(array.tobytes())
+        h.update(str(self.manifest_tail_known).encode())
+        return h.digest()
+
+    def _distributions(self, s, with_logits):
+        """``distributions`` computed (see there)."""
+        from .._math._logits import RuleLogits
+
         if self.full_logits is not None:
             rows = {role: np.asarray(self.full_logits[role], dtype=np.float64) for role in _ROLES}
             probs = processed_probs(rows["draft"], s), processed_probs(rows["target"], s)
@@ -190,6 +221,18 @@ class TraceSequence:
             fields[f"{role}_lse"] = lse
             fields[f"{role}_floor"] = floor
         return probs["draft"], probs["target"], RuleLogits(**fields)
+
+
+#: The newest results of ``TraceSequence.distributions`` ({(rows' digest, settings, with_logits): result}).
+_DISTRIBUTIONS: dict = {}
+_DISTRIBUTIONS_KEPT = 512
+
+
+def _logit_arrays(logits):
+    """The NumPy arrays a RuleLogits holds."""
+    import dataclasses
+
+    return [v for f in dataclasses.fields(logits) if isinstance(v := getattr(logits, f.name), np.ndarray)]
 
 
 def _row_isin(ids, own_ids):

@@ -21,12 +21,16 @@ class Strict(Rule):
     token is y given y != n, norm(q 1{x != n}). **Lossless**: pi = p q + q (1 - p) = q. The
     expected acceptance of a sampled draft is sum_x p(x) q(x), below SpS's sum_x min(p, q); with
     a greedy (one-hot) draft it equals SpS. llama.cpp's and mlx-lm's speculative decoding, vLLM
-    ``rejection_sample_method="strict"`` (the default of its MTP path).
+    ``rejection_sample_method="strict"`` (the default of its MTP path), and vLLM's standard
+    rejection sampler when the drafter passes no probabilities (``draft_probs=None``: n-gram,
+    greedy EAGLE / MTP drafts, heterogeneous vocabularies): its kernel takes the draft as one-hot,
+    accepts with q(n) / 1 and recovers from q with n removed (``NO_DRAFT_PROBS``).
     """
 
     name: ClassVar[str] = "strict"
     reference: ClassVar[str] = (
-        'vLLM rejection_sample_method="strict"; llama.cpp common/speculative.cpp; mlx-lm speculative generation'
+        'vLLM rejection_sample_method="strict" and the rejection sampler with draft_probs=None (NO_DRAFT_PROBS); '
+        "llama.cpp common/speculative.cpp; mlx-lm speculative generation"
     )
     table: ClassVar[dict] = {
         "acceptance": "q(n)",

@@ -303,7 +303,7 @@ def sequence_section(trace, progress=None, ms=SEQUENCE_MS, n_boot=None, block_pa
     drift, and the exact total variation of the first four tokens from the verifier's law on small
     vocabularies (``experiments/sequence_rules.py`` runs 1,024 paths, the trees and the rest)."""
     from .._analysis._analyze import analyze_trace
-    from ..testing import sequence_tv
+    from ..testing import sequence_tv, small_cases
 
     n_boot = REPORT_RESAMPLES if n_boot is None else n_boot
     result = analyze_trace(trace, ["sps", "block", "hsd"], ms=ms, n_boot=n_boot, block_paths=block_paths,
@@ -327,12 +327,7 @@ def sequence_section(trace, progress=None, ms=SEQUENCE_MS, n_boot=None, block_pa
             cells.append(f"{100 * ratio:+.1f}% {interval(100 * lo, 100 * hi, '+.1f')}")
         lines.append(f"| {m} | {r['al']:.3f} {interval(r['al_lo'], r['al_hi'], '.3f')} | {cells[0]} | {cells[1]} | "
                      f"{r['kl_per_token']:.4f} | {r['tv_per_token']:.4f} |")  # fmt: skip
-    small, big = np.array([[1 / 3, 2 / 3]] * 8), np.array([[2 / 3, 1 / 3]] * 8)
-    cases = [("toy pair (Sun et al.)", big, small)]
-    for seed in (1, 2):
-        rng = np.random.default_rng(seed)
-        cases.append((f"random 3-token rows, seed {seed}", rng.dirichlet(np.ones(3), size=8),
-                      rng.dirichlet(np.ones(3), size=8)))  # fmt: skip
+    cases = small_cases(seeds=(1, 2))
     rules = ("block", "traversal", "hsd")
     lines += [
         "",

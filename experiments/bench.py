@@ -50,6 +50,7 @@ from cactus_theory import (
     Cactus,
     SamplingSettings,
     SpS,
+    TraceSequence,
     analyze_trace,
     approx_gamma,
     exact_gamma,
@@ -427,10 +428,12 @@ def bench_analysis(repeats):
     positions = trace.n_positions
 
     def read_only():
+        TraceSequence.forget_distributions()  # a first read, as one command makes it
         for seq in trace:
             seq.distributions(settings)
 
     def analysis(which, processes, n_boot=1000):
+        TraceSequence.forget_distributions()
         return analyze_trace(which, rules, ms=(4, 8, 20), n_boot=n_boot, processes=processes, progress=False)
 
     t_read = median_time(read_only, repeats)

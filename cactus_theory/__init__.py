@@ -11,8 +11,10 @@ from ._analysis._plan import (
     break_even,
     cost_profiles,
     default_cost_path,
+    fit_to_profiles,
     load_cost,
     predict_speedup,
+    roofline_cost,
 )
 from ._analysis._plotting import (
     figure_png,
@@ -24,15 +26,7 @@ from ._analysis._plotting import (
     plot_step,
     rule_colours,
 )
-from ._analysis._roofline import (
-    DEVICES,
-    MODEL_PRESETS,
-    DeviceSpec,
-    ModelShape,
-    Roofline,
-    fit_to_profiles,
-    roofline_cost,
-)
+from ._analysis._roofline import DEVICES, MODEL_PRESETS, DeviceSpec, ModelShape, Roofline
 from ._data._prompts import (
     Prompt,
     benchmark_file,
@@ -170,7 +164,7 @@ __all__ = [
     "TraceWriter",
     "VocabularyMap",
     "WorstCase",
-    "*sorted(_RULE_EXPORTS)",
+    *sorted(_RULE_EXPORTS),
     "analyze_trace",
     "approx_gamma",
     "autoregressive_generate",

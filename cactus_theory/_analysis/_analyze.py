@@ -718,7 +718,7 @@ def analyze_trace(
             policies.append(policy)
     if any(p.needs_cost for p in policies) and cost is None:
         costly = ", ".join(p.kind for p in policies if p.needs_cost)
-        raise ValueError(f"draft policies {costly} need cost= (a CostModel: the planner passes its own)")
+        raise ValueError(f"draft policy {costly} needs cost= (a CostModel: the planner passes its own)")
     blocks = [r.describe() for r in rules if kind_of(r) == "block"]
     if policies and blocks:
         raise ValueError(f"{', '.join(blocks)} judge whole blocks: drafting policies are for token rules and trees")

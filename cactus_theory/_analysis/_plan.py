@@ -283,16 +283,16 @@ class CostModel:
         are throughput ratios over the batch: (AL + 1) verify_B(1) / step_B, the verifier alone
         at the same batch size. Exact for the batch sizes measured; a size between two measured
         ones is refused (name it in ``calibrate --batch``). A shipped GPU profile (measured at batch 1)
-        reaches any batch through the roofline fitted to the profiles (``_roofline.batch_scale``:
+        reaches any batch through the roofline fitted to the profiles (``_batch_scale``:
         each part times t(B) / t(1), modelled, said in its ``source``)."""
         size = int(size)
         if size == 1:
             return self
         if size not in self.batch and self.source.get("kind") == "profile":
             # a measured GPU profile (batch 1): larger batches from the roofline fitted to it (modelled)
-            from ._roofline import BATCH_CONTEXT, batch_scale
+            from ._roofline import BATCH_CONTEXT
 
-            entry = batch_scale(self, size, BATCH_CONTEXT)
+            entry = _batch_scale(self, size, BATCH_CONTEXT)
             how = f"roofline ratio t(B) / t(1) at {BATCH_CONTEXT} tokens of context, fitted to the shipped profiles"
             source = {**self.source, "batch": size, "batch_model": how + " (modelled)"}
             return replace(self, draft_token=entry["draft_token"], verify_block=entry["verify_block"], samples={},
@@ -643,7 +643,7 @@ ROOFLINE_BATCHES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256,
 
 
 def _roofline_profile(name):
-    from ._roofline import DEVICES, MODEL_PRESETS, roofline_cost
+    from ._roofline import DEVICES, MODEL_PRESETS
 
     parts = name.split(":")[1:]
     if len(parts) not in (3, 4):
@@ -664,6 +664,94 @@ def _roofline_profile(name):
             raise ValueError(f"roofline profile {name!r}: the context {parts[3]!r} is not a number of tokens") from None
     cost = roofline_cost(verifier, draft, device, batches=ROOFLINE_BATCHES, context=context)
     return replace(cost, source={**cost.source, "name": name})
+
+
+def _profile_points(profiles):
+    """(model shape, tokens, measured seconds, label) of every timed part of measured profiles."""
+    from ._roofline import ModelShape, preset_of
+
+    points = []
+    for name, path in sorted(profiles.items()):
+        cost = load_cost(path)
+        verifier = ModelShape.from_config(preset_of(cost.source.get("verifier")))
+        draft = ModelShape.from_config(preset_of(cost.source.get("draft")))
+        points.append((draft, 1, cost.draft_token, f"{name}: draft token ({draft.name})"))
+        for k, seconds in cost.verify_block.items():
+            points.append((verifier, k, seconds, f"{name}: verify {k} ({verifier.name})"))
+    return tuple(points)
+
+
+def fit_to_profiles(device="gb200", profiles=None):
+    """The roofline fitted to the shipped measured profiles (their device: GB200) by least squares on
+    the logarithms of the times over its efficiency (0.05-1), overhead and verify overhead: (the
+    Roofline on ``device`` with the fitted efficiency and overheads, rows of each measured point
+    with its modelled value and relative error). The fitted efficiency and overheads carry over to
+    other devices as an assumption (said where they are used). Modelled, not measured."""
+    from ._roofline import DEVICES, Roofline, fit
+
+    points = _profile_points(cost_profiles() if profiles is None else profiles)
+    efficiency, overhead, verify_overhead, rows = fit(points)
+    on = DEVICES[device] if isinstance(device, str) else device
+    return Roofline(on, efficiency, overhead, verify_overhead), [dict(r) for r in rows]
+
+
+def roofline_cost(verifier, draft, device="gb200", *, dtype="bfloat16", batches=(1,), context=1024,
+                  ks=(1, 2, 3, 4, 5, 6, 8, 11, 16, 21, 32), roofline=None) -> CostModel:  # fmt: skip
+    """A CostModel from the roofline (modelled, not measured): the verifier's block of k tokens and
+    one drafted token for each batch size in ``batches`` at ``context`` tokens of cache, on
+    ``device`` (a key of ``DEVICES`` or a DeviceSpec), with the efficiency and overheads fitted to
+    the shipped profiles (``fit_to_profiles``) unless ``roofline`` gives them. ``verifier`` /
+    ``draft``: preset names (``MODEL_PRESETS``), config.json paths or ModelShapes."""
+    from ._roofline import DEVICES, ModelShape, Roofline
+
+    spec = DEVICES.get(device.lower()) if isinstance(device, str) else device
+    if spec is None:
+        raise ValueError(f"device must be one of {', '.join(DEVICES)} (or a DeviceSpec); got {device!r}")
+    if isinstance(context, bool) or not (isinstance(context, (int, np.integer)) and context >= 0):
+        raise ValueError(f"context must be a number of tokens >= 0; got {context!r}")
+    if not batches or any(isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1 for b in batches):
+        raise ValueError(f"batches must be batch sizes >= 1; got {batches!r}")
+    shapes = [m if isinstance(m, ModelShape) else ModelShape.from_config(m, dtype) for m in (verifier, draft)]
+    fitted = fit_to_profiles(spec)[0] if roofline is None else roofline
+    model = Roofline(spec, fitted.efficiency, fitted.overhead, fitted.verify_overhead)
+
+    def parts(batch):
+        return {"draft_token": model.time(shapes[1], batch, 1, context),
+                "verify_block": {k: model.time(shapes[0], batch, k, context) for k in ks}}  # fmt: skip
+
+    base = parts(1)
+    source = {
+        "kind": "roofline", "modelled": True, "device": spec.name, "device_source": spec.source,
+        "verifier": shapes[0].name, "draft": shapes[1].name, "dtype": dtype, "context": int(context),
+        "efficiency": model.efficiency, "overhead": model.overhead, "verify_overhead": model.verify_overhead,
+        "note": "modelled, not measured: max(bytes / bandwidth, FLOPs / peak) / efficiency + overheads, the "
+                "efficiency and overheads fitted to the shipped GB200 vLLM profiles",
+    }  # fmt: skip
+    batch = {int(b): {**parts(int(b)), "samples": {}} for b in sorted(set(batches)) if b > 1}
+    return CostModel(draft_token=base["draft_token"], verify_block=base["verify_block"], source=source,
+                     context=int(context), batch=batch)  # fmt: skip
+
+
+def _batch_scale(cost, size, context):
+    """A measured profile's parts at batch ``size`` > 1 it did not time: each scaled by the roofline's
+    ratio t(size) / t(1) for its model (fitted to the shipped profiles; modelled)."""
+    from ._roofline import DEVICES, ModelShape, preset_of
+
+    verifier = ModelShape.from_config(preset_of(cost.source.get("verifier")))
+    draft = ModelShape.from_config(preset_of(cost.source.get("draft")))
+    hardware = str(cost.source.get("hardware", "")).lower().replace("nvidia", "").strip()
+    if hardware not in DEVICES:
+        raise ValueError(f"no device specification for {cost.source.get('hardware')!r}")
+    model = fit_to_profiles(hardware)[0]
+
+    def ratio(shape, tokens):
+        return model.time(shape, size, tokens, context) / model.time(shape, 1, tokens, context)
+
+    return {
+        "draft_token": cost.draft_token * ratio(draft, 1),
+        "verify_block": {k: t * ratio(verifier, k) for k, t in cost.verify_block.items()},
+        "samples": {},
+    }
 
 
 def cost_description(cost, trace=None) -> str:

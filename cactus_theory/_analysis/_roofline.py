@@ -25,15 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = [
-    "DEVICES",
-    "MODEL_PRESETS",
-    "DeviceSpec",
-    "ModelShape",
-    "Roofline",
-    "fit_to_profiles",
-    "roofline_cost",
-]
+__all__ = ["BATCH_CONTEXT", "DEVICES", "MODEL_PRESETS", "DeviceSpec", "ModelShape", "Roofline", "fit", "preset_of"]
 
 
 @dataclass(frozen=True)
@@ -194,22 +186,8 @@ class Roofline:
         return core + self.overhead + (self.verify_overhead if tokens > 1 else 0.0)
 
 
-def _profile_points(profiles):
-    """(model shape, tokens, measured seconds, label) of every timed part of the shipped profiles."""
-    from ._plan import load_cost
-
-    points = []
-    for name, path in profiles.items():
-        cost = load_cost(path)
-        verifier = ModelShape.from_config(_preset_of(cost.source.get("verifier")))
-        draft = ModelShape.from_config(_preset_of(cost.source.get("draft")))
-        points.append((draft, 1, cost.draft_token, f"{name}: draft token ({draft.name})"))
-        for k, seconds in cost.verify_block.items():
-            points.append((verifier, k, seconds, f"{name}: verify {k} ({verifier.name})"))
-    return points
-
-
-def _preset_of(hf_name):
+def preset_of(hf_name) -> str:
+    """The preset name of a Hugging Face model id (``Qwen/Qwen3-32B`` -> ``qwen3-32b``)."""
     key = str(hf_name or "").split("/")[-1].lower()
     if key not in MODEL_PRESETS:
         raise ValueError(f"no shape preset for model {hf_name!r}; give its config.json")
@@ -219,28 +197,17 @@ def _preset_of(hf_name):
 #: The context (tokens of cache) the shipped profiles are taken at: they time synthetic inputs with
 #: no context dependence, so a short one.
 PROFILE_CONTEXT = 128
-
-
-def fit_to_profiles(device="gb200", profiles=None):
-    """The roofline fitted to the shipped measured profiles (their device: GB200), by least squares
-    on the logarithms of the times over efficiency (0.05-1), overhead and verify overhead: (the
-    Roofline on ``device`` with the fitted efficiency and overheads, rows of each measured point
-    with its modelled value and relative error). The fitted efficiency and overheads carry over to
-    other devices as an assumption (said where they are used)."""
-    from ._plan import cost_profiles
-
-    profiles = cost_profiles() if profiles is None else profiles
-    efficiency, overhead, verify_overhead, rows = _fitted(tuple(sorted(profiles.items())))
-    on = DEVICES[device] if isinstance(device, str) else device
-    return Roofline(on, efficiency, overhead, verify_overhead), [dict(r) for r in rows]
+#: The context (tokens of cache per sequence) batch scaling assumes: a typical serving request.
+BATCH_CONTEXT = 1024
 
 
 @functools.lru_cache(maxsize=8)
-def _fitted(profiles):
-    """(efficiency, overhead, verify overhead, rows) of ``fit_to_profiles`` (cached: the fit reads
-    files and searches a grid; every batch size asks for it)."""
-    points = _profile_points(dict(profiles))
-    spec = DEVICES["gb200"]
+def fit(points, device="gb200"):
+    """The efficiency (0.05-1), overhead and verify overhead that fit measured points, by least squares
+    on the logarithms of the times: ``points`` a tuple of (ModelShape, tokens, seconds, label), one
+    sequence at ``PROFILE_CONTEXT`` tokens of context on ``device``. Returns (efficiency, overhead,
+    verify overhead, rows: each point with its modelled value and relative error)."""
+    spec = DEVICES[device]
     cores = []
     for model, tokens, _, _ in points:
         moved, flops = model.forward(1, tokens, PROFILE_CONTEXT)
@@ -250,11 +217,10 @@ def _fitted(profiles):
     multi = np.array([p[1] > 1 for p in points])
     best = None
     for efficiency in np.linspace(0.05, 1.0, 96):
-        # for a fixed efficiency the overheads minimising the squared log error, by a small grid refinement
         base = cores / efficiency
         o1 = max(float(np.median((measured - base)[~multi])), 0.0)
         o2 = max(float(np.median((measured - base - o1)[multi])), 0.0)
-        for _ in range(3):
+        for _ in range(3):  # the overheads by a grid refined around the medians
             grid1 = np.linspace(0.0, max(2 * o1, 1e-4), 41)
             o1 = min(grid1, key=lambda o: np.sum(np.log((base + o + o2 * multi) / measured) ** 2))
             grid2 = np.linspace(0.0, max(2 * o2, 1e-4), 41)
@@ -264,71 +230,9 @@ def _fitted(profiles):
             best = (loss, float(efficiency), float(o1), float(o2))
     _, efficiency, overhead, verify_overhead = best
     fitted = Roofline(spec, efficiency, overhead, verify_overhead)
-    rows = []
-    for (model, tokens, seconds, label), _core in zip(points, cores, strict=True):
-        modelled = fitted.time(model, 1, tokens, PROFILE_CONTEXT)
-        rows.append({"point": label, "measured": float(seconds), "modelled": modelled,
-                     "error": modelled / float(seconds) - 1.0})  # fmt: skip
-    return efficiency, overhead, verify_overhead, tuple(rows)
-
-
-def roofline_cost(verifier, draft, device="gb200", *, dtype="bfloat16", batches=(1,), context=1024,
-                  ks=(1, 2, 3, 4, 5, 6, 8, 11, 16, 21, 32), roofline=None):  # fmt: skip
-    """A CostModel from the roofline (modelled, not measured): the verifier's block of k tokens and
-    one drafted token for each batch size in ``batches`` at ``context`` tokens of cache, on
-    ``device`` (a key of ``DEVICES`` or a DeviceSpec), with the efficiency and overheads fitted to
-    the shipped profiles unless ``roofline`` gives them. ``verifier`` / ``draft``: preset names,
-    config.json paths or ModelShapes."""
-    from ._plan import CostModel
-
-    spec = DEVICES.get(device.lower()) if isinstance(device, str) else device
-    if spec is None:
-        raise ValueError(f"device must be one of {', '.join(DEVICES)} (or a DeviceSpec); got {device!r}")
-    if not (isinstance(context, (int, np.integer)) and context >= 0):
-        raise ValueError(f"context must be a number of tokens >= 0; got {context!r}")
-    sizes = sorted({int(b) for b in batches})
-    if not sizes or sizes[0] < 1 or any(isinstance(b, bool) for b in batches):
-        raise ValueError(f"batches must be batch sizes >= 1; got {batches!r}")
-    shapes = [m if isinstance(m, ModelShape) else ModelShape.from_config(m, dtype) for m in (verifier, draft)]
-    fitted = fit_to_profiles(spec)[0] if roofline is None else roofline
-    model = Roofline(spec, fitted.efficiency, fitted.overhead, fitted.verify_overhead)
-
-    def parts(batch):
-        return {"draft_token": model.time(shapes[1], batch, 1, context),
-                "verify_block": {k: model.time(shapes[0], batch, k, context) for k in ks}}  # fmt: skip
-
-    base = parts(1)
-    source = {
-        "kind": "roofline", "modelled": True, "device": spec.name, "device_source": spec.source,
-        "verifier": shapes[0].name, "draft": shapes[1].name, "dtype": dtype, "context": int(context),
-        "efficiency": model.efficiency, "overhead": model.overhead, "verify_overhead": model.verify_overhead,
-        "note": "modelled, not measured: max(bytes / bandwidth, FLOPs / peak) / efficiency + overheads, the "
-                "efficiency and overheads fitted to the shipped GB200 vLLM profiles",
-    }  # fmt: skip
-    batch = {b: {**parts(b), "samples": {}} for b in sizes if b > 1}
-    return CostModel(draft_token=base["draft_token"], verify_block=base["verify_block"], source=source,
-                     context=int(context), batch=batch)  # fmt: skip
-
-
-#: The context (tokens of cache per sequence) batch scaling assumes: a typical serving request.
-BATCH_CONTEXT = 1024
-
-
-def batch_scale(cost, size, context=BATCH_CONTEXT):
-    """A measured profile at batch ``size`` > 1 the profile did not time: each part scaled by the
-    roofline's ratio t(size) / t(1) for its model (fitted to the shipped profiles; modelled)."""
-    verifier = ModelShape.from_config(_preset_of(cost.source.get("verifier")))
-    draft = ModelShape.from_config(_preset_of(cost.source.get("draft")))
-    hardware = str(cost.source.get("hardware", "")).lower().replace("nvidia", "").strip()
-    if hardware not in DEVICES:
-        raise ValueError(f"no device specification for {cost.source.get('hardware')!r}")
-    model = fit_to_profiles(hardware)[0]
-
-    def ratio(shape, tokens):
-        return model.time(shape, size, tokens, context) / model.time(shape, 1, tokens, context)
-
-    return {
-        "draft_token": cost.draft_token * ratio(draft, 1),
-        "verify_block": {k: t * ratio(verifier, k) for k, t in cost.verify_block.items()},
-        "samples": {},
-    }
+    rows = tuple(
+        {"point": label, "measured": float(seconds), "modelled": fitted.time(model, 1, tokens, PROFILE_CONTEXT),
+         "error": fitted.time(model, 1, tokens, PROFILE_CONTEXT) / float(seconds) - 1.0}
+        for model, tokens, seconds, label in points
+    )  # fmt: skip
+    return efficiency, overhead, verify_overhead, rows

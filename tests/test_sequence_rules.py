@@ -425,7 +425,8 @@ def test_adaptive_verify_length_by_brute_force():
             rate = tokens / (fit * 0.3 + cost.verify(length + 1))
             if rate > best_rate + 1e-15:
                 best, best_rate = length, rate
-        assert verified[t] == best and forwards[t] == fit
+        every = np.prod(beta[t : t + best]) if best else 1.0  # all verified accepted: one more forward
+        assert verified[t] == best and forwards[t] == pytest.approx(fit + every, rel=1e-12)
         np.testing.assert_allclose(al[t], sum(np.prod(beta[t : t + j + 1]) for j in range(best)), rtol=1e-12)
     with pytest.raises(ValueError, match="adaptive-verify needs a cost model"):
         policy_blocks(make_rule_policy("adaptive-verify"), p, beta, m)

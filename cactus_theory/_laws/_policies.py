@@ -26,7 +26,8 @@ per step are exact under the analysis's model of independent positions (``policy
 The stop decision at place j reads p at that place, which costs a draft forward: a block that
 stops early after L drafts ran L + 1 draft forwards, one that reaches m ran m. For
 ``adaptive-verify`` the block's "drafted" tokens are the drafts it verifies (L) and its draft
-forwards are m.
+forwards are m, plus the chance that all L are accepted (the extra forward over the bonus token
+that the planner charges a fixed block too).
 """
 
 from __future__ import annotations
@@ -189,7 +190,9 @@ def _adaptive_verify(top1, beta, per_slot, m, cost):
     """``policy_blocks`` for ``adaptive-verify``: per start, the verified length L* in 0..m that
     maximises (1 + sum_{j<=L} prod_{i<=j} top1_i) / (m' t_draft + t_verify(L + 1)) (m' = the drafts
     that fit before the end of the sequence; ties to the shorter L), and AL_t = sum_{j=1}^{L*}
-    prod_{i<j} beta_{t+i} (exact: L* reads only p)."""
+    prod_{i<j} beta_{t+i} (exact: L* reads only p). Its draft forwards: the m' drafts, plus the
+    chance that every verified draft is accepted (the extra forward over the bonus token that a
+    fixed block is charged too)."""
     n = top1.shape[0]
     index = np.arange(n)[:, None] + np.arange(m)[None, :]
     inside = index < n
@@ -208,4 +211,7 @@ def _adaptive_verify(top1, beta, per_slot, m, cost):
         b = beta[at]
     reach = np.cumprod(np.where(inside, b, 0.0), axis=-1)
     al = np.where(lengths[None, 1:] <= best[:, None], reach, 0.0).sum(-1)
-    return al, best.astype(np.int64), fit.astype(np.int64)
+    # as a fixed block of L* drafts: one more draft forward when every verified draft is accepted (the
+    # drafter then has the bonus token to read), with its probability
+    every = np.where(best > 0, np.take_along_axis(reach, np.maximum(best - 1, 0)[:, None], -1)[:, 0], 1.0)
+    return al, best.astype(np.int64), fit + every

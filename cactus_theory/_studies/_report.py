@@ -233,8 +233,9 @@ def _plans(trace, result):
 
 
 BLOCK_MS = (1, 2, 4, 8, 12, 16, 20)
-#: The batch sizes of the report's concurrency table (``plan --batch``).
+#: The batch sizes and rules of the report's concurrency table (``plan --batch`` runs any).
 REPORT_BATCHES = (1, 8, 32, 128, 512)
+CONCURRENCY_RULES = ("sps", "tas", "cactus(delta=1)", "cactus-exact(delta=1)", "mentored(delta=1)")
 
 
 def batch_section(result):
@@ -297,7 +298,7 @@ def block_section(trace, progress=None, ms=BLOCK_MS, n_boot=None, block_paths=25
 SEQUENCE_MS = (8,)
 
 
-def sequence_section(trace, progress=None, ms=SEQUENCE_MS, n_boot=None, block_paths=64):
+def sequence_section(trace, progress=None, ms=SEQUENCE_MS, n_boot=None, block_paths=32):
     """Markdown of the sequence-level methods on ``trace``: HSD's gain over SpS and over block
     verification (paired, both Monte Carlo over ``block_paths`` drafted blocks per start) with its
     drift, and the exact total variation of the first four tokens from the verifier's law on small
@@ -550,7 +551,8 @@ def build_report(
                 "settings no other beats on both (cactus-theory plan).",
             )
         )
-    concurrency_md = batch_section(dataclasses.replace(full, rows=[r for r in full.rows if r["m"] in PLAN_MS]))
+    concurrency_md = batch_section(dataclasses.replace(full, rows=[r for r in full.rows if r["m"] in PLAN_MS
+                                                                   and r["rule"] in CONCURRENCY_RULES]))  # fmt: skip
     lap("predicted speedups")
     say("      Gamma(delta): worst-case search on synthetic pairs")
     worst = worst_case_curve(sorted(deltas))

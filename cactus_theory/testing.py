@@ -40,6 +40,7 @@ __all__ = [
     "same_rules",
     "sequence_law",
     "sequence_tv",
+    "sequence_tv_rows",
     "small_cases",
 ]
 
@@ -412,6 +413,17 @@ def small_cases(seeds=(1, 2, 3), positions=8):
         cases.append((f"random, seed {seed}", rng.dirichlet(np.ones(3), size=positions),
                       rng.dirichlet(np.ones(3), size=positions)))  # fmt: skip
     return cases
+
+
+def sequence_tv_rows(rules, *, ms=(2, 3), length=4, cases=None):
+    """``sequence_tv`` of each rule on each of ``cases`` (default ``small_cases()``) at each m: rows
+    {"case", "m", "length", "tv": {rule: total variation}}, what the results pages print."""
+    rows = []
+    for label, p, q in small_cases() if cases is None else cases:
+        for m in ms:
+            rows.append({"case": label, "m": m, "length": length,
+                         "tv": {rule: sequence_tv(rule, p, q, m, length) for rule in rules}})  # fmt: skip
+    return rows
 
 
 def sequence_tv(rule, draft_probs, target_probs, m, length):

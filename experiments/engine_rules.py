@@ -31,7 +31,7 @@ import numpy as np
 
 from cactus_theory import analyze_trace, figure_png, load_trace, rule_colours
 from cactus_theory.io import atomic_write
-from cactus_theory.testing import sequence_tv, small_cases
+from cactus_theory.testing import sequence_tv_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RULES = (
@@ -49,12 +49,7 @@ EXACT_RULES = ("block", "fly(window=1, threshold=0)", "fly(window=2, threshold=0
 
 
 def exact_part(length=4):
-    rows = []
-    for label, p, q in small_cases():
-        for m in (2, 3):
-            rows.append({"case": label, "m": m, "length": length,
-                         "tv": {rule: sequence_tv(rule, p, q, m, length) for rule in EXACT_RULES}})  # fmt: skip
-    return rows
+    return sequence_tv_rows(EXACT_RULES, length=length)
 
 
 def trace_part(trace, ms, n_boot):

@@ -304,7 +304,7 @@ def sequence_section(trace, progress=None, ms=SEQUENCE_MS, n_boot=None, block_pa
     drift, and the exact total variation of the first four tokens from the verifier's law on small
     vocabularies (``experiments/sequence_rules.py`` runs 1,024 paths, the trees and the rest)."""
     from .._analysis._analyze import analyze_trace
-    from ..testing import sequence_tv, small_cases
+    from ..testing import sequence_tv_rows, small_cases
 
     n_boot = REPORT_RESAMPLES if n_boot is None else n_boot
     result = analyze_trace(trace, ["sps", "block", "hsd"], ms=ms, n_boot=n_boot, block_paths=block_paths,
@@ -338,8 +338,8 @@ def sequence_section(trace, progress=None, ms=SEQUENCE_MS, n_boot=None, block_pa
         "| case | " + " | ".join(rules) + " |",
         "|---|" + "---|" * len(rules),
     ]
-    for label, p, q in cases:
-        lines.append(f"| {label} | " + " | ".join(f"{sequence_tv(rule, p, q, 2, 4):.4f}" for rule in rules) + " |")
+    for row in sequence_tv_rows(rules, ms=(2,), cases=cases):
+        lines.append(f"| {row['case']} | " + " | ".join(f"{row['tv'][rule]:.4f}" for rule in rules) + " |")
     return "\n".join(lines)
 
 

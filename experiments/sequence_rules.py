@@ -61,7 +61,7 @@ TREES = ((2, 2), (3, 2), (4, 2), (2, 3), (3, 3))
 #: What the papers report for the same comparison (their models, trees and tasks, not ours).
 PAPER_GAINS = (
     ("traversal (trees) over token-level tree verification", "+2.2% to +5.7% AL",
-     "Weng et al., NeurIPS 2025: Llama / Qwen targets with EAGLE-style and chain drafts, several tree shapes"),
+     "Weng et al., NeurIPS 2025 (arXiv 2505.12398): their models, tree shapes and tasks"),
     ("HSD over token-wise, one sampled chain", "+3.3% to +5.4% tokens per step",
      "the authors' README: Qwen2.5-0.5B drafting for 14B / 32B / 72B, GSM8K, temperature 1"),
     ("block verification over token-wise, one chain", "+1.4% to +2.3% tokens per step",

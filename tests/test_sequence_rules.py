@@ -315,6 +315,36 @@ def test_traversal_tree_lengths_against_enumerated_trees():
         make_rule("traversal-tree(k=8)").expected_tree_lengths_for(p, q, (5,))
 
 
+def test_the_analysis_takes_a_whole_tree_rules_own_lengths(tmp_path):
+    from cactus_theory import SamplingSettings, analyze_trace, trace_from_arrays
+
+    rng = np.random.default_rng(5)
+    target = rng.normal(size=(24, 8)) * 1.5
+    settings = {"temperature": 1.0, "top_k": 8, "top_p": 1.0}
+    trace = trace_from_arrays(tmp_path / "t", target + rng.normal(size=target.shape), target,
+                              rng.integers(0, 8, size=24), sequence_lengths=[12, 12], top_k=8,
+                              metadata={"sampling": settings})  # fmt: skip
+    result = analyze_trace(trace, ["traversal-tree(k=2)", "rrs(k=2, replacement=false)"], ms=(2,), n_boot=0,
+                           block_paths=64)  # fmt: skip
+    rows = {r["rule"]: r for r in result.rows if r["task"] == "all"}
+    rule = make_rule("traversal-tree(k=2)")
+    total, starts = 0.0, 0
+    for seq, stats in zip(trace, sorted(result.sequences, key=lambda s: s.id), strict=True):
+        p, q = seq.distributions(SamplingSettings(**settings))
+        p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+        p, q = p / p.sum(-1, keepdims=True), q / q.sum(-1, keepdims=True)
+        from cactus_theory import prompt_seed
+
+        _, values, _ = rule.expected_tree_lengths_for(p, q, (2,), n_paths=64, seed=prompt_seed(0, stats.id))[2]
+        total, starts = total + values.sum(), starts + values.size
+    assert rows["traversal-tree(k=2)"]["al"] == pytest.approx(total / starts, rel=1e-12)
+    assert rows["traversal-tree(k=2)"]["al"] != pytest.approx(rows["rrs(k=2, replacement=false)"]["al"], rel=1e-9)
+    with pytest.raises(ValueError, match="nodes"):
+        analyze_trace(trace, ["traversal-tree(k=8)"], ms=(8,), n_boot=0)
+    with pytest.raises(ValueError, match="judge whole blocks"):
+        analyze_trace(trace, ["traversal-tree(k=2)"], ms=(2,), n_boot=0, draft_policies=["p-min(0.4)"])
+
+
 @pytest.mark.parametrize("spec", ["hsd", "traversal", "traversal-tree(k=2)", "sglang-chain", "tli"])
 def test_new_rules_pass_the_conformance_checks(spec):
     report = check_rule(spec)

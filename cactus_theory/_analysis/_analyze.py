@@ -218,6 +218,11 @@ def _per_sequence(values, rows):
     return np.add.reduceat(np.asarray(values, dtype=np.float64), rows.offsets[:-1])
 
 
+def _judges_whole_tree(rule) -> bool:
+    """A multi-draft rule whose tree is judged as a whole (``expected_tree_lengths_for``: traversal)."""
+    return kind_of(rule) == "multi-draft" and hasattr(rule, "expected_tree_lengths_for")
+
+
 def _scheme(rule):
     """(k, drafting scheme) of the drafts a rule verifies at a position: (1, "iid") for a chain rule."""
     if kind_of(rule) == "multi-draft":
@@ -272,6 +277,8 @@ def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, po
     else:
         beta_all, drift_all = sm.acceptance, {"kl": sm.kl_emitted_target, "tv": sm.tv}
     kind = kind_of(rule)
+    # rules whose accepted length is their own law over whole blocks or trees, not the prefix product
+    whole = kind == "block" or _judges_whole_tree(rule)
     out = []
     for i in range(rows.sequences):
         span = rows.span(i)
@@ -284,7 +291,7 @@ def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, po
         seq_p, seq_q = p[span], q[span]
         positions = seq_p.shape[0]
         fused = None if slots else _fused_blocks(beta, drift, bonus_policy, ms)
-        if kind == "block" or fused is None:
+        if whole or fused is None:
             host = rule._host(seq_p, seq_q, None, validate=False)[:2] if kind == "block" else (seq_p, seq_q)
             # exact where a start's weights take at most 10,000 values (m <= 3 on a top-20 trace), else Monte Carlo
             lengths = accepted_lengths(rule, *host, ms, beta=beta, n_paths=block_paths, seed=rows.seeds[i],
@@ -299,13 +306,13 @@ def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, po
             starts = max(positions - m + 1, 1)
             if fused is not None:  # one compiled pass gave every m's sums
                 al_sum, drift_sums, by_position = fused[m]
-                if kind == "block":
+                if whole:
                     al_sum = float(np.sum(lengths[m].accepted_length))
                 block = BlockStats(starts=starts, al_sum=al_sum, kl_sum=drift_sums[0], tv_sum=drift_sums[1],
-                                   accept_by_position=None if kind == "block" else by_position)  # fmt: skip
+                                   accept_by_position=None if whole else by_position)  # fmt: skip
             else:
                 block = BlockStats(starts=starts, al_sum=float(np.sum(lengths[m].accepted_length)))
-                if kind != "block":  # vLLM's per-position acceptance: P(the first j + 1 drafts accepted), j < m
+                if not whole:  # vLLM's per-position acceptance: P(the first j + 1 drafts accepted), j < m
                     reach, by_position = np.ones(starts), []
                     for j in range(m):
                         idx = np.arange(starts) + j
@@ -719,7 +726,7 @@ def analyze_trace(
     if any(p.needs_cost for p in policies) and cost is None:
         costly = ", ".join(p.kind for p in policies if p.needs_cost)
         raise ValueError(f"draft policy {costly} needs cost= (a CostModel: the planner passes its own)")
-    blocks = [r.describe() for r in rules if kind_of(r) == "block"]
+    blocks = [r.describe() for r in rules if kind_of(r) == "block" or _judges_whole_tree(r)]
     if policies and blocks:
         raise ValueError(f"{', '.join(blocks)} judge whole blocks: drafting policies are for token rules and trees")
     if bonus_policy == "relaxed" and blocks:

@@ -726,9 +726,10 @@ def analyze_trace(
     if any(p.needs_cost for p in policies) and cost is None:
         costly = ", ".join(p.kind for p in policies if p.needs_cost)
         raise ValueError(f"draft policy {costly} needs cost= (a CostModel: the planner passes its own)")
-    blocks = [r.describe() for r in rules if kind_of(r) == "block" or _judges_whole_tree(r)]
-    if policies and blocks:
-        raise ValueError(f"{', '.join(blocks)} judge whole blocks: drafting policies are for token rules and trees")
+    wholes = [r.describe() for r in rules if kind_of(r) == "block" or _judges_whole_tree(r)]
+    if policies and wholes:
+        raise ValueError(f"{', '.join(wholes)} judge whole blocks: drafting policies are for token rules and trees")
+    blocks = [r.describe() for r in rules if kind_of(r) == "block"]
     if bonus_policy == "relaxed" and blocks:
         raise ValueError(f"{', '.join(blocks)} judge whole blocks: their bonus token is the verifier's only; "
                          "analyse them with bonus_policy='verifier'")  # fmt: skip

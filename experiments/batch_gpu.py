@@ -50,7 +50,7 @@ def curves(result, cost, sizes, n_boot):
             continue
         per = row["per_batch"]
         out.append({
-            "rule": row["rule"], "break_even": row["break_even"],
+            "rule": row["rule"], "break_even": row["break_even"], "verdict": row["verdict"],
             "points": [{"batch": b, "m": per[b]["m"], "speedup": per[b]["speedup"], "lo": per[b]["speedup_lo"],
                         "hi": per[b]["speedup_hi"]} for b in sorted(per)],
         })  # fmt: skip
@@ -133,9 +133,7 @@ def markdown(data, trace, seconds):
                   "|---|" + "---|" * (len(SIZES) + 1)]  # fmt: skip
         for c in cs:
             cells = [f"{p['speedup']:.2f}x (m = {p['m']})" for p in c["points"]]
-            even = c["break_even"]
-            verdict = (f"< {SIZES[0]}" if even == SIZES[0] else str(even)) if even is not None else f"> {SIZES[-1]}"
-            lines.append(f"| {c['rule']} | " + " | ".join(cells) + f" | {verdict} |")
+            lines.append(f"| {c['rule']} | " + " | ".join(cells) + f" | {c['verdict']} |")
         lines.append("")
     lines += [
         "## Requests that end at their own times, and a verify budget (the GB200 pair)",

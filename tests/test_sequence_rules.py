@@ -10,7 +10,7 @@ import itertools
 import numpy as np
 import pytest
 
-from cactus_theory import VocabularyMap, make_rule, policy_blocks
+from cactus_theory import VocabularyMap, make_draft_policy, make_rule, policy_blocks
 from cactus_theory._rules.traversal import full_tree, sample_tree, traverse
 from cactus_theory.testing import check_rule, sequence_tv
 
@@ -445,7 +445,7 @@ def test_adaptive_verify_length_by_brute_force():
     beta = rng.uniform(0.2, 1.0, size=12)
     cost = _Cost(0.3, lambda k: 1.0 + 0.15 * (k - 1) + 0.02 * (k - 1) ** 2)
     m = 5
-    al, verified, forwards = policy_blocks(make_rule_policy("adaptive-verify"), p, beta, m, cost)
+    al, verified, forwards = policy_blocks(make_draft_policy("adaptive-verify"), p, beta, m, cost)
     top1 = p.max(-1)
     for t in range(12):
         fit = min(m, 12 - t)
@@ -459,10 +459,4 @@ def test_adaptive_verify_length_by_brute_force():
         assert verified[t] == best and forwards[t] == pytest.approx(fit + every, rel=1e-12)
         np.testing.assert_allclose(al[t], sum(np.prod(beta[t : t + j + 1]) for j in range(best)), rtol=1e-12)
     with pytest.raises(ValueError, match="adaptive-verify needs a cost model"):
-        policy_blocks(make_rule_policy("adaptive-verify"), p, beta, m)
-
-
-def make_rule_policy(spec):
-    from cactus_theory import make_draft_policy
-
-    return make_draft_policy(spec)
+        policy_blocks(make_draft_policy("adaptive-verify"), p, beta, m)

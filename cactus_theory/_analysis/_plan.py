@@ -1099,9 +1099,12 @@ def break_even(plans: dict, task="all") -> list:
             setting = (row["rule"], row.get("draft_policy"))
             out.setdefault(setting, {})[size] = row
     key = next(iter(plans.values())).key
+    sizes = sorted(plans)
     rows = []
     for (rule, policy), per in out.items():
         losing = [b for b in sorted(per) if per[b][key] < 1]
-        rows.append({"rule": rule, "draft_policy": policy, "per_batch": per, "key": key,
-                     "break_even": losing[0] if losing else None})  # fmt: skip
+        even = losing[0] if losing else None
+        verdict = (f"< {sizes[0]}" if even == sizes[0] else str(even)) if even is not None else f"> {sizes[-1]}"
+        rows.append({"rule": rule, "draft_policy": policy, "per_batch": per, "key": key, "break_even": even,
+                     "verdict": verdict})  # fmt: skip
     return rows

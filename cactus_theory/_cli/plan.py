@@ -122,9 +122,7 @@ def _print_batches(args, result, cost):
             for b in sizes:
                 r = row["per_batch"][b]
                 cells.append(f"m={r['m']:<2} {r[key]:.2f}x {interval(r[key + '_lo'], r[key + '_hi'], '.2f')}".rjust(26))
-            even = row["break_even"]
-            verdict = (f"< {sizes[0]}" if even == sizes[0] else str(even)) if even is not None else f"> {sizes[-1]}"
-            print(f"{label:<34} " + " ".join(cells) + f" {verdict:>13}")
+            print(f"{label:<34} " + " ".join(cells) + f" {row['verdict']:>13}")
         print("(break-even B: the smallest batch size given at which the rule's best m no longer beats the verifier "
               "alone; > B: it pays at every size given; < B: at none)")  # fmt: skip
         if task == "all":

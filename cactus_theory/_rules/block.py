@@ -16,21 +16,61 @@ from ._protocol import BlockLaw, Rule
 __all__ = ["BlockVerification"]
 
 
-def _ratios(p, q, tokens):
-    """q(x)/p(x) of the drafted tokens, with the limit convention for p(x) = 0 (1 if q(x) > 0)."""
-    qx = np.take_along_axis(q, tokens[..., None], -1)[..., 0]
-    px = np.take_along_axis(p, tokens[..., None], -1)[..., 0]
+def drafted_ratios(px, qx):
+    """q(x)/p(x) of drafted tokens from their probabilities, with the limit convention for p(x) = 0
+    (1 if q(x) > 0, else 0)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(px > 0, qx / np.where(px > 0, px, 1.0), np.where(qx > 0, 1.0, 0.0))
 
 
-def block_weights(p, q, tokens):
-    """The weights w_0 = 1, w_i = min(w_{i-1} q_i(x_i) / p_i(x_i), 1), shape (..., m + 1)."""
-    r = _ratios(p, q[..., : tokens.shape[-1], :], tokens)
-    w = np.ones((*tokens.shape[:-1], tokens.shape[-1] + 1))
-    for i in range(tokens.shape[-1]):
+def lindley_weights(r):
+    """The block weights w_0 = 1, w_i = min(w_{i-1} r_i, 1) of ratios r (..., m): (..., m + 1) (the
+    joint ratio over its running maximum)."""
+    w = np.ones((*r.shape[:-1], r.shape[-1] + 1))
+    for i in range(r.shape[-1]):
         w[..., i + 1] = np.minimum(w[..., i] * r[..., i], 1.0)
     return w
+
+
+def _ratios(p, q, tokens):
+    """q(x)/p(x) of the drafted tokens, with the limit convention for p(x) = 0 (1 if q(x) > 0)."""
+    qx = np.take_along_axis(q, tokens[..., None], -1)[..., 0]
+    px = np.take_along_axis(p, tokens[..., None], -1)[..., 0]
+    return drafted_ratios(px, qx)
+
+
+def block_weights(p, q, tokens):
+    """The weights w_0 = 1, w_i = min(w_{i-1} q_i(x_i) / p_i(x_i), 1), shape (..., m + 1)."""
+    return lindley_weights(_ratios(p, q[..., : tokens.shape[-1], :], tokens))
+
+
+def pass_law(w, z, whole):
+    """P(tau = i), i = 0..m, of a block whose places 0 < i < m pass with h_i = Z_i / (Z_i + 1 - w_i)
+    (1 where the denominator vanishes) and whose whole block passes with ``whole``; tau is the last
+    place that passes (place 0 always does). ``w`` (..., m + 1) the weights, ``z`` (..., >= m) the
+    residual masses Z_i = sum_x (w_i q_{i+1}(x) - p_{i+1}(x))+ at index i (index 0 not read)."""
+    m = w.shape[-1] - 1
+    h = np.ones(w.shape)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        denominator = z[..., 1:m] + 1.0 - w[..., 1:m]
+        h[..., 1:m] = np.where(denominator > 0, z[..., 1:m] / np.where(denominator > 0, denominator, 1.0), 1.0)
+    h[..., m] = whole
+    after = np.ones(w.shape)  # P(tau = i) = h_i prod_{j > i} (1 - h_j)
+    for i in range(m - 1, -1, -1):
+        after[..., i] = after[..., i + 1] * (1.0 - h[..., i + 1])
+    return h * after
+
+
+def residual_block(p, q, w):
+    """(Z (..., m), the law emitted after i accepted drafts (..., m + 1, V)): the residual
+    norm((w_i q_{i+1} - p_{i+1})+) after i < m (q there where it has no mass), the bonus row q_{m+1}
+    after m."""
+    m = w.shape[-1] - 1
+    excess = np.maximum(w[..., :m, None] * q[..., :m, :] - p, 0.0)  # row i: after i accepted drafts
+    z = excess.sum(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        corrections = np.where(z[..., None] > 0, excess / np.where(z > 0, z, 1.0)[..., None], q[..., :m, :])
+    return z, np.concatenate([corrections, q[..., m:, :]], axis=-2)
 
 
 def _exact_expected_weights(p, q, m, max_support):
@@ -104,25 +144,9 @@ class BlockVerification(SpSOneDraft, Rule):
     def block_law(self, draft_probs, target_probs, drafted_tokens, *, logits=None) -> BlockLaw:
         """The exact law of tau and of the token emitted after it (Algorithm 2), float64."""
         p, q, tokens, _ = block_inputs(self, draft_probs, target_probs, drafted_tokens, logits)
-        m = tokens.shape[-1]
         w = block_weights(p, q, tokens)  # (..., m + 1)
-        excess = np.maximum(w[..., :m, None] * q[..., :m, :] - p, 0.0)  # rows 0..m-1: positions 1..m
-        z = excess.sum(axis=-1)  # z[..., i] = Z_{i+1}, the residual mass after i accepted drafts
-        h = np.empty(w.shape)  # h[..., i] for places i = 1..m (index 0 unused)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            denominator = z[..., 1:] + 1.0 - w[..., 1:m]
-            h[..., 1:m] = np.where(denominator > 0, z[..., 1:] / np.where(denominator > 0, denominator, 1.0), 1.0)
-        h[..., m] = w[..., m]
-        h[..., 0] = 1.0
-        # P(tau = i) = h_i prod_{j > i} (1 - h_j); tau = 0 with prod_{j >= 1} (1 - h_j)
-        after = np.ones(w.shape)
-        for i in range(m - 1, -1, -1):
-            after[..., i] = after[..., i + 1] * (1.0 - h[..., i + 1])
-        accepted = h * after
-        with np.errstate(divide="ignore", invalid="ignore"):
-            corrections = np.where(z[..., None] > 0, excess / np.where(z > 0, z, 1.0)[..., None], q[..., :m, :])
-        emitted = np.concatenate([corrections, q[..., m:, :]], axis=-2)
-        return BlockLaw(accepted=accepted, emitted=emitted)
+        z, emitted = residual_block(p, q, w)
+        return BlockLaw(accepted=pass_law(w, z, w[..., -1]), emitted=emitted)
 
     def expected_block_lengths(self, p, q, m, *, method="auto", n_paths=1024, seed=0, max_support=1_000_000):
         """E[tau] of a block of m drafts started at each position of validated float64 rows

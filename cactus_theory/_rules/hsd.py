@@ -13,43 +13,9 @@ import numpy as np
 
 from ._helpers import SpSOneDraft, block_inputs, enumerated_block_lengths
 from ._protocol import BlockLaw, Rule
+from .block import drafted_ratios, lindley_weights, pass_law, residual_block
 
 __all__ = ["HierarchicalSpeculativeDecoding"]
-
-
-def _ratios(px, qx):
-    """q(x)/p(x) of drafted tokens (p(x) = 0: 1 if q(x) > 0, else 0; a drafted token has p(x) > 0)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(px > 0, qx / np.where(px > 0, px, 1.0), np.where(qx > 0, 1.0, 0.0))
-
-
-def _lindley(r):
-    """Block weights w_0 = 1, w_i = min(w_{i-1} r_i, 1), (..., m + 1), from ratios r (..., m):
-    the joint ratio divided by its running maximum (HSD's capping, ``torch.cummax``)."""
-    w = np.ones((*r.shape[:-1], r.shape[-1] + 1))
-    for i in range(r.shape[-1]):
-        w[..., i + 1] = np.minimum(w[..., i] * r[..., i], 1.0)
-    return w
-
-
-def _pass_probabilities(w, z, whole):
-    """h_i, i = 0..m: h_0 = 1, h_i = Z_i / (Z_i + 1 - w_i) for 0 < i < m (1 where both vanish: the
-    code's NaN step-back probability never steps back), h_m = ``whole``."""
-    m = w.shape[-1] - 1
-    h = np.ones(w.shape)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        denominator = z[..., 1:m] + 1.0 - w[..., 1:m]
-        h[..., 1:m] = np.where(denominator > 0, z[..., 1:m] / np.where(denominator > 0, denominator, 1.0), 1.0)
-    h[..., m] = whole
-    return h
-
-
-def _tau_law(h):
-    """P(tau = i) = h_i prod_{j > i} (1 - h_j), i = 0..m (tau: the last place that passes)."""
-    after = np.ones(h.shape)
-    for i in range(h.shape[-1] - 2, -1, -1):
-        after[..., i] = after[..., i + 1] * (1.0 - h[..., i + 1])
-    return h * after
 
 
 class _ResidualMass:
@@ -124,15 +90,10 @@ class HierarchicalSpeculativeDecoding(SpSOneDraft, Rule):
         m = tokens.shape[-1]
         px = np.take_along_axis(p, tokens[..., None], -1)[..., 0]
         qx = np.take_along_axis(q[..., :m, :], tokens[..., None], -1)[..., 0]
-        r = _ratios(px, qx)
-        w = _lindley(r)
-        excess = np.maximum(w[..., :m, None] * q[..., :m, :] - p, 0.0)  # row i: after i accepted drafts
-        z = excess.sum(-1)
-        h = _pass_probabilities(w, z, np.minimum(np.prod(r, axis=-1), 1.0))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            corrections = np.where(z[..., None] > 0, excess / np.where(z > 0, z, 1.0)[..., None], q[..., :m, :])
-        emitted = np.concatenate([corrections, q[..., m:, :]], axis=-2)
-        return BlockLaw(accepted=_tau_law(h), emitted=emitted)
+        r = drafted_ratios(px, qx)
+        w = lindley_weights(r)
+        z, emitted = residual_block(p, q, w)
+        return BlockLaw(accepted=pass_law(w, z, np.minimum(np.prod(r, axis=-1), 1.0)), emitted=emitted)
 
     # -- on traces ------------------------------------------------------------------------------
     def _paths(self, p, q, n_paths, seed):
@@ -146,20 +107,19 @@ class HierarchicalSpeculativeDecoding(SpSOneDraft, Rule):
         found = np.searchsorted((cdf + shift).ravel(), (u + shift).ravel(), side="right").reshape(u.shape)
         drawn = np.minimum(found - vocab * np.arange(positions)[:, None], vocab - 1)
         rows = np.arange(positions)[:, None]
-        return drawn, _ratios(p[rows, drawn], q[rows, drawn]), _ResidualMass(p, q)
+        return drawn, drafted_ratios(p[rows, drawn], q[rows, drawn]), _ResidualMass(p, q)
 
     def _window(self, r, mass, m):
         """Per start and path (starts, n): the weights w (.., m + 1) and P(tau = i | drafts) (.., m + 1)."""
         starts = r.shape[0] - m + 1
         index = np.arange(starts)[:, None] + np.arange(m)[None, :]
         ratios = np.moveaxis(r[index], 1, 2)  # (starts, n, m)
-        w = _lindley(ratios)
+        w = lindley_weights(ratios)
         z = np.zeros(w.shape)
         for i in range(1, m):  # Z_i at position start + i with w_i
             rows = np.broadcast_to((np.arange(starts) + i)[:, None], w.shape[:2])
             z[..., i] = mass(rows, w[..., i])
-        h = _pass_probabilities(w, z, np.minimum(np.prod(ratios, axis=-1), 1.0))
-        return w, _tau_law(h)
+        return w, pass_law(w, z, np.minimum(np.prod(ratios, axis=-1), 1.0))
 
     def expected_block_lengths_for(self, p, q, ms, *, method="auto", n_paths=1024, seed=0, max_support=1_000_000):
         """{m: (method, E[tau] per block start, standard errors)} on validated float64 rows (T, V),

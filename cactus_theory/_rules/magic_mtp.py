@@ -12,6 +12,7 @@ import numpy as np
 
 from ._helpers import NUMPY, SpSOneDraft, block_inputs, enumerated_block_lengths, residual
 from ._protocol import BlockLaw, Rule
+from .block import drafted_ratios, lindley_weights
 
 __all__ = ["MagicMTP"]
 
@@ -24,12 +25,7 @@ RECOVERIES = ("block", "residual")
 def _weights(px, qx):
     """w_0 = 1, w_j = min(w_{j-1} q_j(x_j) / p_j(x_j), 1), shape (..., m + 1) (p(x) = 0: ratio 1
     if q(x) > 0, else 0)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = np.where(px > 0, qx / np.where(px > 0, px, 1.0), np.where(qx > 0, 1.0, 0.0))
-    w = np.ones((*px.shape[:-1], px.shape[-1] + 1))
-    for j in range(px.shape[-1]):
-        w[..., j + 1] = np.minimum(w[..., j] * r[..., j], 1.0)
-    return w
+    return lindley_weights(drafted_ratios(px, qx))
 
 
 def _poisson_step(state, delta, cap):

@@ -258,10 +258,7 @@ def batch_section(result):
         if row["draft_policy"]:
             continue
         cells = [f"{row['per_batch'][b]['speedup']:.2f}x (m = {row['per_batch'][b]['m']})" for b in REPORT_BATCHES]
-        even = row["break_even"]
-        first, last = REPORT_BATCHES[0], REPORT_BATCHES[-1]
-        verdict = (f"< {first}" if even == first else str(even)) if even is not None else f"> {last}"
-        lines.append(f"| {row['rule']} | " + " | ".join(cells) + f" | {verdict} |")
+        lines.append(f"| {row['rule']} | " + " | ".join(cells) + f" | {row['verdict']} |")
     return "\n".join(lines)
 
 

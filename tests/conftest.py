@@ -25,6 +25,7 @@ OPTIONAL = {
     "fast": ("numba", "fast"),
     "distributed": ("distributed", "distributed"),
     "llamacpp": ("llama_cpp", "llamacpp"),
+    "servers": ("httpx", "servers"),
 }
 
 

@@ -3,6 +3,8 @@ Its arguments, then the code that runs them."""
 
 from __future__ import annotations
 
+import argparse
+
 from ._common import (
     MODEL_MEMORY,
     _check_out,
@@ -32,8 +34,31 @@ def add_parser(sub):
         formatter_class=_Formatter,
         epilog=RECORD_FORMATS + "\nModels: a Hugging Face id, a local directory, or a .gguf file.\n\n" + MODEL_MEMORY,
     )
-    d.add_argument("--verifier", required=True, help="verifier: Hugging Face id, local directory or .gguf file")
-    d.add_argument("--draft", required=True, help="draft model: Hugging Face id, local directory or .gguf file")
+    d.add_argument("--verifier", default=None, help="verifier: Hugging Face id, local directory or .gguf file")
+    d.add_argument("--draft", default=None, help="draft model: Hugging Face id, local directory or .gguf file")
+    s = d.add_argument_group(
+        "from running servers (instead of --verifier / --draft)",
+        "the verifier server generates with its top-K log-probs; the draft server is teacher-forced on its tokens "
+        "(docs: Traces from servers)",
+    )
+    s.add_argument("--server", default=None, metavar="URL", help="the verifier's server, e.g. http://127.0.0.1:8080")
+    s.add_argument("--draft-server", default=None, metavar="URL", help="the draft model's server")
+    s.add_argument("--protocol", choices=("auto", "llama.cpp", "openai", "sglang"), default="auto",
+                   help="the servers' API (auto: asked from the server)")  # fmt: skip
+    s.add_argument("--draft-protocol", choices=("auto", "llama.cpp", "openai", "sglang"), default=None,
+                   help="the draft server's API when it differs (default: --protocol)")  # fmt: skip
+    s.add_argument("--concurrency", type=_int_at_least(1), default=1, help="requests in flight")
+    s.add_argument("--timeout", type=_positive_float, default=600.0, help="seconds a request may take")
+    s.add_argument("--retries", type=_int_at_least(0), default=4, help="retries on 429 / 503 / dropped connections")
+    s.add_argument("--api-key-env", default=None, metavar="NAME", help="environment variable holding the API key")
+    s.add_argument(
+        "--draft-api-key-env", default=None, metavar="NAME", help="the draft server's key (default: the same)"
+    )
+    s.add_argument("--prompt-format", choices=("chat", "raw"), default="chat",
+                   help="chat: the verifier server's chat template around each prompt; raw: the text")  # fmt: skip
+    s.add_argument("--tokenizer", default=None, help="a Hugging Face tokenizer for servers without a tokenize "
+                   "endpoint (SGLang): prompt ids and chat template")  # fmt: skip
+    s.add_argument("--vocab-size", type=_int_at_least(2), default=None, help="where the servers do not state it")
     _prompt_file_options(d)
     d.add_argument("--out", required=True, help="trace directory (resumed if it exists)")
     _model_options(d)
@@ -71,9 +96,55 @@ def add_parser(sub):
     return d
 
 
+def _positive_float(text):
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return value
+
+
+def _run_servers(args) -> int:
+    from .._models._hf import prompt_ids_with
+    from .._servers._dump import dump_server_trace
+
+    if args.verifier or args.draft:
+        raise ValueError("give either --server / --draft-server or --verifier / --draft, not both")
+    if not args.draft_server:
+        raise ValueError("--server needs --draft-server: the draft model's server (teacher-forced on the verifier's "
+                         "tokens)")  # fmt: skip
+    for flag in ("completions", "part"):
+        if getattr(args, flag):
+            raise ValueError(f"--{flag} is for models loaded here, not for --server")
+    _check_out(args, [*args.prompts])
+    prompts = _prompts_from(args)
+    summary = dump_server_trace(
+        args.server, args.draft_server, prompts, args.out, settings=_settings(args),
+        max_new_tokens=args.max_new_tokens, seed=args.seed, top_k=args.top_logits, limit=args.limit,
+        concurrency=args.concurrency, protocol=args.protocol, draft_protocol=args.draft_protocol,
+        api_key_env=args.api_key_env, draft_api_key_env=args.draft_api_key_env or args.api_key_env,
+        timeout=args.timeout, retries=args.retries, chat=args.prompt_format == "chat",
+        tokenizer=prompt_ids_with(args.tokenizer) if args.tokenizer else None, vocab_size=args.vocab_size,
+        shard_positions=args.shard_positions, progress=_progress(args),
+    )  # fmt: skip
+    print(f"wrote {summary.written_positions} positions to {args.out}"
+          + (f" ({len(summary.refused)} sequence(s) refused as misaligned)" if summary.refused else ""))  # fmt: skip
+    return 0
+
+
 def run(args) -> int:
     from .._models._dump import dump_trace, load_completions
 
+    if args.server or args.draft_server:
+        if not args.server:
+            raise ValueError("--draft-server needs --server: the verifier's server")
+        return _run_servers(args)
+    if not (args.verifier and args.draft):
+        raise ValueError("give --verifier and --draft (models to load here), or --server and --draft-server")
     _check_out(args, [*args.prompts, args.completions, *_model_inputs(args)])
     prompts = _prompts_from(args)
     completions = None

@@ -293,6 +293,20 @@ def encode_chat(tokenizer, text: str, what: str = "the prompt"):
     return ids
 
 
+def prompt_ids_with(name):
+    """A callable ``(text, chat) -> token ids`` from the Hugging Face tokenizer ``name`` (a hub id or a
+    local directory): the model's chat template around the text when ``chat`` (``encode_chat``), else
+    the text tokenized as it is. For servers without a tokenize endpoint (SGLang)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(name)
+
+    def ids(text, chat):
+        return encode_chat(tok, text) if chat else list(tok(text)["input_ids"])
+
+    return ids
+
+
 def eos_ids(model, tokenizer) -> set[int]:
     """The end-of-sequence ids: the tokenizer's and every one in the model's generation config."""
     ids = {tokenizer.eos_token_id}

@@ -1,0 +1,261 @@
+"""A logit trace taken over HTTP from the inference servers users already run.
+
+The verifier server samples each prompt's continuation and returns, at every generated position,
+its top-K log-probabilities; the draft server is teacher-forced on the verifier's exact token ids
+and returns its top-K log-probabilities at the same positions (``_protocols``). Both rows go into an
+ordinary trace: the stored "logits" are the normalised log-probabilities and each row's
+log-sum-exp is 0, so the tail beyond the top-K has the exactly known mass 1 - sum exp(top-K)
+(``tail_known`` true); the analysis is exact for sampling settings with 0 < top_k <= K, as for
+any trace.
+
+What is guaranteed:
+
+- alignment is never silent: the two servers' tokenizers are compared before anything is dumped
+  (vocabulary sizes, and probe strings through both tokenize endpoints: a mismatch is refused,
+  naming the probe); the draft receives the verifier's token ids, and a sequence whose draft
+  answer does not line up with them token for token (llama.cpp's grammar not followed, a
+  different number of prompt positions) is refused and counted, never analysed shifted;
+- many requests are in flight (``concurrency``), each with its time-out and retries (``_http``);
+  completed sequences are written in prompt order whatever order they finish in, so the trace
+  is the same at any concurrency; the trace lock, temporary names and renames of every writer;
+- a rerun resumes: prompts the trace holds are skipped, and one that a dead server left
+  incomplete is dumped again from the start (each prompt's sampling seed comes from the seed
+  and its id, so it samples the same tokens: a dump interrupted and resumed equals one run
+  straight through, bit for bit, on a deterministic server: llama-server with one slot and
+  ``cache_prompt`` off, as the dump asks);
+- the manifest records each server's URL (without credentials), protocol, engine and version,
+  model id and vocabulary, K and the sampling settings; an API key (``api_key_env``) is read from
+  the environment and lands nowhere.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._data._prompts import prompt_seed
+from .._data._trace import DEFAULT_TOP_K, TraceError, TraceWriter
+from .._math._sampling import SamplingSettings
+from .._util._files import Terminated, termination_as_exception, utc_timestamp
+from .._util._progress import progress_bar
+from ._http import ServerClient, ServerError
+from ._protocols import PROTOCOLS, AlignmentError, detect_protocol, make_protocol
+
+__all__ = ["PROBE_STRINGS", "AlignmentError", "ServerDumpSummary", "compare_tokenizers", "dump_server_trace",
+           "open_server"]  # fmt: skip
+
+#: Strings both servers tokenize before a dump: their ids must agree (ASCII, code, digits, accents,
+#: CJK, emoji, whitespace runs and a chat-template marker).
+PROBE_STRINGS = (
+    "Hello, world! The quick brown fox jumps over the lazy dog.",
+    "def f(x):\n    return x ** 2  # squares\n\n\n",
+    "3.14159 2718281828 1,000,000 -42",
+    "naïve café déjà vu Ünïcödé",
+    "数学 가나다 ✓ 🚀🐱",
+    "<|im_start|>user\n<|im_end|>",
+)
+
+
+@dataclass
+class ServerDumpSummary:
+    """What a server dump did: prompts and positions written by this run, prompts refused for not
+    aligning (their ids), the trace's totals, and the tokens per second of the verifier's generation."""
+
+    written_prompts: int
+    written_positions: int
+    refused: list
+    trace_prompts: int
+    trace_positions: int
+    seconds: float
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.written_positions / self.seconds if self.seconds > 0 else float("nan")
+
+
+def open_server(url, *, protocol="auto", api_key_env=None, timeout=600.0, retries=4, tokenizer=None, what="--server",
+                model=None):  # fmt: skip
+    """(client, protocol object) for the server at ``url`` (``protocol`` "auto" asks the server)."""
+    if protocol != "auto" and protocol not in PROTOCOLS:
+        raise ServerError(f"{what}: --protocol must be auto or one of {', '.join(PROTOCOLS)}; got {protocol!r}")
+    client = ServerClient(url, api_key_env=api_key_env, timeout=timeout, retries=retries, what=what)
+    name = detect_protocol(client) if protocol == "auto" else protocol
+    speaker = make_protocol(name, client, tokenizer=tokenizer, model=model)
+    speaker.info()
+    return client, speaker
+
+
+def compare_tokenizers(verifier, draft, probes=PROBE_STRINGS):
+    """Refuse two servers whose tokenizers differ: vocabulary sizes (where both say) and the ids of
+    every probe string (plain tokenization, special tokens parsed). Returns the vocabulary size."""
+    a, b = verifier.info(), draft.info()
+    if a.vocab_size is not None and b.vocab_size is not None and a.vocab_size != b.vocab_size:
+        raise ServerError(
+            f"the verifier's vocabulary has {a.vocab_size} tokens, the draft's {b.vocab_size}: a trace "
+            "needs one shared tokenizer (TLI's VocabularyMap handles drafters of another vocabulary)"
+        )
+    for text in probes:
+        ids_a, ids_b = verifier.probe_tokenize(text), draft.probe_tokenize(text)
+        if ids_a != ids_b:
+            cut = next((i for i, (x, y) in enumerate(zip(ids_a, ids_b, strict=False)) if x != y),
+                       min(len(ids_a), len(ids_b)))  # fmt: skip
+            raise ServerError(
+                f"the two servers tokenize {text[:30]!r} differently (from token {cut}: "
+                f"{ids_a[cut : cut + 3]} vs {ids_b[cut : cut + 3]}): they do not share a tokenizer"
+            )
+    return a.vocab_size if a.vocab_size is not None else b.vocab_size
+
+
+def _identity(info):
+    """A server's entry in the metadata that a resume compares: what it serves, not where."""
+    out = info.as_dict()
+    out.pop("url", None)
+    out.pop("slots", None)
+    return {"server": out}
+
+
+def dump_server_trace(verifier_url, draft_url, prompts, out, *, settings=None, max_new_tokens=128, seed=0,
+                      top_k=DEFAULT_TOP_K, limit=None, concurrency=1, protocol="auto", draft_protocol=None,
+                      api_key_env=None, draft_api_key_env=None, timeout=600.0, retries=4, chat=True, tokenizer=None,
+                      vocab_size=None, shard_positions=2048, progress=None) -> ServerDumpSummary:  # fmt: skip
+    """Dump a trace of ``prompts`` (``Prompt`` objects) from two servers into ``out``; resumable.
+
+    ``verifier_url`` generates (``settings``, at most ``max_new_tokens``, seeded per prompt by
+    ``seed`` and its id); ``draft_url`` is teacher-forced on its tokens. ``top_k`` is K, the
+    log-probs kept per position (at most the servers' limit: vLLM's ``--max-logprobs``, 20 by
+    default). ``chat``: apply the verifier server's chat template to each prompt (False: the
+    prompt's text as it is). ``tokenizer``: a callable ``(text, chat) -> ids`` for servers without
+    a tokenize endpoint (SGLang). ``vocab_size`` where the servers do not state theirs.
+    ``concurrency`` requests in flight. See the module docstring for what is guaranteed.
+    """
+    settings = settings or SamplingSettings()
+    prompt_seed(seed, "")
+    for name, value, low in (("max_new_tokens", max_new_tokens, 1), ("top_k", top_k, 1),
+                             ("concurrency", concurrency, 1), ("shard_positions", shard_positions, 1)):  # fmt: skip
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 0):
+        raise ValueError(f"limit must be an integer >= 0 (prompts in this run); got {limit!r}")
+    v_client, verifier = open_server(verifier_url, protocol=protocol, api_key_env=api_key_env, timeout=timeout,
+                                     retries=retries, tokenizer=tokenizer, what="--server")  # fmt: skip
+    d_client, draft = open_server(
+        draft_url,
+        protocol=draft_protocol or protocol,
+        api_key_env=draft_api_key_env,
+        timeout=timeout,
+        retries=retries,
+        tokenizer=tokenizer,
+        what="--draft-server",
+    )
+    clients = (v_client, d_client)
+    try:
+        vocab = compare_tokenizers(verifier, draft)
+        if vocab_size is not None:
+            if vocab is not None and vocab != vocab_size:
+                raise ServerError(f"--vocab-size {vocab_size} disagrees with the servers' vocabulary of {vocab}")
+            vocab = int(vocab_size)
+        if vocab is None:
+            raise ServerError("neither server states its vocabulary size: give --vocab-size (config.json's vocab_size)")
+        verifier.known_vocab = draft.known_vocab = vocab
+        v_info, d_info = verifier.info(), draft.info()
+        metadata = {
+            "verifier": _identity(v_info),
+            "draft": _identity(d_info),
+            "engine": f"server:{v_info.engine}",
+            "servers": {"verifier": v_info.as_dict(), "draft": d_info.as_dict()},
+            "sampling": settings.as_dict(),
+            "seed": int(seed),
+            "seeding": "per prompt: sha256 of the prompt id with the seed (prompt_seed)",
+            "max_new_tokens": int(max_new_tokens),
+            "teacher_forced": False,
+            "prompt_format": "chat template of the verifier server" if chat else "raw text",
+            "logprobs": "normalised log-probabilities of the raw logits (temperature 1, before samplers); lse = 0",
+            "created": utc_timestamp(),
+        }
+        return _run(prompts, out, verifier, draft, clients, metadata, vocab, settings, max_new_tokens, seed, top_k,
+                    limit, concurrency, chat, shard_positions, progress)  # fmt: skip
+    finally:
+        for client in clients:
+            client.close()
+
+
+def _one(prompt, verifier, draft, settings, max_new_tokens, seed, k, chat):
+    """(prompt, ids, generation, draft rows) of one prompt, or (prompt, None, AlignmentError, None)."""
+    ids = verifier.prompt_ids(prompt.text, chat=chat)
+    if not ids:
+        raise ServerError(f"prompt {prompt.id!r} tokenizes to nothing: give it some text")
+    gen = verifier.generate(ids, settings, max_new_tokens, prompt_seed(seed, prompt.id), k)
+    if not gen.tokens:
+        raise ServerError(
+            f"--server {verifier.client.public}: an empty completion for prompt {prompt.id!r} (it stopped at once): "
+            "check its stop settings, n_predict / max_tokens and the chat template"
+        )
+    try:
+        rows = draft.score(ids, gen.tokens, k)
+    except AlignmentError as exc:
+        return prompt, ids, exc, None
+    return prompt, ids, gen, rows
+
+
+def _run(prompts, out, verifier, draft, clients, metadata, vocab, settings, max_new_tokens, seed, k, limit,
+         concurrency, chat, shard_positions, progress):  # fmt: skip
+    def note(message):
+        print(message, file=sys.stderr, flush=True)
+
+    start = time.perf_counter()
+    refused, written, finished = [], 0, 0
+    with (
+        termination_as_exception(),
+        TraceWriter(out, vocab, top_k=k, metadata=metadata, shard_positions=shard_positions) as writer,
+    ):
+        done_before = sum(1 for p in prompts if p.id in writer.done_ids)
+        if done_before:
+            note(f"resuming {out}: {done_before} of {len(prompts)} prompts done, {writer.positions_held:,} positions")
+        todo = [p for p in prompts if p.id not in writer.done_ids][: limit if limit is not None else None]
+        bar = progress_bar(total=len(todo), desc="dump (server)", unit="prompt", enabled=progress)
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=int(concurrency), thread_name_prefix="dump")
+        try:
+            futures = [pool.submit(_one, p, verifier, draft, settings, max_new_tokens, seed, k, chat) for p in todo]
+            for future in futures:  # in prompt order: the trace is the same at any concurrency
+                prompt, ids, gen, rows = future.result()
+                if isinstance(gen, AlignmentError):
+                    refused.append(prompt.id)
+                    note(f"refused {prompt.id}: {gen}")
+                else:
+                    zero = np.zeros(len(gen.tokens))
+                    compressed = {"target": (gen.logprobs, gen.ids, zero), "draft": (rows[0], rows[1], zero)}
+                    meta = {"source": prompt.source, "prompt_tokens": len(ids)}
+                    if gen.finish is not None:
+                        meta["finish"] = str(gen.finish)
+                    writer.add_compressed(prompt.id, prompt.task, np.asarray(gen.tokens), compressed, meta=meta)
+                    written += len(gen.tokens)
+                    finished += 1
+                bar.update(1)
+                bar.set_postfix(tokens=written, tok_s=f"{written / max(time.perf_counter() - start, 1e-9):.1f}",
+                                refused=len(refused))  # fmt: skip
+        except (KeyboardInterrupt, Terminated):
+            bar.close()
+            for client in clients:  # in-flight requests end now; what completed is written by the writer's exit
+                client.close()
+            note(
+                f"stopped after {finished} prompt(s) of this run ({written:,} positions); "
+                f"{done_before + finished} of {len(prompts)} prompts are in {out}: rerun the same command to resume"
+            )
+            raise
+        except (ServerError, TraceError):
+            for client in clients:
+                client.close()
+            raise
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+            bar.close()
+        total_prompts, total_positions = len(writer.done_ids), writer.positions_held
+    summary = ServerDumpSummary(finished, written, refused, total_prompts, total_positions, time.perf_counter() - start)
+    note(f"this run: {finished} prompt(s), {written:,} positions ({summary.tokens_per_second:.1f} tok/s)"
+         + (f", {len(refused)} refused as misaligned ({', '.join(refused[:5])})" if refused else "")
+         + f"; the trace holds {total_prompts} prompts, {total_positions:,} positions")  # fmt: skip
+    return summary

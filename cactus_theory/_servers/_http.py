@@ -1,0 +1,218 @@
+"""The transport to an inference server: one small layer over httpx, its time-outs and retries explicit.
+
+``ServerClient(url, api_key_env=..., timeout=..., retries=...)`` sends JSON requests to one server
+and returns the decoded JSON. What it guarantees:
+
+- a request that meets a 429 or a 503, a dropped or refused connection or a read time-out is
+  retried ``retries`` times with exponential backoff (``backoff * 2**attempt`` seconds, at most
+  ``max_backoff``; a ``Retry-After`` header is honoured up to that bound); any other HTTP error,
+  or the last failure, raises a ``ServerError`` of one line that names the server (its URL
+  without credentials), the endpoint, the status and the start of the error body;
+- a body that is not JSON, or JSON with NaN / Infinity, raises a ``ServerError`` (Python's json
+  module would accept ``NaN``; a log-prob of NaN is never data);
+- an API key is read from the environment variable named by ``api_key_env`` and sent as a bearer
+  token; it never appears in a message, a manifest (``describe``) or a log: the URL is shown
+  without user and password, and any text that contains the key is redacted before it is shown.
+
+Nothing here knows a protocol (``_protocols`` does).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import urllib.parse
+
+__all__ = ["ServerClient", "ServerError", "public_url"]
+
+
+class ServerError(ValueError):
+    """A server that cannot be reached, answers with an error, or answers what cannot be used."""
+
+
+def public_url(url: str) -> str:
+    """``url`` without user, password, query or fragment (what a manifest or a message may show)."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 literal
+        host = f"[{host}]"
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
+def check_url(url, what="--server") -> str:
+    """An http(s) URL with a host, or a ServerError naming ``what``."""
+    if not isinstance(url, str) or not url:
+        raise ServerError(f"{what} must be a URL such as http://127.0.0.1:8080; got {url!r}")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ServerError(f"{what} must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:8080; got "
+                          f"{public_url(url) if parts.hostname else url!r}")  # fmt: skip
+    return url
+
+
+def _reject_constant(name):
+    raise ValueError(f"{name} is not a number")
+
+
+def strict_json(text: str):
+    """JSON without NaN, Infinity or -Infinity (ValueError otherwise)."""
+    return json.loads(text, parse_constant=_reject_constant)
+
+
+class ServerClient:
+    """JSON over HTTP to one server, with retries; see the module docstring for the guarantees.
+
+    Parameters
+    ----------
+    url : str
+        The server's base URL (``http://host:port``, an optional path prefix such as ``/v1`` is
+        kept and endpoints are joined to it).
+    api_key_env : str or None
+        The name of an environment variable holding an API key (sent as ``Authorization: Bearer``).
+    timeout : float
+        Seconds for connecting and for each read (a long generation streams nothing until done:
+        give enough for the longest request).
+    retries : int
+        Further attempts after a retryable failure (429, 503, dropped connection, time-out).
+    backoff, max_backoff : float
+        The first wait and the longest one, in seconds.
+    """
+
+    def __init__(self, url, *, api_key_env=None, timeout=600.0, retries=4, backoff=0.5, max_backoff=30.0,
+                 what="--server"):  # fmt: skip
+        try:
+            import httpx
+        except ImportError:
+            raise ServerError("traces from servers need httpx: pip install -e '.[servers]'") from None
+        check_url(url, what)
+        for name, value, low in (("timeout", timeout, 0), ("backoff", backoff, 0), ("max_backoff", max_backoff, 0)):
+            bad = isinstance(value, bool) or not isinstance(value, (int, float))
+            if bad or not (math.isfinite(value) and value >= low):
+                raise ServerError(f"{name} must be a finite number >= {low}; got {value!r}")
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ServerError(f"retries must be an integer >= 0; got {retries!r}")
+        if timeout == 0:
+            raise ServerError("timeout must be > 0 seconds")
+        self.url = url.rstrip("/")
+        self.what = what
+        self.public = public_url(url)
+        self.retries, self.backoff, self.max_backoff = int(retries), float(backoff), float(max_backoff)
+        self._key = None
+        headers = {"Accept": "application/json"}
+        if api_key_env:
+            if not isinstance(api_key_env, str) or not api_key_env.replace("_", "").isalnum():
+                raise ServerError(f"--api-key-env must name an environment variable; got {api_key_env!r}")
+            key = os.environ.get(api_key_env)
+            if not key:
+                raise ServerError(f"--api-key-env {api_key_env}: that environment variable is empty or not set")
+            self._key = key
+            headers["Authorization"] = f"Bearer {key}"
+        parts = urllib.parse.urlsplit(url)
+        auth = None
+        self._secrets = []
+        if parts.username:  # user:password in the URL: HTTP basic auth, unless an API key is given (bearer)
+            basic = (urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or ""))
+            self._secrets = [s for s in (parts.password, basic[1]) if s]
+            auth = None if self._key else basic
+        self._base = public_url(url)  # scheme, host, port and path prefix; credentials travel as auth
+        self._httpx = httpx
+        self._client = httpx.Client(timeout=httpx.Timeout(timeout), headers=headers, auth=auth, trust_env=False)
+
+    def redact(self, text) -> str:
+        """``text`` with the API key and any URL password replaced by ``***``."""
+        text = str(text)
+        for secret in [self._key, *self._secrets]:
+            if secret:
+                text = text.replace(secret, "***")
+        return text
+
+    def close(self):
+        self._client.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _fail(self, endpoint, what) -> ServerError:
+        line = " ".join(self.redact(what).split())
+        if len(line) > 300:
+            line = line[:300] + "..."
+        return ServerError(f"{self.what} {self.public}{endpoint}: {line}")
+
+    def request(self, method, endpoint, payload=None, *, parse=True):
+        """The JSON the server answers to ``method endpoint`` with ``payload`` (or its text with
+        ``parse=False``), retrying what may pass (see the class docstring)."""
+        httpx = self._httpx
+        url = self._base + endpoint
+        last = None
+        for attempt in range(self.retries + 1):
+            wait = min(self.backoff * 2**attempt, self.max_backoff)
+            try:
+                if payload is None:
+                    response = self._client.request(method, url)
+                else:
+                    response = self._client.request(method, url, content=json.dumps(payload, allow_nan=False),
+                                                    headers={"Content-Type": "application/json"})  # fmt: skip
+            except (httpx.ConnectError, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError,
+                    httpx.ReadTimeout, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:  # fmt: skip
+                kind = "did not answer in time" if isinstance(exc, httpx.TimeoutException) else "could not be reached"
+                last = self._fail(endpoint, f"{kind} ({type(exc).__name__}: {exc}); is the server running there?")
+            else:
+                if response.status_code in (429, 503):
+                    last = self._fail(endpoint, f"HTTP {response.status_code} (busy): {response.text[:200]}")
+                    after = response.headers.get("Retry-After")
+                    if after and after.replace(".", "", 1).isdigit():
+                        wait = min(float(after), self.max_backoff)
+                elif response.status_code >= 400:
+                    raise self._fail(endpoint, f"HTTP {response.status_code}: {_error_text(response.text)}")
+                else:
+                    if not parse:
+                        return response.text
+                    try:
+                        return strict_json(response.text)
+                    except ValueError as exc:
+                        text = response.text[:120]
+                        raise self._fail(endpoint, f"answered malformed JSON ({exc}): {text!r}") from None
+            if attempt < self.retries:
+                time.sleep(wait)
+        raise last
+
+    def get(self, endpoint, **kwargs):
+        return self.request("GET", endpoint, **kwargs)
+
+    def post(self, endpoint, payload, **kwargs):
+        return self.request("POST", endpoint, payload, **kwargs)
+
+    def probe(self, endpoint):
+        """(status, JSON or None) of GET ``endpoint``, once, without retries or raising on HTTP errors
+        (for detecting what a server is); a server that cannot be reached raises a ServerError."""
+        httpx = self._httpx
+        try:
+            response = self._client.get(self._base + endpoint)
+        except httpx.HTTPError as exc:
+            raise self._fail(endpoint, f"could not be reached ({type(exc).__name__}: {exc}); is the server running "
+                                       "there?") from None  # fmt: skip
+        try:
+            body = strict_json(response.text)
+        except ValueError:
+            body = None
+        return response.status_code, body
+
+
+def _error_text(text: str) -> str:
+    """The message of an error body: its JSON ``error`` / ``message`` / ``detail`` field, else the text."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return text[:200]
+    if isinstance(body, dict):
+        error = body.get("error", body.get("detail", body.get("message", body)))
+        if isinstance(error, dict):
+            error = error.get("message", error)
+        return str(error)[:300]
+    return str(body)[:300]

@@ -1,0 +1,201 @@
+"""The vLLM and SGLang protocols against local stand-ins (``fake_engines``: answers shaped as those engines'
+code writes them, computed from toy bigram models), checked against the toy models' own log-probs; and
+everything a bad server can do, each refused in one line (exit 2 on the CLI): unreachable, HTTP errors,
+malformed JSON, NaN / +inf, fewer than K log-probs, K above the server's limit, ids outside the vocabulary,
+empty completions, mismatched tokenizers; retries on 503; keys and URL passwords never shown or stored."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import FakeServer, free_port
+from fake_engines import ToyModel, V, sglang_handler, toy_ids, vllm_handler
+
+from cactus_theory import SamplingSettings, load_trace
+from cactus_theory._data._prompts import load_prompts
+from cactus_theory._servers._dump import dump_server_trace
+from cactus_theory._servers._http import ServerClient, ServerError, public_url
+
+pytestmark = [pytest.mark.servers]
+
+VERIFIER, DRAFT = ToyModel(0), ToyModel(1)
+SETTINGS = SamplingSettings(temperature=1.0, top_k=8, top_p=1.0)
+
+
+@pytest.fixture
+def prompts(tmp_path):
+    path = tmp_path / "prompts.txt"
+    path.write_text("hello there\nsome text\nthird one\n")
+    return load_prompts(str(path))
+
+
+def _expected(model, prompt_ids, tokens, k):
+    """Top-k (log-probs, ids) of the toy model at every generated position (the independent computation)."""
+    ids, lps, last = [], [], [prompt_ids[-1], *tokens[:-1]]
+    for prev in last:
+        lp = model.logprobs(prev)
+        order = np.argsort(-lp, kind="stable")[:k]
+        ids.append(order)
+        lps.append(lp[order])
+    return np.asarray(lps), np.asarray(ids)
+
+
+def _check_against_toys(trace, prompts, chat, k):
+    assert len(trace) == len(prompts)
+    for seq, prompt in zip(trace, prompts, strict=True):
+        ids = toy_ids(prompt.text, chat)
+        assert seq.meta["prompt_tokens"] == len(ids)
+        tokens = [int(t) for t in seq.tokens]
+        for role, model in (("target", VERIFIER), ("draft", DRAFT)):
+            lps, order = _expected(model, ids, tokens, k)
+            np.testing.assert_array_equal(seq.topk_ids[role], order)
+            np.testing.assert_allclose(seq.topk_logits[role], lps, rtol=0, atol=1e-6)  # float32 storage
+            np.testing.assert_array_equal(seq.lse[role], 0.0)
+
+
+def test_a_vllm_pair_gives_the_toy_models_distributions(prompts, tmp_path):
+    with FakeServer(vllm_handler(VERIFIER)) as v, FakeServer(vllm_handler(DRAFT, name="toy/draft")) as d:
+        summary = dump_server_trace(v.url, d.url, prompts, str(tmp_path / "t"), settings=SETTINGS, max_new_tokens=6,
+                                    top_k=5, vocab_size=V, concurrency=2)  # fmt: skip
+        sent = [body for method, path, body, _ in v.requests if path == "/v1/completions"]
+    assert summary.written_positions == 18 and not summary.refused
+    trace = load_trace(str(tmp_path / "t"))
+    _check_against_toys(trace, prompts, True, 5)
+    server = trace.metadata["servers"]["verifier"]
+    assert (server["engine"], server["protocol"], server["version"], server["model"]) == ("vllm", "openai", "0.11.0",
+                                                                                          "toy/verifier")  # fmt: skip
+    # what was asked: token-id prompts, K log-probs as token ids, the sampling settings
+    assert all(b["return_tokens_as_token_ids"] and b["logprobs"] == 5 and b["top_k"] == 8 for b in sent)
+    assert all(isinstance(b["prompt"], list) for b in sent)
+
+
+def test_an_sglang_pair_gives_the_toy_models_distributions(prompts, tmp_path):
+    with FakeServer(sglang_handler(VERIFIER)) as v, FakeServer(sglang_handler(DRAFT, name="toy/draft")) as d:
+        dump_server_trace(v.url, d.url, prompts, str(tmp_path / "t"), settings=SETTINGS, max_new_tokens=5, top_k=4,
+                          vocab_size=V, tokenizer=toy_ids)  # fmt: skip
+        sent = [body for _, path, body, _ in d.requests if path == "/generate"]
+    trace = load_trace(str(tmp_path / "t"))
+    _check_against_toys(trace, prompts, True, 4)
+    assert trace.metadata["servers"]["draft"]["engine"] == "sglang"
+    assert all(b["return_logprob"] and b["logprob_start_len"] == len(b["input_ids"]) - 5 for b in sent)
+
+
+def test_sglang_without_a_tokenizer_says_to_give_one(prompts, tmp_path):
+    with FakeServer(sglang_handler(VERIFIER)) as v, FakeServer(sglang_handler(DRAFT)) as d:
+        with pytest.raises(ServerError, match="--tokenizer"):
+            dump_server_trace(v.url, d.url, prompts, str(tmp_path / "t"), vocab_size=V)
+
+
+def test_retries_on_503_then_succeeds(prompts, tmp_path):
+    faults = {"busy": 2}
+    with FakeServer(vllm_handler(VERIFIER, faults=faults)) as v, FakeServer(vllm_handler(DRAFT)) as d:
+        dump_server_trace(v.url, d.url, prompts[:1], str(tmp_path / "t"), settings=SETTINGS, max_new_tokens=3, top_k=3,
+                          vocab_size=V)  # fmt: skip
+    assert faults["busy"] == 0 and len(load_trace(str(tmp_path / "t"))) == 1
+
+
+def test_a_client_retries_with_backoff_and_gives_up_with_the_status():
+    calls = []
+
+    def handler(method, path, body, headers):
+        calls.append(path)
+        return 429, {"error": {"message": "slow down"}}, {"Retry-After": "0"}
+
+    with FakeServer(handler) as s:
+        client = ServerClient(s.url, retries=2, backoff=0.0)
+        with pytest.raises(ServerError, match=r"HTTP 429 \(busy\)"):
+            client.post("/v1/completions", {})
+    assert len(calls) == 3
+
+
+@pytest.mark.parametrize(
+    ("faults", "k_limit", "k", "match"),
+    [
+        ({"malformed": "{not json"}, 20, 3, "malformed JSON"),
+        ({"malformed": '{"choices": [{"logprobs": {"tokens": [], "top_logprobs": [], "x": NaN}}]}'}, 20, 3,
+         "malformed JSON"),
+        ({"infinite": True}, 20, 3, "not a number a distribution can have"),
+        ({"short": True}, 20, 4, "fewer than K = 4"),
+        ({"outside": True}, 20, 3, "outside the vocabulary"),
+        ({}, 2, 3, "greater than max allowed: 2"),
+        ({"empty": True}, 20, 3, "empty completion"),
+    ],
+)  # fmt: skip
+def test_a_bad_answer_is_refused_in_one_line_naming_it(prompts, tmp_path, faults, k_limit, k, match):
+    with FakeServer(vllm_handler(VERIFIER, faults=faults, k_limit=k_limit)) as v, FakeServer(vllm_handler(DRAFT)) as d:
+        with pytest.raises(ServerError, match=match) as info:
+            dump_server_trace(v.url, d.url, prompts[:1], str(tmp_path / "t"), settings=SETTINGS, max_new_tokens=3,
+                              top_k=k, vocab_size=V, retries=0)  # fmt: skip
+    message = str(info.value)
+    assert "\n" not in message and v.url in message
+
+
+def test_the_cli_exits_2_with_one_line_for_an_unreachable_server(prompts, tmp_path, capsys):
+    from cactus_theory._cli import main
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    (tmp_path / "p.txt").write_text("hello\n")
+    code = main(["dump", "--server", dead, "--draft-server", dead, "--prompts", str(tmp_path / "p.txt"), "--out",
+                 str(tmp_path / "t"), "--retries", "0"])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "could not be reached" in err[0] and dead in err[0]
+
+
+def test_mismatched_tokenizers_are_refused(prompts, tmp_path):
+    def other(method, path, body, headers):
+        if path == "/tokenize" and "prompt" in body:
+            ids = toy_ids(body["prompt"], False)
+            return 200, {"count": len(ids), "max_model_len": 4096, "tokens": [(t + 1) % V for t in ids]}
+        return vllm_handler(DRAFT)(method, path, body, headers)
+
+    with FakeServer(vllm_handler(VERIFIER)) as v, FakeServer(other) as d:
+        with pytest.raises(ServerError, match=r"tokenize .* differently"):
+            dump_server_trace(v.url, d.url, prompts, str(tmp_path / "t"), vocab_size=V)
+
+
+def test_mismatched_vocabulary_sizes_are_refused(prompts, tmp_path):
+    def llama(vocab):
+        def handle(method, path, body, headers):
+            if path == "/props":
+                return 200, {"build_info": "b1-test", "total_slots": 1, "default_generation_settings": {"n_ctx": 256}}
+            if path == "/v1/models":
+                return 200, {"data": [{"id": "m.gguf", "meta": {"n_vocab": vocab}}]}
+            return 404, {"error": {"message": "no"}}
+
+        return handle
+
+    with FakeServer(llama(64)) as v, FakeServer(llama(65)) as d:
+        with pytest.raises(ServerError, match="64 tokens, the draft's 65"):
+            dump_server_trace(v.url, d.url, prompts, str(tmp_path / "t"))
+
+
+def test_an_api_key_is_sent_but_never_shown_or_stored(prompts, tmp_path, monkeypatch):
+    secret = "sk-test-1234567890"
+    monkeypatch.setenv("MY_KEY", secret)
+    seen = []
+
+    def handler(method, path, body, headers):
+        seen.append(headers.get("Authorization"))
+        if path == "/v1/completions":  # an error body that echoes the key back
+            return 401, {"error": {"message": f"bad key {headers.get('Authorization')}"}}
+        return vllm_handler(VERIFIER)(method, path, body, headers)
+
+    with FakeServer(handler) as v, FakeServer(vllm_handler(DRAFT)) as d:
+        url = v.url.replace("http://", "http://user:hunter2@")
+        with pytest.raises(ServerError) as info:
+            dump_server_trace(url, d.url, prompts[:1], str(tmp_path / "t"), vocab_size=V, api_key_env="MY_KEY",
+                              retries=0)  # fmt: skip
+    assert f"Bearer {secret}" in seen
+    assert secret not in str(info.value) and "***" in str(info.value) and "hunter2" not in str(info.value)
+    manifest = (tmp_path / "t" / "manifest.json").read_text()
+    assert secret not in manifest and "hunter2" not in manifest
+    assert json.loads(manifest)["metadata"]["servers"]["verifier"]["url"] == v.url
+
+
+def test_public_url_drops_credentials_query_and_fragment():
+    assert public_url("https://u:p@example.org:8443/v1/?token=x#f") == "https://example.org:8443/v1"
+    assert public_url("http://[::1]:8080") == "http://[::1]:8080"
+    with pytest.raises(ServerError, match="--server must be an http"):
+        ServerClient("ftp://example.org")

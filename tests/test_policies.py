@@ -148,3 +148,100 @@ def test_cli_plan_without_a_cost_uses_the_measured_default_profile(capsys):
     capsys.readouterr()
     assert main(["plan", "--cost-profile", "nope", "--quiet"]) != 0
     assert "unknown cost profile 'nope'; the profiles: qwen3-32b-0.6b-gb200-vllm" in capsys.readouterr().err
+
+
+def _llama_server_blocks(draft_logits, target_probs, p_min, n_min, n_max):
+    """llama-server's draft-simple and its verification written out per block start (common/speculative.cpp,
+    common_sampler_sample_and_accept_n): the drafter drafts the argmax of its top-10 at temperature 1 while
+    that top-10's top-1 probability is >= p_min, at most n_max; fewer than n_min drafts are dropped; the
+    verifier accepts a draft when its own sample equals it. (exact AL, drafted, draft forwards) per start."""
+    n = len(draft_logits)
+    out = []
+    for t in range(n):
+        drafts, forwards = [], 0
+        for j in range(n_max):
+            if t + j >= n:
+                break
+            forwards += 1
+            row = draft_logits[t + j]
+            top10 = np.sort(row)[::-1][:10]
+            p10 = np.exp(top10 - top10[0]) / np.exp(top10 - top10[0]).sum()
+            if p10[0] < p_min:
+                break
+            drafts.append(int(np.argmax(row)))
+        if len(drafts) < n_min:
+            drafts = []
+        al, reach = 0.0, 1.0
+        for j, d in enumerate(drafts):
+            reach *= target_probs[t + j][d]  # P(the verifier samples the draft)
+            al += reach
+        out.append((al, len(drafts), forwards + al))
+    return np.array(out)
+
+
+@pytest.mark.parametrize(("p_min", "n_min", "n_max"), [(0.0, 0, 3), (0.5, 0, 4), (0.3, 2, 5), (0.9, 1, 2)])
+def test_the_llama_cpp_policy_is_llama_servers_drafting_and_verification(p_min, n_min, n_max):
+    from cactus_theory import SamplingSettings, trace_from_arrays
+
+    rng = np.random.default_rng(7)
+    vocab, positions = 40, 60
+    draft_logits = rng.normal(0, 3, (positions, vocab))
+    target_logits = draft_logits + rng.normal(0, 1.5, (positions, vocab))
+    tokens = rng.integers(0, vocab, positions)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = trace_from_arrays(tmp, draft_logits, target_logits, tokens, top_k=vocab)
+        settings = SamplingSettings(temperature=0.7, top_k=20, top_p=1.0)
+        policy = f"llama.cpp(p_min={p_min}, n_min={n_min})"
+        res = analyze_trace(trace, rules=["strict"], ms=[n_max], settings=settings, draft_mode="greedy",
+                            draft_policies=[policy])  # fmt: skip
+        seq = next(iter(trace))
+        _, q = seq.distributions(settings)
+    # the verifier's processed distribution on the trace's support, back on token ids
+    support = np.concatenate([seq.topk_ids["target"], seq.topk_ids["draft"]], axis=-1)
+    target = np.zeros((positions, vocab))
+    for i in range(positions):
+        for j, tok in enumerate(support[i]):
+            target[i, tok] = max(target[i, tok], q[i, j])
+    expected = _llama_server_blocks(draft_logits, target, p_min, n_min, n_max)
+    starts = positions - n_max + 1
+    block = res.sequences[0].rules["strict"].block(n_max, make_draft_policy(policy).describe())
+    np.testing.assert_allclose(block.al_sum, expected[:starts, 0].sum(), rtol=1e-10)
+    np.testing.assert_allclose(block.drafted_sum, expected[:starts, 1].sum(), rtol=0)
+    np.testing.assert_allclose(block.forwards_sum, expected[:starts, 2].sum(), rtol=1e-10)
+
+
+def test_the_llama_cpp_law_agrees_with_simulating_the_server_loop():
+    """Monte Carlo of the server's loop (the verifier samples, the draft is kept while they agree) at one block
+    start against the exact accepted length of the policy."""
+    rng = np.random.default_rng(3)
+    vocab, n_max = 12, 4
+    draft_logits = rng.normal(0, 2.5, (n_max, vocab))
+    target = rng.dirichlet(np.full(vocab, 0.5), size=n_max)
+    exact = _llama_server_blocks(draft_logits, target, 0.2, 0, n_max)[0]
+    policy = make_draft_policy("llama.cpp(p_min=0.2)")
+    top1 = np.array([np.sort(np.exp(r - r.max()))[::-1][:10].max() / np.sort(np.exp(r - r.max()))[::-1][:10].sum()
+                     for r in draft_logits])  # fmt: skip
+    greedy = np.argmax(draft_logits, axis=-1)
+    beta = target[np.arange(n_max), greedy]
+    al, drafted, forwards = policy_blocks(policy, np.eye(vocab)[greedy], beta, n_max, features=(top1, np.zeros(n_max)))
+    assert al[0] == pytest.approx(exact[0]) and drafted[0] == exact[1] and forwards[0] == pytest.approx(exact[2])
+    draws = 200_000
+    accepted = np.zeros(draws)
+    alive = np.ones(draws, dtype=bool)
+    for j in range(int(drafted[0])):
+        sampled = np.array([rng.choice(vocab, size=draws, p=target[j])])[0]
+        alive &= sampled == greedy[j]
+        accepted += alive
+    se = accepted.std() / np.sqrt(draws)
+    assert abs(accepted.mean() - al[0]) < 5 * se
+
+
+def test_llama_cpp_policy_specs():
+    assert make_draft_policy("llama.cpp").describe() == "llama.cpp(p_min=0)"
+    assert make_draft_policy("llama.cpp(0.25, 3)") == make_draft_policy("llama.cpp(p_min=0.25, n_min=3)")
+    for bad, match in [("llama.cpp(p_min=2)", r"\[0, 1\]"), ("llama.cpp(n_min=1.5)", "whole number"),
+                       ("llama.cpp(q=1)", "not a parameter"), ("p-min(0.3, n_min=1)", "not a parameter")]:  # fmt: skip
+        with pytest.raises(ValueError, match=match):
+            make_draft_policy(bad)

@@ -18,7 +18,7 @@ from .._laws._block import DRAFT_MODES, draft_rows
 from .._laws._emitted import block_sums, step_metrics
 from .._laws._gate import gated_rule, make_gate
 from .._laws._lengths import accepted_lengths
-from .._laws._policies import make_draft_policy, policy_blocks
+from .._laws._policies import draft_features, make_draft_policy, policy_blocks
 from .._math._bootstrap import check_resamples, ratio_interval, ratio_intervals, resample_counts
 from .._math._kernels import block_pass
 from .._math._sampling import SamplingSettings
@@ -187,6 +187,9 @@ class _Rows:
     offsets: np.ndarray
     seeds: list
     region: np.ndarray | None = None  # under a gate: (N,) True where the relaxed rule judges
+    #: per drafting policy (its spec string): (top-1, entropy) (N,) of the drafter's distribution its stop
+    #: reads: the drafter's own p before greedy drafting, or the trace under ``DraftPolicy.reads``
+    features: dict = dataclasses.field(default_factory=dict)
 
     @property
     def sequences(self) -> int:
@@ -197,12 +200,14 @@ class _Rows:
 
 
 def _stack(parts, single):
-    """A ``_Rows`` of [(p, q, lg, seed)]: one sequence as it is (``single``), or several stacked
-    (padded to one width; their logits are not kept)."""
+    """A ``_Rows`` of [(p, q, lg, seed, region, features)]: one sequence as it is (``single``), or several
+    stacked (padded to one width; their logits are not kept)."""
     region = None if parts[0][4] is None else np.concatenate([part[4] for part in parts])
+    features = {label: tuple(np.concatenate([part[5][label][i] for part in parts]) for i in range(2))
+                for label in parts[0][5]}  # fmt: skip
     if single:
-        ((p, q, lg, seed, _),) = parts
-        return _Rows(p, q, lg, np.array([0, p.shape[0]]), [seed], region)
+        ((p, q, lg, seed, _, _),) = parts
+        return _Rows(p, q, lg, np.array([0, p.shape[0]]), [seed], region, features)
     width = max(part[1].shape[-1] for part in parts)
     sizes = [part[1].shape[0] for part in parts]
     offsets = np.concatenate([[0], np.cumsum(sizes)])
@@ -210,7 +215,7 @@ def _stack(parts, single):
     for (p, q, *_), a, b in zip(parts, offsets[:-1], offsets[1:], strict=True):
         p_all[a:b, : p.shape[-1]] = p
         q_all[a:b, : q.shape[-1]] = q
-    return _Rows(p_all, q_all, None, offsets, [part[3] for part in parts], region)
+    return _Rows(p_all, q_all, None, offsets, [part[3] for part in parts], region, features)
 
 
 def _per_sequence(values, rows):
@@ -330,7 +335,9 @@ def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, po
             if block_drift is not None:
                 block.kl_sum, block.tv_sum = (float(np.sum(v[:starts])) for v in block_drift[m])
             for policy in policies:
-                al_p, drafted, forwards = policy_blocks(policy, seq_p, beta[:m] if slots else beta, m, cost)
+                found = rows.features.get(policy.describe())
+                features = None if found is None else (found[0][span], found[1][span])
+                al_p, drafted, forwards = policy_blocks(policy, seq_p, beta[:m] if slots else beta, m, cost, features)
                 stats.blocks[(m, policy.describe())] = BlockStats(
                     starts=starts, al_sum=float(np.sum(al_p[:starts])), drafted_sum=float(np.sum(drafted[:starts])),
                     forwards_sum=float(np.sum(forwards[:starts])),
@@ -377,12 +384,16 @@ def shard_statistics(job: ShardJob, threads=None) -> list:
             p, q, lg = seq.distributions(job.settings, with_logits=True)
         else:
             (p, q), lg = seq.distributions(job.settings), None
+        features = {}
+        for policy in job.policies:  # what each policy's stop reads: the drafter's own p, before greedy drafting
+            own = p if policy.reads is None else seq.distributions(policy.reads)[0]
+            features[policy.describe()] = draft_features(own)
         p = draft_rows(p, job.draft_mode)
         _, p, q, _, _ = prepare(p, q)  # the rows are checked once here, for every rule
         # the block rules' Monte Carlo paths are seeded by the sequence: the same whatever the engine
         kept.append(seq)
         region = None if job.gate is None else np.asarray(job.gate.mask(seq.tokens), dtype=bool)
-        parts.append((p, q, lg, prompt_seed(0, seq.id), region))
+        parts.append((p, q, lg, prompt_seed(0, seq.id), region, features))
     # the sequences of the shard as one batch, for the rules that need no raw logits; those that do
     # see one sequence at a time (a batch of its own rows, no padding under the logits)
     plain = [i for i, rule in enumerate(job.rules) if not rule.needs_logits]

@@ -16,6 +16,18 @@ per step are exact under the analysis's model of independent positions (``policy
   while the tokens it is expected to add (the acceptance estimate above) per second it costs
   (a draft forward and the verifier block's growth) exceed the step's tokens per second so far.
   Needs a cost model (the planner's): not for real decoding.
+- ``llama.cpp(p_min=P, n_min=N)``: llama-server's own drafting (``draft-simple`` in
+  common/speculative.cpp of the llama.cpp that llama-cpp-python 0.3.36 ships): the drafter drafts
+  its argmax (greedy: analyse with draft mode "greedy"), stops before a place where the top-1
+  probability of its top-10 at temperature 1 (its sampler chain there: top-k 10, then the
+  softmax) falls below P, drafts at most m (``--spec-draft-n-max``), and a block of fewer than N
+  drafts is dropped (``--spec-draft-n-min``: the step decodes one token alone). The drafter's
+  cache is cut back to the last accepted token after every step, so the next step's first draft
+  forward re-reads the accepted drafts: the block's draft forwards are its own (L + 1, or m) plus
+  the AL accepted drafts, each charged as one draft forward (on a CPU a token in a batch costs
+  about what one alone does; on a GPU less: then an upper bound). Exact under independent
+  positions, like every policy here; its stop reads ``LLAMA_DRAFT_READS`` of the trace (the top-10
+  must be stored: K >= 10).
 - ``adaptive-verify``: draft m tokens, then verify only the first L of them, the L in 0..m that
   maximises the expected tokens of the step per second of it: (1 + sum_{j<=L} prod_{i<=j} c_i) /
   (m t_draft + t_verify(L + 1)), with c_i the drafter's top-1 probability at place i as the
@@ -37,12 +49,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._math._sampling import SamplingSettings
 from .._math._validation import host_probabilities
 from ._emitted import _entropy
 
-__all__ = ["AUTO_POLICIES", "DRAFT_POLICIES", "DraftPolicy", "make_draft_policy", "policy_blocks"]
+__all__ = ["AUTO_POLICIES", "DRAFT_POLICIES", "LLAMA_DRAFT_READS", "DraftPolicy", "make_draft_policy",
+           "policy_blocks"]  # fmt: skip
 
-DRAFT_POLICIES = ("fixed", "p-min", "entropy", "accept-prob", "cost-optimal", "adaptive-verify")
+DRAFT_POLICIES = ("fixed", "p-min", "entropy", "accept-prob", "cost-optimal", "adaptive-verify", "llama.cpp")
+#: What llama.cpp's draft-simple reads to stop a block: the drafter's top-10 at temperature 1.
+LLAMA_DRAFT_READS = SamplingSettings(temperature=1.0, top_k=10, top_p=1.0)
 #: The sweep ``plan --draft-policy auto`` compares (each policy at a few thresholds).
 AUTO_POLICIES = (
     "p-min(0.2)", "p-min(0.4)", "p-min(0.6)", "p-min(0.8)",
@@ -61,16 +77,26 @@ class DraftPolicy:
     kind : str
         One of ``DRAFT_POLICIES``.
     threshold : float or None
-        The policy's threshold (``p-min``, ``entropy``, ``accept-prob``).
+        The policy's threshold (``p-min``, ``entropy``, ``accept-prob``; ``llama.cpp``'s p_min).
+    min_drafts : int
+        ``llama.cpp``'s n_min: a block of fewer drafts is dropped (0: never).
     """
 
     kind: str = "fixed"
     threshold: float | None = None
+    min_drafts: int = 0
 
     def __post_init__(self):
         if self.kind not in DRAFT_POLICIES:
             raise ValueError(f"draft policy must be one of {', '.join(DRAFT_POLICIES)}; got {self.kind!r}")
-        needs = self.kind in ("p-min", "entropy", "accept-prob")
+        if self.kind == "llama.cpp" and self.threshold is None:
+            object.__setattr__(self, "threshold", 0.0)  # llama-server's default p_min
+        n = self.min_drafts
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+            raise ValueError(f"draft policy {self.kind}: n_min must be an integer >= 0; got {n!r}")
+        if n and self.kind != "llama.cpp":
+            raise ValueError(f"draft policy {self.kind} takes no n_min (only llama.cpp's does)")
+        needs = self.kind in ("p-min", "entropy", "accept-prob", "llama.cpp")
         if needs and self.threshold is None:
             raise ValueError(f"draft policy {self.kind} needs a threshold, e.g. {self.kind}(0.4)")
         if not needs and self.threshold is not None:
@@ -79,22 +105,30 @@ class DraftPolicy:
             value = self.threshold
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0:
                 raise ValueError(f"draft policy {self.kind}: threshold must be a finite number >= 0; got {value!r}")
-            if self.kind in ("p-min", "accept-prob") and value > 1:
+            if self.kind in ("p-min", "accept-prob", "llama.cpp") and value > 1:
                 raise ValueError(f"draft policy {self.kind}: threshold is a probability in [0, 1]; got {value!r}")
 
     def describe(self) -> str:
         """The spec string (``make_draft_policy(policy.describe()) == policy``)."""
+        if self.kind == "llama.cpp":
+            return f"llama.cpp(p_min={self.threshold:g}" + (f", n_min={self.min_drafts})" if self.min_drafts else ")")
         return self.kind if self.threshold is None else f"{self.kind}({self.threshold:g})"
 
     @property
     def needs_cost(self) -> bool:
         return self.kind in ("cost-optimal", "adaptive-verify")
 
+    @property
+    def reads(self) -> SamplingSettings | None:
+        """The settings of the drafter's distribution the stop reads, when they are not the trace's
+        (``llama.cpp``: ``LLAMA_DRAFT_READS``); None: the drafter's own p (before greedy drafting)."""
+        return LLAMA_DRAFT_READS if self.kind == "llama.cpp" else None
+
     def stop(self, top1, entropy, confidence):
         """Whether to stop before drafting at a place whose p has top-1 probability ``top1`` and
         entropy ``entropy`` (arrays), with ``confidence`` the product of the top-1 probabilities
         of the drafts already made (for ``accept-prob``). ``cost-optimal`` is not decided here."""
-        if self.kind == "p-min":
+        if self.kind in ("p-min", "llama.cpp"):
             return top1 < self.threshold
         if self.kind == "entropy":
             return entropy > self.threshold
@@ -105,25 +139,36 @@ class DraftPolicy:
 
 def make_draft_policy(spec) -> DraftPolicy | None:
     """A DraftPolicy from ``"p-min(0.4)"``, ``"entropy(threshold=1.5)"``, ``"accept-prob(0.3)"``,
-    ``"cost-optimal"``, ``"adaptive-verify"`` or ``"fixed"`` (None and "fixed" give None: always m
-    drafts)."""
+    ``"cost-optimal"``, ``"adaptive-verify"``, ``"llama.cpp(p_min=0.5, n_min=2)"`` (or ``"llama.cpp(0.5)"``)
+    or ``"fixed"`` (None and "fixed" give None: always m drafts)."""
     if spec is None or isinstance(spec, DraftPolicy):
         return None if spec is None or spec.kind == "fixed" else spec
     if not isinstance(spec, str):
         raise ValueError(f"draft policy must be a spec string such as 'p-min(0.4)'; got {spec!r}")
-    match = re.fullmatch(r"\s*([a-z-]+)\s*(?:\(\s*(?:threshold\s*=\s*)?([^()]*?)\s*\))?\s*", spec.lower())
+    match = re.fullmatch(r"\s*([a-z.-]+)\s*(?:\(([^()]*)\))?\s*", spec.lower())
     if not match:
         raise ValueError(f"draft policy {spec!r} is not of the form name or name(threshold)")
     kind, raw = match.group(1), match.group(2)
     if kind not in DRAFT_POLICIES:
         raise ValueError(f"draft policy {spec!r}: unknown policy {kind!r}; the policies: {', '.join(DRAFT_POLICIES)}")
-    threshold = None
-    if raw:
+    names = ("p_min", "n_min") if kind == "llama.cpp" else ("threshold",)
+    values = {}
+    for i, part in enumerate(p.strip() for p in (raw or "").split(",") if p.strip()):
+        key, sep, text = part.partition("=")
+        key, text = (key.strip(), text.strip()) if sep else (names[min(i, len(names) - 1)], part)
+        if key not in names or key in values:
+            raise ValueError(f"draft policy {spec!r}: {key!r} is not a parameter of {kind} (its: {', '.join(names)})")
         try:
-            threshold = float(raw)
+            values[key] = float(text)
         except ValueError:
-            raise ValueError(f"draft policy {spec!r}: the threshold {raw!r} is not a number") from None
-    policy = DraftPolicy(kind, threshold)
+            raise ValueError(f"draft policy {spec!r}: {key} = {text!r} is not a number") from None
+    if kind == "llama.cpp":
+        n_min = values.get("n_min", 0.0)
+        if n_min != int(n_min):
+            raise ValueError(f"draft policy {spec!r}: n_min must be a whole number of drafts; got {n_min:g}")
+        policy = DraftPolicy(kind, values.get("p_min", 0.0), int(n_min))
+    else:
+        policy = DraftPolicy(kind, values.get("threshold"))
     return None if policy.kind == "fixed" else policy
 
 
@@ -133,13 +178,18 @@ def draft_features(p):
     return p.max(axis=-1), _entropy(p)
 
 
-def policy_blocks(policy, draft_probs, beta, m, cost=None):
+def policy_blocks(policy, draft_probs, beta, m, cost=None, features=None):
     """Per block start t of a sequence, under ``policy``: (AL_t, drafted tokens L_t, draft
     forwards). ``beta``: the rule's acceptance per position (T,) or per slot (slots, T); ``m``
     the largest block. Exact under independent positions: the policy reads only p, so L_t is
     fixed by the trace and AL_t = sum_{j=1}^{L_t} prod_{i<j} beta_{t+i}. Positions past the end
-    count as rejections (the block is cut there). ``cost`` (a CostModel) for ``cost-optimal``."""
-    top1, entropy = draft_features(host_probabilities(draft_probs, "draft_probs"))
+    count as rejections (the block is cut there). ``cost`` (a CostModel) for ``cost-optimal``.
+    ``features``: (top-1 probability, entropy) per position of the distribution the stop reads
+    (``DraftPolicy.reads``; default: those of ``draft_probs``)."""
+    if features is None:
+        top1, entropy = draft_features(host_probabilities(draft_probs, "draft_probs"))
+    else:
+        top1, entropy = (np.asarray(x, dtype=np.float64) for x in features)
     beta = np.asarray(beta, dtype=np.float64)
     if beta.shape[-1:] != top1.shape or beta.ndim not in (1, 2) or not np.all((beta >= 0) & (beta <= 1)):
         raise ValueError(
@@ -183,6 +233,11 @@ def policy_blocks(policy, draft_probs, beta, m, cost=None):
         al += np.where(live, reach, 0.0)
         drafted += live
         confidence = np.where(live, confidence * top1[at], confidence)
+    if policy is not None and policy.kind == "llama.cpp":
+        dropped = drafted < policy.min_drafts  # n_min: the block is thrown away, one token decoded alone
+        al = np.where(dropped, 0.0, al)
+        drafted = np.where(dropped, 0, drafted)
+        forwards = forwards + al  # the next step's first draft forward re-reads the accepted drafts
     return al, drafted, forwards
 
 

@@ -538,6 +538,11 @@ def _options(rule, m, sampling, draft, bonus_policy, draft_mode, draft_policy, g
     gate = make_gate(gate)
     fallback = gated_rule(gate, rule)  # None: not gated (no gate, or a lossless rule)
     policy = make_draft_policy(draft_policy)
+    if policy is not None and policy.kind == "llama.cpp":
+        raise ValueError(
+            f"draft policy {policy.describe()} is llama-server's own drafting: the planner models it and "
+            "experiments/referee_llama_server.py runs it in llama-server; decode here with p-min(...)"
+        )
     if policy is not None and (policy.needs_cost or isinstance(draft, NgramDrafter)):
         raise ValueError(
             f"draft policy {policy.describe()} "

@@ -175,7 +175,7 @@ def _llama_server_blocks(draft_logits, target_probs, p_min, n_min, n_max):
         for j, d in enumerate(drafts):
             reach *= target_probs[t + j][d]  # P(the verifier samples the draft)
             al += reach
-        out.append((al, len(drafts), forwards + al))
+        out.append((al, len(drafts), forwards))
     return np.array(out)
 
 
@@ -219,7 +219,7 @@ def test_the_llama_cpp_law_agrees_with_simulating_the_server_loop():
     vocab, n_max = 12, 4
     draft_logits = rng.normal(0, 2.5, (n_max, vocab))
     target = rng.dirichlet(np.full(vocab, 0.5), size=n_max)
-    exact = _llama_server_blocks(draft_logits, target, 0.2, 0, n_max)[0]
+    exact = _llama_server_blocks(draft_logits, target, 0.2, 0, n_max)[0]  # (AL, drafted, forwards)
     policy = make_draft_policy("llama.cpp(p_min=0.2)")
     top1 = np.array([np.sort(np.exp(r - r.max()))[::-1][:10].max() / np.sort(np.exp(r - r.max()))[::-1][:10].sum()
                      for r in draft_logits])  # fmt: skip
@@ -245,3 +245,46 @@ def test_llama_cpp_policy_specs():
                        ("llama.cpp(q=1)", "not a parameter"), ("p-min(0.3, n_min=1)", "not a parameter")]:  # fmt: skip
         with pytest.raises(ValueError, match=match):
             make_draft_policy(bad)
+
+
+def test_renewal_steps_equal_a_monte_carlo_of_decoding_the_sequence():
+    """The steps a whole sequence takes (each step drafts L_t, accepts A ~ the prefix law of beta, moves to
+    t + 1 + A), simulated, against ``renewal_steps``'s dynamic programme."""
+    from cactus_theory._laws._policies import renewal_steps
+
+    rng = np.random.default_rng(11)
+    n, m = 40, 4
+    beta = rng.uniform(0, 1, n)
+    drafted = np.minimum(rng.integers(0, m + 1, n), n - np.arange(n))
+    forwards = drafted + 1.0
+    steps, accepted, drafts, passes, mix = renewal_steps(beta, drafted, forwards, m)
+    draws = 20_000
+    got = np.zeros((draws, 4))
+    seen_mix = np.zeros(m + 1)
+    for d in range(draws):
+        t, row = 1, np.zeros(4)
+        while t < n:
+            a = 0
+            while a < drafted[t] and rng.random() < beta[t + a]:
+                a += 1
+            row += (1, a, drafted[t], forwards[t])
+            seen_mix[drafted[t]] += 1
+            t += 1 + a
+        got[d] = row
+    mean, se = got.mean(0), got.std(0) / np.sqrt(draws)
+    for value, mu, s in zip((steps, accepted, drafts, passes), mean, se, strict=True):
+        assert abs(value - mu) < 5 * s + 1e-12
+    np.testing.assert_allclose(mix.sum(), steps)
+    np.testing.assert_allclose(mix, seen_mix / draws, atol=0.05 * steps)
+
+
+def test_renewal_steps_of_a_sequence_that_accepts_everything_or_nothing():
+    from cactus_theory._laws._policies import renewal_steps
+
+    n, m = 13, 3
+    full = renewal_steps(np.ones(n), np.minimum(np.full(n, m), n - np.arange(n)), np.full(n, m), m)
+    # positions 1..12 in steps of m + 1 = 4 tokens: 3 steps, 9 accepted
+    assert full[:2] == (3.0, 9.0)
+    none = renewal_steps(np.zeros(n), np.full(n, m), np.full(n, m), m)
+    # one token a step at positions 1..12; the blocks at 11 and 12 are cut at the end (2 and 1 drafts)
+    assert none[:4] == (12.0, 0.0, 33.0, 36.0) and list(none[4]) == [0.0, 1.0, 1.0, 10.0]

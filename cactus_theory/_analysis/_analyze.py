@@ -18,7 +18,7 @@ from .._laws._block import DRAFT_MODES, draft_rows
 from .._laws._emitted import block_sums, step_metrics
 from .._laws._gate import gated_rule, make_gate
 from .._laws._lengths import accepted_lengths
-from .._laws._policies import draft_features, make_draft_policy, policy_blocks
+from .._laws._policies import draft_features, make_draft_policy, policy_blocks, renewal_steps
 from .._math._bootstrap import check_resamples, ratio_interval, ratio_intervals, resample_counts
 from .._math._kernels import block_pass
 from .._math._sampling import SamplingSettings
@@ -116,6 +116,13 @@ class BlockStats:
     accept_by_position: tuple | None = None  # P(the first j + 1 drafts accepted), summed over starts, j < m
     drafted_sum: float | None = None  # under a drafting policy: tokens drafted, ...
     forwards_sum: float | None = None  # ... and draft forwards, summed over the starts
+    #: under a drafting policy, over the steps decoding the sequence takes (``renewal_steps``): expected
+    #: steps, accepted drafts, drafted tokens and draft forwards summed over them, steps with L drafts
+    steps_sum: float | None = None
+    steps_accepted_sum: float | None = None
+    steps_drafted_sum: float | None = None
+    steps_forwards_sum: float | None = None
+    steps_by_drafted: tuple | None = None
 
     @property
     def tokens_sum(self) -> float:
@@ -337,10 +344,14 @@ def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, po
             for policy in policies:
                 found = rows.features.get(policy.describe())
                 features = None if found is None else (found[0][span], found[1][span])
-                al_p, drafted, forwards = policy_blocks(policy, seq_p, beta[:m] if slots else beta, m, cost, features)
+                b_m = beta[:m] if slots else beta
+                al_p, drafted, forwards = policy_blocks(policy, seq_p, b_m, m, cost, features)
+                n_steps, n_acc, n_drafted, n_forwards, mix = renewal_steps(b_m, drafted, forwards, m)
                 stats.blocks[(m, policy.describe())] = BlockStats(
                     starts=starts, al_sum=float(np.sum(al_p[:starts])), drafted_sum=float(np.sum(drafted[:starts])),
-                    forwards_sum=float(np.sum(forwards[:starts])),
+                    forwards_sum=float(np.sum(forwards[:starts])), steps_sum=n_steps, steps_accepted_sum=n_acc,
+                    steps_drafted_sum=n_drafted, steps_forwards_sum=n_forwards,
+                    steps_by_drafted=tuple(float(x) for x in mix),
                 )  # fmt: skip
             stats.blocks[(m, None)] = block
         out.append(stats)
@@ -501,6 +512,17 @@ class AnalysisResult(Result):
         counts = resample_counts(_keys(seqs), n_boot, seed)
         return ratio_interval([b.al_sum for b in blocks], [b.starts for b in blocks], counts)
 
+    def drafted_acceptance(self, rule, m, policy, *, task="all", sequences=None, n_boot=1000, seed=0):
+        """(accepted drafts over drafted tokens under drafting ``policy``, and its bootstrap 95% interval):
+        llama-server's ``draft_n_accepted / draft_n``, over the steps decoding the sequences of ``task`` (or
+        of the ids ``sequences``) takes (``renewal_steps``); ``rule`` and ``policy`` by their spec strings,
+        as in ``rows``."""
+        m = self.m_used.get(m, m)
+        seqs = self._select(task, sequences)
+        blocks = [s.rules[rule].block(m, policy) for s in seqs]
+        counts = resample_counts(_keys(seqs), n_boot, seed)
+        return ratio_interval([b.steps_accepted_sum for b in blocks], [b.steps_drafted_sum for b in blocks], counts)
+
     def al_ratio(self, rule, baseline, m, n_boot=1000, seed=0, task="all"):
         """(AL(rule) / AL(baseline) - 1, and its percentile bootstrap 95% interval) at m, over the
         sequences of ``task``, paired: each resample takes the same sequences for both rules, so the
@@ -624,8 +646,12 @@ class AnalysisRow(TypedDict, total=False):
     m: int
     draft_count: int  # drafts verified per position: 1 for a chain, k for a tree of width k
     draft_policy: str  # a drafting policy that stops blocks early (absent: always m drafts)
-    drafted: float  # with a policy: drafted tokens per step (mean over block starts)
+    drafted: float  # with a policy: drafted tokens per step (over the steps decoding takes: renewal_steps)
     draft_forwards: float  # with a policy: draft forwards per step (a stop reads p at one more place)
+    verify_mix: list  # with a policy: the share of steps that draft L tokens, L = 0..m (blocks of L + 1)
+    al_step: float  # with a policy: accepted drafts per step over the steps decoding takes (``al``: per block start)
+    al_step_lo: float
+    al_step_hi: float
     acceptance_by_position: list  # P(draft j accepted), j = 1..m: vLLM's num_accepted_tokens_per_pos / drafts
     verified_tokens: int  # rows the verifier scores per step: k m + 1 (drafts and the bonus position)
     task: str
@@ -847,6 +873,8 @@ def _row(rule, m, task, trace, sel, counts, bonus_policy, draft_mode="sampled", 
     # every interval of the row from one resampling pass (the same counts for all)
     pairs = {name: ([getattr(r, name) for r in per], pos) for name in METRICS}
     pairs["al"] = ([b.al_sum for b in blocks], starts)
+    if policy is not None:  # under a policy: accepted drafts per step over the steps decoding takes (renewal_steps)
+        pairs["al_step"] = ([b.steps_accepted_sum for b in blocks], [b.steps_sum for b in blocks])
     pairs["acceptance_of_optimum"] = ([r.acceptance for r in per], [r.optimal_acceptance for r in per])
     for name in BLOCK_METRICS:
         pairs[f"{name}_per_token"] = ([getattr(b, f"{name}_sum") for b in fixed], tokens)
@@ -871,10 +899,12 @@ def _row(rule, m, task, trace, sel, counts, bonus_policy, draft_mode="sampled", 
         al_hi=al[2],
         mean_acceptance_length=1 + al[0],
     )
-    if policy is not None:  # drafts and draft forwards per step (means over block starts)
+    if policy is not None:  # drafts, draft forwards and verified blocks per step, over the steps decoding takes
         row["draft_policy"] = tag
-        row["drafted"] = float(sum(b.drafted_sum for b in blocks) / max(sum(starts), 1))
-        row["draft_forwards"] = float(sum(b.forwards_sum for b in blocks) / max(sum(starts), 1))
+        steps = max(sum(b.steps_sum for b in blocks), 1e-300)
+        row["drafted"] = float(sum(b.steps_drafted_sum for b in blocks) / steps)
+        row["draft_forwards"] = float(sum(b.steps_forwards_sum for b in blocks) / steps)
+        row["verify_mix"] = [float(x) for x in np.sum([b.steps_by_drafted for b in blocks], axis=0) / steps]
     elif fixed[0].accept_by_position is not None:  # vLLM's num_accepted_tokens_per_pos / num_drafts
         sums = np.sum([b.accept_by_position for b in fixed], axis=0)
         row["acceptance_by_position"] = [float(x) for x in sums / max(sum(starts), 1)]

@@ -38,6 +38,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from .._laws._policies import make_draft_policy
 from .._util._files import atomic_write, csv_text
 from ._results import Result, interval
 
@@ -209,6 +210,12 @@ class CostModel:
         The same step parts with B sequences in flight (B >= 2; ``calibrate --batch``): one draft
         forward of B sequences with their B rows processed, and the verifier scoring k tokens of
         each of B sequences in one evaluation. ``at_batch(B)`` is the cost model at that batch.
+        An entry may carry its own ``draft_read_token``.
+    draft_read_token : float or None
+        Seconds per token the drafter re-reads in one forward of several tokens: llama-server cuts
+        the drafter's cache back after every step and re-reads the accepted drafts in the next
+        step's first draft forward (``DraftPolicy.rereads_accepted``), a batch whose extra tokens
+        cost what prompt processing costs a token. None: ``draft_token`` (an upper bound).
     """
 
     draft_token: float
@@ -222,9 +229,12 @@ class CostModel:
     samples: dict = field(default_factory=dict)
     load: dict = field(default_factory=dict)
     batch: dict = field(default_factory=dict)
+    draft_read_token: float | None = None
 
     def __post_init__(self):
         _positive(self.draft_token, "draft_token")
+        if self.draft_read_token is not None:
+            _positive(self.draft_read_token, "draft_read_token")
         _positive(self.step_overhead, "step_overhead")
         _positive(self.judge_token, "judge_token")
         object.__setattr__(self, "prefill", _checked_prefill(self.prefill))
@@ -261,14 +271,25 @@ class CostModel:
             (b,) = size
             if b < 2:
                 raise ValueError(f"batch sizes are >= 2 (batch 1 is the model's own fields); got {key!r}")
-            if not isinstance(entry, dict) or set(entry) - {"draft_token", "verify_block", "samples"}:
+            if not isinstance(entry, dict) or set(entry) - {
+                "draft_token",
+                "verify_block",
+                "samples",
+                "draft_read_token",
+            }:
                 raise ValueError(f'batch[{b}] must be {{"draft_token": s, "verify_block": {{k: s}}, "samples": ...}}')
             try:
-                one = CostModel(draft_token=entry.get("draft_token"), verify_block=entry.get("verify_block"),
-                                samples=entry.get("samples", {}))  # fmt: skip
+                one = CostModel(
+                    draft_token=entry.get("draft_token"),
+                    verify_block=entry.get("verify_block"),
+                    samples=entry.get("samples", {}),
+                    draft_read_token=entry.get("draft_read_token"),
+                )
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"batch[{b}]: {exc}") from None
             out[b] = {"draft_token": one.draft_token, "verify_block": one.verify_block, "samples": one.samples}
+            if one.draft_read_token is not None:
+                out[b]["draft_read_token"] = one.draft_read_token
         return dict(sorted(out.items()))
 
     @property
@@ -309,7 +330,8 @@ class CostModel:
             samples["prefill"] = {role: {n: [size * t for t in ts] for n, ts in points.items()}
                                   for role, points in samples["prefill"].items()}  # fmt: skip
         return replace(self, draft_token=entry["draft_token"], verify_block=entry["verify_block"], samples=samples,
-                       prefill=prefill, batch={}, source={**self.source, "batch": size})  # fmt: skip
+                       prefill=prefill, batch={}, source={**self.source, "batch": size},
+                       draft_read_token=entry.get("draft_read_token"))  # fmt: skip
 
     @property
     def verify_fit(self) -> dict:
@@ -366,8 +388,13 @@ class CostModel:
         """Seconds of one drafted token at ``context`` tokens of context (``draft_token`` if no slope)."""
         return float(np.maximum(self.draft_token + self._context_extra("draft", context), 0.5 * self.draft_token))
 
+    def draft_read_time(self, context=None):
+        """Seconds per token the drafter re-reads in a forward of several (``draft_read_token``, else
+        ``draft_time``)."""
+        return self.draft_time(context) if self.draft_read_token is None else float(self.draft_read_token)
+
     def step_time(self, m, accepted_length, width=1, *, drafted=None, forwards=None, context=None, all_accepted=0.0,
-                  draft_factor=1.0, verify_factor=1.0):  # fmt: skip
+                  draft_factor=1.0, verify_factor=1.0, reads=0.0, verify_mix=None):  # fmt: skip
         """Expected seconds of one step drafting m levels that accepts ``accepted_length`` on average.
 
         ``width`` k > 1: a tree of depth m with k candidates per level (a multi-draft rule): the
@@ -379,23 +406,34 @@ class CostModel:
         ``all_accepted``: P(every draft of the block accepted); such a step runs one more draft
         forward (the drafter's cache must see its last draft before the next block).
         ``draft_factor`` and ``verify_factor``: draws of one timed repeat over the median of the
-        draft and the verifier parts (arrays: the planner's intervals), 1 for the medians. The one
-        formula of a step's cost: every prediction of the package goes through it."""
+        draft and the verifier parts (arrays: the planner's intervals), 1 for the medians.
+        ``reads``: tokens the drafter re-reads in one of its forwards (llama-server's accepted drafts,
+        ``draft_read_time`` each). ``verify_mix``: the share of steps whose block holds L drafts,
+        L = 0..m (a drafting policy's steps), for the verifier's expected block cost sum_L mix_L
+        verify(k L + 1) in place of verify(k drafted + 1). The one formula of a step's cost: every
+        prediction of the package goes through it."""
         m = np.asarray(m, dtype=float)
         drafted = m if drafted is None else np.asarray(drafted, dtype=float)
         forwards = drafted if forwards is None else np.asarray(forwards, dtype=float)
+        if verify_mix is None:
+            verifying = self.verify(width * drafted + 1, context)
+        else:
+            mix = np.asarray(verify_mix, dtype=float)
+            verifying = float(mix @ self.verify(width * np.arange(mix.shape[0]) + 1, context))
         return (
             (forwards + np.asarray(all_accepted, dtype=float)) * self.draft_time(context) * draft_factor
-            + self.verify(width * drafted + 1, context) * verify_factor
+            + np.asarray(reads, dtype=float) * self.draft_read_time(context) * draft_factor
+            + verifying * verify_factor
             + self.step_overhead
             + (np.asarray(accepted_length) + 1) * self.judge_token
         )
 
-    def speedup(self, m, accepted_length, width=1, *, drafted=None, forwards=None, context=None, all_accepted=0.0):
+    def speedup(self, m, accepted_length, width=1, *, drafted=None, forwards=None, context=None, all_accepted=0.0,
+                reads=0.0, verify_mix=None):  # fmt: skip
         """Tokens per second against the verifier alone: (AL + 1) verify(1) / step_time(m).
         Finite, positive, and at most AL + 1 (a step costs at least one verifier token)."""
         step = self.step_time(m, accepted_length, width, drafted=drafted, forwards=forwards, context=context,
-                              all_accepted=all_accepted)  # fmt: skip
+                              all_accepted=all_accepted, reads=reads, verify_mix=verify_mix)  # fmt: skip
         return (np.asarray(accepted_length) + 1) * self.verify(1, context) / step
 
     # -- whole requests ---------------------------------------------------------------------------
@@ -417,7 +455,7 @@ class CostModel:
         return _monotone_curve([0, *points], [0.0, *points.values()], prompt_tokens)[()]
 
     def request_times(self, prompt_tokens, output_tokens, m, accepted_length, width=1, *, drafted=None,
-                      forwards=None, all_accepted=0.0):  # fmt: skip
+                      forwards=None, all_accepted=0.0, reads=0.0, verify_mix=None):  # fmt: skip
         """Seconds of one whole request, speculative and the verifier alone:
         {"prefill", "decode", "total", "baseline_prefill", "baseline_decode", "baseline_total"}.
 
@@ -429,7 +467,7 @@ class CostModel:
         steps = output / (np.asarray(accepted_length, dtype=float) + 1)
         prefill = self.prefill_time(prompt, "verifier") + self.prefill_time(prompt, "draft")
         decode = steps * self.step_time(m, accepted_length, width, drafted=drafted, forwards=forwards, context=context,
-                                        all_accepted=all_accepted)  # fmt: skip
+                                        all_accepted=all_accepted, reads=reads, verify_mix=verify_mix)  # fmt: skip
         base_prefill = self.prefill_time(prompt, "verifier")
         base_decode = output * self.verify(1, context)
         return {
@@ -1031,10 +1069,19 @@ def predict_speedup(
         m, width = r["m"], r.get("draft_count", 1)
         drafted, passes = r.get("drafted"), r.get("draft_forwards")
         full = (r.get("acceptance_by_position") or [0.0])[-1] if drafted is None and width == 1 else 0.0
-        row = dict(r)
+        policy = make_draft_policy(r.get("draft_policy")) if r.get("draft_policy") else None
+        rereads = policy is not None and policy.rereads_accepted
+        mix = r.get("verify_mix")
+        analysed = r
+        if mix is not None and r.get("al_step") is not None:  # a policy's row: over the steps decoding takes
+            r = {**r, "al": r["al_step"], "al_lo": r["al_step_lo"], "al_hi": r["al_step_hi"]}
+        reads = r["al"] if rereads else 0.0
+        row = {**r, "al": analysed["al"], "al_lo": analysed.get("al_lo"), "al_hi": analysed.get("al_hi")}
         row["tokens_per_step"] = r["al"] + 1
-        row["step_time"] = float(cost.step_time(m, r["al"], width, drafted=drafted, forwards=passes, all_accepted=full))
-        row["speedup"] = float(cost.speedup(m, r["al"], width, drafted=drafted, forwards=passes, all_accepted=full))
+        row["step_time"] = float(cost.step_time(m, r["al"], width, drafted=drafted, forwards=passes, all_accepted=full,
+                                                reads=reads, verify_mix=mix))  # fmt: skip
+        row["speedup"] = float(cost.speedup(m, r["al"], width, drafted=drafted, forwards=passes, all_accepted=full,
+                                            reads=reads, verify_mix=mix))  # fmt: skip
         # draws: AL from its interval, the timed parts from their repeats
         has_interval = bool(np.isfinite(r.get("al_lo", np.nan)) and np.isfinite(r.get("al_hi", np.nan)))
         se = (r["al_hi"] - r["al_lo"]) / 3.92 if has_interval else 0.0
@@ -1042,7 +1089,7 @@ def predict_speedup(
         size = m if drafted is None else drafted
         f_block = _timing_factors(cost, width * size + 1, rng, n_draws)
         step = cost.step_time(m, al, width, drafted=drafted, forwards=passes, all_accepted=full, draft_factor=f_draft,
-                              verify_factor=f_block)  # fmt: skip
+                              verify_factor=f_block, reads=al if rereads else 0.0, verify_mix=mix)  # fmt: skip
         draws = (al + 1) * cost.verify(1) * f_one / step
         if has_interval or timed:
             row["speedup_lo"], row["speedup_hi"] = (float(x) for x in np.percentile(draws, [2.5, 97.5]))
@@ -1057,7 +1104,7 @@ def predict_speedup(
             output = output_tokens if output_tokens is not None else lengths[r["task"]][1]
             if prompt is not None and output:
                 t = cost.request_times(prompt, output, m, r["al"], width, drafted=drafted, forwards=passes,
-                                       all_accepted=full)  # fmt: skip
+                                       all_accepted=full, reads=reads, verify_mix=mix)  # fmt: skip
                 row.update(prompt_tokens=float(prompt), output_tokens=float(output),
                            request_seconds=float(t["total"]), baseline_request_seconds=float(t["baseline_total"]),
                            request_speedup=float(t["baseline_total"] / t["total"]),
@@ -1065,7 +1112,8 @@ def predict_speedup(
                 steps = output / (al + 1)
                 context = prompt + output / 2
                 step_c = cost.step_time(m, al, width, drafted=drafted, forwards=passes, context=context,
-                                        all_accepted=full, draft_factor=f_draft, verify_factor=f_block)  # fmt: skip
+                                        all_accepted=full, draft_factor=f_draft, verify_factor=f_block,
+                                        reads=al if rereads else 0.0, verify_mix=mix)  # fmt: skip
                 spec = t["prefill"] + steps * step_c
                 base = t["baseline_prefill"] + output * cost.verify(1, context) * f_one
                 row["request_speedup_lo"], row["request_speedup_hi"] = (

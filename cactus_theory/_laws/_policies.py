@@ -23,11 +23,10 @@ per step are exact under the analysis's model of independent positions (``policy
   softmax) falls below P, drafts at most m (``--spec-draft-n-max``), and a block of fewer than N
   drafts is dropped (``--spec-draft-n-min``: the step decodes one token alone). The drafter's
   cache is cut back to the last accepted token after every step, so the next step's first draft
-  forward re-reads the accepted drafts: the block's draft forwards are its own (L + 1, or m) plus
-  the AL accepted drafts, each charged as one draft forward (on a CPU a token in a batch costs
-  about what one alone does; on a GPU less: then an upper bound). Exact under independent
-  positions, like every policy here; its stop reads ``LLAMA_DRAFT_READS`` of the trace (the top-10
-  must be stored: K >= 10).
+  forward re-reads the accepted drafts (``rereads_accepted``): the planner charges those AL
+  tokens at the cost of a token in a forward of several (``CostModel.draft_read_token``). Exact
+  under independent positions, like every policy here; its stop reads ``LLAMA_DRAFT_READS`` of the
+  trace (the top-10 must be stored: K >= 10).
 - ``adaptive-verify``: draft m tokens, then verify only the first L of them, the L in 0..m that
   maximises the expected tokens of the step per second of it: (1 + sum_{j<=L} prod_{i<=j} c_i) /
   (m t_draft + t_verify(L + 1)), with c_i the drafter's top-1 probability at place i as the
@@ -54,7 +53,7 @@ from .._math._validation import host_probabilities
 from ._emitted import _entropy
 
 __all__ = ["AUTO_POLICIES", "DRAFT_POLICIES", "LLAMA_DRAFT_READS", "DraftPolicy", "make_draft_policy",
-           "policy_blocks"]  # fmt: skip
+           "policy_blocks", "renewal_steps"]  # fmt: skip
 
 DRAFT_POLICIES = ("fixed", "p-min", "entropy", "accept-prob", "cost-optimal", "adaptive-verify", "llama.cpp")
 #: What llama.cpp's draft-simple reads to stop a block: the drafter's top-10 at temperature 1.
@@ -117,6 +116,12 @@ class DraftPolicy:
     @property
     def needs_cost(self) -> bool:
         return self.kind in ("cost-optimal", "adaptive-verify")
+
+    @property
+    def rereads_accepted(self) -> bool:
+        """Whether the drafter re-reads the accepted drafts in the next step's first forward (llama-server
+        cuts its cache back after every step): the planner charges them (``CostModel.draft_read_token``)."""
+        return self.kind == "llama.cpp"
 
     @property
     def reads(self) -> SamplingSettings | None:
@@ -237,8 +242,42 @@ def policy_blocks(policy, draft_probs, beta, m, cost=None, features=None):
         dropped = drafted < policy.min_drafts  # n_min: the block is thrown away, one token decoded alone
         al = np.where(dropped, 0.0, al)
         drafted = np.where(dropped, 0, drafted)
-        forwards = forwards + al  # the next step's first draft forward re-reads the accepted drafts
     return al, drafted, forwards
+
+
+def renewal_steps(beta, drafted, forwards, m, start=1):
+    """The steps decoding a sequence takes under a drafting policy, exact under independent positions.
+
+    A step at position t drafts ``drafted[t]`` tokens (``policy_blocks``), accepts A of them
+    (P(A >= j) = prod_{i<j} beta_{t+i}) and emits A + 1 tokens, so the next step starts at t + 1 + A.
+    Decoding visits the positions by this chain, not each once: where drafts fail it takes a step per
+    token. From ``start`` (1: position 0 comes from the prompt's processing) to the end, by dynamic
+    programming backwards (S_t = 1 + sum_a P(A_t = a) S_{t+1+a}): (expected steps, accepted drafts,
+    drafted tokens and draft forwards summed over them, expected steps with L drafts for L = 0..m).
+    ``beta``: acceptance per position (T,) or per slot (slots, T)."""
+    beta = np.asarray(beta, dtype=np.float64)
+    drafted = np.asarray(drafted, dtype=np.int64)
+    forwards = np.asarray(forwards, dtype=np.float64)
+    n = drafted.shape[0]
+    pad = n + int(m) + 2
+    steps, accepted, drafts, passes = np.zeros(pad), np.zeros(pad), np.zeros(pad), np.zeros(pad)
+    mix = np.zeros((pad, int(m) + 1))
+    for t in range(n - 1, start - 1, -1):
+        length = min(int(drafted[t]), n - t)  # a block cannot draft past the sequence's end
+        reach = np.ones(length + 2)
+        for j in range(length):
+            b = beta[min(j, beta.shape[0] - 1), t + j] if beta.ndim == 2 else beta[t + j]
+            reach[j + 1] = reach[j] * b
+        reach[length + 1] = 0.0
+        law = reach[:-1] - reach[1:]  # P(A = a), a = 0..length
+        nxt = t + 1 + np.arange(length + 1)
+        steps[t] = 1.0 + law @ steps[nxt]
+        accepted[t] = law @ (np.arange(length + 1) + accepted[nxt])
+        drafts[t] = length + law @ drafts[nxt]
+        passes[t] = forwards[t] + law @ passes[nxt]
+        mix[t] = law @ mix[nxt]
+        mix[t, min(length, int(m))] += 1.0
+    return float(steps[start]), float(accepted[start]), float(drafts[start]), float(passes[start]), mix[start]
 
 
 def _adaptive_verify(top1, beta, per_slot, m, cost):

@@ -218,7 +218,7 @@ class LlamaCppNative(_Protocol):
             model = first.get("id")
             meta = first.get("meta") or {}
             vocab = meta.get("n_vocab")
-            extra = {k: meta[k] for k in ("n_params", "size", "n_ctx_train") if k in meta}
+            extra = {k: meta[k] for k in ("n_params", "n_embd", "size", "n_ctx_train") if k in meta}
         settings = props.get("default_generation_settings") or {}
         path = props.get("model_path")
         if path:

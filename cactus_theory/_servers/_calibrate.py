@@ -1,0 +1,179 @@
+"""A cost model measured against running servers: the servers' own step times, over HTTP.
+
+``calibrate_server(verifier_url, draft_url, batches=(1, 2, 4))`` gives a ``CostModel`` whose parts
+come from the servers' own timings (llama-server's ``timings``: ``predicted_per_token_ms`` and
+``prompt_ms``, measured by the server around its own forward passes, not by this client's clock):
+
+- ``verify_block[1]`` at batch B: the verifier server's time per decoded token while B requests
+  decode at once (B concurrent requests, ``ignore_eos``, a fixed length);
+- ``verify_block[k]``, k >= 2: the verifier server's processing of k new tokens after a cached
+  prefix of ``context`` tokens (``prompt_ms`` with ``prompt_n`` = k), B requests at once, each in
+  its own slot; a verification outputs k rows where prompt processing outputs one, so the k - 1
+  more rows' unembedding is added, modelled as the share n_vocab n_embd / n_params of one decode
+  step (llama-server reports all three in ``/v1/models``; the source says so);
+- ``draft_token`` at batch B: the draft server's time per decoded token with B requests at once;
+- ``draft_read_token`` at batch B: what one more token costs the draft server in a forward of
+  several (the slope of its processing of 1 .. ``max_block`` new tokens after a cached prefix):
+  llama-server's drafter re-reads the accepted drafts in one such forward every step;
+- ``prefill``: each server's processing of prompts of ``prompt_lengths`` tokens (batch 1).
+
+Only llama-server reports these timings; another engine is refused with a message saying so.
+Every part is the median of ``repeats`` timed requests (the repeats are kept: the planner's
+intervals draw from them). The servers should run nothing else meanwhile, with ``--parallel``
+at least the largest batch.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import platform
+
+import numpy as np
+
+from .._util._files import utc_timestamp
+from ._dump import open_server
+from ._http import ServerError
+
+__all__ = ["calibrate_server", "server_requests"]
+
+FILLER = ("The quick brown fox jumps over the lazy dog while the five boxing wizards jump quickly. "
+          "Pack my box with five dozen liquor jugs; how vexingly quick daft zebras jump. ")  # fmt: skip
+
+
+def _ids(speaker, n, salt=0):
+    """``n`` token ids of plain English text (the salt shifts where the text starts: distinct prefixes)."""
+    base = speaker.prompt_ids(FILLER * 4, chat=False, special=False)
+    if not base:
+        raise ServerError(f"{speaker.client.what} {speaker.client.public}: /tokenize gave no tokens")
+    return [base[(i + 7 * salt) % len(base)] for i in range(n)]
+
+
+def server_requests(speaker, bodies, endpoint="/completion"):
+    """The JSON answers of ``bodies`` sent at once (one thread each), in order."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(bodies))) as pool:
+        return list(pool.map(lambda b: speaker.client.post(endpoint, b), bodies))
+
+
+def _timings(answer, where):
+    timings = answer.get("timings") if isinstance(answer, dict) else None
+    if not isinstance(timings, dict):
+        raise ServerError(f"{where}: the server reports no timings: calibrate --server needs llama-server's "
+                          "(vLLM and SGLang: use a shipped profile or the roofline, docs: plan)")  # fmt: skip
+    return timings
+
+
+def _decode_ms(speaker, batch, tokens, context, repeat):
+    bodies = [{"prompt": _ids(speaker, context, salt=repeat * batch + i), "n_predict": tokens, "ignore_eos": True,
+               "cache_prompt": False, "temperature": 0.0, "samplers": ["top_k"], "top_k": 1, "id_slot": i}
+              for i in range(batch)]  # fmt: skip
+    where = f"{speaker.client.what} {speaker.client.public}/completion"
+    return [float(_timings(a, where)["predicted_per_token_ms"]) for a in server_requests(speaker, bodies)]
+
+
+def _block_ms(speaker, batch, k, context, repeat):
+    prefixes = [_ids(speaker, context, salt=1000 + repeat * batch + i) for i in range(batch)]
+    warm = [{"prompt": pre, "n_predict": 0, "cache_prompt": True, "id_slot": i} for i, pre in enumerate(prefixes)]
+    server_requests(speaker, warm)
+    bodies = [{"prompt": pre + _ids(speaker, k, salt=5000 + repeat), "n_predict": 1, "cache_prompt": True,
+               "temperature": 0.0, "samplers": ["top_k"], "top_k": 1, "id_slot": i}
+              for i, pre in enumerate(prefixes)]  # fmt: skip
+    where = f"{speaker.client.what} {speaker.client.public}/completion"
+    out = []
+    for answer in server_requests(speaker, bodies):
+        t = _timings(answer, where)
+        if t.get("prompt_n") != k:
+            raise ServerError(f"{where}: the server processed {t.get('prompt_n')} new tokens, not {k}: is its prompt "
+                              "cache on (--cache-reuse) and --parallel at least the batch?")  # fmt: skip
+        out.append(float(t["prompt_ms"]))
+    return out
+
+
+def _prefill_ms(speaker, length, repeat):
+    body = {"prompt": _ids(speaker, length, salt=9000 + repeat), "n_predict": 1, "cache_prompt": False,
+            "temperature": 0.0, "samplers": ["top_k"], "top_k": 1}  # fmt: skip
+    where = f"{speaker.client.what} {speaker.client.public}/completion"
+    return float(_timings(speaker.client.post("/completion", body), where)["prompt_ms"])
+
+
+def _row_share(info) -> float:
+    """The share of one decode step that unembedding one row takes: n_vocab n_embd / n_params (0 when the
+    server does not say)."""
+    extra = info.extra
+    vocab, params = info.vocab_size, extra.get("n_params")
+    embd = extra.get("n_embd")
+    if not (isinstance(vocab, int) and isinstance(params, (int, float)) and isinstance(embd, int) and params > 0):
+        return 0.0
+    return min(vocab * embd / params, 0.5)
+
+
+def calibrate_server(verifier_url, draft_url, *, batches=(1,), max_block=8, context=256, repeats=5, tokens=32,
+                     prompt_lengths=(32, 128, 512), api_key_env=None, timeout=600.0, progress=None):  # fmt: skip
+    """A ``CostModel`` of two llama-servers' own step times (see the module docstring)."""
+    from .._analysis._plan import CostModel
+
+    batches = sorted({int(b) for b in batches})
+    if not batches or batches[0] < 1:
+        raise ValueError(f"batches must be integers >= 1; got {batches}")
+    for name, value, low in (("max_block", max_block, 1), ("context", context, 1), ("repeats", repeats, 1),
+                             ("tokens", tokens, 2)):  # fmt: skip
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
+    v_client, verifier = open_server(verifier_url, protocol="llama.cpp", api_key_env=api_key_env, timeout=timeout)
+    d_client, draft = open_server(draft_url, protocol="llama.cpp", api_key_env=api_key_env, timeout=timeout,
+                                  what="--draft-server")  # fmt: skip
+    try:
+        for speaker in (verifier, draft):
+            slots = speaker.info().slots
+            if isinstance(slots, int) and slots < batches[-1]:
+                raise ServerError(f"{speaker.client.what} {speaker.client.public} has {slots} slot(s): start it with "
+                                  f"--parallel {batches[-1]} to time a batch of {batches[-1]}")  # fmt: skip
+        share = _row_share(verifier.info())
+        parts, samples = {}, {}
+        for b in batches:
+            decode = [x for r in range(repeats) for x in _decode_ms(verifier, b, tokens, context, r)]
+            drafted = [x for r in range(repeats) for x in _decode_ms(draft, b, tokens, context, r)]
+            blocks = {1: decode}
+            for k in range(2, max_block + 1):
+                pp = [x for r in range(repeats) for x in _block_ms(verifier, b, k, context, r)]
+                rows = (k - 1) * share * float(np.median(decode))
+                blocks[k] = [x + rows for x in pp]
+            seconds = {k: [x / 1e3 for x in v] for k, v in blocks.items()}
+            sizes = sorted({1, max(2, max_block // 2), max(2, max_block)})
+            reads = {k: float(np.median([x for r in range(repeats) for x in _block_ms(draft, b, k, context, r)]))
+                     for k in sizes}  # fmt: skip
+            slope = float(np.polyfit(sizes, [reads[k] for k in sizes], 1)[0]) / 1e3
+            parts[b] = {"draft_token": float(np.median(drafted)) / 1e3,
+                        "verify_block": {k: float(np.median(v)) for k, v in seconds.items()},
+                        "draft_read_token": max(slope, 1e-9)}  # fmt: skip
+            samples[b] = {"draft_token": [x / 1e3 for x in drafted], "verify_block": seconds}
+            if progress:
+                print(f"batch {b}: a verifier step {parts[b]['verify_block'][1] * 1e3:.1f} ms, a draft step "
+                      f"{parts[b]['draft_token'] * 1e3:.1f} ms", flush=True)  # fmt: skip
+        prefill, prefill_samples = {}, {}
+        for role, speaker in (("verifier", verifier), ("draft", draft)):
+            per = {n: [_prefill_ms(speaker, n, r) / 1e3 for r in range(repeats)] for n in prompt_lengths}
+            prefill[role] = {n: float(np.median(v)) for n, v in per.items()}
+            prefill_samples[role] = per
+        source = {
+            "kind": "server",
+            "method": "llama-server's own timings over HTTP (predicted_per_token_ms; prompt_ms of k tokens after a "
+                      f"cached prefix, plus k - 1 rows' unembedding modelled as {share:.3f} of a decode step)",
+            "verifier": verifier.info().as_dict(),
+            "draft": draft.info().as_dict(),
+            "client_machine": platform.machine(),
+            "created": utc_timestamp(),
+            "context": int(context),
+            "row_share": share,
+        }  # fmt: skip
+        first = parts[batches[0]] if batches[0] == 1 else None
+        if first is None:
+            raise ValueError("batches must include 1 (the verifier alone, one request)")
+        return CostModel(
+            draft_token=first["draft_token"], verify_block=first["verify_block"], source=source, prefill=prefill,
+            draft_read_token=first["draft_read_token"],
+            context=int(context), samples={**samples[1], "prefill": prefill_samples},
+            batch={b: {**parts[b], "samples": samples[b]} for b in batches if b > 1},
+        )  # fmt: skip
+    finally:
+        v_client.close()
+        d_client.close()

@@ -264,8 +264,10 @@ def write(args, cells, prompts, policy, seconds):
             within += ok
             covers += cover
             total += 1
-            lines.append(f"| {cell['parallel']} | {label} | {p[0]:.3f} ({p[1]:.3f}-{p[2]:.3f}) | {m[0]:.3f} "
-                         f"({m[1]:.3f}-{m[2]:.3f}) | {'yes' if ok else 'no'} | {'yes' if cover else 'no'} |")  # fmt: skip
+            lines.append(
+                f"| {cell['parallel']} | {label} | {p[0]:.3f} ({p[1]:.3f}-{p[2]:.3f}) | {m[0]:.3f} "
+                f"({m[1]:.3f}-{m[2]:.3f}) | {'yes' if ok else 'no'} | {'yes' if cover else 'no'} |"
+            )
     lines += [
         "",
         f"Within 15%: {within} of {total} cells; the predicted interval covers the measured value in {covers} of"

@@ -29,8 +29,16 @@ def add_parser(sub):
         formatter_class=_Formatter,
         epilog=MODEL_MEMORY,
     )
-    cb.add_argument("--verifier", required=True, help="verifier: Hugging Face id, local directory or .gguf file")
-    cb.add_argument("--draft", required=True, help="draft model: Hugging Face id, local directory or .gguf file")
+    cb.add_argument("--verifier", default=None, help="verifier: Hugging Face id, local directory or .gguf file")
+    cb.add_argument("--draft", default=None, help="draft model: Hugging Face id, local directory or .gguf file")
+    srv = cb.add_argument_group(
+        "against running servers (instead of --verifier / --draft)",
+        "llama-server's own step times over HTTP: the verifier's per token and per block of k new tokens, the "
+        "draft's per token and per re-read token, each server's prompt processing (docs: Traces from servers)",
+    )
+    srv.add_argument("--server", default=None, metavar="URL", help="the verifier's llama-server")
+    srv.add_argument("--draft-server", default=None, metavar="URL", help="the draft model's llama-server")
+    srv.add_argument("--api-key-env", default=None, metavar="NAME", help="environment variable holding the API key")
     _model_options(cb)
     _sampling_options(cb)
     cb.add_argument(
@@ -68,11 +76,45 @@ def add_parser(sub):
     return cb
 
 
+def _run_servers(args) -> int:
+    from .._analysis._plan import default_cost_path
+    from .._servers._calibrate import calibrate_server
+
+    if args.verifier or args.draft:
+        raise ValueError("give either --server / --draft-server or --verifier / --draft, not both")
+    if not (args.server and args.draft_server):
+        raise ValueError("--server and --draft-server both: the verifier's llama-server and the draft model's")
+    out = args.out
+    if out is not None:
+        _check_out(args, [], directory=False)
+    cost = calibrate_server(args.server, args.draft_server, batches=sorted({1, *args.batch}), max_block=args.max_block,
+                            context=args.context, repeats=args.repeats, prompt_lengths=args.prompt_lengths,
+                            api_key_env=args.api_key_env, progress=_progress(args))  # fmt: skip
+    if out is None:
+        names = [str(cost.source[r].get("model") or "server").rsplit("/", 1)[-1] for r in ("verifier", "draft")]
+        out = check_output(default_cost_path(names[0], names[1], "server", "http"), directory=False)
+    cost.save(out)
+    print(f"verifier step {cost.verify_block[1] * 1e3:.1f} ms, block of {max(cost.verify_block)} "
+          f"{cost.verify_block[max(cost.verify_block)] * 1e3:.1f} ms; draft step {cost.draft_token * 1e3:.1f} ms, a "
+          f"re-read token {cost.draft_read_token * 1e3:.2f} ms (the servers' own timings)")  # fmt: skip
+    for size, entry in cost.batch.items():
+        print(f"batch {size}: a verifier step {entry['verify_block'][1] * 1e3:.1f} ms, a draft step "
+              f"{entry['draft_token'] * 1e3:.1f} ms")  # fmt: skip
+    for problem in cost.problems():
+        print(f"warning: {problem}")
+    print(f"wrote {out}")
+    return 0
+
+
 def run(args) -> int:
     from .._analysis._plan import default_cost_path
     from .._models._calibrate import calibrate_cost
     from .._models._hf import load_model
 
+    if args.server or args.draft_server:
+        return _run_servers(args)
+    if not (args.verifier and args.draft):
+        raise ValueError("give --verifier and --draft (models to load here), or --server and --draft-server")
     progress = _progress(args)
     _check_out(args, _model_inputs(args), directory=False)
     opts = {"cache": not args.no_model_cache, "progress": progress, "engine": args.engine}

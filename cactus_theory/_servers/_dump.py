@@ -195,7 +195,7 @@ def _one(prompt, verifier, draft, settings, max_new_tokens, seed, k, chat):
             "check its stop settings, n_predict / max_tokens and the chat template"
         )
     try:
-        rows = draft.score(ids, gen.tokens, k)
+        rows = draft.score(ids, gen.tokens, k, ends=str(gen.finish) in ("eos", "stop"), partial=gen.partial)
     except AlignmentError as exc:
         return prompt, ids, exc, None
     return prompt, ids, gen, rows
@@ -231,6 +231,8 @@ def _run(prompts, out, verifier, draft, clients, metadata, vocab, settings, max_
                     meta = {"source": prompt.source, "prompt_tokens": len(ids)}
                     if gen.finish is not None:
                         meta["finish"] = str(gen.finish)
+                    if gen.partial:  # asked for alone: prompt processing, not decoding (rounding differs)
+                        meta["rescored_positions"] = list(gen.partial)
                     writer.add_compressed(prompt.id, prompt.task, np.asarray(gen.tokens), compressed, meta=meta)
                     written += len(gen.tokens)
                     finished += 1

@@ -93,6 +93,9 @@ class Generation:
     ids: np.ndarray
     finish: str | None = None
     timings: dict | None = None
+    #: positions whose log-probs the answer left out and were asked for alone (llama.cpp: a token that ends
+    #: inside a character)
+    partial: tuple = ()
 
 
 def _number(value, where):
@@ -246,9 +249,9 @@ class LlamaCppNative(_Protocol):
 
     def _completion_body(self, prompt_ids, k):
         return {"prompt": list(map(int, prompt_ids)), "n_probs": int(k), "post_sampling_probs": False,
-                "return_tokens": True, "cache_prompt": False, "stream": False, "min_p": 0.0, "typical_p": 1.0,
-                "repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0,
-                "xtc_probability": 0.0, "mirostat": 0}  # fmt: skip
+                "return_tokens": True, "verbose": self.openai, "cache_prompt": False, "stream": False, "min_p": 0.0,
+                "typical_p": 1.0, "repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+                "dry_multiplier": 0.0, "xtc_probability": 0.0, "mirostat": 0}  # fmt: skip
 
     def _post(self, body):
         if self.openai:  # the OpenAI endpoint's names for the model and the length; llama.cpp's fields pass through
@@ -256,15 +259,22 @@ class LlamaCppNative(_Protocol):
         return self.client.post(self.endpoint, body)
 
     def _parse(self, answer, k, where):
-        """(tokens, entries, finish, timings) of a llama.cpp completion answer (native or its OpenAI shape)."""
+        """(tokens, entries, finish, timings) of a llama.cpp completion answer (native or its OpenAI shape).
+
+        llama-server leaves out the log-probs of a token whose text ends in an incomplete UTF-8 character
+        (``process_token`` adds a token's probabilities only once its text is whole): ``tokens`` are the
+        answer's own token ids (``return_tokens``; on the OpenAI endpoint ``verbose``'s copy) and
+        ``entries`` has None where a position's log-probs are missing (``_fill`` asks for them)."""
         if not isinstance(answer, dict):
             raise ServerError(f"{where}: the answer is not a JSON object")
+        native = answer.get("tokens")
         if "choices" in answer:  # the OpenAI-compatible endpoint of llama-server
             choice = (answer.get("choices") or [None])[0]
             if not isinstance(choice, dict):
                 raise ServerError(f"{where}: no choices in the answer")
             probs = (choice.get("logprobs") or {}).get("content")
             finish = choice.get("finish_reason")
+            native = (answer.get("__verbose") or {}).get("tokens")
         else:
             probs = answer.get("completion_probabilities")
             finish = answer.get("stop_type")
@@ -272,17 +282,53 @@ class LlamaCppNative(_Protocol):
             raise ServerError(f"{where}: the server returned no log-probs (does it support n_probs?)")
         if not isinstance(probs, list):
             raise ServerError(f"{where}: log-probs are not a list")
-        tokens, entries = [], []
+        listed, rows = [], []
         for i, pos in enumerate(probs):
             if not isinstance(pos, dict) or "id" not in pos or not isinstance(pos.get("top_logprobs"), list):
                 raise ServerError(f"{where}, position {i}: expected {{id, logprob, top_logprobs}} (post_sampling_probs "
                                   "must be off)")  # fmt: skip
-            tokens.append(_token_id(pos["id"], self.vocab, f"{where}, position {i}"))
-            entries.append([(e.get("id"), e.get("logprob")) for e in pos["top_logprobs"] if isinstance(e, dict)])
-        native = answer.get("tokens")
-        if isinstance(native, list) and native and [int(t) for t in native[: len(tokens)]] != tokens[: len(native)]:
-            raise ServerError(f"{where}: the tokens and the log-probs' tokens disagree")
+            listed.append(_token_id(pos["id"], self.vocab, f"{where}, position {i}"))
+            rows.append([(e.get("id"), e.get("logprob")) for e in pos["top_logprobs"] if isinstance(e, dict)])
+        if not isinstance(native, list) or not native:
+            return listed, rows, finish, answer.get("timings")
+        tokens = [_token_id(t, self.vocab, f"{where}, tokens") for t in native]
+        entries, j = [], 0
+        for i, tok in enumerate(tokens):  # the listed positions are the tokens' in order, some left out
+            if j < len(listed) and listed[j] == tok and len(tokens) - i >= len(listed) - j:
+                entries.append(rows[j])
+                j += 1
+            else:
+                entries.append(None)
+        if j != len(listed):
+            raise ServerError(f"{where}: the log-probs' tokens are not the answer's tokens in order")
         return tokens, entries, finish, answer.get("timings")
+
+    def _safe_token(self):
+        """A token whose text is one ASCII letter (its log-probs are never left out)."""
+        if getattr(self, "_safe", None) is None:
+            ids = self.prompt_ids("a", chat=False, special=False)
+            if len(ids) != 1:
+                raise ServerError(f"{self.client.what} {self.client.public}: 'a' is not one token here")
+            self._safe = ids[0]
+        return self._safe
+
+    def _fill(self, prompt_ids, tokens, entries, k, where):
+        """``entries`` with every missing position's log-probs asked for: the distribution after the prompt
+        and the tokens before it, with a one-letter token forced there (the log-probs are the raw logits'
+        whatever is sampled; a whole character keeps them in the answer). These come from prompt
+        processing rather than decoding: the same up to float rounding."""
+        out = list(entries)
+        for i, entry in enumerate(entries):
+            if entry is not None:
+                continue
+            body = self._completion_body([*prompt_ids, *tokens[:i]], k)
+            body.update({"n_predict": 1, "grammar": f"root ::= <[{self._safe_token()}]>", "temperature": 0.0,
+                         "top_k": 1, "top_p": 1.0, "samplers": ["top_k"], "seed": 0})  # fmt: skip
+            _, again, _, _ = self._parse(self._post(body), k, f"{where} (position {i})")
+            if not again or again[0] is None:
+                raise ServerError(f"{where}: the server gave no log-probs for position {i}, even alone")
+            out[i] = again[0]
+        return out
 
     def generate(self, prompt_ids, settings, max_new_tokens, seed, k):
         body = self._completion_body(prompt_ids, k)
@@ -292,29 +338,55 @@ class LlamaCppNative(_Protocol):
         )  # vLLM's order: top-k, temperature, top-p
         where = f"{self.client.what} {self.client.public}{self.endpoint}"
         tokens, entries, finish, timings = self._parse(self._post(body), k, where)
+        partial = tuple(i for i, e in enumerate(entries) if e is None)
+        entries = self._fill(prompt_ids, tokens, entries, k, where)
         values, ids = rows_from_entries(entries, k, self.vocab, where)
-        return Generation(tokens, values, ids, finish, timings)
+        return Generation(tokens, values, ids, finish, timings, partial)
 
-    def score(self, prompt_ids, tokens, k):
+    def score(self, prompt_ids, tokens, k, ends=False, partial=()):
         # a grammar of the tokens' ids leaves the sampler one choice per position; the log-probs are
-        # those of the raw logits (n_probs before the samplers), so the grammar does not touch them. The
-        # last position is left free: its distribution is conditioned on the tokens before it only, and
-        # a grammar that ends in an end-of-generation token is refused by llama.cpp ("empty grammar stack")
+        # those of the raw logits (n_probs before the samplers), so the grammar does not touch them. When
+        # the verifier ended on an end-of-generation token (``ends``), a one-letter token is forced in its
+        # place (llama.cpp refuses a grammar that ends in one: "empty grammar stack"); that position's
+        # distribution is conditioned on the tokens before it only. llama.cpp's grammar also fails on a
+        # character split over several tokens, and the server leaves out the log-probs of a token that
+        # ends inside one: the positions of such a character (``partial``: where the verifier's answer
+        # left them out, and the token that completes it) are asked for one by one (``_fill``), the runs
+        # between them each with one grammar.
         tokens = [int(t) for t in tokens]
-        body = self._completion_body(prompt_ids, k)
-        body.update({"n_predict": len(tokens), "temperature": 0.0, "top_k": 1, "top_p": 1.0, "samplers": ["top_k"],
-                     "seed": 0, "ignore_eos": False})  # fmt: skip
-        if len(tokens) > 1:
-            body["grammar"] = "root ::= " + " ".join(f"<[{t}]>" for t in tokens[:-1])
+        safe = self._safe_token()
+        alone = set()
+        for i in sorted(int(x) for x in partial):
+            alone.update((i, i + 1))
+        alone = {i for i in alone if i < len(tokens)}
         where = f"{self.client.what} {self.client.public}{self.endpoint} (teacher-forced)"
-        got, entries, _, _ = self._parse(self._post(body), k, where)
-        if len(got) != len(tokens) or got[:-1] != tokens[:-1]:
-            pairs = zip(got, tokens[:-1], strict=False)
-            cut = next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(got), len(tokens)))
-            raise AlignmentError(
-                f"{where}: the draft did not follow the verifier's {len(tokens)} tokens (it gave {len(got)}; "
-                f"from position {cut} they differ)"
-            )
+        entries = [None] * len(tokens)
+        start = 0
+        while start < len(tokens):
+            if start in alone:
+                start += 1
+                continue
+            end = start
+            while end < len(tokens) and end not in alone:
+                end += 1
+            forced = tokens[start:end]
+            if ends and end == len(tokens):
+                forced = [*forced[:-1], safe]
+            body = self._completion_body([*prompt_ids, *tokens[:start]], k)
+            body.update({"n_predict": len(forced), "temperature": 0.0, "top_k": 1, "top_p": 1.0,
+                         "samplers": ["top_k"], "seed": 0, "ignore_eos": False,
+                         "grammar": "root ::= " + " ".join(f"<[{t}]>" for t in forced)})  # fmt: skip
+            got, rows, _, _ = self._parse(self._post(body), k, where)
+            if got != forced:
+                pairs = zip(got, forced, strict=False)
+                cut = next((i for i, (x, y) in enumerate(pairs) if x != y), min(len(got), len(forced)))
+                raise AlignmentError(
+                    f"{where}: the draft did not follow the verifier's tokens (from position {start + cut} of "
+                    f"{len(tokens)} they differ)"
+                )
+            entries[start:end] = rows
+            start = end
+        entries = self._fill(prompt_ids, tokens, entries, k, where)
         return rows_from_entries(entries, k, self.vocab, where)
 
 
@@ -403,10 +475,10 @@ class OpenAICompletions(_Protocol):
             raise ServerError(f"{where}: {len(tokens)} tokens but {len(entries)} rows of log-probs")
         return tokens, entries, choice.get("finish_reason")
 
-    def score(self, prompt_ids, tokens, k):
+    def score(self, prompt_ids, tokens, k, ends=False, partial=()):
         self.info()
         if self.flavour == "llama.cpp":
-            return self._llama.score(prompt_ids, tokens, k)
+            return self._llama.score(prompt_ids, tokens, k, ends, partial)
         body = {"model": self._model, "prompt": [*map(int, prompt_ids), *map(int, tokens)], "max_tokens": 1,
                 "stream": False, "prompt_logprobs": int(k), "temperature": 0.0}  # fmt: skip
         where = f"{self.client.what} {self.client.public}/v1/completions (prompt_logprobs)"
@@ -500,7 +572,7 @@ class SGLangGenerate(_Protocol):
         finish = meta.get("finish_reason")
         return Generation(tokens, values, ids, finish.get("type") if isinstance(finish, dict) else finish, None)
 
-    def score(self, prompt_ids, tokens, k):
+    def score(self, prompt_ids, tokens, k, ends=False, partial=()):
         _, meta = self._call(list(prompt_ids) + list(tokens), 1, k, {"temperature": 0.0}, len(prompt_ids))
         where = f"{self.client.what} {self.client.public}/generate (input_top_logprobs)"
         rows = meta.get("input_top_logprobs")

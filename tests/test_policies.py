@@ -175,7 +175,7 @@ def _llama_server_blocks(draft_logits, target_probs, p_min, n_min, n_max):
         for j, d in enumerate(drafts):
             reach *= target_probs[t + j][d]  # P(the verifier samples the draft)
             al += reach
-        out.append((al, len(drafts), forwards))
+        out.append((al, len(drafts), forwards + 1))  # + the verifier's block, which the drafter processes too
     return np.array(out)
 
 
@@ -288,3 +288,17 @@ def test_renewal_steps_of_a_sequence_that_accepts_everything_or_nothing():
     none = renewal_steps(np.zeros(n), np.full(n, m), np.full(n, m), m)
     # one token a step at positions 1..12; the blocks at 11 and 12 are cut at the end (2 and 1 drafts)
     assert none[:4] == (12.0, 0.0, 33.0, 36.0) and list(none[4]) == [0.0, 1.0, 1.0, 10.0]
+
+
+def test_a_step_charges_re_read_drafts_and_the_mix_of_block_sizes_as_written_out():
+    cost = CostModel(draft_token=0.02, verify_block={1: 0.04, 2: 0.07, 3: 0.10, 4: 0.12}, draft_read_token=0.005)
+    mix = [0.2, 0.3, 0.5]  # steps that draft 0, 1, 2 tokens
+    step = cost.step_time(2, 1.1, drafted=1.3, forwards=2.0, reads=1.1, verify_mix=mix)
+    by_hand = 2.0 * 0.02 + 1.1 * 0.005 + (0.2 * 0.04 + 0.3 * 0.07 + 0.5 * 0.10)
+    assert step == pytest.approx(by_hand, rel=1e-12)
+    assert cost.speedup(2, 1.1, drafted=1.3, forwards=2.0, reads=1.1, verify_mix=mix) == pytest.approx(
+        2.1 * 0.04 / by_hand, rel=1e-12
+    )
+    # without a cost of a token read in a block the drafter's own token cost is charged (an upper bound)
+    plain = CostModel(draft_token=0.02, verify_block={1: 0.04})
+    assert plain.step_time(1, 0.5, reads=1.0) == pytest.approx(0.02 + 0.02 + 0.04)

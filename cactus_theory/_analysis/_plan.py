@@ -212,10 +212,10 @@ class CostModel:
         each of B sequences in one evaluation. ``at_batch(B)`` is the cost model at that batch.
         An entry may carry its own ``draft_read_token``.
     draft_read_token : float or None
-        Seconds per token the drafter re-reads in one forward of several tokens: llama-server cuts
-        the drafter's cache back after every step and re-reads the accepted drafts in the next
-        step's first draft forward (``DraftPolicy.rereads_accepted``), a batch whose extra tokens
-        cost what prompt processing costs a token. None: ``draft_token`` (an upper bound).
+        Seconds per token the drafter reads in one forward of several tokens: llama-server's
+        drafter processes the verifier's block of L + 1 tokens every step
+        (``DraftPolicy.mirrors_verifier_block``), a batch whose L extra tokens cost what prompt
+        processing costs a token. None: ``draft_token`` (an upper bound).
     """
 
     draft_token: float
@@ -389,7 +389,7 @@ class CostModel:
         return float(np.maximum(self.draft_token + self._context_extra("draft", context), 0.5 * self.draft_token))
 
     def draft_read_time(self, context=None):
-        """Seconds per token the drafter re-reads in a forward of several (``draft_read_token``, else
+        """Seconds per token the drafter reads in a forward of several (``draft_read_token``, else
         ``draft_time``)."""
         return self.draft_time(context) if self.draft_read_token is None else float(self.draft_read_token)
 
@@ -407,10 +407,11 @@ class CostModel:
         forward (the drafter's cache must see its last draft before the next block).
         ``draft_factor`` and ``verify_factor``: draws of one timed repeat over the median of the
         draft and the verifier parts (arrays: the planner's intervals), 1 for the medians.
-        ``reads``: tokens the drafter re-reads in one of its forwards (llama-server's accepted drafts,
-        ``draft_read_time`` each). ``verify_mix``: the share of steps whose block holds L drafts,
-        L = 0..m (a drafting policy's steps), for the verifier's expected block cost sum_L mix_L
-        verify(k L + 1) in place of verify(k drafted + 1). The one formula of a step's cost: every
+        ``reads``: tokens the drafter reads in one of its forwards beyond its output row
+        (llama-server's drafts, when its drafter processes the verifier's block; ``draft_read_time``
+        each). ``verify_mix``: the share of steps whose block holds L drafts, L = 0..m (a drafting
+        policy's steps), for the verifier's expected block cost sum_L mix_L verify(k L + 1) in
+        place of verify(k drafted + 1). The one formula of a step's cost: every
         prediction of the package goes through it."""
         m = np.asarray(m, dtype=float)
         drafted = m if drafted is None else np.asarray(drafted, dtype=float)
@@ -1070,12 +1071,12 @@ def predict_speedup(
         drafted, passes = r.get("drafted"), r.get("draft_forwards")
         full = (r.get("acceptance_by_position") or [0.0])[-1] if drafted is None and width == 1 else 0.0
         policy = make_draft_policy(r.get("draft_policy")) if r.get("draft_policy") else None
-        rereads = policy is not None and policy.rereads_accepted
+        mirrors = policy is not None and policy.mirrors_verifier_block
         mix = r.get("verify_mix")
         analysed = r
         if mix is not None and r.get("al_step") is not None:  # a policy's row: over the steps decoding takes
             r = {**r, "al": r["al_step"], "al_lo": r["al_step_lo"], "al_hi": r["al_step_hi"]}
-        reads = r["al"] if rereads else 0.0
+        reads = float(drafted) if mirrors else 0.0
         row = {**r, "al": analysed["al"], "al_lo": analysed.get("al_lo"), "al_hi": analysed.get("al_hi")}
         row["tokens_per_step"] = r["al"] + 1
         row["step_time"] = float(cost.step_time(m, r["al"], width, drafted=drafted, forwards=passes, all_accepted=full,
@@ -1089,7 +1090,7 @@ def predict_speedup(
         size = m if drafted is None else drafted
         f_block = _timing_factors(cost, width * size + 1, rng, n_draws)
         step = cost.step_time(m, al, width, drafted=drafted, forwards=passes, all_accepted=full, draft_factor=f_draft,
-                              verify_factor=f_block, reads=al if rereads else 0.0, verify_mix=mix)  # fmt: skip
+                              verify_factor=f_block, reads=reads, verify_mix=mix)  # fmt: skip
         draws = (al + 1) * cost.verify(1) * f_one / step
         if has_interval or timed:
             row["speedup_lo"], row["speedup_hi"] = (float(x) for x in np.percentile(draws, [2.5, 97.5]))
@@ -1113,7 +1114,7 @@ def predict_speedup(
                 context = prompt + output / 2
                 step_c = cost.step_time(m, al, width, drafted=drafted, forwards=passes, context=context,
                                         all_accepted=full, draft_factor=f_draft, verify_factor=f_block,
-                                        reads=al if rereads else 0.0, verify_mix=mix)  # fmt: skip
+                                        reads=reads, verify_mix=mix)  # fmt: skip
                 spec = t["prefill"] + steps * step_c
                 base = t["baseline_prefill"] + output * cost.verify(1, context) * f_one
                 row["request_speedup_lo"], row["request_speedup_hi"] = (

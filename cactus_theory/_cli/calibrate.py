@@ -34,7 +34,7 @@ def add_parser(sub):
     srv = cb.add_argument_group(
         "against running servers (instead of --verifier / --draft)",
         "llama-server's own step times over HTTP: the verifier's per token and per block of k new tokens, the "
-        "draft's per token and per re-read token, each server's prompt processing (docs: Traces from servers)",
+        "draft's per token and per token read in a block, each server's prompt processing (docs: Traces from servers)",
     )
     srv.add_argument("--server", default=None, metavar="URL", help="the verifier's llama-server")
     srv.add_argument("--draft-server", default=None, metavar="URL", help="the draft model's llama-server")
@@ -96,7 +96,7 @@ def _run_servers(args) -> int:
     cost.save(out)
     print(f"verifier step {cost.verify_block[1] * 1e3:.1f} ms, block of {max(cost.verify_block)} "
           f"{cost.verify_block[max(cost.verify_block)] * 1e3:.1f} ms; draft step {cost.draft_token * 1e3:.1f} ms, a "
-          f"re-read token {cost.draft_read_token * 1e3:.2f} ms (the servers' own timings)")  # fmt: skip
+          f"token read in a block {cost.draft_read_token * 1e3:.2f} ms (the servers' own timings)")  # fmt: skip
     for size, entry in cost.batch.items():
         print(f"batch {size}: a verifier step {entry['verify_block'][1] * 1e3:.1f} ms, a draft step "
               f"{entry['draft_token'] * 1e3:.1f} ms")  # fmt: skip

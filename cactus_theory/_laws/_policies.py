@@ -21,12 +21,13 @@ per step are exact under the analysis's model of independent positions (``policy
   its argmax (greedy: analyse with draft mode "greedy"), stops before a place where the top-1
   probability of its top-10 at temperature 1 (its sampler chain there: top-k 10, then the
   softmax) falls below P, drafts at most m (``--spec-draft-n-max``), and a block of fewer than N
-  drafts is dropped (``--spec-draft-n-min``: the step decodes one token alone). The drafter's
-  cache is cut back to the last accepted token after every step, so the next step's first draft
-  forward re-reads the accepted drafts (``rereads_accepted``): the planner charges those AL
-  tokens at the cost of a token in a forward of several (``CostModel.draft_read_token``). Exact
-  under independent positions, like every policy here; its stop reads ``LLAMA_DRAFT_READS`` of the
-  trace (the top-10 must be stored: K >= 10).
+  drafts is dropped (``--spec-draft-n-min``: the step decodes one token alone). The drafter
+  also processes every batch the verifier does (draft-simple's ``process``: the verifier's block
+  of the sampled token and the L drafts, one output row), so a step's draft forwards are its own
+  (L + 1, or m) plus that one, and the L other tokens of the block are charged at the cost of a
+  token in a forward of several (``mirrors_verifier_block``, ``CostModel.draft_read_token``).
+  Exact under independent positions, like every policy here; its stop reads ``LLAMA_DRAFT_READS``
+  of the trace (the top-10 must be stored: K >= 10).
 - ``adaptive-verify``: draft m tokens, then verify only the first L of them, the L in 0..m that
   maximises the expected tokens of the step per second of it: (1 + sum_{j<=L} prod_{i<=j} c_i) /
   (m t_draft + t_verify(L + 1)), with c_i the drafter's top-1 probability at place i as the
@@ -118,9 +119,10 @@ class DraftPolicy:
         return self.kind in ("cost-optimal", "adaptive-verify")
 
     @property
-    def rereads_accepted(self) -> bool:
-        """Whether the drafter re-reads the accepted drafts in the next step's first forward (llama-server
-        cuts its cache back after every step): the planner charges them (``CostModel.draft_read_token``)."""
+    def mirrors_verifier_block(self) -> bool:
+        """Whether the drafter also processes the verifier's block every step (llama-server's draft-simple:
+        one more draft forward, counted in ``policy_blocks``'s forwards, and the block's L drafts read in it,
+        charged by the planner at ``CostModel.draft_read_token`` each)."""
         return self.kind == "llama.cpp"
 
     @property
@@ -242,6 +244,7 @@ def policy_blocks(policy, draft_probs, beta, m, cost=None, features=None):
         dropped = drafted < policy.min_drafts  # n_min: the block is thrown away, one token decoded alone
         al = np.where(dropped, 0.0, al)
         drafted = np.where(dropped, 0, drafted)
+        forwards = forwards + 1  # the drafter processes the verifier's block too (its one output row)
     return al, drafted, forwards
 
 

@@ -6,15 +6,18 @@ come from the servers' own timings (llama-server's ``timings``: ``predicted_per_
 
 - ``verify_block[1]`` at batch B: the verifier server's time per decoded token while B requests
   decode at once (B concurrent requests, ``ignore_eos``, a fixed length);
-- ``verify_block[k]``, k >= 2: the verifier server's processing of k new tokens after a cached
-  prefix of ``context`` tokens (``prompt_ms`` with ``prompt_n`` = k), B requests at once, each in
-  its own slot; a verification outputs k rows where prompt processing outputs one, so the k - 1
-  more rows' unembedding is added, modelled as the share n_vocab n_embd / n_params of one decode
-  step (llama-server reports all three in ``/v1/models``; the source says so);
+- ``verify_block[k]``, k >= 2, at batch B: a step of B sequences verifying k tokens each is one
+  forward of B k tokens, timed as the verifier server's processing of B k new tokens after a
+  cached prefix of ``context`` tokens (``prompt_ms`` with ``prompt_n`` = B k; B requests sent at
+  once race for the server's loop and time a mixture of shared and separate forwards); a
+  verification outputs B k rows where prompt processing outputs one, so the B k - 1 more rows'
+  unembedding is added, modelled as the share n_vocab n_embd / n_params of one decode step
+  (llama-server reports all three in ``/v1/models``; the source says so);
 - ``draft_token`` at batch B: the draft server's time per decoded token with B requests at once;
-- ``draft_read_token`` at batch B: what one more token costs the draft server in a forward of
-  several (the slope of its processing of 1 .. ``max_block`` new tokens after a cached prefix):
-  llama-server's drafter re-reads the accepted drafts in one such forward every step;
+- ``draft_read_token`` at batch B: what one more token per sequence costs the draft server in a
+  forward of several (B times the slope of its processing of 1 .. ``max_block`` new tokens after a
+  cached prefix):
+  llama-server's drafter processes the verifier's block of L + 1 tokens in one such forward every step;
 - ``prefill``: each server's processing of prompts of ``prompt_lengths`` tokens (batch 1).
 
 Only llama-server reports these timings; another engine is refused with a message saying so.
@@ -114,6 +117,7 @@ def calibrate_server(verifier_url, draft_url, *, batches=(1,), max_block=8, cont
     batches = sorted({int(b) for b in batches})
     if not batches or batches[0] < 1:
         raise ValueError(f"batches must be integers >= 1; got {batches}")
+    batches = sorted({1, *batches})  # batch 1 is the model's own fields (and the row cost's reference)
     for name, value, low in (("max_block", max_block, 1), ("context", context, 1), ("repeats", repeats, 1),
                              ("tokens", tokens, 2)):  # fmt: skip
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
@@ -129,22 +133,28 @@ def calibrate_server(verifier_url, draft_url, *, batches=(1,), max_block=8, cont
                                   f"--parallel {batches[-1]} to time a batch of {batches[-1]}")  # fmt: skip
         share = _row_share(verifier.info())
         parts, samples = {}, {}
+        decode_one = None
+        slope = None
         for b in batches:
             decode = [x for r in range(repeats) for x in _decode_ms(verifier, b, tokens, context, r)]
             drafted = [x for r in range(repeats) for x in _decode_ms(draft, b, tokens, context, r)]
+            if b == 1:
+                decode_one = float(np.median(decode))
+                sizes = sorted({1, max(2, max_block // 2), max(2, max_block)})
+                reads = {k: float(np.median([x for r in range(repeats) for x in _block_ms(draft, 1, k, context, r)]))
+                         for k in sizes}  # fmt: skip
+                slope = max(float(np.polyfit(sizes, [reads[k] for k in sizes], 1)[0]) / 1e3, 1e-9)
             blocks = {1: decode}
             for k in range(2, max_block + 1):
-                pp = [x for r in range(repeats) for x in _block_ms(verifier, b, k, context, r)]
-                rows = (k - 1) * share * float(np.median(decode))
+                # a step of b sequences verifying k tokens each is one forward of b k tokens with b k rows out:
+                # timed as one prompt of b k new tokens (one row out), plus the b k - 1 other rows
+                pp = [x for r in range(repeats) for x in _block_ms(verifier, 1, b * k, context, r)]
+                rows = (b * k - 1) * share * decode_one
                 blocks[k] = [x + rows for x in pp]
             seconds = {k: [x / 1e3 for x in v] for k, v in blocks.items()}
-            sizes = sorted({1, max(2, max_block // 2), max(2, max_block)})
-            reads = {k: float(np.median([x for r in range(repeats) for x in _block_ms(draft, b, k, context, r)]))
-                     for k in sizes}  # fmt: skip
-            slope = float(np.polyfit(sizes, [reads[k] for k in sizes], 1)[0]) / 1e3
             parts[b] = {"draft_token": float(np.median(drafted)) / 1e3,
                         "verify_block": {k: float(np.median(v)) for k, v in seconds.items()},
-                        "draft_read_token": max(slope, 1e-9)}  # fmt: skip
+                        "draft_read_token": b * slope}  # fmt: skip
             samples[b] = {"draft_token": [x / 1e3 for x in drafted], "verify_block": seconds}
             if progress:
                 print(f"batch {b}: a verifier step {parts[b]['verify_block'][1] * 1e3:.1f} ms, a draft step "
@@ -165,9 +175,7 @@ def calibrate_server(verifier_url, draft_url, *, batches=(1,), max_block=8, cont
             "context": int(context),
             "row_share": share,
         }  # fmt: skip
-        first = parts[batches[0]] if batches[0] == 1 else None
-        if first is None:
-            raise ValueError("batches must include 1 (the verifier alone, one request)")
+        first = parts[1]
         return CostModel(
             draft_token=first["draft_token"], verify_block=first["verify_block"], source=source, prefill=prefill,
             draft_read_token=first["draft_read_token"],

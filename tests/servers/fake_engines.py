@@ -202,3 +202,48 @@ def sglang_handler(model, *, name="toy/verifier"):
         return 404, {"detail": "Not Found"}
 
     return handle
+
+
+def llama_handler(model, *, partial=frozenset(), safe=7, name="toy.gguf"):
+    """A handler answering as llama-server (``/completion`` with ``n_probs``, ``return_tokens`` and grammars of
+    token ids), with its behaviour around characters split over tokens (tools/server/server-context.cpp,
+    ``process_token``): the log-probs of a token in ``partial`` (one whose text ends inside a character) are
+    left out of ``completion_probabilities``, and a grammar that forces such a token fails as llama.cpp's does
+    ("Unexpected empty grammar stack after accepting piece")."""
+    import re
+
+    def handle(method, path, body, headers):
+        if path == "/props":
+            return 200, {"build_info": "b1-toy", "total_slots": 1, "default_generation_settings": {"n_ctx": 4096}}
+        if path == "/v1/models":
+            return 200, {"data": [{"id": name, "meta": {"n_vocab": V}}]}
+        if path == "/tokenize":
+            text = body["content"]
+            return 200, {"tokens": [safe] if text == "a" else toy_ids(text, False)}
+        if path == "/completion":
+            prompt, n, k = body["prompt"], body["n_predict"], body["n_probs"]
+            grammar = body.get("grammar")
+            if grammar:
+                forced = [int(x) for x in re.findall(r"<\[(\d+)\]>", grammar)]
+                if any(t in partial for t in forced):
+                    return 500, {"error": {"code": 500, "message": "got exception: Unexpected empty grammar stack "
+                                                                   "after accepting piece: ! (0)"}}  # fmt: skip
+                tokens = forced[:n]
+            else:
+                tokens = model.generate(prompt, n, body.get("seed", 0))
+            probs, last = [], prompt[-1]
+            for tok in tokens:
+                lp = model.logprobs(last)
+                if tok not in partial:
+                    probs.append(
+                        {
+                            "id": tok,
+                            "logprob": float(lp[tok]),
+                            "top_logprobs": [{"id": int(t), "logprob": float(lp[t])} for t in top(lp, k)],
+                        }
+                    )
+                last = tok
+            return 200, {"tokens": tokens, "completion_probabilities": probs, "stop_type": "limit", "timings": {}}
+        return 404, {"error": {"message": "no"}}
+
+    return handle

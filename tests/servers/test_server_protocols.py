@@ -199,3 +199,24 @@ def test_public_url_drops_credentials_query_and_fragment():
     assert public_url("http://[::1]:8080") == "http://[::1]:8080"
     with pytest.raises(ServerError, match="--server must be an http"):
         ServerClient("ftp://example.org")
+
+
+def test_llama_server_positions_inside_a_character_are_asked_for_alone(prompts, tmp_path):
+    """llama-server leaves out the log-probs of a token that ends inside a character and its grammar fails on
+    one (the stand-in does both, as the server's code does): the dump still holds every position, equal to
+    the toy models' distributions."""
+    from fake_engines import llama_handler
+
+    # every fourth token id ends inside a character (the one letter 'a' is token 7, whole)
+    partial = frozenset(range(0, V, 4)) - {7}
+    with (
+        FakeServer(llama_handler(VERIFIER, partial=partial)) as v,
+        FakeServer(llama_handler(DRAFT, partial=partial)) as d,
+    ):
+        dump_server_trace(v.url, d.url, prompts, str(tmp_path / "t"), settings=SETTINGS, max_new_tokens=12, top_k=5,
+                          chat=False)  # fmt: skip
+    trace = load_trace(str(tmp_path / "t"))
+    held = [int(t) for s in trace for t in s.tokens]
+    assert any(t in partial for t in held)  # the case arose
+    assert any(s.meta.get("rescored_positions") for s in trace)
+    _check_against_toys(trace, prompts, False, 5)

@@ -11,9 +11,10 @@ and STEM questions; from the benchmark directory ``--data``), for each ``--paral
 1. three llama-servers start on 127.0.0.1, each with ``--parallel B``: the verifier alone
    (Qwen2.5-Coder-1.5B), the drafter alone (0.5B), and the verifier with the drafter as its draft
    model (``--spec-type draft-simple --spec-draft-n-max M --spec-draft-p-min P``);
-2. a trace over HTTP from the first two (``dump_server_trace``: the verifier samples each prompt with
-   seed 1, the drafter is teacher-forced) and a calibration from their own timings
-   (``calibrate_server`` at batch 1 and B, on filler text, not on these prompts);
+2. a calibration from the first two servers' own timings (``calibrate_server`` at batch 1 and B, on
+   filler text, not on these prompts); and, once before the loop, a trace over HTTP from the
+   verifier and the drafter alone, one slot each (``dump_server_trace``: the verifier samples each
+   prompt with seed 1, the drafter is teacher-forced);
 3. the prediction, before anything is measured: ``analyze_trace`` with llama-server's rule (strict
    verification of greedy drafts under the ``llama.cpp(p_min=P)`` drafting policy, m = M), then
    ``predict_speedup`` with the calibration at batch B: the acceptance rate (draft_n_accepted /
@@ -170,6 +171,17 @@ def main(argv=None) -> int:
     work = tempfile.mkdtemp(prefix="referee-")
     log = os.path.join(work, "servers.log")
     cells, started = [], time.time()
+    # the trace, once, from the verifier and the drafter alone (one slot each: the servers' decoding, deterministic)
+    trace_dir = os.path.join(work, "trace")
+    with (
+        server(args.server_binary, ["-m", verifier, *common, "-np", "1"], log) as base_url,
+        server(args.server_binary, ["-m", draft, *common, "-np", "1"], log) as draft_url,
+    ):
+        t0 = time.perf_counter()
+        dump_server_trace(base_url, draft_url, prompts, trace_dir, settings=SETTINGS, seed=1, top_k=32,
+                          max_new_tokens=args.max_new_tokens)  # fmt: skip
+        t_dump = time.perf_counter() - t0
+    trace = load_trace(trace_dir)
     for B in sizes:
         par = ["-np", str(B)]
         with (
@@ -177,15 +189,10 @@ def main(argv=None) -> int:
             server(args.server_binary, ["-m", draft, *common, *par], log) as draft_url,
             server(args.server_binary, ["-m", verifier, *spec_flags, *common, *par], log) as spec_url,
         ):
-            trace_dir = os.path.join(work, f"trace-{B}")
-            t0 = time.perf_counter()
-            dump_server_trace(base_url, draft_url, prompts, trace_dir, settings=SETTINGS, seed=1, top_k=32,
-                              max_new_tokens=args.max_new_tokens, concurrency=B)  # fmt: skip
-            t_dump = time.perf_counter() - t0
             cost = calibrate_server(base_url, draft_url, batches=sorted({1, B}), max_block=args.n_max + 1,
                                     repeats=3, prompt_lengths=(64,))  # fmt: skip
             at = cost.at_batch(B)
-            res = analyze_trace(load_trace(trace_dir), rules=["strict"], ms=[args.n_max], settings=SETTINGS,
+            res = analyze_trace(trace, rules=["strict"], ms=[args.n_max], settings=SETTINGS,
                                 draft_mode="greedy", draft_policies=[policy])  # fmt: skip
             plan = predict_speedup(res, at, allow_untrusted=True)
             key = make_policy_label(policy)
@@ -215,7 +222,7 @@ def main(argv=None) -> int:
                 "wall_seconds": {"spec": wall_s, "base": wall_b, "dump": t_dump},
                 "cost": {"draft_token": at.draft_token, "draft_read_token": at.draft_read_token,
                          "verify_block": at.verify_block},
-                "trace_positions": load_trace(trace_dir).n_positions,
+                "trace_positions": trace.n_positions,
             })  # fmt: skip
             print(f"B={B}: predicted {predicted}, measured {measured}", flush=True)
     write(args, cells, prompts, policy, time.time() - started)

@@ -58,7 +58,14 @@ from ._laws._emitted import (
     step_metrics,
 )
 from ._laws._gate import FunctionGate, RegionGate, make_gate
-from ._laws._policies import DRAFT_POLICIES, DraftPolicy, make_draft_policy, policy_blocks
+from ._laws._policies import (
+    DRAFT_POLICIES,
+    LLAMA_DRAFT_READS,
+    DraftPolicy,
+    make_draft_policy,
+    policy_blocks,
+    renewal_steps,
+)
 from ._laws._simulate import SimulationResult, simulate
 from ._laws._worst_case import WorstCase, worst_case_drift, worst_case_sweep
 from ._math._divergences import (
@@ -105,6 +112,9 @@ from ._rules import (
     make_rules,
     rule_exports,
 )
+from ._servers._calibrate import calibrate_server
+from ._servers._dump import dump_server_trace
+from ._servers._referee import drive_server
 from ._studies._block_study import BlockComparison, compare_block_verification
 from ._studies._trees import MULTI_DRAFT_METHODS, MultiDraftComparison, compare_multi_draft
 from ._studies._zoo import compare_rules, comparison_entries, comparison_markdown, write_comparison
@@ -230,6 +240,11 @@ __all__ = [
     "plot_rule_front",
     "plot_step",
     "policy_blocks",
+    "renewal_steps",
+    "LLAMA_DRAFT_READS",
+    "dump_server_trace",
+    "calibrate_server",
+    "drive_server",
     "predict_speedup",
     "processed_probs",
     "prompt_part",

@@ -90,7 +90,7 @@ def fetch_sources(llama_version: str, work: Path, quiet: bool) -> Path:
     if not archives:  # pip may have failed preparing metadata after downloading: the archive is what we need
         fail(f"pip could not download the llama-cpp-python {llama_version} sdist:\n{done.stderr[-2000:]}")
     with tarfile.open(archives[0]) as tar:
-        members = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name or m.name.endswith("/vendor/llama.cpp")]
+        members = [m for m in tar.getmembers() if "/vendor/llama.cpp" in m.name]
         for m in members:
             if m.issym() or m.islnk() or m.name.startswith("/") or ".." in Path(m.name).parts:
                 continue

@@ -113,7 +113,7 @@ from ._rules import (
     rule_exports,
 )
 from ._servers._calibrate import calibrate_server
-from ._servers._dump import dump_server_trace
+from ._servers._dump import dump_server_trace, open_server
 from ._servers._referee import drive_server
 from ._studies._block_study import BlockComparison, compare_block_verification
 from ._studies._trees import MULTI_DRAFT_METHODS, MultiDraftComparison, compare_multi_draft
@@ -243,6 +243,7 @@ __all__ = [
     "renewal_steps",
     "LLAMA_DRAFT_READS",
     "dump_server_trace",
+    "open_server",
     "calibrate_server",
     "drive_server",
     "predict_speedup",

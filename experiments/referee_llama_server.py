@@ -140,9 +140,7 @@ def measure(spec, base, B):
 
 
 def main(argv=None) -> int:
-    from cactus_theory._servers._calibrate import calibrate_server
-    from cactus_theory._servers._dump import dump_server_trace, open_server
-    from cactus_theory._servers._referee import drive_server
+    from cactus_theory import calibrate_server, drive_server, dump_server_trace, open_server
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default=os.environ.get("CACTUS_THEORY_DATA"), help="benchmark data directory")
@@ -156,6 +154,7 @@ def main(argv=None) -> int:
     parser.add_argument("--n-max", type=int, default=4, help="--spec-draft-n-max")
     parser.add_argument("--p-min", type=float, default=0.5, help="--spec-draft-p-min")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--context", type=int, default=256, help="tokens of context while the servers are timed")
     args = parser.parse_args(argv)
     if not args.server_binary:
         args.server_binary = subprocess.run([sys.executable, os.path.join(HERE, "..", "scripts",
@@ -190,7 +189,7 @@ def main(argv=None) -> int:
             server(args.server_binary, ["-m", verifier, *spec_flags, *common, *par], log) as spec_url,
         ):
             cost = calibrate_server(base_url, draft_url, batches=sorted({1, B}), max_block=args.n_max + 1,
-                                    repeats=3, prompt_lengths=(64,))  # fmt: skip
+                                    repeats=3, prompt_lengths=(64,), context=args.context)  # fmt: skip
             at = cost.at_batch(B)
             res = analyze_trace(trace, rules=["strict"], ms=[args.n_max], settings=SETTINGS,
                                 draft_mode="greedy", draft_policies=[policy])  # fmt: skip
@@ -199,6 +198,7 @@ def main(argv=None) -> int:
             row = next(r for r in plan.rows if r["task"] == "all" and r.get("draft_policy") == key)
             acceptance = res.drafted_acceptance("strict", args.n_max, key)
             predicted = {
+                "al_per_block_start": (float(row["al"]), float(row["al_lo"]), float(row["al_hi"])),
                 "acceptance": tuple(float(x) for x in acceptance),
                 "al_per_step": (float(row["al_step"]), float(row["al_step_lo"]), float(row["al_step_hi"])),
                 "speedup": (float(row["speedup"]), float(row["speedup_lo"]), float(row["speedup_hi"])),
@@ -262,6 +262,7 @@ def write(args, cells, prompts, policy, seconds):
         "|---|---|---|---|---|---|",
     ]
     within = covers = total = 0
+    start = cells[0]["predicted"]["al_per_block_start"]
     for cell in cells:
         for name, label in (("acceptance", "acceptance rate"), ("al_per_step", "accepted drafts per step"),
                             ("speedup", "speedup over the verifier alone")):  # fmt: skip
@@ -278,7 +279,8 @@ def write(args, cells, prompts, policy, seconds):
     lines += [
         "",
         f"Within 15%: {within} of {total} cells; the predicted interval covers the measured value in {covers} of"
-        f" {total}.",
+        f" {total}. The accepted drafts per step are predicted over the steps decoding takes (`renewal_steps`);"
+        f" averaged over block starts instead they would be {start[0]:.3f} ({start[1]:.3f}-{start[2]:.3f}).",
         "",
         "Per cell: llama-server's own mean acceptance length per verification step (1 + accepted / verification"
         " steps, from its /metrics counters), and how many requests gave the same tokens with and without the"

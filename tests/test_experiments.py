@@ -329,3 +329,36 @@ def test_dump_spec_bench_trace_and_the_per_category_held_out_check(models, tmp_p
     # the embedded trace set holds these categories: each row's AL comes from its own task
     assert {r["al_source"] for r in result["rows"]} == {"translation", "qa"}
     assert "--engine llama.cpp" in (tmp_path / "per_category.md").read_text()
+
+
+def _llama_server():
+    """llama-server for the referee's smoke test: $CACTUS_LLAMA_SERVER (scripts/check.sh builds and exports it), or
+    the build script's cache; skipped without one, except in CI."""
+    import glob
+
+    found = os.environ.get("CACTUS_LLAMA_SERVER")
+    if not found:
+        home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        found = next(iter(sorted(glob.glob(os.path.join(home, "cactus_theory", "llama-server", "*", "llama-server")))),
+                     None)  # fmt: skip
+    if not found or not os.access(found, os.X_OK):
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail("needs llama-server: python scripts/build_llama_server.py")
+        pytest.skip("needs llama-server: python scripts/build_llama_server.py")
+    return found
+
+
+@pytest.mark.llamacpp
+@pytest.mark.servers
+def test_referee_llama_server(models, tmp_path):
+    binary = _llama_server()
+    script("referee_llama_server").main(["--data", str(FIXTURES), "--models", models, "--server-binary", binary,
+                                         "--out", str(tmp_path), "--parallel", "1,2", "--mbpp", "2", "--mt-bench",
+                                         "1", "--max-new-tokens", "8", "--n-max", "2", "--p-min", "0.2",
+                                         "--threads", "1", "--context", "32"])  # fmt: skip
+    cells = json.loads((tmp_path / "referee_llama_server.json").read_text())["cells"]
+    assert [c["parallel"] for c in cells] == [1, 2]
+    for cell in cells:
+        assert 0 <= cell["measured"]["acceptance"][0] <= 1 and 0 <= cell["predicted"]["acceptance"][0] <= 1
+        assert cell["measured"]["speedup"][0] > 0 and cell["tokens"]["spec"] > 0
+    assert "| 2 | speedup over the verifier alone |" in (tmp_path / "referee_llama_server.md").read_text()

@@ -369,3 +369,15 @@ def _prompt_file_options(parser, group=None):
         "('none': always TASK-INDEX)",
     )
     parser.add_argument("--per-file", type=_int_at_least(0), default=None, help="first N prompts of each file")
+
+
+def _pair_or_servers(parser, title, description, server_help):
+    """--verifier / --draft (models loaded here) and, in a group of their own, --server / --draft-server /
+    --api-key-env (models already running behind HTTP servers); returns that group for more options."""
+    parser.add_argument("--verifier", default=None, help="verifier: Hugging Face id, local directory or .gguf file")
+    parser.add_argument("--draft", default=None, help="draft model: Hugging Face id, local directory or .gguf file")
+    group = parser.add_argument_group(title, description)
+    group.add_argument("--server", default=None, metavar="URL", help=server_help)
+    group.add_argument("--draft-server", default=None, metavar="URL", help="the draft model's server")
+    group.add_argument("--api-key-env", default=None, metavar="NAME", help="environment variable holding the API key")
+    return group

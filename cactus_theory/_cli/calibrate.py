@@ -12,6 +12,7 @@ from ._common import (
     _ints,
     _model_inputs,
     _model_options,
+    _pair_or_servers,
     _progress,
     _progress_options,
     _sampling_options,
@@ -29,16 +30,13 @@ def add_parser(sub):
         formatter_class=_Formatter,
         epilog=MODEL_MEMORY,
     )
-    cb.add_argument("--verifier", default=None, help="verifier: Hugging Face id, local directory or .gguf file")
-    cb.add_argument("--draft", default=None, help="draft model: Hugging Face id, local directory or .gguf file")
-    srv = cb.add_argument_group(
+    _pair_or_servers(
+        cb,
         "against running servers (instead of --verifier / --draft)",
         "llama-server's own step times over HTTP: the verifier's per token and per block of k new tokens, the "
         "draft's per token and per token read in a block, each server's prompt processing (docs: Traces from servers)",
+        "the verifier's llama-server",
     )
-    srv.add_argument("--server", default=None, metavar="URL", help="the verifier's llama-server")
-    srv.add_argument("--draft-server", default=None, metavar="URL", help="the draft model's llama-server")
-    srv.add_argument("--api-key-env", default=None, metavar="NAME", help="environment variable holding the API key")
     _model_options(cb)
     _sampling_options(cb)
     cb.add_argument(
@@ -97,9 +95,17 @@ def _run_servers(args) -> int:
     print(f"verifier step {cost.verify_block[1] * 1e3:.1f} ms, block of {max(cost.verify_block)} "
           f"{cost.verify_block[max(cost.verify_block)] * 1e3:.1f} ms; draft step {cost.draft_token * 1e3:.1f} ms, a "
           f"token read in a block {cost.draft_read_token * 1e3:.2f} ms (the servers' own timings)")  # fmt: skip
+    return _finish(cost, out)
+
+
+def _finish(cost, out) -> int:
+    """The per-batch lines, the cost model's problems and where it went."""
+    blocks = cost.verify_block
+    top = max(blocks)
     for size, entry in cost.batch.items():
-        print(f"batch {size}: a verifier step {entry['verify_block'][1] * 1e3:.1f} ms, a draft step "
-              f"{entry['draft_token'] * 1e3:.1f} ms")  # fmt: skip
+        b1, bt = entry["verify_block"][1], entry["verify_block"][top]
+        print(f"batch {size}: a draft step {entry['draft_token'] * 1e3:.1f} ms, a verifier step {b1 * 1e3:.1f} ms "
+              f"({b1 / blocks[1]:.2f}x batch 1), of {top} tokens each {bt * 1e3:.1f} ms")  # fmt: skip
     for problem in cost.problems():
         print(f"warning: {problem}")
     print(f"wrote {out}")
@@ -143,11 +149,4 @@ def run(args) -> int:
         print(f"{name} prefill: " + ", ".join(f"{n} tokens {s:.2f} s" for n, s in per.items()))
     print(f"context slope per 1,000 tokens: verify {cost.context_slope['verify'] * 1e6:.1f} ms, draft "
           f"{cost.context_slope['draft'] * 1e6:.1f} ms")  # fmt: skip
-    for size, entry in cost.batch.items():
-        b1, bt = entry["verify_block"][1], entry["verify_block"][top]
-        print(f"batch {size}: a draft step {entry['draft_token'] * 1e3:.1f} ms, a verifier step {b1 * 1e3:.1f} ms "
-              f"({b1 / blocks[1]:.2f}x batch 1), of {top} tokens each {bt * 1e3:.1f} ms")  # fmt: skip
-    for problem in cost.problems():
-        print(f"warning: {problem}")
-    print(f"wrote {out}")
-    return 0
+    return _finish(cost, out)

@@ -12,6 +12,7 @@ from ._common import (
     _int_at_least,
     _model_inputs,
     _model_options,
+    _pair_or_servers,
     _part,
     _progress,
     _progress_options,
@@ -34,15 +35,13 @@ def add_parser(sub):
         formatter_class=_Formatter,
         epilog=RECORD_FORMATS + "\nModels: a Hugging Face id, a local directory, or a .gguf file.\n\n" + MODEL_MEMORY,
     )
-    d.add_argument("--verifier", default=None, help="verifier: Hugging Face id, local directory or .gguf file")
-    d.add_argument("--draft", default=None, help="draft model: Hugging Face id, local directory or .gguf file")
-    s = d.add_argument_group(
+    s = _pair_or_servers(
+        d,
         "from running servers (instead of --verifier / --draft)",
         "the verifier server generates with its top-K log-probs; the draft server is teacher-forced on its tokens "
         "(docs: Traces from servers)",
+        "the verifier's server, e.g. http://127.0.0.1:8080",
     )
-    s.add_argument("--server", default=None, metavar="URL", help="the verifier's server, e.g. http://127.0.0.1:8080")
-    s.add_argument("--draft-server", default=None, metavar="URL", help="the draft model's server")
     s.add_argument("--protocol", choices=("auto", "llama.cpp", "openai", "sglang"), default="auto",
                    help="the servers' API (auto: asked from the server)")  # fmt: skip
     s.add_argument("--draft-protocol", choices=("auto", "llama.cpp", "openai", "sglang"), default=None,
@@ -50,7 +49,6 @@ def add_parser(sub):
     s.add_argument("--concurrency", type=_int_at_least(1), default=1, help="requests in flight")
     s.add_argument("--timeout", type=_positive_float, default=600.0, help="seconds a request may take")
     s.add_argument("--retries", type=_int_at_least(0), default=4, help="retries on 429 / 503 / dropped connections")
-    s.add_argument("--api-key-env", default=None, metavar="NAME", help="environment variable holding the API key")
     s.add_argument(
         "--draft-api-key-env", default=None, metavar="NAME", help="the draft server's key (default: the same)"
     )

@@ -504,6 +504,42 @@ def check_block_at_least_token(rule, seed):
     return None
 
 
+def check_block_survival(rule, seed):
+    """A block rule's law of tau per block start (``block_survival_for``: what the planner walks, the steps
+    decoding takes) is the one its ``block_law`` gives, every drafted block enumerated here, non-increasing in
+    j, and sums to its ``expected_block_lengths_for``."""
+    if kind_of(rule) != "block":
+        return "not a block rule"
+    if not hasattr(rule, "block_survival_for"):
+        return "states no law per start (block_survival_for): planned over block starts"
+    import itertools
+
+    p, q = _position_rows(seed, 6, 3)
+    for m in (1, 2, 3):
+        _, values, _, survival = rule.block_survival_for(p, q, [m], method="exact")[m]
+        want = np.zeros((p.shape[0] - m + 1, m))
+        for t in range(p.shape[0] - m + 1):
+            rows = q[t : t + m + 1] if t + m < p.shape[0] else np.concatenate([q[t : t + m], q[-1:]])
+            for drafts in itertools.product(*[np.flatnonzero(p[t + j] > 0) for j in range(m)]):
+                weight = np.prod([p[t + j, x] for j, x in enumerate(drafts)])
+                law = np.asarray(rule.block_law(p[t : t + m], rows, np.array(drafts)).accepted, dtype=np.float64)
+                want[t] += weight * np.array([law[j:].sum() for j in range(1, m + 1)])
+        _close(
+            np.asarray(survival),
+            want,
+            f"P(tau >= j) per start at m = {m} against the enumerated block_law",
+            rtol=1e-9,
+            atol=1e-12,
+            p=p,
+            q=q,
+        )
+        _true(np.diff(survival, axis=-1) <= 1e-12, f"P(tau >= j) increases in j at m = {m}", p=p, q=q)
+        means = rule.expected_block_lengths_for(p, q, [m], method="exact")[m][1]
+        _close(values, means, f"the law's mean against expected_block_lengths_for, m = {m}", rtol=1e-9, p=p, q=q)
+        _close(np.asarray(survival).sum(-1), means, f"sum_j P(tau >= j) against E[tau], m = {m}", rtol=1e-9, p=p, q=q)
+    return None
+
+
 def check_block_monte_carlo(rule, seed):
     """Sampling a block rule (``simulate``) gives its exact accepted length (``block_accepted_length``)."""
     if kind_of(rule) != "block":
@@ -640,6 +676,7 @@ CHECKS = {
     "block_lossless": check_block_lossless,
     "block_at_least_token": check_block_at_least_token,
     "block_monte_carlo": check_block_monte_carlo,
+    "block_survival": check_block_survival,
     "multi_verify": check_multi_verify,
     "multi_enumeration": check_multi_enumeration,
     "multi_below_optimum": check_multi_below_optimum,

@@ -128,7 +128,7 @@ def markdown(data, trace, seconds):
     lines += ["", f"Within 10%: {within} of {len(data['fit']['rows'])} points.", ""]
     for title, cs in data["pairs"]:
         lines += [f"## {title}", "", "Throughput speedup over the batch at the best m (per-step; 95% interval from "
-                  "the AL bootstrap); break-even B: the smallest size at which the best m no longer beats the "
+                  "the AL bootstrap); break-even B: the smallest size from which on the best m no longer beats the "
                   "verifier alone.", "", "| rule | " + " | ".join(f"B = {b}" for b in SIZES) + " | break-even B |",
                   "|---|" + "---|" * (len(SIZES) + 1)]  # fmt: skip
         for c in cs:
@@ -140,9 +140,11 @@ def markdown(data, trace, seconds):
         "",
         "At each rule's best m per batch size: static batches of the trace's requests, each leaving when it has "
         "emitted its tokens (throughput over the batch and the mean per-request latency against the verifier alone "
-        "in the same batch, exact under independent positions; [min, max] over 4 seeded batches), and a full batch "
-        "(continuous batching) verifying every draft or a verify budget shared by the batch (Monte Carlo over 2,000 "
-        "batch states, +- its standard error).",
+        "in the same batch, exact under independent positions; [min, max] over seeded batches that hold every "
+        "request once, at least 4), and a full batch (continuous batching) verifying every draft or a verify budget "
+        "shared by the batch that may draft nothing (Monte Carlo over 2,000 batch states, the requests at the "
+        "positions decoding visits, +- its standard error; neither charges the extra draft forward after a fully "
+        "accepted block, which the table above does).",
         "",
         "| rule | B | m | static batch throughput | per-request latency | full batch, every draft | full batch, budget "
         "| drafts verified per request |",

@@ -206,3 +206,55 @@ def test_cli_analyze_block_strict_sps_with_greedy_drafts_on_the_embedded_trace(c
     out = capsys.readouterr().out
     assert "greedy drafting" in out and "block " in out and "strict " in out
     assert load_trace().n_positions > 6000
+
+
+def test_block_verification_is_planned_over_the_steps_decoding_takes(tmp_path):
+    """A block rule's steps follow its own law per block start (P(tau >= j) from every drafted block and coin,
+    Algorithm 2 written out above), through the chain decoding walks (a step at t moves to t + 1 + tau), counted
+    from position 1 to the last start where a whole block fits: the analysis's al_step, drafted and forwards
+    against that walk written out. (The per-start average, ``al``, overstates the tokens a step gives when
+    acceptance varies along a sequence.)"""
+    rng = np.random.default_rng(7)
+    vocab, n, m = 3, 9, 2
+    target = rng.normal(size=(n, vocab)) * 1.5
+    draft = target + rng.normal(size=target.shape)
+    settings = {"sampling": {"temperature": 1.0, "top_k": 0, "top_p": 1.0}}
+    trace = trace_from_arrays(tmp_path / "t", draft, target, rng.integers(0, vocab, size=n), sequence_lengths=[n],
+                              top_k=vocab, metadata=settings)  # fmt: skip
+    p, q = (np.asarray(x, dtype=np.float64) for x in next(iter(trace)).distributions(trace.sampling))
+    p, q = p / p.sum(-1, keepdims=True), q / q.sum(-1, keepdims=True)
+    survival = np.zeros((n - m + 1, m))
+    for t in range(n - m + 1):
+        for drafts in itertools.product(range(vocab), repeat=m):
+            weight = np.prod([p[t + j, drafts[j]] for j in range(m)])
+            # tau is the last i whose coin passes; over the coins: P(tau >= i) = 1 - P(every coin from i on fails)
+            for coins in itertools.product((0.0, 1.0), repeat=m):  # enumerate pass / fail of each coin exactly
+                chance, hs = 1.0, []
+                w = 1.0
+                for i in range(1, m + 1):
+                    x = drafts[i - 1]
+                    ratio = q[t + i - 1, x] / p[t + i - 1, x] if p[t + i - 1, x] > 0 else float(q[t + i - 1, x] > 0)
+                    w = min(w * ratio, 1.0)
+                    if i < m:
+                        z = np.maximum(w * q[t + i] - p[t + i], 0).sum()
+                        hs.append(z / (z + 1 - w) if z + 1 - w > 0 else 1.0)
+                    else:
+                        hs.append(w)
+                for h, c in zip(hs, coins, strict=True):
+                    chance *= h if c else 1.0 - h
+                passed = [i + 1 for i, c in enumerate(coins) if c]
+                tau = max(passed) if passed else 0
+                for j in range(1, tau + 1):
+                    survival[t, j - 1] += weight * chance
+    steps, accepted, forwards = {}, {}, {}
+    for t in range(n - m, 0, -1):
+        law = np.concatenate([[1.0], survival[t]]) - np.concatenate([survival[t], [0.0]])
+        steps[t] = 1 + sum(law[a] * steps.get(t + 1 + a, 0.0) for a in range(m + 1))
+        accepted[t] = sum(law[a] * (a + accepted.get(t + 1 + a, 0.0)) for a in range(m + 1))
+        forwards[t] = m + survival[t, m - 1] + sum(law[a] * forwards.get(t + 1 + a, 0.0) for a in range(m + 1))
+    (row,) = [r for r in analyze_trace(trace, ["block"], ms=(m,), n_boot=0).rows if r["task"] == "all"]
+    # (the trace stores float32 logits: the rows here and the analysis's agree to ~1e-8)
+    assert row["al"] == pytest.approx(survival.sum() / (n - m + 1), rel=1e-6)
+    assert row["al_step"] == pytest.approx(accepted[1] / steps[1], rel=1e-6)
+    assert row["drafted"] == pytest.approx(m, rel=1e-12)
+    assert row["draft_forwards"] == pytest.approx(forwards[1] / steps[1], rel=1e-6)

@@ -331,3 +331,8 @@ def test_answer_drift_sums_each_answer_and_resamples_prompts():
     assert rows["t"]["prompts"] == 3 and rows["t"]["answer_kl"] == pytest.approx(np.mean(sums[:3]))
     with pytest.raises(ValueError, match="drift=True"):
         answer_drift([{"id": "a", "task": "t", "rule": "sps"}])
+    # issue 43, item 14: a token KL of -1.0 gave an answer KL of -0.45, NaN gave nan
+    for bad in (-1.0, float("nan"), float("inf")):
+        broken = [*records, {"id": "p9", "task": "t", "rule": "lossy(alpha=0.7)", "token_kl": [0.1, bad]}]
+        with pytest.raises(ValueError, match=r"'p9'.*not a list of KLs >= 0"):
+            answer_drift(broken)

@@ -141,3 +141,34 @@ def test_cli_gate_option(capsys):
     assert main(["analyze", "--rules", "cactus(delta=1)", "--gate", "20"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--gate" in err[0]
+
+
+def test_gate_ids_outside_the_traces_vocabulary_are_refused(capsys):
+    """Issue 43, item 19: --gate 999999999:999999998 on a 151,936-token trace silently made the gated rule SpS."""
+    from cactus_theory import load_trace
+
+    with pytest.raises(ValueError, match=r"999999998, 999999999 are outside the trace's vocabulary \(0 to 151935\)"):
+        analyze_trace(load_trace(), ["cactus"], ms=(2,), n_boot=0, gate="999999999:999999998")
+    assert main(["analyze", "--gate", "151936:13", "--rules", "cactus", "--m", "2", "--quiet"]) == 2
+    assert "token id(s) 151936 are outside" in capsys.readouterr().err
+    analyze_trace(load_trace(), ["cactus"], ms=(2,), n_boot=0, gate="151935:13", tasks=["gsm8k"])  # the last id: fine
+
+
+def test_a_negative_seed_is_refused_naming_the_seed():
+    """Issue 43, item 22: simulate with a negative seed said "expected non-negative integer" without naming it."""
+    from cactus_theory import SpS, synthetic_pairs, worst_case_drift
+
+    p = np.array([[0.5, 0.5]] * 3)
+    calls = (
+        lambda seed: simulate(SpS(), p, p, 1, seed=seed),
+        lambda seed: synthetic_pairs(n_positions=4, vocab_size=4, seed=seed),
+        lambda seed: worst_case_drift(SpS(), 3, n_random=4, seed=seed),
+    )
+    for call in calls:
+        for bad in (-1, 1.5, "7", True):
+            with pytest.raises(ValueError, match=r"seed must be an integer >= 0 \(or a numpy Generator\); got"):
+                call(bad)
+    # a Generator is used as it is: the same stream gives the same runs
+    a = simulate(SpS(), p, p, 1, seed=np.random.default_rng(3))
+    b = simulate(SpS(), p, p, 1, seed=3)
+    assert a.accepted_length == b.accepted_length

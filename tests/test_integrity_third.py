@@ -325,6 +325,14 @@ class Wrong(BlockVerification):
         out = super().expected_block_lengths_for(p, q, ms, **kw)
         return {m: (used, values * 1.2 + 0.05, errors) for m, (used, values, errors) in out.items()}
 """,
+    "block_survival": """
+@dataclass(frozen=True)
+class Wrong(BlockVerification):
+    name: ClassVar[str] = "wrong"
+    def block_survival_for(self, p, q, ms, **kw):
+        out = super().block_survival_for(p, q, ms, **kw)
+        return {m: (used, values, errors, survival[:, ::-1]) for m, (used, values, errors, survival) in out.items()}
+""",
     "multi_verify": """
 @dataclass(frozen=True)
 class Wrong(RecursiveRejectionSampling):
@@ -392,7 +400,7 @@ def test_each_check_catches_a_rule_with_the_wrong_law_and_the_check_list_is_cove
         """,
     )
     report = json.loads(out.strip().splitlines()[-1])
-    assert all(v == "caught" for v in report.values()), report
+    assert all(v == "caught" for v in report.values()), {k: v for k, v in report.items() if v != "caught"}
 
 
 # --- 4. built-in names ------------------------------------------------------------------------------

@@ -534,3 +534,22 @@ def test_no_lossless_tree_passes_its_own_schemes_optimum_on_the_embedded_trace()
     best = {(r["method"], r["k"]): r["acceptance"] for r in result.rows}
     for k in (1, 2, 3, 5, 8):
         assert best["optimum (without replacement)", k] >= best["optimum (i.i.d.)", k] - 1e-12
+
+
+def test_the_optimum_without_replacement_for_k_at_least_the_rows_support_is_immediate():
+    """Issue 43, item 8: optimal_multi_draft_acceptance(V=3, k=10**7, without-replacement) ran past 60 s. A row of
+    s tokens drafts them all once k >= s: every draft lies in C exactly when C holds p's support S, so the optimum
+    is 1 - max(0, max_{C ⊇ S} (1 - q(C))) = q(S)."""
+    p = np.array([[0.6, 0.4, 0.0], [0.5, 0.3, 0.2]])
+    q = np.array([[0.2, 0.2, 0.6], [0.1, 0.1, 0.8]])
+    for k in (3, 50, 10**7):
+        got = optimal_multi_draft_acceptance(p, q, k, drafting="without-replacement")
+        np.testing.assert_allclose(got, [0.4, 1.0], rtol=0, atol=1e-15)
+    # below the support it is the enumeration's: k = 2 of the 3-token row, by brute force over C
+    two = optimal_multi_draft_acceptance(p[1], q[1], 2, drafting="without-replacement")
+    pairs = {}
+    for a, b in itertools.permutations(range(3), 2):
+        pairs[frozenset((a, b))] = pairs.get(frozenset((a, b)), 0.0) + p[1, a] * p[1, b] / (1 - p[1, a])
+    best = max(sum(w for s, w in pairs.items() if s <= set(c)) - q[1, list(c)].sum()
+               for r in range(4) for c in itertools.combinations(range(3), r))  # fmt: skip
+    assert two == pytest.approx(1 - max(best, 0.0), abs=1e-12)

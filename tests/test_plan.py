@@ -3,6 +3,7 @@ random models; the CLI."""
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from cactus_theory import (
     predict_speedup,
     trace_from_arrays,
 )
+from cactus_theory._analysis._plan import Plan
 from cactus_theory._cli import main
 
 VOCAB = 12
@@ -32,6 +34,27 @@ def _constant_trace(directory, p, q, positions=60, sequences=3):
     return trace_from_arrays(
         directory, draft, target, tokens, sequence_lengths=[positions] * sequences, top_k=VOCAB, metadata=meta
     )
+
+
+def _steps_by_hand(beta, n, m):
+    """The steps decoding a sequence of n positions at constant acceptance beta takes from position 1 while a
+    whole block fits (to n - m), written out (a memo over positions): (steps, accepted drafts, draft forwards,
+    steps by drafted length L = 0..m). A step at t drafts min(m, n - t), accepts A with P(A >= j) = beta^j, moves
+    to t + 1 + A; a block of m drafts all accepted runs one more draft forward."""
+    memo = {}
+    for t in range(n - m, 0, -1):
+        length = min(m, n - t)
+        law = [beta**a * (1 - beta) for a in range(length)] + [beta**length]
+        nxt = [memo.get(t + 1 + a, (0.0, 0.0, 0.0, [0.0] * (m + 1))) for a in range(length + 1)]
+        mix = [sum(w * x[3][j] for w, x in zip(law, nxt, strict=True)) for j in range(m + 1)]
+        mix[length] += 1.0
+        memo[t] = (
+            1.0 + sum(w * x[0] for w, x in zip(law, nxt, strict=True)),
+            sum(w * (a + x[1]) for a, (w, x) in enumerate(zip(law, nxt, strict=True))),
+            length + (beta**m if length == m else 0.0) + sum(w * x[2] for w, x in zip(law, nxt, strict=True)),
+            mix,
+        )
+    return memo[1]
 
 
 def _pair(seed):
@@ -81,17 +104,23 @@ def test_predicted_speedup_matches_the_closed_form_for_constant_acceptance(tmp_p
     ms = (1, 2, 4, 8, 16)
     result = analyze_trace(trace, ["sps"], ms=ms, n_boot=100)
     plan = predict_speedup(result, 0.25)
+    speedups = {}
     for row in (r for r in plan.rows if r["task"] == "all"):
         m = row["m"]
-        al = beta * (1 - beta**m) / (1 - beta)  # expected accepted drafts of a block of m
-        # m drafts, one more draft forward when all m are accepted (probability beta^m), one verifier pass
-        want = (al + 1) / ((m + beta**m) * 0.25 + 1)
+        al = beta * (1 - beta**m) / (1 - beta)  # expected accepted drafts of a block of m (per block start)
         assert row["al"] == pytest.approx(al, rel=1e-9)
+        # over the steps decoding takes (3 sequences of 60 positions): drafts, the extra forward when all m are
+        # accepted, one verifier pass (flat: a ratio's block costs one verifier token)
+        steps, accepted, forwards, _ = _steps_by_hand(beta, 60, m)
+        speedups[m] = want = (accepted / steps + 1) / (forwards / steps * 0.25 + 1)
+        assert row["al_step"] == pytest.approx(accepted / steps, rel=1e-9)
         assert row["speedup"] == pytest.approx(want, rel=1e-9)
         assert row["speedup_lo"] <= row["speedup"] <= row["speedup_hi"]
-    best = plan.best_m()[0]
-    speedups = {m: (beta * (1 - beta**m) / (1 - beta) + 1) / ((m + beta**m) * 0.25 + 1) for m in ms}
-    assert best["m"] == max(speedups, key=speedups.get)
+        # a long sequence tends to the closed form of the stationary chain: m drafts, beta^m extra forwards
+        steps, accepted, forwards, _ = _steps_by_hand(beta, 3000, m)
+        stationary = (al + 1) / ((m + beta**m) * 0.25 + 1)
+        assert (accepted / steps + 1) / (forwards / steps * 0.25 + 1) == pytest.approx(stationary, rel=0.01)
+    assert plan.best_m()[0]["m"] == max(speedups, key=speedups.get)
 
 
 def test_fastest_within_a_drift_bound(tmp_path):
@@ -239,9 +268,10 @@ def test_batch_plans_give_the_throughput_closed_form_and_the_break_even_batch(tm
         c = cost.at_batch(size)
         for row in (r for r in plan.rows if r["task"] == "all"):
             m = row["m"]
-            al = beta * (1 - beta**m) / (1 - beta)
-            verify = float(np.interp(m + 1, [1, 9], [c.verify_block[1], c.verify_block[9]]))
-            want = (al + 1) * c.verify_block[1] / ((m + beta**m) * c.draft_token + verify)  # per step
+            steps, accepted, forwards, mix = _steps_by_hand(beta, 60, m)
+            verify = sum(w * float(np.interp(L + 1, [1, 9], [c.verify_block[1], c.verify_block[9]]))
+                         for L, w in enumerate(mix)) / steps  # fmt: skip
+            want = (accepted / steps + 1) * c.verify_block[1] / (forwards / steps * c.draft_token + verify)  # per step
             assert row["speedup"] == pytest.approx(want, rel=1e-9)
     rows = break_even(batch_plan(result, cost, [1, 2, 4], prompt_tokens=100, output_tokens=60))
     (sps,) = rows
@@ -264,3 +294,100 @@ def test_cli_plan_prints_the_break_even_batch_and_refuses_an_untimed_size(tmp_pa
     assert line.split()[-1] == "4"  # the break-even batch (the closed form above)
     assert main([*argv, "--batch", "1,8"]) == 2
     assert "--batch 1,2,4,8" in capsys.readouterr().err
+
+
+def _two_sizes_cost(path):
+    """A hand-made cost file where speculation loses at batch 1 (drafts cost as much as a verifier token) and pays
+    at batch 2 (drafts nearly free, a flat verifier block)."""
+    cost = CostModel(draft_token=1.0, verify_block={1: 1.0, 3: 3.0},
+                     batch={2: {"draft_token": 0.01, "verify_block": {1: 1.0, 3: 1.0}, "samples": {}}})  # fmt: skip
+    cost.save(path)
+    return cost
+
+
+def test_break_even_says_where_a_rule_pays_when_it_pays_only_at_larger_batches(tmp_path, capsys):
+    """Issue 43, item 4: with a hand-made cost file ``plan --batch 1,2`` printed "< 1" (pays at no size) while the
+    rule paid 1.89x at B = 2."""
+    from cactus_theory._analysis._plan import batch_plan, break_even
+
+    trace = _constant_trace(tmp_path / "t", *_pair(1))
+    cost = _two_sizes_cost(tmp_path / "cost.json")
+    result = analyze_trace(trace, ["sps"], ms=(2,), n_boot=0)
+    (row,) = break_even(batch_plan(result, cost, [1, 2]))
+    speedups = {b: r["speedup"] for b, r in row["per_batch"].items()}
+    assert speedups[1] < 1 < speedups[2]
+    assert row["pays_at"] == [2] and row["break_even"] is None and row["verdict"] == "2 only"
+    # a rule that pays up to a size, at none, at every size, or only at some: each verdict
+    cases = {(1.2, 1.1, 0.9): ("4", 4), (0.9, 0.8, 0.7): ("< 1", 1), (1.5, 1.4, 1.3): ("> 4", None),
+             (0.9, 1.2, 0.8): ("2 only", 4), (0.9, 1.2, 1.3): ("2,4 only", None)}  # fmt: skip
+    for speeds, want in cases.items():
+        plans = {}
+        for size, value in zip((1, 2, 4), speeds, strict=True):
+            row = {"rule": "r", "m": 1, "task": "all", "speedup": value, "speedup_lo": value, "speedup_hi": value}
+            plans[size] = Plan(rows=[row], cost=cost, max_kl=None, warnings=[])
+        (found,) = break_even(plans)
+        assert (found["verdict"], found["break_even"]) == want
+    with pytest.raises(ValueError, match="plans must be"):
+        break_even({})
+    argv = ["plan", str(tmp_path / "t"), "--cost", str(tmp_path / "cost.json"), "--rules", "sps", "--m", "2",
+            "--batch", "1,2", "--bootstrap", "0", "--quiet"]  # fmt: skip
+    assert main(argv) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("sps ") and "m=2" in x)
+    assert line.split()[-2:] == ["2", "only"]
+
+
+def test_batch_sizes_are_whole_numbers_up_to_the_maximum(tmp_path, capsys):
+    """Issue 43, items 6, 11, 12, 18: --batch 100000 ran past 60 s or asked for 74.5 GiB; at_batch(0), (-3) returned
+    working models and (inf) raised OverflowError; batch_plan took 2.7 as 2 and '12' as [1, 2]; a roofline profile
+    refused --batch 5 although it models any size up to 1024."""
+    from cactus_theory._analysis._batch import MAX_BATCH
+    from cactus_theory._analysis._plan import batch_plan
+
+    cost = _two_sizes_cost(tmp_path / "cost.json")
+    for bad in (0, -3, float("inf"), float("nan"), 2.7, "3", True, MAX_BATCH + 1, 10**9):
+        with pytest.raises(ValueError, match="whole number of requests in flight, 1 to 1024"):
+            cost.at_batch(bad)
+    result = analyze_trace(_constant_trace(tmp_path / "t", *_pair(1)), ["sps"], ms=(2,), n_boot=0)
+    for bad, match in (([2.7], "whole number"), ("12", "a list of batch sizes"), ([], "is empty"), (5, "a list")):
+        with pytest.raises(ValueError, match=match):
+            batch_plan(result, cost, bad)
+    for size in (100000, 1000000000):
+        assert main(["plan", "--batch", f"1,{size}", "--rules", "sps", "--m", "2,4", "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert "--batch: a batch size must be a whole number of requests in flight, 1 to 1024" in err
+    # a roofline models any batch size in range: at 5, between the listed 4 and 6
+    roof = CostModel.from_profile("roofline:qwen3-32b:qwen3-0.6b:h100")
+    assert 5 not in roof.batch
+    times = [roof.at_batch(b).verify(5) for b in (4, 5, 6)]
+    assert times[0] < times[1] < times[2]
+    assert main(["plan", "--cost-profile", "roofline:qwen3-32b:qwen3-0.6b:h100", "--batch", "5", "--rules", "sps",
+                 "--m", "2", "--bootstrap", "0", "--quiet"]) == 0  # fmt: skip
+    assert "B=5" in capsys.readouterr().out
+
+
+def test_a_noisy_calibration_in_the_cache_is_named_after_the_arguments_are_checked(tmp_path, monkeypatch, capsys):
+    """Issue 43, item 20: a noisy calibration in the cache made every plan refuse with "cannot be trusted", even
+    one with a bad --draft-policy or --gate; the refusal named no file, no way to re-measure, no --trust-cost."""
+    from cactus_theory import load_trace
+
+    monkeypatch.setenv("CACTUS_THEORY_CACHE", str(tmp_path / "cache"))
+    from cactus_theory._analysis._plan import cost_directory
+
+    meta = load_trace().metadata
+    noisy = CostModel(draft_token=0.1, verify_block={1: 1.0, 5: 1.5},
+                      samples={"draft_token": [0.1, 0.2, 0.05, 0.3], "verify_block": {1: [1.0, 1.0], 5: [1.5, 1.5]}},
+                      source={"kind": "calibration", "verifier": meta.get("verifier"), "draft": meta.get("draft"),
+                              "created": "2026-01-01"})  # fmt: skip
+    assert noisy.problems()
+    os.makedirs(cost_directory(), exist_ok=True)
+    path = os.path.join(cost_directory(), "noisy.json")
+    noisy.save(path)
+    for bad, said in ((["--draft-policy", "p-min(7)"], "probability in [0, 1]"), (["--gate", "7"], "--gate"),
+                      (["--batch", "5000"], "--batch")):  # fmt: skip
+        assert main(["plan", "--rules", "sps", "--m", "2", "--quiet", *bad]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "cannot be trusted" not in err
+    assert main(["plan", "--rules", "sps", "--m", "2", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot be trusted" in err and path in err and "cactus-theory calibrate" in err and "--trust-cost" in err
+    assert main(["plan", "--rules", "sps", "--m", "2", "--quiet", "--bootstrap", "0", "--trust-cost"]) == 0

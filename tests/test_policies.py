@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cactus_theory import CostModel, analyze_trace, expected_accepted_length, load_trace, make_draft_policy
+from cactus_theory import (
+    CostModel,
+    analyze_trace,
+    expected_accepted_length,
+    load_trace,
+    make_draft_policy,
+    predict_speedup,
+)
 from cactus_theory._cli import main
 from cactus_theory._laws._policies import policy_blocks
 
@@ -52,6 +59,8 @@ def _loop(policy, p, beta, m, cost=None):
             al += reach
             drafted += 1
             confidence *= top1
+        else:  # all m drafted, none stopped: when all are accepted the drafter reads its last draft (one forward)
+            forwards += reach
         out.append((al, drafted, forwards))
     return np.array(out)
 
@@ -67,22 +76,28 @@ def test_policy_blocks_equal_the_policy_written_out(spec, seed):
         al, drafted, forwards = policy_blocks(policy, p, beta, m, cost)
         np.testing.assert_allclose(al, want[:, 0], atol=1e-12)
         np.testing.assert_array_equal(drafted, want[:, 1])
-        np.testing.assert_array_equal(forwards, want[:, 2])
+        np.testing.assert_allclose(forwards, want[:, 2], rtol=0, atol=1e-12)
 
 
 @settings(max_examples=50, deadline=None)
 @given(seed=st.integers(0, 2**31), m=st.integers(1, 12))
 def test_the_fixed_policy_is_the_closed_form_and_stopping_never_adds(seed, m):
     p, beta = _rows(seed)
-    al, drafted, _ = policy_blocks(None, p, beta, m)
+    al, drafted, fixed_forwards = policy_blocks(None, p, beta, m)
     np.testing.assert_allclose(al, expected_accepted_length(beta, m), atol=1e-12)
+    # fixed blocks: m drafts (cut at the end) and, when all m are accepted, one more forward
+    n = len(beta)
+    full = np.array([np.prod(beta[t : t + m]) if t + m <= n else 0.0 for t in range(n)])
+    np.testing.assert_allclose(fixed_forwards, drafted + full, rtol=0, atol=1e-12)
     for spec in ("p-min(0.5)", "entropy(0.8)", "accept-prob(0.4)"):
         al_p, drafted_p, forwards = policy_blocks(make_draft_policy(spec), p, beta, m)
         assert (al_p <= al + 1e-12).all() and (drafted_p <= drafted).all()
-        assert (forwards <= np.minimum(drafted_p + 1, drafted)).all() and (forwards >= drafted_p).all()
-    # thresholds that never stop are the fixed policy
-    al_0, _, _ = policy_blocks(make_draft_policy("p-min(0)"), p, beta, m)
-    np.testing.assert_allclose(al_0, al, atol=1e-12)
+        assert (forwards <= np.minimum(drafted_p + 1, fixed_forwards) + 1e-12).all() and (forwards >= drafted_p).all()
+    # thresholds that never stop are the fixed policy, to the last bit
+    for spec in ("p-min(0)", "entropy(1000)", "accept-prob(0)"):
+        for got, want in zip(policy_blocks(make_draft_policy(spec), p, beta, m), (al, drafted, fixed_forwards),
+                             strict=True):  # fmt: skip
+            np.testing.assert_array_equal(got, want)
 
 
 def test_policy_specs_and_bad_ones():
@@ -111,7 +126,10 @@ def test_analysis_rows_of_policies():
     )
     rows = {r.get("draft_policy"): r for r in result.rows if r["task"] == "all"}
     assert rows["p-min(0)"]["al"] == pytest.approx(rows[None]["al"], rel=1e-12)
-    assert rows["p-min(0)"]["drafted"] == pytest.approx(rows["p-min(0)"]["draft_forwards"])
+    for key in ("al_step", "drafted", "draft_forwards", "verify_mix"):  # never stopping: fixed blocks, bit for bit
+        assert rows["p-min(0)"][key] == rows[None][key]
+    # a full block's extra forward: forwards - drafted is the chance all m drafts are accepted, per step
+    assert 0 < rows[None]["draft_forwards"] - rows[None]["drafted"] < rows[None]["acceptance_by_position"][0]
     assert rows["p-min(0.4)"]["al"] < rows[None]["al"] and rows["p-min(0.4)"]["drafted"] < 4
     # vLLM's per-position acceptance: decreasing in the place, the first is the acceptance where a block starts
     by_pos = rows[None]["acceptance_by_position"]
@@ -302,3 +320,29 @@ def test_a_step_charges_re_read_drafts_and_the_mix_of_block_sizes_as_written_out
     # without a cost of a token read in a block the drafter's own token cost is charged (an upper bound)
     plain = CostModel(draft_token=0.02, verify_block={1: 0.04})
     assert plain.step_time(1, 0.5, reads=1.0) == pytest.approx(0.02 + 0.02 + 0.04)
+
+
+@pytest.mark.parametrize("never", ["p-min(0)", "entropy(1000)"])
+def test_a_policy_that_never_stops_is_planned_as_fixed_blocks_to_the_last_bit(never):
+    """Issue 43, item 3: p-min(0) and entropy(1000) predicted 1.083x where fixed m = 4 predicted 1.026x (the policy
+    rows were not charged the draft forward after a fully accepted block)."""
+    trace = load_trace()
+    cost = CostModel.from_profile("qwen3-32b-0.6b-gb200-vllm")
+    result = analyze_trace(trace, ["sps", "cactus(delta=1)"], ms=(2, 4), n_boot=200, draft_policies=[never],
+                           tasks=["gsm8k", "humaneval"])  # fmt: skip
+    plan = predict_speedup(result, cost)
+    fixed = {(r["rule"], r["m"], r["task"]): r for r in plan.rows if not r.get("draft_policy")}
+    policy = [r for r in plan.rows if r.get("draft_policy") == never]
+    assert len(policy) == len(fixed) == 12
+    for r in policy:
+        f = fixed[(r["rule"], r["m"], r["task"])]
+        for key in ("speedup", "speedup_lo", "speedup_hi", "step_time", "tokens_per_step", "request_speedup"):
+            assert r.get(key, "absent") == f.get(key, "absent"), (key, r.get(key), f.get(key))
+    # and what a fixed step costs, written out from the row's own expectations: m forwards, the extra forward
+    # with its chance, the verifier's block mix, all over the steps decoding takes
+    r = fixed[("sps", 4, "all")]
+    extra = r["draft_forwards"] - r["drafted"]
+    mix = np.asarray(r["verify_mix"])
+    by_hand = (r["drafted"] + extra) * cost.draft_token + sum(w * float(cost.verify(L + 1)) for L, w in enumerate(mix))
+    assert r["step_time"] == pytest.approx(by_hand, rel=1e-12)
+    assert r["speedup"] == pytest.approx((r["al_step"] + 1) * float(cost.verify(1)) / by_hand, rel=1e-12)

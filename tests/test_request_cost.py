@@ -90,11 +90,41 @@ def test_request_speedups_use_the_traces_prompt_and_output_lengths(tmp_path):
     prompt = np.mean([s.prompt_tokens for s in seqs])
     out = np.mean([s.positions for s in seqs])
     assert r["prompt_tokens"] == pytest.approx(prompt) and r["output_tokens"] == pytest.approx(out)
-    # a step whose 4 drafts were all accepted runs one more draft forward: P(all 4 accepted) of them
-    full = r["acceptance_by_position"][-1]
-    assert 0 < full < 1
-    t = cost.request_times(prompt, out, 4, r["al"], all_accepted=full)
-    assert r["step_time"] == pytest.approx(4 * 0.1 + full * 0.1 + float(cost.verify(5)))
+    # the steps decoding takes, written out: from position t (1 to T - 4, where a whole block fits) a step drafts
+    # 4, accepts A (P(A >= j) = prod of the SpS acceptance 1 - TV(p, q) over the first j) and moves to t + 1 + A;
+    # a step whose drafts were all 4 accepted runs one more draft forward
+    settings = __import__("cactus_theory").load_trace().sampling
+    steps = accepted = drafted = forwards = 0.0
+    mix = np.zeros(5)
+    for seq in __import__("cactus_theory").load_trace():
+        if seq.task != "gsm8k" or not seq.n_positions:
+            continue
+        p, q = seq.distributions(settings)
+        beta = np.minimum(np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)).sum(-1)
+        n = len(beta)
+        memo = [np.zeros(9) for _ in range(n + 6)]  # per t: steps, accepted, drafted, forwards, mix[0..4]
+        for t in range(n - 4, 0, -1):  # the steps counted: those starting where a whole block fits
+            length = min(4, n - t)
+            reach = np.cumprod(np.concatenate([[1.0], beta[t : t + length]]))
+            law = reach - np.append(reach[1:], 0.0)  # P(A = a), a = 0..length
+            here = np.zeros(9)
+            here[0], here[2] = 1.0, length
+            here[3] = length + (reach[-1] if length == 4 else 0.0)
+            here[4 + length] = 1.0
+            here[1] = law @ np.arange(length + 1)
+            memo[t] = here + sum(law[a] * memo[t + 1 + a] for a in range(length + 1))
+        steps, accepted, drafted, forwards = (x + y for x, y in zip((steps, accepted, drafted, forwards), memo[1][:4],
+                                                                    strict=True))  # fmt: skip
+        mix += memo[1][4:]
+    assert r["al_step"] == pytest.approx(accepted / steps, rel=1e-9)
+    assert r["drafted"] == pytest.approx(drafted / steps, rel=1e-9)
+    assert r["draft_forwards"] == pytest.approx(forwards / steps, rel=1e-9)
+    np.testing.assert_allclose(r["verify_mix"], mix / steps, rtol=1e-9)
+    blocks = sum(w * float(cost.verify(L + 1)) for L, w in enumerate(mix / steps))
+    assert r["step_time"] == pytest.approx(forwards / steps * 0.1 + blocks, rel=1e-9)
+    assert r["tokens_per_step"] == pytest.approx(accepted / steps + 1, rel=1e-9)
+    t = cost.request_times(prompt, out, 4, r["al_step"], drafted=r["drafted"], forwards=r["draft_forwards"],
+                           verify_mix=r["verify_mix"])  # fmt: skip
     assert r["request_speedup"] == pytest.approx(t["baseline_total"] / t["total"])
     assert r["prefill_share"] == pytest.approx(t["prefill"] / t["total"])
     assert r["request_speedup"] < r["speedup"]  # the prefill, paid by both models, dilutes the gain

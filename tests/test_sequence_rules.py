@@ -307,10 +307,14 @@ def test_traversal_tree_lengths_against_enumerated_trees():
         exact.append(total)
     _, mc, error = rule.expected_tree_lengths_for(p, q, (m,), n_paths=4000, seed=3)[m]
     assert np.all(np.abs(mc - np.array(exact)) <= 4.5 * error + 1e-9)
-    # a tree of depth 1 is recursive rejection sampling without replacement
-    one = rule.expected_tree_lengths_for(p, q, (1,), n_paths=4000, seed=4)[1]
-    rrs = make_rule("rrs(k=2, replacement=false)").multi_acceptance(p, q)
-    assert np.all(np.abs(one[1] - rrs) <= 4.5 * one[2] + 1e-9)
+    # a tree of depth 1 is recursive rejection sampling without replacement: exact, against the enumerated trees
+    method, one, error = rule.expected_tree_lengths_for(p, q, (1,), n_paths=4000, seed=4)[1]
+    tree = full_tree(2, 1)
+    by_trees = [sum(w * float(traverse(tree, tokens[None], p[None, t : t + 1], q[None, [t, t]])[0] @ tree[1])
+                    for tokens, w in _every_tree(tree, p[t : t + 1], 2)) for t in range(p.shape[0])]  # fmt: skip
+    assert method == "exact" and not error.any()
+    np.testing.assert_allclose(one, by_trees, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(one, make_rule("rrs(k=2, replacement=false)").multi_acceptance(p, q), atol=1e-12)
     with pytest.raises(ValueError, match="nodes"):
         make_rule("traversal-tree(k=8)").expected_tree_lengths_for(p, q, (5,))
 
@@ -423,6 +427,13 @@ def test_vocabulary_map_projects_tli_draft_law():
         vmap.project(np.ones(3) / 3)
     with pytest.raises(ValueError, match="normalize"):
         VocabularyMap.from_vocabularies(["a"], ["a"], normalize="nfkc")
+    # issue 43, item 15: a negative id was dropped (or IndexError), two tokens at one id lost one, an id of 10**12
+    # asked for 7.28 TiB
+    for bad, match in (({"a": -1, "b": 0}, "token 'a' has id -1"), ({"a": 0, "b": 0}, "'a' and 'b' share id 0"),
+                       ({"a": 10**12}, "has id 1000000000000; ids are 0 to 16,777,215")):  # fmt: skip
+        for args in ((bad, ["a", "b"]), (["a", "b"], bad)):
+            with pytest.raises(ValueError, match=match):
+                VocabularyMap.from_vocabularies(*args)
 
 
 # --- adaptive verification ---------------------------------------------------------------------------
@@ -460,3 +471,34 @@ def test_adaptive_verify_length_by_brute_force():
         np.testing.assert_allclose(al[t], sum(np.prod(beta[t : t + j + 1]) for j in range(best)), rtol=1e-12)
     with pytest.raises(ValueError, match="adaptive-verify needs a cost model"):
         policy_blocks(make_draft_policy("adaptive-verify"), p, beta, m)
+
+
+def test_traversal_trees_too_big_are_refused_up_front_and_wide_ones_draft_every_token(capsys):
+    """Issue 43, items 7 and 17: plan --rules traversal-tree with the default m grid (m = 12 and over pass MAX_NODES)
+    ran past 60 s before refusing; analyze traversal-tree(k=2) --m 1 took 41 s; traversal-tree(k=200) --m 1 (201
+    nodes) ended in a numpy shape mismatch: a row with fewer than k tokens drafts them all."""
+    from cactus_theory import analyze_trace, load_trace
+    from cactus_theory._cli import main
+
+    assert main(["plan", "--rules", "traversal-tree", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "traversal-tree(k=2) at m = 12 has 8,191 nodes" in err and "give m up to 10 (--m)" in err
+    # depth 1: the exact acceptance of rrs without replacement, averaged over positions (no Monte Carlo)
+    trace = load_trace()
+    result = analyze_trace(trace, ["traversal-tree(k=2)", "rrs(k=2, replacement=false)", "traversal-tree(k=200)"],
+                           ms=(1,), n_boot=0, tasks=["gsm8k"])  # fmt: skip
+    rows = {r["rule"]: r for r in result.rows if r["task"] == "all"}
+    assert rows["traversal-tree(k=2)"]["al"] == pytest.approx(rows["rrs(k=2, replacement=false)"]["al"], rel=1e-12)
+    # k = 200 drafts every token of a row: its AL is the chance that the verifier's token is among the drafter's
+    # (p's support), at least k = 2's
+    assert rows["traversal-tree(k=2)"]["al"] <= rows["traversal-tree(k=200)"]["al"] <= 1.0
+    rng = np.random.default_rng(0)
+    p = np.array([[0.5, 0.3, 0.2, 0.0]])
+    tree = full_tree(200, 1)
+    tokens = sample_tree(rng, tree, p[:, None, :].repeat(1, 0).reshape(1, 1, 4))
+    assert sorted(tokens[0, 1:4]) == [0, 1, 2] and (tokens[0, 4:] == -1).all()
+    stop = traverse(tree, tokens, p[None], np.array([[[0.1, 0.1, 0.1, 0.7], [0.1, 0.1, 0.1, 0.7]]]))
+    # given the first draft x: accepted with min(1, q(x) / p(x)); after its rejection the verifier's residual is all
+    # on token 3, which no draft holds: the other children are rejected
+    first = tokens[0, 1]
+    assert float(stop[0] @ tree[1]) == pytest.approx(min(1.0, 0.1 / p[0, first]), abs=1e-12)

@@ -341,21 +341,39 @@ def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, po
                     setattr(block, f"{name}_sum", float(np.sum(emitted[:starts])))
             if block_drift is not None:
                 block.kl_sum, block.tv_sum = (float(np.sum(v[:starts])) for v in block_drift[m])
+            b_m = beta[:m] if slots else beta
+            # the steps decoding takes (the planner's one path for fixed blocks and policies alike), from the
+            # first generated position to the last start where a whole block fits, as the start average counts
+            first = 1 if positions - m >= 1 else 0
+            span_steps = {"start": first, "stop": max(positions - m, first)}
+            if not whole:
+                _, drafted, forwards = policy_blocks(None, seq_p, b_m, m)
+                _set_steps(block, renewal_steps(b_m, drafted, forwards, m, **span_steps))
+            elif lengths[m].survival is not None:  # a whole-block or whole-tree rule's own law per start
+                survival = lengths[m].survival
+                drafted = np.minimum(m, positions - np.arange(positions))
+                full = np.zeros(positions)
+                full[: survival.shape[0]] = np.where(survival.shape[1] == m, survival[:, -1], 0.0)
+                _set_steps(block, renewal_steps(None, drafted, drafted + full, m, survival=survival, **span_steps))
             for policy in policies:
                 found = rows.features.get(policy.describe())
                 features = None if found is None else (found[0][span], found[1][span])
-                b_m = beta[:m] if slots else beta
                 al_p, drafted, forwards = policy_blocks(policy, seq_p, b_m, m, cost, features)
-                n_steps, n_acc, n_drafted, n_forwards, mix = renewal_steps(b_m, drafted, forwards, m)
-                stats.blocks[(m, policy.describe())] = BlockStats(
+                stats.blocks[(m, policy.describe())] = _set_steps(BlockStats(
                     starts=starts, al_sum=float(np.sum(al_p[:starts])), drafted_sum=float(np.sum(drafted[:starts])),
-                    forwards_sum=float(np.sum(forwards[:starts])), steps_sum=n_steps, steps_accepted_sum=n_acc,
-                    steps_drafted_sum=n_drafted, steps_forwards_sum=n_forwards,
-                    steps_by_drafted=tuple(float(x) for x in mix),
-                )  # fmt: skip
+                    forwards_sum=float(np.sum(forwards[:starts])),
+                ), renewal_steps(b_m, drafted, forwards, m, **span_steps))  # fmt: skip
             stats.blocks[(m, None)] = block
         out.append(stats)
     return out
+
+
+def _set_steps(block, steps):
+    """``block`` with the sums over the steps decoding takes (``renewal_steps``'s answer) set."""
+    n_steps, n_acc, n_drafted, n_forwards, mix = steps
+    block.steps_sum, block.steps_accepted_sum, block.steps_drafted_sum = n_steps, n_acc, n_drafted
+    block.steps_forwards_sum, block.steps_by_drafted = n_forwards, tuple(float(x) for x in mix)
+    return block
 
 
 def _fused_blocks(beta, drift, bonus_policy, ms):
@@ -646,10 +664,12 @@ class AnalysisRow(TypedDict, total=False):
     m: int
     draft_count: int  # drafts verified per position: 1 for a chain, k for a tree of width k
     draft_policy: str  # a drafting policy that stops blocks early (absent: always m drafts)
-    drafted: float  # with a policy: drafted tokens per step (over the steps decoding takes: renewal_steps)
-    draft_forwards: float  # with a policy: draft forwards per step (a stop reads p at one more place)
-    verify_mix: list  # with a policy: the share of steps that draft L tokens, L = 0..m (blocks of L + 1)
-    al_step: float  # with a policy: accepted drafts per step over the steps decoding takes (``al``: per block start)
+    # over the steps decoding takes (``renewal_steps``), for fixed blocks and under a policy; absent for rules
+    # that judge whole blocks or trees (their law per block start is over whole blocks):
+    drafted: float  # drafted tokens per step (m but where a block is cut at a sequence's end, or a policy stops)
+    draft_forwards: float  # draft forwards per step (a stop reads p at one more place; a full accepted block one)
+    verify_mix: list  # the share of steps that draft L tokens, L = 0..m (verifier blocks of k L + 1)
+    al_step: float  # accepted drafts per step (``al``: the mean over block starts, the paper's AL)
     al_step_lo: float
     al_step_hi: float
     acceptance_by_position: list  # P(draft j accepted), j = 1..m: vLLM's num_accepted_tokens_per_pos / drafts
@@ -753,6 +773,8 @@ def analyze_trace(
     gate = make_gate(gate)
     for rule in rules:
         gated_rule(gate, rule)  # a block, multi-draft or slot rule under a gate is refused here
+        if hasattr(rule, "check_depths"):  # a whole-tree rule whose trees at some m are too big: refused up front
+            rule.check_depths(ms)
     if isinstance(draft_policies, str):
         draft_policies = [draft_policies]
     policies = []
@@ -777,6 +799,12 @@ def analyze_trace(
     traces = open_traces(trace)
     if settings is None:
         settings = traces.sampling
+    outside = sorted(i for i in (*getattr(gate, "open_ids", ()), *getattr(gate, "close_ids", ()))
+                     if not 0 <= i < traces.vocab_size)  # fmt: skip
+    if outside:
+        raise ValueError(f"gate: token id(s) {', '.join(map(str, outside[:4]))} are outside the trace's vocabulary "
+                         f"(0 to {traces.vocab_size - 1}): the gate would never open or close; give ids of the "
+                         "trace's tokenizer (e.g. those of <think> and </think>)")  # fmt: skip
     records = [(name, t, t.records()) for name, t in zip(traces.names, traces.traces, strict=True)]
     known = sorted({r.task for _, _, recs in records for r in recs})
     if not known:
@@ -873,7 +901,8 @@ def _row(rule, m, task, trace, sel, counts, bonus_policy, draft_mode="sampled", 
     # every interval of the row from one resampling pass (the same counts for all)
     pairs = {name: ([getattr(r, name) for r in per], pos) for name in METRICS}
     pairs["al"] = ([b.al_sum for b in blocks], starts)
-    if policy is not None:  # under a policy: accepted drafts per step over the steps decoding takes (renewal_steps)
+    stepped = all(b.steps_sum is not None for b in blocks)
+    if stepped:  # accepted drafts per step over the steps decoding takes (renewal_steps)
         pairs["al_step"] = ([b.steps_accepted_sum for b in blocks], [b.steps_sum for b in blocks])
     pairs["acceptance_of_optimum"] = ([r.acceptance for r in per], [r.optimal_acceptance for r in per])
     for name in BLOCK_METRICS:
@@ -899,13 +928,14 @@ def _row(rule, m, task, trace, sel, counts, bonus_policy, draft_mode="sampled", 
         al_hi=al[2],
         mean_acceptance_length=1 + al[0],
     )
-    if policy is not None:  # drafts, draft forwards and verified blocks per step, over the steps decoding takes
+    if policy is not None:
         row["draft_policy"] = tag
+    if stepped:  # drafts, draft forwards and verified blocks per step, over the steps decoding takes
         steps = max(sum(b.steps_sum for b in blocks), 1e-300)
         row["drafted"] = float(sum(b.steps_drafted_sum for b in blocks) / steps)
         row["draft_forwards"] = float(sum(b.steps_forwards_sum for b in blocks) / steps)
         row["verify_mix"] = [float(x) for x in np.sum([b.steps_by_drafted for b in blocks], axis=0) / steps]
-    elif fixed[0].accept_by_position is not None:  # vLLM's num_accepted_tokens_per_pos / num_drafts
+    if policy is None and fixed[0].accept_by_position is not None:  # vLLM's num_accepted_tokens_per_pos / num_drafts
         sums = np.sum([b.accept_by_position for b in fixed], axis=0)
         row["acceptance_by_position"] = [float(x) for x in sums / max(sum(starts), 1)]
     for name, (v, lo, hi) in stats.items():

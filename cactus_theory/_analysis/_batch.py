@@ -24,8 +24,12 @@ step chooses how many of each request's m drafts to verify: the marginal drafts 
 ranked by the drafter's own survival estimate (the product of its top-1 probabilities), the
 number N taken that maximises (B + sum of the N estimates) / (m t_draft + t_verify(1 + N / B)),
 the verifier's block at the mean verified length. The tokens each request then gains are exact
-given its position (the rule's acceptances); the batch's positions are drawn from the trace
-(Monte Carlo over steps, with its standard error).
+given its position (the rule's acceptances); the batch's positions are drawn from the trace as
+decoding visits them (``renewal_visits``: the steps of blocks of m start at a position that often;
+Monte Carlo over steps, with its standard error). Where even the best share does not beat the
+verifier alone, the budget drafts nothing (1.0x). Neither full-batch column charges the extra
+draft forward after a fully accepted block (a batched drafter reads the last draft with the next
+block's first token).
 """
 
 from __future__ import annotations
@@ -34,7 +38,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["BatchResult", "batch_parts", "batch_requests", "simulate_batch", "steps_law", "verify_budget"]
+from .._math._validation import seeded_rng
+
+__all__ = ["MAX_BATCH", "BatchResult", "batch_parts", "batch_requests", "simulate_batch", "steps_law", "verify_budget"]
 
 
 def batch_parts(cost, size):
@@ -142,16 +148,57 @@ class BatchResult:
         return float(np.mean(self.latency_alone / self.latency))
 
 
+#: The largest batch the batch planner takes: the roofline's range (``_roofline``), and what the exact
+#: static-batch law holds in bounded memory (its Poisson-binomial laws are B x B).
+MAX_BATCH = 1024
+
+
+def checked_batch_size(size, name="size"):
+    """``size`` as an int batch size in 1..``MAX_BATCH``, else a ValueError naming ``name``."""
+    if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer, float, np.floating)):
+        raise ValueError(f"{name} must be a whole number of requests in flight, 1 to {MAX_BATCH}; got {size!r}")
+    if not np.isfinite(size) or size != int(size) or not 1 <= size <= MAX_BATCH:
+        raise ValueError(f"{name} must be a whole number of requests in flight, 1 to {MAX_BATCH}; got {size!r}")
+    return int(size)
+
+
+def _checked_draft_length(m, name="m"):
+    if isinstance(m, (bool, np.bool_)) or not isinstance(m, (int, np.integer)) or m < 1:
+        raise ValueError(f"{name} must be an integer >= 1 (drafts a step); got {m!r}")
+    return int(m)
+
+
+def _checked_acceptances(values, name):
+    """A non-empty list of 1-D float64 arrays of probabilities in [0, 1], one per request."""
+    if isinstance(values, np.ndarray) and values.ndim == 1 and values.dtype != object:
+        raise ValueError(f"{name} must be a list of per-position arrays, one per request; got one array")
+    try:
+        out = [np.asarray(a, dtype=np.float64) for a in values]
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a list of per-position arrays of probabilities, one per request") from None
+    if not out:
+        raise ValueError(f"{name} is empty: give at least one request's per-position array")
+    for i, a in enumerate(out):
+        if a.ndim != 1 or a.size == 0:
+            raise ValueError(f"{name}[{i}] must be a non-empty 1-D array (one value per position); got shape {a.shape}")
+        if not np.all((a >= 0) & (a <= 1)):  # NaN fails too
+            bad = a[~((a >= 0) & (a <= 1))][0]
+            raise ValueError(f"{name}[{i}] must hold probabilities in [0, 1]; got {float(bad)!r}")
+    return out
+
+
 def simulate_batch(accepts, m, cost, *, width=1):
     """``BatchResult`` of one static batch: ``accepts`` a list of each request's per-position
     acceptance (the rule's; over the k drafts for a tree of width ``width``), m drafts a step, the
     cost model's step at the number of requests in flight (``batch_parts``; a step costs m draft
-    forwards of the requests in flight and one verification of their blocks of width m + 1).
-    Exact under independent positions (see the module docstring)."""
-    accepts = [np.asarray(a, dtype=np.float64) for a in accepts]
-    size = len(accepts)
-    if size < 1:
-        raise ValueError("a batch needs at least one request")
+    forwards of the requests in flight and one verification of their blocks of width m + 1; the
+    extra draft forward after a fully accepted block, which the per-step plan charges, is left
+    out). Exact under independent positions (see the module docstring). At most ``MAX_BATCH``
+    requests."""
+    accepts = _checked_acceptances(accepts, "accepts")
+    m = _checked_draft_length(m)
+    width = _checked_draft_length(width, "width")
+    size = checked_batch_size(len(accepts), "the number of requests (len(accepts))")
     parts = {b: batch_parts(cost, b) for b in range(1, size + 1)}
     step = np.array([0.0] + [m * parts[b][0] + parts[b][1](width * m + 1) for b in range(1, size + 1)])
     alone = np.array([0.0] + [parts[b][1](1) for b in range(1, size + 1)])
@@ -174,13 +221,28 @@ def simulate_batch(accepts, m, cost, *, width=1):
     return BatchResult(int(lengths.sum()), total, time_alone, latency, latency_alone)
 
 
-def verify_budget(accepts, top1s, m, cost, size, *, steps=2000, seed=0):
+def verify_budget(accepts, top1s, m, cost, size, *, steps=2000, seed=0, visits=None):
     """A full batch of ``size`` requests (continuous batching) with a verify budget against verifying
     every draft: (throughput speedup with the budget, with every draft verified, standard errors
     of both, mean drafts verified per request) against the verifier alone at the same batch size,
-    from ``steps`` seeded batch states (each request at a position drawn from the trace). Per
-    state the budget and the tokens gained are exact (module docstring)."""
-    rng = np.random.default_rng(seed)
+    from ``steps`` seeded batch states (each request at a position drawn from the trace: uniformly,
+    or weighted by ``visits``, one array per request of the expected steps decoding starts at each
+    position, ``renewal_visits``). Per state the budget and the tokens gained are exact (module
+    docstring); a speedup is the expected
+    tokens over the expected seconds of a step (a throughput), its standard error the ratio
+    estimator's. The budget may also draft nothing: where drafting and verifying its best share
+    is slower than the verifier alone on these states, it decodes without drafts (1.0x, 0
+    verified), so it is never below the verifier alone; verifying every draft has no such choice."""
+    accepts = _checked_acceptances(accepts, "accepts")
+    top1s = _checked_acceptances(top1s, "top1s")
+    if len(top1s) != len(accepts) or any(a.shape != c.shape for a, c in zip(accepts, top1s, strict=False)):
+        raise ValueError("top1s must have one array per request of accepts, each of the same length; got "
+                         f"{[a.size for a in accepts][:4]} and {[c.size for c in top1s][:4]} positions")  # fmt: skip
+    m = _checked_draft_length(m)
+    size = checked_batch_size(size)
+    if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, (int, np.integer)) or steps < 2:
+        raise ValueError(f"steps must be an integer >= 2 (seeded batch states); got {steps!r}")
+    rng = seeded_rng(seed)
     draft, verify = batch_parts(cost, size)
     # every position of every request: the drafter's survival estimate and the rule's reach
     survival, reach = [], []
@@ -192,7 +254,14 @@ def verify_budget(accepts, top1s, m, cost, size, *, steps=2000, seed=0):
         survival.append(np.cumprod(np.where(inside, c[at], 0.0), axis=-1))
         reach.append(np.cumprod(np.where(inside, a[at], 0.0), axis=-1))
     survival, reach = np.concatenate(survival), np.concatenate(reach)
-    picks = rng.integers(0, survival.shape[0], size=(steps, size))
+    if visits is None:
+        picks = rng.integers(0, survival.shape[0], size=(steps, size))
+    else:
+        weights = np.concatenate([np.asarray(v, dtype=np.float64) for v in visits])
+        if weights.shape != (survival.shape[0],) or not np.all(np.isfinite(weights) & (weights >= 0)) or not (
+                weights.sum() > 0):  # fmt: skip
+            raise ValueError("visits must hold one array of expected visits >= 0 per request, as long as its accepts")
+        picks = rng.choice(weights.size, size=(steps, size), p=weights / weights.sum())
     est, gain = survival[picks], reach[picks]  # (steps, B, m)
     order = np.argsort(-est.reshape(steps, -1), axis=-1, kind="stable")
     ranked = np.take_along_axis(est.reshape(steps, -1), order, -1)
@@ -205,26 +274,40 @@ def verify_budget(accepts, top1s, m, cost, size, *, steps=2000, seed=0):
     # a request's drafts are verified as a prefix: its chosen count, taken from the front
     verified = chosen.reshape(steps, size, m).sum(-1)
     tokens = size + np.where(np.arange(m)[None, None, :] < verified[..., None], gain, 0.0).sum((-1, -2))
-    rate_budget = tokens / (m * draft + np.array([verify(1 + n / size) for n in verified.sum(-1) / 1.0]))
-    rate_fixed = (size + gain.sum((-1, -2))) / (m * draft + verify(m + 1))
+    seconds_budget = m * draft + np.array([verify(1 + n / size) for n in verified.sum(-1) / 1.0])
+    tokens_fixed = size + gain.sum((-1, -2))
+    seconds_fixed = np.full(steps, m * draft + verify(m + 1))
     baseline = size / verify(1)
 
-    def error(rate):
-        return float(rate.std(ddof=1) / np.sqrt(steps) / baseline)
+    def throughput(tok, sec):
+        """(E[tokens] / E[seconds] over the verifier alone's rate, its ratio-estimator standard error)."""
+        ratio = tok.mean() / sec.mean()
+        error = (tok - ratio * sec).std(ddof=1) / np.sqrt(steps) / sec.mean()
+        return float(ratio / baseline), float(error / baseline)
 
-    return (float(rate_budget.mean() / baseline), float(rate_fixed.mean() / baseline), error(rate_budget),
-            error(rate_fixed), float(verified.mean()))  # fmt: skip
+    budget, budget_se = throughput(tokens, seconds_budget)
+    fixed, fixed_se = throughput(tokens_fixed, seconds_fixed)
+    verified_mean = float(verified.mean())
+    if budget < 1.0:  # drafting does not pay on this trace at this batch: the budget decodes without drafts
+        budget, budget_se, verified_mean = 1.0, 0.0, 0.0
+    return budget, fixed, budget_se, fixed_se, verified_mean
 
 
-def batch_requests(traces, settings, cost, sizes, *, n_groups=4, budget_steps=2000, seed=0, progress=False):
+def batch_requests(traces, settings, cost, sizes, *, n_groups=None, budget_steps=2000, seed=0, progress=False,
+                   tasks=None, draft_mode="sampled", gate=None):  # fmt: skip
     """Per rule setting and batch size: the static batch of the trace's requests ending at their own
     times (``simulate_batch``) and the verify budget in a full batch (``verify_budget``), at the
     setting's m. ``settings``: {(rule spec, B): m} (a token or tree rule; block rules judge whole
-    blocks and are left out). Requests: the trace's sequences, in ``n_groups`` seeded batches of B
-    per size (drawn without replacement while they last, the pool reshuffled when B exceeds it).
+    blocks and are left out). Requests: the trace's sequences of ``tasks`` (default: all), in
+    ``n_groups`` seeded batches of B per size (drawn without replacement while they last, the pool
+    reshuffled when B exceeds it; default: enough batches for every request to be in one, and at
+    least 4). ``draft_mode`` and ``gate`` as in ``analyze_trace``: the rule's
+    acceptance is the one the rest of a plan answers for (the drafter's survival estimate of the
+    budget reads its own p, before greedy drafting, as the drafting policies do).
     Returns rows: rule, batch, m, throughput_speedup and latency_speedup (pooled over the groups;
     their range over the groups in ``_lo`` / ``_hi``), budget_speedup and fixed_speedup (full batch,
     each with its Monte Carlo standard error) and verified (mean drafts verified per request)."""
+    from .._laws._policies import renewal_visits
     from .._rules import kind_of, make_rule
     from ._analyze import analyze_trace
 
@@ -232,7 +315,8 @@ def batch_requests(traces, settings, cost, sizes, *, n_groups=4, budget_steps=20
     token_rules = [r for r in rules if kind_of(make_rule(r)) != "block" and not make_rule(r).slot_dependent]
     if not token_rules:
         return []
-    result = analyze_trace(traces, token_rules, ms=(1,), n_boot=0, position_acceptance=True, progress=progress)
+    result = analyze_trace(traces, token_rules, ms=(1,), n_boot=0, position_acceptance=True, progress=progress,
+                           tasks=tasks, draft_mode=draft_mode, gate=gate)  # fmt: skip
     labels = {r: make_rule(r).describe() for r in token_rules}
     sequences = sorted(result.sequences, key=lambda s: (s.trace, s.id))
     several = len(traces.traces) > 1
@@ -243,7 +327,7 @@ def batch_requests(traces, settings, cost, sizes, *, n_groups=4, budget_steps=20
                 p, _ = seq.distributions(traces.sampling)
                 top1[(name, seq.id) if several else seq.id] = np.asarray(p, dtype=np.float64).max(-1)
     rows = []
-    rng = np.random.default_rng(seed)
+    rng = seeded_rng(seed)
     for (spec, size), m in sorted(settings.items()):
         if spec not in labels:
             continue
@@ -251,13 +335,19 @@ def batch_requests(traces, settings, cost, sizes, *, n_groups=4, budget_steps=20
         width = rule.draft_count
         accepts = [s.rules[labels[spec]].position_acceptance for s in sequences]
         tops = [top1[(s.trace, s.id) if several else s.id] for s in sequences]
-        order = np.concatenate([rng.permutation(len(accepts)) for _ in range(-(-n_groups * size // len(accepts)))])
+        groups = n_groups if n_groups is not None else max(4, -(-len(accepts) // size))
+        order = np.concatenate([rng.permutation(len(accepts)) for _ in range(-(-groups * size // len(accepts)))])
         results = [simulate_batch([accepts[i] for i in order[g * size : (g + 1) * size]], m, cost, width=width)
-                   for g in range(n_groups)]  # fmt: skip
+                   for g in range(groups)]  # fmt: skip
         throughput = [r.throughput_speedup for r in results]
         latency = [r.latency_speedup for r in results]
+        # the batch's requests sit where decoding visits them: the steps of fixed blocks of m start there
+        visits = []
+        for a in accepts:
+            first = 1 if a.size - m >= 1 else 0
+            visits.append(renewal_visits(a, m, start=first, stop=max(a.size - m, first)))
         budget, fixed, budget_se, fixed_se, verified = verify_budget(accepts, tops, m, cost, size, steps=budget_steps,
-                                                                     seed=seed)  # fmt: skip
+                                                                     seed=seed, visits=visits)  # fmt: skip
         rows.append({
             "rule": labels[spec], "batch": size, "m": m,
             "throughput_speedup": sum(r.time_alone for r in results) / sum(r.time for r in results),

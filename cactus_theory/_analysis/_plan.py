@@ -15,13 +15,18 @@ verifier alone emits one token per ``verify(1)``, so
 
     speedup(m) = (AL(m) + 1) * verify(1) / time(m).
 
-AL(m) is the analysis's: exact for the trace's positions, averaged over block starts, with its
-bootstrap interval, which maps to an interval of the speedup (the speedup increases with AL).
-The extra draft forward of a step whose m drafts were all accepted (the drafter's cache must see
-its last draft) is charged with that step's probability (the analysis's
-``acceptance_by_position[m - 1]``). Whole requests add both models' prompt processing and the
-cost of a growing context (``request_times``). Not captured: end-of-sequence truncation of the
-last step and Python overhead outside the timed parts.
+Per step means over the steps decoding takes (``renewal_steps``: a step at position t moves to
+t + 1 + A, so where drafts fail decoding takes a step per token): AL(m), the drafted tokens, the
+draft forwards and the verifier's block sizes are their expectations over that chain, exact under
+independent positions, for fixed blocks and drafting policies alike (so a policy that never stops
+is fixed blocks of m, to the last bit). The analysis's ``al`` (the paper's AL, a mean over block
+starts) is printed beside; its bootstrap interval maps to an interval of the speedup. A step
+whose m drafts were all accepted runs one more draft forward (the drafter's cache must see its
+last draft), charged with its probability (``policy_blocks``). Rules that judge whole blocks or
+trees (block verification, traversal trees) have their law per block start over whole blocks:
+their steps are the mean over block starts, with no extra forward. Whole requests add both
+models' prompt processing and the cost of a growing context (``request_times``). Not captured:
+Python overhead outside the timed parts.
 
 Cost sources: ``calibrate_cost`` (time the forward passes of a real model pair on this machine),
 ``CostModel.from_ratio`` (a draft/verifier cost ratio with a flat block cost: a GPU at batch 1),
@@ -39,6 +44,7 @@ from typing import ClassVar
 import numpy as np
 
 from .._laws._policies import make_draft_policy
+from .._math._validation import seeded_rng
 from .._util._files import atomic_write, csv_text
 from ._results import Result, interval
 
@@ -305,10 +311,16 @@ class CostModel:
         at the same batch size. Exact for the batch sizes measured; a size between two measured
         ones is refused (name it in ``calibrate --batch``). A shipped GPU profile (measured at batch 1)
         reaches any batch through the roofline fitted to the profiles (``_batch_scale``:
-        each part times t(B) / t(1), modelled, said in its ``source``)."""
-        size = int(size)
+        each part times t(B) / t(1), modelled, said in its ``source``), and a roofline cost model
+        (``roofline_cost``) any batch by its own model. ``size``: a whole number 1 to ``MAX_BATCH``
+        (1,024), else a ValueError."""
+        from ._batch import checked_batch_size
+
+        size = checked_batch_size(size)
         if size == 1:
             return self
+        if size not in self.batch and self.source.get("kind") == "roofline" and "shapes" in self.source:
+            return _roofline_at(self, size)  # a roofline models any batch size: the same model at this one
         if size not in self.batch and self.source.get("kind") == "profile":
             # a measured GPU profile (batch 1): larger batches from the roofline fitted to it (modelled)
             from ._roofline import BATCH_CONTEXT
@@ -746,10 +758,14 @@ def roofline_cost(verifier, draft, device="gb200", *, dtype="bfloat16", batches=
     spec = DEVICES.get(device.lower()) if isinstance(device, str) else device
     if spec is None:
         raise ValueError(f"device must be one of {', '.join(DEVICES)} (or a DeviceSpec); got {device!r}")
-    if isinstance(context, bool) or not (isinstance(context, (int, np.integer)) and context >= 0):
-        raise ValueError(f"context must be a number of tokens >= 0; got {context!r}")
-    if not batches or any(isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1 for b in batches):
-        raise ValueError(f"batches must be batch sizes >= 1; got {batches!r}")
+    from ._batch import MAX_BATCH
+    from ._roofline import MAX_CONTEXT
+
+    if isinstance(context, bool) or not (isinstance(context, (int, np.integer)) and 0 <= context <= MAX_CONTEXT):
+        raise ValueError(f"context must be a number of tokens, 0 to {MAX_CONTEXT:,}; got {context!r}")
+    if not batches or any(isinstance(b, bool) or not isinstance(b, (int, np.integer)) or not 1 <= b <= MAX_BATCH
+                          for b in batches):  # fmt: skip
+        raise ValueError(f"batches must be batch sizes, 1 to {MAX_BATCH}; got {batches!r}")
     shapes = [m if isinstance(m, ModelShape) else ModelShape.from_config(m, dtype) for m in (verifier, draft)]
     fitted = fit_to_profiles(spec)[0] if roofline is None else roofline
     model = Roofline(spec, fitted.efficiency, fitted.overhead, fitted.verify_overhead)
@@ -766,9 +782,31 @@ def roofline_cost(verifier, draft, device="gb200", *, dtype="bfloat16", batches=
         "note": "modelled, not measured: max(bytes / bandwidth, FLOPs / peak) / efficiency + overheads, the "
                 "efficiency and overheads fitted to the shipped GB200 vLLM profiles",
     }  # fmt: skip
+    # what at_batch needs to model a batch size not listed here (plain data: the cost file stays JSON)
+    source["shapes"] = {"verifier": asdict(shapes[0]), "draft": asdict(shapes[1])}
+    source["device_spec"] = asdict(spec)
+    source["ks"] = [int(k) for k in ks]
     batch = {int(b): {**parts(int(b)), "samples": {}} for b in sorted(set(batches)) if b > 1}
     return CostModel(draft_token=base["draft_token"], verify_block=base["verify_block"], source=source,
                      context=int(context), batch=batch)  # fmt: skip
+
+
+def _roofline_at(cost, size):
+    """A roofline cost model (``roofline_cost``) at a batch size it does not list: its own model there."""
+    from ._roofline import DeviceSpec, ModelShape, Roofline
+
+    src = cost.source
+    try:
+        verifier, draft = (ModelShape(**src["shapes"][role]) for role in ("verifier", "draft"))
+        model = Roofline(DeviceSpec(**src["device_spec"]), src["efficiency"], src["overhead"], src["verify_overhead"])
+        ks = src.get("ks") or sorted(cost.verify_block)
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"the roofline cost model's source lacks {exc}: rebuild it with roofline_cost") from None
+    context = int(src.get("context", 1024))
+    entry = {"draft_token": model.time(draft, size, 1, context),
+             "verify_block": {int(k): model.time(verifier, size, int(k), context) for k in ks}}  # fmt: skip
+    return replace(cost, draft_token=entry["draft_token"], verify_block=entry["verify_block"], samples={}, batch={},
+                   source={**src, "batch": size})  # fmt: skip
 
 
 def _batch_scale(cost, size, context):
@@ -1023,7 +1061,9 @@ def predict_speedup(
     The intervals (``speedup_lo`` / ``_hi``, ``request_speedup_lo`` / ``_hi``) combine the AL's
     bootstrap interval (as a normal of that width) with the calibration's timing spread (each
     draw takes one timed repeat of the draft token and of the verifier blocks, over their
-    medians), ``n_draws`` draws seeded by ``seed``; ``interval`` says which went in. A cost model
+    medians), ``n_draws`` draws seeded by ``seed``, the same for every row (common random
+    numbers: a setting's interval does not depend on the other rows); ``interval`` says which
+    went in. A cost model
     with ``problems()`` (a non-monotone or noisy calibration, a busy machine) is refused unless
     ``allow_untrusted``; the plan keeps the problems (``Plan.warnings``).
 
@@ -1031,8 +1071,10 @@ def predict_speedup(
     passes and one verifier pass over k m + 1 tokens. Its AL assumes the accepted child's own
     children are drafted too, as in a full tree (which costs k + ... + k^m tokens); a tree of
     k m tokens that expands one node per level reaches that AL only when the accepted child is
-    the expanded one, so for it the prediction is an upper bound. A row with ``drafted`` (a
-    drafting policy: the mean drafted tokens per step) is charged for those.
+    the expanded one, so for it the prediction is an upper bound. A row with ``drafted`` (every
+    row but those of rules judging whole blocks or trees: the mean drafted tokens, draft forwards
+    and block sizes per step over the steps decoding takes, fixed blocks and drafting policies
+    alike) is charged for those, and its tokens per step are ``al_step`` + 1.
 
     Examples
     --------
@@ -1060,7 +1102,7 @@ def predict_speedup(
             f"the cost model{at} cannot be trusted as it is: " + "; ".join(problems) + ". Recalibrate on an idle "
             "machine (cactus-theory calibrate), or plan anyway with allow_untrusted=True (--trust-cost)"
         )
-    rng = np.random.default_rng(seed)
+    rng = seeded_rng(seed)
     timed = bool(cost.samples)
     f_one = _timing_factors(cost, 1, rng, n_draws)
     f_draft = _timing_factors(cost, "draft_token", rng, n_draws)
@@ -1069,12 +1111,12 @@ def predict_speedup(
     for r in analysis.rows:
         m, width = r["m"], r.get("draft_count", 1)
         drafted, passes = r.get("drafted"), r.get("draft_forwards")
-        full = (r.get("acceptance_by_position") or [0.0])[-1] if drafted is None and width == 1 else 0.0
+        full = 0.0  # a stepped row's draft forwards hold the extra forward of a fully accepted block
         policy = make_draft_policy(r.get("draft_policy")) if r.get("draft_policy") else None
         mirrors = policy is not None and policy.mirrors_verifier_block
         mix = r.get("verify_mix")
         analysed = r
-        if mix is not None and r.get("al_step") is not None:  # a policy's row: over the steps decoding takes
+        if mix is not None and r.get("al_step") is not None:  # over the steps decoding takes (renewal_steps)
             r = {**r, "al": r["al_step"], "al_lo": r["al_step_lo"], "al_hi": r["al_step_hi"]}
         reads = float(drafted) if mirrors else 0.0
         row = {**r, "al": analysed["al"], "al_lo": analysed.get("al_lo"), "al_hi": analysed.get("al_hi")}
@@ -1086,9 +1128,12 @@ def predict_speedup(
         # draws: AL from its interval, the timed parts from their repeats
         has_interval = bool(np.isfinite(r.get("al_lo", np.nan)) and np.isfinite(r.get("al_hi", np.nan)))
         se = (r["al_hi"] - r["al_lo"]) / 3.92 if has_interval else 0.0
-        al = np.clip(r["al"] + se * rng.standard_normal(n_draws), 0.0, m * 1.0)
+        # every row draws from the same seeded stream (common random numbers): rows of one setting get the
+        # same interval whatever else the plan holds, and rows compare paired
+        row_rng = np.random.default_rng((int(seed), 1))
+        al = np.clip(r["al"] + se * row_rng.standard_normal(n_draws), 0.0, m * 1.0)
         size = m if drafted is None else drafted
-        f_block = _timing_factors(cost, width * size + 1, rng, n_draws)
+        f_block = _timing_factors(cost, width * size + 1, row_rng, n_draws)
         step = cost.step_time(m, al, width, drafted=drafted, forwards=passes, all_accepted=full, draft_factor=f_draft,
                               verify_factor=f_block, reads=reads, verify_mix=mix)  # fmt: skip
         draws = (al + 1) * cost.verify(1) * f_one / step
@@ -1130,30 +1175,45 @@ def batch_plan(analysis, cost, sizes, **options) -> dict:
     verifier alone at the same batch size (``CostModel.at_batch``): B requests advance in
     synchronous steps, each accepting the trace's AL per step on average. Approximate where
     requests of one batch end at different times (the batch is taken as full throughout)."""
-    sizes = sorted({int(b) for b in sizes})
-    if not sizes or sizes[0] < 1:
-        raise ValueError(f"sizes must be batch sizes >= 1; got {sizes}")
+    from ._batch import MAX_BATCH, checked_batch_size
+
+    if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
+        raise ValueError(f"sizes must be a list of batch sizes, e.g. [1, 2, 4]; got {sizes!r}")
+    sizes = list(sizes)
+    if not sizes:
+        raise ValueError(f"sizes is empty: give batch sizes, 1 to {MAX_BATCH}, e.g. [1, 2, 4]")
+    sizes = sorted({checked_batch_size(b, "each of sizes") for b in sizes})
     return {b: predict_speedup(analysis, cost.at_batch(b), **options) for b in sizes}
 
 
 def break_even(plans: dict, task="all") -> list:
     """Per rule (and drafting policy) over the batch plans of ``batch_plan``: its best m and
-    speedup (with its interval) at each batch size, and the break-even batch: the smallest
-    size at which even its best m no longer beats the verifier alone (None: it pays at every
-    size given; the first size: it never pays). Rows of dicts ``rule``, ``draft_policy``,
-    ``per_batch`` ({B: best row}), ``break_even``."""
+    speedup (with its interval) at each batch size, and the break-even batch: the smallest size
+    from which on even its best m no longer beats the verifier alone at any size given (None: it
+    pays at the largest size given). Rows of dicts ``rule``, ``draft_policy``, ``per_batch`` ({B:
+    best row}), ``break_even``, ``pays_at`` (the sizes at which it pays) and ``verdict``: "> B"
+    (it pays at every size given), "< B" (at none), the break-even size, or, when it pays at some
+    sizes and not at others below the last, "B1,B2 only" (the sizes at which it pays)."""
+    if not isinstance(plans, dict) or not plans:
+        raise ValueError("plans must be batch_plan's answer: {batch size: Plan}, at least one")
     out = {}
     for size, plan in plans.items():
         for row in plan.best_m(task):
             setting = (row["rule"], row.get("draft_policy"))
             out.setdefault(setting, {})[size] = row
     key = next(iter(plans.values())).key
-    sizes = sorted(plans)
     rows = []
     for (rule, policy), per in out.items():
-        losing = [b for b in sorted(per) if per[b][key] < 1]
-        even = losing[0] if losing else None
-        verdict = (f"< {sizes[0]}" if even == sizes[0] else str(even)) if even is not None else f"> {sizes[-1]}"
+        given = sorted(per)
+        pays = [b for b in given if per[b][key] >= 1]
+        if not pays:
+            even, verdict = given[0], f"< {given[0]}"
+        elif pays[-1] == given[-1]:
+            even = None
+            verdict = f"> {given[-1]}" if len(pays) == len(given) else ",".join(map(str, pays)) + " only"
+        else:
+            even = min(b for b in given if b > pays[-1])  # it loses at this size and every larger one given
+            verdict = str(even) if pays == given[: len(pays)] else ",".join(map(str, pays)) + " only"
         rows.append({"rule": rule, "draft_policy": policy, "per_batch": per, "key": key, "break_even": even,
-                     "verdict": verdict})  # fmt: skip
+                     "pays_at": pays, "verdict": verdict})  # fmt: skip
     return rows

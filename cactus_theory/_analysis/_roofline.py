@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["BATCH_CONTEXT", "DEVICES", "MODEL_PRESETS", "DeviceSpec", "ModelShape", "Roofline", "fit", "preset_of"]
+__all__ = ["BATCH_CONTEXT", "DEVICES", "MAX_CONTEXT", "MODEL_PRESETS", "DeviceSpec", "ModelShape", "Roofline", "fit",
+           "preset_of"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,11 @@ MODEL_PRESETS = {
 }  # fmt: skip
 
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8": 1, "fp8": 1}
+#: Bounds of what the roofline takes: a config.json's size (a config is a few kB), each shape field
+#: (the largest models have widths near 10^5 and vocabularies near 10^6), and the context in tokens.
+MAX_CONFIG_BYTES = 1 << 20
+MAX_SHAPE_FIELD = 10**7
+MAX_CONTEXT = 10**7
 
 
 @dataclass(frozen=True)
@@ -105,8 +111,15 @@ class ModelShape:
         elif isinstance(config, (str, os.PathLike)):
             path = os.path.join(config, "config.json") if os.path.isdir(config) else os.fspath(config)
             try:
-                with open(path, encoding="utf-8") as fh:
-                    config = json.load(fh)
+                with open(path, "rb") as fh:
+                    import stat
+
+                    if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                        raise ValueError("not a regular file")
+                    raw = fh.read(MAX_CONFIG_BYTES + 1)
+                if len(raw) > MAX_CONFIG_BYTES:
+                    raise ValueError(f"over {MAX_CONFIG_BYTES:,} bytes: a config.json is a few kB")
+                config = json.loads(raw.decode("utf-8"))
             except (OSError, ValueError) as exc:
                 raise ValueError(
                     f"model config {path!r} could not be read as a config.json ({exc}); give a path or one of "
@@ -117,17 +130,25 @@ class ModelShape:
             raise ValueError(f"model config must be a config.json's fields, a path or a preset name; got {config!r}")
         if dtype not in _DTYPE_BYTES:
             raise ValueError(f"dtype must be one of {', '.join(_DTYPE_BYTES)}; got {dtype!r}")
+
+        def whole(key, default=None):
+            value = config.get(key, default) if default is not None else config[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or (
+                    value != int(value) or not 1 <= value <= MAX_SHAPE_FIELD):  # fmt: skip
+                raise ValueError(f"{key} = {value!r} (a whole number, 1 to {MAX_SHAPE_FIELD:,})")
+            return int(value)
+
         try:
-            hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
+            hidden, heads = whole("hidden_size"), whole("num_attention_heads")
             shape = cls(
                 name=name or "model",
-                layers=int(config["num_hidden_layers"]),
+                layers=whole("num_hidden_layers"),
                 hidden=hidden,
                 heads=heads,
-                kv_heads=int(config.get("num_key_value_heads") or heads),
-                head_dim=int(config.get("head_dim") or hidden // heads),
-                intermediate=int(config["intermediate_size"]),
-                vocab=int(config["vocab_size"]),
+                kv_heads=whole("num_key_value_heads", config.get("num_key_value_heads") or heads),
+                head_dim=whole("head_dim", config.get("head_dim") or max(hidden // heads, 1)),
+                intermediate=whole("intermediate_size"),
+                vocab=whole("vocab_size"),
                 tied=bool(config.get("tie_word_embeddings", False)),
                 dtype=dtype,
             )

@@ -110,6 +110,7 @@ def _print_batches(args, result, cost):
     plans = batch_plan(result, cost, args.batch, max_kl=args.max_kl, allow_untrusted=args.trust_cost,
                        prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens)  # fmt: skip
     sizes = sorted(plans)
+    best = break_even(plans, "all")  # the best m of each rule over the tasks asked: the settings of the static rows
     for task in _tasks_to_show(next(iter(plans.values())).rows):
         rows = break_even(plans, task)
         what = "request" if rows and rows[0]["key"] == "request_speedup" else "per-step"
@@ -123,10 +124,11 @@ def _print_batches(args, result, cost):
                 r = row["per_batch"][b]
                 cells.append(f"m={r['m']:<2} {r[key]:.2f}x {interval(r[key + '_lo'], r[key + '_hi'], '.2f')}".rjust(26))
             print(f"{label:<34} " + " ".join(cells) + f" {row['verdict']:>13}")
-        print("(break-even B: the smallest batch size given at which the rule's best m no longer beats the verifier "
-              "alone; > B: it pays at every size given; < B: at none)")  # fmt: skip
-        if task == "all":
-            _print_requests(args, cost, rows)
+        print(
+            "(break-even B: the smallest batch size given from which on the rule's best m no longer beats the "
+            "verifier alone; > B: it pays at every size given; < B: at none; 'B1,B2 only': at those sizes only)"
+        )
+    _print_requests(args, cost, best)
 
 
 def _print_requests(args, cost, rows):
@@ -136,13 +138,15 @@ def _print_requests(args, cost, rows):
 
     settings = {(row["rule"], b): r["m"] for row in rows if not row["draft_policy"]
                 for b, r in row["per_batch"].items()}  # fmt: skip
-    found = batch_requests(_traces(args), settings, cost, sorted({b for _, b in settings}), seed=0)
+    found = batch_requests(_traces(args), settings, cost, sorted({b for _, b in settings}), seed=0, tasks=args.task,
+                           draft_mode=args.draft_mode, gate=_gate(args))  # fmt: skip
     if not found:
         return
-    print("\nall tasks, per-step speedups at each rule's best m: static batches of the trace's requests, each "
-          "leaving when done (throughput and mean per-request latency, exact; [min, max] over 4 batches), and a "
-          "full batch (continuous batching) verifying every draft or a verify budget (+- Monte Carlo standard "
-          "error)")  # fmt: skip
+    scope = "all tasks" if not args.task else "tasks " + ", ".join(sorted(set(args.task)))
+    print(f"\n{scope}, per-step speedups at each rule's best m: static batches of the trace's requests, each "
+          "leaving when done (throughput and mean per-request latency, exact; [min, max] over the batches), and a "
+          "full batch (continuous batching) verifying every draft or a verify budget that may draft nothing "
+          "(+- Monte Carlo standard error)")  # fmt: skip
     print(f"{'rule':<24} {'B':>4} {'m':>3} {'static throughput':>24} {'latency':>24} {'full, every draft':>18} "
           f"{'full, budget':>15} {'verified':>9}")  # fmt: skip
     for r in found:
@@ -155,15 +159,27 @@ def _print_requests(args, cost, rows):
 
 def run(args) -> int:
     from .._analysis._analyze import analyze_trace, parse_rules
+    from .._analysis._batch import checked_batch_size
     from .._analysis._outputs import write_outputs
     from .._analysis._plan import CostModel, cost_description, find_calibration_path, load_cost, predict_speedup
     from .._laws._policies import AUTO_POLICIES, make_draft_policy
 
-    # the cost model and the policies are checked before the work
+    # every argument is checked before the cost model is read, and the cost model before the work
+    policies = []
+    for spec in args.draft_policy or ():
+        policies += list(AUTO_POLICIES) if spec == "auto" else [spec]
+    for spec in policies:
+        make_draft_policy(spec)
+    _gate(args)
+    for size in args.batch or ():
+        try:
+            checked_batch_size(size, "a batch size")
+        except ValueError as exc:
+            raise ValueError(f"--batch: {exc}") from None
     traces = None
-    chosen = "given"
+    chosen, where = "given", None
     if args.cost:
-        cost = load_cost(args.cost)
+        cost, where = load_cost(args.cost), f"in {args.cost}"
     elif args.cost_ratio is not None:
         cost = CostModel.from_ratio(args.cost_ratio)
     elif args.cost_profile is not None:
@@ -173,19 +189,17 @@ def run(args) -> int:
         found = find_calibration_path(traces)
         if found is not None:
             cost, chosen = load_cost(found), f"the newest calibration of the trace's model pair in the cache, {found}"
+            where = f"in {found} (the newest calibration of the trace's model pair in the cache)"
         else:
             cost = CostModel.from_profile(DEFAULT_COST_PROFILE)
             chosen = ("the default: no calibration of the trace's model pair in the cache; 'cactus-theory calibrate' "
                       "times this machine, --cost reads a cost file")  # fmt: skip
     problems = cost.problems()
     if problems and not args.trust_cost:
-        raise ValueError("the cost model cannot be trusted as it is: " + "; ".join(problems)
-                         + ". Recalibrate on an idle machine, or plan anyway with --trust-cost")  # fmt: skip
-    policies = []
-    for spec in args.draft_policy or ():
-        policies += list(AUTO_POLICIES) if spec == "auto" else [spec]
-    for spec in policies:
-        make_draft_policy(spec)
+        raise ValueError(f"the cost model{' ' + where if where else ''} cannot be trusted as it is: "
+                         + "; ".join(problems) + ". Re-measure it on an idle machine (cactus-theory calibrate, with "
+                         "the same models and --out that file), give another with --cost, or plan anyway with "
+                         "--trust-cost")  # fmt: skip
     for size in args.batch or ():
         cost.at_batch(size)  # a batch size the cost model did not time is refused before the analysis
     _check_out(args, [*_trace_inputs(args), args.cost])

@@ -25,6 +25,10 @@ class BlockLength:
     standard_error: np.ndarray
     method: str
     n_paths: int = 0
+    #: P(tau >= j) per block start, j = 1..m (starts, m), where the rule states its law per start (block
+    #: and whole-tree rules: ``block_survival_for`` / ``tree_survival_for``); None for token rules (their
+    #: law is the prefix product of their per-position acceptance)
+    survival: np.ndarray | None = None
 
     @property
     def mean(self) -> float:
@@ -48,6 +52,18 @@ def acceptance_rates(rule, p, q, slots, *, logits=None, metrics=None):
     return (metrics if metrics is not None else step_metrics(rule, p, q, logits=logits)).acceptance
 
 
+def _states_its_law(rule, law, means) -> bool:
+    """Whether ``rule`` has the method ``law`` (the law per start) defined no higher in its class tree than
+    ``means`` (the mean per start, the protocol's): a subclass that overrides only the means is taken at its
+    word (its law per start, inherited, may not be its own)."""
+    if not hasattr(rule, law):
+        return False
+    mro = type(rule).__mro__
+    owner = next((c for c in mro if law in c.__dict__), None)
+    mean_owner = next((c for c in mro if means in c.__dict__), None)
+    return owner is not None and (mean_owner is None or issubclass(owner, mean_owner))
+
+
 def accepted_lengths(rule, p, q, ms, *, beta=None, logits=None, method="auto", n_paths=1024, seed=0,
                      max_support=1_000_000) -> dict:  # fmt: skip
     """{m: ``BlockLength``} of ``rule`` on validated float64 rows (T, V), for each m: per block
@@ -64,18 +80,27 @@ def accepted_lengths(rule, p, q, ms, *, beta=None, logits=None, method="auto", n
     ms = list(ms)
     positions = p.shape[0]
     if kind_of(rule) == "block":  # a window longer than the sequence is the whole sequence
-        found = rule.expected_block_lengths_for(
-            p, q, sorted({min(m, positions) for m in ms}), method=method, n_paths=int(n_paths), seed=seed,
-            max_support=max_support,
-        )  # fmt: skip
+        sizes = sorted({min(m, positions) for m in ms})
+        if _states_its_law(rule, "block_survival_for", "expected_block_lengths_for"):
+            found = rule.block_survival_for(p, q, sizes, method=method, n_paths=int(n_paths), seed=seed,
+                                            max_support=max_support)  # fmt: skip
+        else:  # a block rule that states only its mean per start
+            means = rule.expected_block_lengths_for(p, q, sizes, method=method, n_paths=int(n_paths), seed=seed,
+                                                    max_support=max_support)  # fmt: skip
+            found = {m: (*v, None) for m, v in means.items()}
         return {
-            m: BlockLength(values, errors, used, int(n_paths) if used == "monte-carlo" else 0)
-            for m, (used, values, errors) in ((m, found[min(m, positions)]) for m in ms)
+            m: BlockLength(values, errors, used, int(n_paths) if used == "monte-carlo" else 0, survival)
+            for m, (used, values, errors, survival) in ((m, found[min(m, positions)]) for m in ms)
         }
     if kind_of(rule) == "multi-draft" and hasattr(rule, "expected_tree_lengths_for"):
         # a sequence-level tree rule (``traversal-tree``): its whole tree's law, Monte Carlo over trees
-        found = rule.expected_tree_lengths_for(p, q, sorted(set(ms)), n_paths=int(n_paths), seed=seed)
-        return {m: BlockLength(found[m][1], found[m][2], found[m][0], int(n_paths)) for m in ms}
+        if _states_its_law(rule, "tree_survival_for", "expected_tree_lengths_for"):
+            found = rule.tree_survival_for(p, q, sorted(set(ms)), n_paths=int(n_paths), seed=seed, acceptance=beta)
+        else:
+            means = rule.expected_tree_lengths_for(p, q, sorted(set(ms)), n_paths=int(n_paths), seed=seed,
+                                                   acceptance=beta)  # fmt: skip
+            found = {m: (*v, None) for m, v in means.items()}
+        return {m: BlockLength(found[m][1], found[m][2], found[m][0], int(n_paths), found[m][3]) for m in ms}
     if beta is None:
         beta = acceptance_rates(rule, p, q, max(ms), logits=logits)
     out = {}

@@ -36,10 +36,13 @@ per step are exact under the analysis's model of independent positions (``policy
   forwards and a verifier block of L + 1. Needs a cost model, like ``cost-optimal``.
 
 The stop decision at place j reads p at that place, which costs a draft forward: a block that
-stops early after L drafts ran L + 1 draft forwards, one that reaches m ran m. For
-``adaptive-verify`` the block's "drafted" tokens are the drafts it verifies (L) and its draft
-forwards are m, plus the chance that all L are accepted (the extra forward over the bonus token
-that the planner charges a fixed block too).
+stops early after L drafts ran L + 1 draft forwards, one that reaches m ran m, plus one more when
+every draft is accepted (the drafter's cache has not seen its last draft: it reads it with the
+bonus token before the next block), charged with that chance: so a policy that never stops costs
+exactly what fixed blocks of m cost (``policy_blocks(None, ...)``). For ``adaptive-verify`` the
+block's "drafted" tokens are the drafts it verifies (L) and its draft forwards are m, plus the
+chance that all L are accepted. ``llama.cpp``'s drafter reads the verifier's block every step (one
+forward, counted), so it has no such extra forward.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ from .._math._validation import host_probabilities
 from ._emitted import _entropy
 
 __all__ = ["AUTO_POLICIES", "DRAFT_POLICIES", "LLAMA_DRAFT_READS", "DraftPolicy", "make_draft_policy",
-           "policy_blocks", "renewal_steps"]  # fmt: skip
+           "policy_blocks", "renewal_steps", "renewal_visits"]  # fmt: skip
 
 DRAFT_POLICIES = ("fixed", "p-min", "entropy", "accept-prob", "cost-optimal", "adaptive-verify", "llama.cpp")
 #: What llama.cpp's draft-simple reads to stop a block: the drafter's top-10 at temperature 1.
@@ -192,11 +195,15 @@ def policy_blocks(policy, draft_probs, beta, m, cost=None, features=None):
     fixed by the trace and AL_t = sum_{j=1}^{L_t} prod_{i<j} beta_{t+i}. Positions past the end
     count as rejections (the block is cut there). ``cost`` (a CostModel) for ``cost-optimal``.
     ``features``: (top-1 probability, entropy) per position of the distribution the stop reads
-    (``DraftPolicy.reads``; default: those of ``draft_probs``)."""
-    if features is None:
-        top1, entropy = draft_features(host_probabilities(draft_probs, "draft_probs"))
-    else:
+    (``DraftPolicy.reads``; default: those of ``draft_probs``). ``policy`` None: fixed blocks of m
+    (``draft_probs`` only gives the length). The draft forwards are expected values (floats): a
+    block that drafts all m runs one more forward when every draft is accepted (module docstring)."""
+    if features is not None:
         top1, entropy = (np.asarray(x, dtype=np.float64) for x in features)
+    elif policy is None:  # fixed blocks read nothing of p
+        top1 = entropy = np.zeros(np.shape(draft_probs)[0])
+    else:
+        top1, entropy = draft_features(host_probabilities(draft_probs, "draft_probs"))
     beta = np.asarray(beta, dtype=np.float64)
     if beta.shape[-1:] != top1.shape or beta.ndim not in (1, 2) or not np.all((beta >= 0) & (beta <= 1)):
         raise ValueError(
@@ -212,7 +219,7 @@ def policy_blocks(policy, draft_probs, beta, m, cost=None, features=None):
     starts = np.arange(n)
     al = np.zeros(n)
     drafted = np.zeros(n, dtype=np.int64)
-    forwards = np.zeros(n, dtype=np.int64)
+    forwards = np.zeros(n)
     live = np.ones(n, dtype=bool)
     reach = np.ones(n)  # P(every draft so far accepted)
     confidence = np.ones(n)  # the drafter's estimate of it
@@ -244,43 +251,110 @@ def policy_blocks(policy, draft_probs, beta, m, cost=None, features=None):
         dropped = drafted < policy.min_drafts  # n_min: the block is thrown away, one token decoded alone
         al = np.where(dropped, 0.0, al)
         drafted = np.where(dropped, 0, drafted)
-        forwards = forwards + 1  # the drafter processes the verifier's block too (its one output row)
-    return al, drafted, forwards
+        return al, drafted, forwards + 1.0  # the drafter processes the verifier's block too (its one output row)
+    # a block that drafted all m never read p past its last draft: when every draft is accepted the drafter
+    # runs one more forward (its cache must see the last draft before the next block), with that chance
+    return al, drafted, forwards + np.where(live, reach, 0.0)
 
 
-def renewal_steps(beta, drafted, forwards, m, start=1):
-    """The steps decoding a sequence takes under a drafting policy, exact under independent positions.
+def _step_laws(beta, drafted, rows, survival=None):
+    """P(a step at position t accepts a drafts), a = 0..max(drafted), for t = 0..rows - 1: (rows, M + 1), a step
+    at t drafting min(drafted[t], N - t) tokens (a block cannot draft past the sequence's end) and accepting the
+    first j of them with prod_{i<j} beta_{t+i} (per slot: ``beta[j]``), or with ``survival[t, j - 1]`` (a
+    block rule's own P(A >= j) per start)."""
+    n = drafted.shape[0]
+    top = int(drafted[:rows].max(initial=0))
+    length = np.minimum(drafted[:rows], n - np.arange(rows))
+    inside = np.arange(top)[None, :] < length[:, None]
+    if survival is not None:
+        found = np.zeros((rows, top))
+        width = min(top, survival.shape[1])
+        found[:, :width] = survival[:rows, :width]
+        reach = np.concatenate([np.ones((rows, 1)), np.where(inside, found, 0.0)], axis=-1)
+    else:
+        at = np.minimum(np.arange(rows)[:, None] + np.arange(top)[None, :], n - 1)
+        if beta.ndim == 2:
+            b = beta[np.minimum(np.arange(top), beta.shape[0] - 1)[None, :], at]
+        else:
+            b = beta[at]
+        reach = np.concatenate([np.ones((rows, 1)), np.cumprod(np.where(inside, b, 0.0), axis=-1)], axis=-1)
+    law = reach.copy()
+    law[:, :-1] -= reach[:, 1:]
+    return law, length
 
-    A step at position t drafts ``drafted[t]`` tokens (``policy_blocks``), accepts A of them
-    (P(A >= j) = prod_{i<j} beta_{t+i}) and emits A + 1 tokens, so the next step starts at t + 1 + A.
-    Decoding visits the positions by this chain, not each once: where drafts fail it takes a step per
-    token. From ``start`` (1: position 0 comes from the prompt's processing) to the end, by dynamic
-    programming backwards (S_t = 1 + sum_a P(A_t = a) S_{t+1+a}): (expected steps, accepted drafts,
-    drafted tokens and draft forwards summed over them, expected steps with L drafts for L = 0..m).
+
+def renewal_steps(beta, drafted, forwards, m, start=1, stop=None, survival=None):
+    """The steps decoding a sequence takes under a drafting policy (or fixed blocks), exact under independent positions.
+
+    A step at position t drafts ``drafted[t]`` tokens (``policy_blocks``; cut at the sequence's end),
+    accepts A of them (P(A >= j) = prod_{i<j} beta_{t+i}, or ``survival[t, j - 1]``: a block rule's law
+    per block start) and emits A + 1 tokens, so the next step starts at t + 1 + A. Decoding visits the
+    positions by this chain, not each once: where drafts fail it takes a step per token. The steps
+    counted are those starting at ``start`` (1: position 0 comes from the prompt's processing) to
+    ``stop`` (default: the last position; the planner stops where a whole block no longer fits, as the
+    start average does, so a trace cut short does not count its cut blocks); each quantity x solves
+    x_t = c_t + sum_a P(A_t = a) x_{t+1+a} (x = 0 past ``stop``): one unit upper-triangular banded system
+    (LAPACK's ``tbtrs``) with a right-hand side per quantity: (expected steps, accepted drafts, drafted
+    tokens and draft forwards summed over them, expected steps with L drafts for L = 0..m).
     ``beta``: acceptance per position (T,) or per slot (slots, T)."""
-    beta = np.asarray(beta, dtype=np.float64)
+    from scipy.linalg import lapack
+
     drafted = np.asarray(drafted, dtype=np.int64)
     forwards = np.asarray(forwards, dtype=np.float64)
-    n = drafted.shape[0]
-    pad = n + int(m) + 2
-    steps, accepted, drafts, passes = np.zeros(pad), np.zeros(pad), np.zeros(pad), np.zeros(pad)
-    mix = np.zeros((pad, int(m) + 1))
-    for t in range(n - 1, start - 1, -1):
-        length = min(int(drafted[t]), n - t)  # a block cannot draft past the sequence's end
-        reach = np.ones(length + 2)
-        for j in range(length):
-            b = beta[min(j, beta.shape[0] - 1), t + j] if beta.ndim == 2 else beta[t + j]
-            reach[j + 1] = reach[j] * b
-        reach[length + 1] = 0.0
-        law = reach[:-1] - reach[1:]  # P(A = a), a = 0..length
-        nxt = t + 1 + np.arange(length + 1)
-        steps[t] = 1.0 + law @ steps[nxt]
-        accepted[t] = law @ (np.arange(length + 1) + accepted[nxt])
-        drafts[t] = length + law @ drafts[nxt]
-        passes[t] = forwards[t] + law @ passes[nxt]
-        mix[t] = law @ mix[nxt]
-        mix[t, min(length, int(m))] += 1.0
-    return float(steps[start]), float(accepted[start]), float(drafts[start]), float(passes[start]), mix[start]
+    n, m = drafted.shape[0], int(m)
+    stop = n - 1 if stop is None else min(int(stop), n - 1)
+    if stop < start:
+        return 0.0, 0.0, 0.0, 0.0, np.zeros(m + 1)
+    rows = stop + 1  # positions past stop count nothing: the system ends there
+    beta = None if beta is None else np.asarray(beta, dtype=np.float64)
+    survival = None if survival is None else np.asarray(survival, dtype=np.float64)
+    law, length = _step_laws(beta, drafted, rows, survival)
+    width = law.shape[1]  # a step moves 1 .. width positions on
+    # (I - P) in LAPACK's upper band storage: row width - j holds the diagonal + j; the unit diagonal is implied
+    band = np.zeros((width + 1, rows))
+    for a in range(min(width, rows - 1)):
+        j = a + 1
+        band[width - j, j:] = -law[: rows - j, a]
+    rhs = np.zeros((rows, 4 + m + 1))
+    rhs[:, 0] = 1.0
+    rhs[:, 1] = law @ np.arange(width)
+    rhs[:, 2] = length
+    rhs[:, 3] = forwards[:rows]
+    rhs[np.arange(rows), 4 + np.minimum(length, m)] = 1.0
+    x, info = lapack.dtbtrs(band, rhs, uplo="U", trans="N", diag="U")
+    if info != 0:  # pragma: no cover - a unit triangular system always solves
+        raise RuntimeError(f"renewal_steps: LAPACK tbtrs failed (info {info})")
+    out = x[start]
+    return float(out[0]), float(out[1]), float(out[2]), float(out[3]), np.array(out[4:])
+
+
+def renewal_visits(beta, m, start=1, stop=None):
+    """The expected number of steps of fixed blocks of m that start at each position of a sequence (N,), the
+    chain of ``renewal_steps`` (acceptance ``beta`` per position, blocks cut at the end; steps counted from
+    ``start`` to ``stop``, default the last position): v solves v_u = [u = start] + sum_t P(t -> u) v_t, one
+    banded triangular solve. Their sum is ``renewal_steps``'s expected steps; the positions a batch's
+    requests sit at, weighted as decoding visits them."""
+    from scipy.linalg import lapack
+
+    beta = np.asarray(beta, dtype=np.float64)
+    n, m = beta.shape[-1], int(m)
+    stop = n - 1 if stop is None else min(int(stop), n - 1)
+    out = np.zeros(n)
+    if stop < start:
+        return out
+    rows = stop + 1
+    law, _ = _step_laws(beta, np.full(n, m, dtype=np.int64), rows)
+    width = law.shape[1]
+    band = np.zeros((width + 1, rows))
+    for a in range(min(width, rows - 1)):
+        band[width - a - 1, a + 1 :] = -law[: rows - a - 1, a]
+    unit = np.zeros((rows, 1))
+    unit[start] = 1.0
+    x, info = lapack.dtbtrs(band, unit, uplo="U", trans="T", diag="U")
+    if info != 0:  # pragma: no cover - a unit triangular system always solves
+        raise RuntimeError(f"renewal_visits: LAPACK tbtrs failed (info {info})")
+    out[:rows] = x[:, 0]
+    return out
 
 
 def _adaptive_verify(top1, beta, per_slot, m, cost):

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._math._validation import seeded_rng
 from .._rules._protocol import BONUS_POLICIES, as_rule, kind_of
 from ._gate import fallback_for
 
@@ -125,7 +126,7 @@ def simulate(
         if open_.shape != (n_positions,):
             raise ValueError(f"region must be one bool per position, shape ({n_positions},); got {np.shape(region)}")
         base = fallback_for(rule, fallback)
-    rng = np.random.default_rng(seed)
+    rng = seeded_rng(seed)
     if kind_of(rule) == "block":
         if bonus_policy != "verifier":
             raise ValueError(f"{rule.describe()} judges whole blocks: its bonus token comes from the verifier only")

@@ -17,6 +17,7 @@ from scipy import optimize, special
 from .._math._divergences import divergence as _divergence
 from .._math._divergences import get_divergence
 from .._math._synthetic import _softmax
+from .._math._validation import seeded_rng
 from .._rules._protocol import as_rule
 
 __all__ = ["WorstCase", "worst_case_drift", "worst_case_sweep"]
@@ -103,7 +104,7 @@ def worst_case_drift(rule, vocab, *, divergence="kl", n_random=4000, n_starts=2,
             return np.sum(special.rel_entr(pi, q), axis=-1)
         return np.asarray(_divergence(pi, q, divergence, atol=1e-6), dtype=np.float64)
 
-    rng = np.random.default_rng(seed)
+    rng = seeded_rng(seed)
     p, q = random_pairs(rng, n_random, vocab)
     values = drift(p, q)
     best_i = int(np.argmax(values))

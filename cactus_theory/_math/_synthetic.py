@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._validation import seeded_rng
+
 __all__ = ["SYNTHETIC_KINDS", "synthetic_pairs"]
 
 SYNTHETIC_KINDS = ("dirichlet", "zipf", "temperature", "noised", "mixture")
@@ -36,7 +38,7 @@ def synthetic_pairs(kind="temperature", n_positions=64, vocab_size=32, seed=0, *
         raise ValueError(f"n_positions must be an integer >= 1; got {n_positions!r}")
     if not (isinstance(vocab_size, (int, np.integer)) and vocab_size >= 2):
         raise ValueError(f"vocab_size must be an integer >= 2; got {vocab_size!r}")
-    rng = np.random.default_rng(seed)
+    rng = seeded_rng(seed)
     shape = (n_positions, vocab_size)
     if kind == "dirichlet":
         alpha = float(params.get("concentration", 0.5))

@@ -168,3 +168,20 @@ def check_token(token, vocab_size: int, name: str, backend):
             f"got {host[bad].flat[0].item()!r}{_first_bad(bad)}"
         )
     return token
+
+
+def seeded_rng(seed, name="seed"):
+    """``np.random.default_rng(seed)`` for a seed that is an integer >= 0, a sequence of them (an
+    entropy pool), a ``SeedSequence`` or a ``Generator`` (used as it is); anything else is a
+    ValueError naming ``name``."""
+    if isinstance(seed, (np.random.Generator, np.random.SeedSequence)):
+        return np.random.default_rng(seed)
+
+    def whole(x):
+        return not isinstance(x, (bool, np.bool_)) and isinstance(x, (int, np.integer)) and x >= 0
+
+    if isinstance(seed, (list, tuple, np.ndarray)) and len(seed) and all(whole(x) for x in np.ravel(seed)):
+        return np.random.default_rng([int(x) for x in np.ravel(seed)])
+    if not whole(seed):
+        raise ValueError(f"{name} must be an integer >= 0 (or a numpy Generator); got {seed!r}")
+    return np.random.default_rng(int(seed))

@@ -13,6 +13,8 @@ from ._validation import host_probabilities
 
 __all__ = ["VocabularyMap"]
 
+#: The largest vocabulary a map takes (ids 0 to this - 1): today's largest tokenizers hold ~10^6 tokens.
+MAX_VOCABULARY = 1 << 24
 _SPACE_MARKERS = ("\u0120", "\u2581")  # byte-level BPE's 'Ġ' and SentencePiece's '▁' for a leading space
 
 
@@ -89,8 +91,19 @@ class VocabularyMap:
                     pairs = [(tok, i) for i, tok in enumerate(vocab)]
                 except TypeError:
                     raise ValueError(f"{name} must be a sequence of token strings or a dict token -> id") from None
-            if not pairs or not all(isinstance(t, str) and isinstance(i, (int, np.integer)) for t, i in pairs):
+            if not pairs or not all(isinstance(t, str) and isinstance(i, (int, np.integer)) and not isinstance(i, bool)
+                                    for t, i in pairs):  # fmt: skip
                 raise ValueError(f"{name} must map token strings to integer ids (non-empty)")
+            bad = [(t, int(i)) for t, i in pairs if not 0 <= i < MAX_VOCABULARY]
+            if bad:
+                raise ValueError(f"{name}: token {bad[0][0]!r} has id {bad[0][1]}; ids are 0 to {MAX_VOCABULARY - 1:,} "
+                                 "(a tokenizer's ids count from 0)")  # fmt: skip
+            seen: dict = {}
+            for tok, i in pairs:
+                if int(i) in seen:
+                    raise ValueError(f"{name}: tokens {seen[int(i)]!r} and {tok!r} share id {int(i)}; a vocabulary has "
+                                     "one token per id")  # fmt: skip
+                seen[int(i)] = tok
             return pairs
 
         draft, target = as_ids(draft_vocab, "draft_vocab"), as_ids(target_vocab, "target_vocab")

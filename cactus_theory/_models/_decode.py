@@ -1048,6 +1048,13 @@ def answer_drift(records, n_boot=1000, seed=0) -> list:
     with_kl = [r for r in records if r.get("token_kl") is not None]
     if not with_kl:
         raise ValueError("records: none carries token_kl; decode with drift=True (decode --drift)")
+    for r in with_kl:
+        values = np.asarray(r["token_kl"], dtype=np.float64)
+        if values.ndim != 1 or not np.all(np.isfinite(values) & (values >= 0)):
+            bad = values.ravel()[~(np.isfinite(values.ravel()) & (values.ravel() >= 0))][:1]
+            raise ValueError(f"records: prompt {r.get('id')!r} ({r.get('rule')}) has a token_kl that is not a list of "
+                             f"KLs >= 0 (got {bad[0] if bad.size else values.shape!r}): a KL is finite and never "
+                             "negative; decode again with drift=True")  # fmt: skip
     rows = []
     for rule in dict.fromkeys(r["rule"] for r in with_kl):
         mine = [r for r in with_kl if r["rule"] == rule]

@@ -20,6 +20,7 @@ __all__ = [
     "block_inputs",
     "checked_logits",
     "enumerated_block_lengths",
+    "enumerated_block_survival",
     "gss_emitted",
     "prefix_product_law",
     "prepare",
@@ -234,9 +235,15 @@ def enumerated_block_lengths(rule, p, q, m, max_support):
     drafted block of a start enumerated (at most ``max_support`` of them, else an error naming
     the start), each weighted by its probability under p and averaged through its exact law
     (``rule.block_law``). Small vocabularies only (V^m blocks a start)."""
+    return enumerated_block_survival(rule, p, q, m, max_support).sum(-1)
+
+
+def enumerated_block_survival(rule, p, q, m, max_support):
+    """P(tau >= j) of a block rule per block start of rows (T, V) and j = 1..m, (T - m + 1, m), exactly
+    (``enumerated_block_lengths``: every drafted block enumerated, each through ``rule.block_law``)."""
     import itertools
 
-    values = []
+    out = []
     for t in range(p.shape[0] - m + 1):
         supports = [np.flatnonzero(p[t + j] > 0) for j in range(m)]
         count = int(np.prod([s.size for s in supports]))
@@ -252,5 +259,6 @@ def enumerated_block_lengths(rule, p, q, m, max_support):
             rows = np.concatenate([rows, rows[-1:]])
         law = rule.block_law(np.broadcast_to(p[t : t + m], (count, m, p.shape[1])),
                              np.broadcast_to(rows, (count, m + 1, q.shape[1])), paths)  # fmt: skip
-        values.append(float(weight @ law.expected_accepted))
-    return np.array(values)
+        beyond = np.flip(np.cumsum(np.flip(np.asarray(law.accepted, dtype=np.float64), -1), -1), -1)
+        out.append(weight @ beyond[:, 1:])
+    return np.array(out, dtype=np.float64).reshape(-1, m)

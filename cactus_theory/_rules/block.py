@@ -10,6 +10,7 @@ from typing import ClassVar
 import numpy as np
 
 from .._math._kernels import block_weights_exact
+from .._math._validation import seeded_rng
 from ._helpers import SpSOneDraft, block_inputs
 from ._protocol import BlockLaw, Rule
 
@@ -167,6 +168,14 @@ class BlockVerification(SpSOneDraft, Rule):
     def expected_block_lengths_for(self, p, q, ms, *, method="auto", n_paths=1024, seed=0, max_support=1_000_000):
         """``expected_block_lengths`` for several m at once, {m: (method, values, errors)}; the
         Monte Carlo paths are drawn once and serve every m."""
+        found = self.block_survival_for(p, q, ms, method=method, n_paths=n_paths, seed=seed, max_support=max_support)
+        return {m: found[m][:3] for m in ms}
+
+    def block_survival_for(self, p, q, ms, *, method="auto", n_paths=1024, seed=0, max_support=1_000_000):
+        """{m: (method, E[tau] per block start, standard errors, P(tau >= j) per start (starts, m))}:
+        the accepted length's law per block start. P(tau >= j) = E[w_j] (the weights' identity; it
+        does not depend on m), exact by enumeration or Monte Carlo over ``n_paths`` drafted blocks,
+        as ``expected_block_lengths_for``."""
         out, todo = {}, []
         positions = p.shape[0]
         exact = []
@@ -185,7 +194,8 @@ class BlockVerification(SpSOneDraft, Rule):
                 short = next((t for t in range(starts) if len(exact[t]) < m), None)
                 if short is None:
                     values = np.array([sum(exact[t][:m]) for t in range(starts)], dtype=np.float64)
-                    out[m] = ("exact", values, np.zeros(starts))
+                    survival = np.array([exact[t][:m] for t in range(starts)], dtype=np.float64).reshape(starts, m)
+                    out[m] = ("exact", values, np.zeros(starts), survival)
                     continue
                 if method == "exact":
                     raise ValueError(
@@ -194,7 +204,7 @@ class BlockVerification(SpSOneDraft, Rule):
                     )
             todo.append(m)
         if todo:
-            rng = np.random.default_rng(seed)
+            rng = seeded_rng(seed)
             tokens = _sample_tokens(rng, p, n_paths)  # (T, n_paths)
             rows = np.arange(p.shape[0])[:, None]
             px, qx = p[rows, tokens], q[rows, tokens]
@@ -204,9 +214,11 @@ class BlockVerification(SpSOneDraft, Rule):
                 starts = p.shape[0] - m + 1
                 w = np.ones((starts, n_paths))
                 total = np.zeros((starts, n_paths))
+                survival = np.empty((starts, m))
                 for i in range(m):
                     np.minimum(w * r[i : i + starts], 1.0, out=w)
                     total += w
+                    survival[:, i] = w.mean(axis=1)
                 error = total.std(axis=1, ddof=1) / np.sqrt(n_paths)
-                out[m] = ("monte-carlo", total.mean(axis=1), error)
+                out[m] = ("monte-carlo", total.mean(axis=1), error, survival)
         return out

@@ -151,6 +151,12 @@ class FLy(SpSOneDraft, Rule):
         independent positions: exact for every m (the forward pass needs only each slot's native
         and override probabilities over x ~ p). ``method="monte-carlo"`` is refused (there is no
         need); the other arguments are those of the block-rule protocol."""
+        found = self.block_survival_for(p, q, ms, method=method, n_paths=n_paths, seed=seed, max_support=max_support)
+        return {m: found[m][:3] for m in ms}
+
+    def block_survival_for(self, p, q, ms, *, method="auto", n_paths=1024, seed=0, max_support=1_000_000):
+        """{m: ("exact", E[tau], zeros, P(tau >= j) per start (starts, m))}: the accepted length's
+        law per block start, exactly (``expected_block_lengths_for``)."""
         if method == "monte-carlo":
             raise ValueError("fly's block lengths are exact for any m: use method='auto' or 'exact'")
         out = {}
@@ -158,7 +164,7 @@ class FLy(SpSOneDraft, Rule):
             native, override, _ = self._marginal(p, q, m)
             reach, _ = _pass_dp(native, override, self.window)
             values = reach[:, 1:].sum(-1)
-            out[m] = ("exact", values, np.zeros(values.shape))
+            out[m] = ("exact", values, np.zeros(values.shape), reach[:, 1:])
         return out
 
     def block_drift_for(self, p, q, ms, *, n_paths=1024, seed=0):

@@ -11,7 +11,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from ._helpers import SpSOneDraft, block_inputs, enumerated_block_lengths
+from .._math._validation import seeded_rng
+from ._helpers import SpSOneDraft, block_inputs, enumerated_block_lengths, enumerated_block_survival
 from ._protocol import BlockLaw, Rule
 from .block import drafted_ratios, lindley_weights, pass_law, residual_block
 
@@ -98,7 +99,7 @@ class HierarchicalSpeculativeDecoding(SpSOneDraft, Rule):
     # -- on traces ------------------------------------------------------------------------------
     def _paths(self, p, q, n_paths, seed):
         """Drafted tokens (T, n) shared by every start and m, their ratios, and Z's lookup."""
-        rng = np.random.default_rng(seed)
+        rng = seeded_rng(seed)
         positions, vocab = p.shape
         cdf = np.cumsum(p, -1)
         cdf /= cdf[:, -1:]
@@ -130,8 +131,21 @@ class HierarchicalSpeculativeDecoding(SpSOneDraft, Rule):
         if method == "exact":
             return {m: ("exact", enumerated_block_lengths(self, p, q, m, max_support), np.zeros(p.shape[0] - m + 1))
                     for m in ms}  # fmt: skip
+        found = self.block_survival_for(p, q, ms, method=method, n_paths=n_paths, seed=seed, max_support=max_support)
+        return {m: found[m][:3] for m in ms}
+
+    def block_survival_for(self, p, q, ms, *, method="auto", n_paths=1024, seed=0, max_support=1_000_000):
+        """{m: (method, E[tau], standard errors, P(tau >= j) per start (starts, m))}: the accepted
+        length's law per block start, from the same seeded drafted blocks as
+        ``expected_block_lengths_for`` (or, ``"exact"``, every block enumerated)."""
+        if method == "exact":
+            out = {}
+            for m in ms:
+                survival = enumerated_block_survival(self, p, q, m, max_support)
+                out[m] = ("exact", survival.sum(-1), np.zeros(survival.shape[0]), survival)
+            return out
         found = self._monte_carlo(p, q, tuple(ms), n_paths, seed)
-        return {m: ("monte-carlo", *found[m][:2]) for m in ms}
+        return {m: ("monte-carlo", found[m][0], found[m][1], found[m][4]) for m in ms}
 
     def block_drift_for(self, p, q, ms, *, n_paths=1024, seed=0):
         """{m: (KL sums, TV sums)} per block start: for each slot j < m, P(tau >= j) times KL / TV
@@ -142,7 +156,7 @@ class HierarchicalSpeculativeDecoding(SpSOneDraft, Rule):
         norm((w q - p)+) of every block enters exactly, summed over the blocks' weights in one
         sorted pass per slot)."""
         found = self._monte_carlo(p, q, tuple(ms), n_paths, seed)
-        return {m: found[m][2:] for m in ms}
+        return {m: found[m][2:4] for m in ms}
 
     def _monte_carlo(self, p, q, ms, n_paths, seed):
         """{m: (E[tau], its standard error, KL sums, TV sums)} per block start of rows (T, V), from
@@ -178,7 +192,7 @@ class HierarchicalSpeculativeDecoding(SpSOneDraft, Rule):
             share = reached / n_paths
             kl = (share * np.where((pi > 0) & (target <= 0), np.inf, pi * log).sum(-1)).reshape(starts, m).sum(-1)
             tv = (share * 0.5 * np.abs(pi - target).sum(-1)).reshape(starts, m).sum(-1)
-            out[m] = (values.mean(-1), values.std(-1, ddof=1) / np.sqrt(n_paths), kl, tv)
+            out[m] = (values.mean(-1), values.std(-1, ddof=1) / np.sqrt(n_paths), kl, tv, beyond[..., 1:].mean(1))
         _MC_CACHE.clear()
         _MC_CACHE[key] = out
         return out

@@ -10,7 +10,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from ._helpers import NUMPY, SpSOneDraft, block_inputs, enumerated_block_lengths, residual
+from .._math._validation import seeded_rng
+from ._helpers import NUMPY, SpSOneDraft, block_inputs, enumerated_block_survival, residual
 from ._protocol import BlockLaw, Rule
 from .block import drafted_ratios, lindley_weights
 
@@ -146,7 +147,7 @@ class MagicMTP(SpSOneDraft, Rule):
         cache = _MC_CACHE.setdefault(self, {})
         if key in cache:
             return cache[key]
-        rng = np.random.default_rng(seed)
+        rng = seeded_rng(seed)
         positions, vocab = p.shape
         top = max(ms)
         cdf = np.cumsum(p, -1)
@@ -161,7 +162,7 @@ class MagicMTP(SpSOneDraft, Rule):
         prefix = np.concatenate([np.zeros((1, n_paths)), np.cumsum(log_u, 0)])  # sums of log u over positions
         rest = residual(NUMPY, q, p)
         found = {m: (np.zeros(positions - m + 1), np.zeros(positions - m + 1), np.zeros(positions - m + 1),
-                     np.zeros(positions - m + 1)) for m in ms}  # fmt: skip
+                     np.zeros(positions - m + 1), np.zeros((positions - m + 1, m))) for m in ms}  # fmt: skip
         for first in range(0, positions - min(ms) + 1, self.CHUNK):
             block = np.arange(first, min(first + self.CHUNK, positions - min(ms) + 1))
             index = np.minimum(block[:, None] + np.arange(top)[None, :], positions - 1)  # (B, top)
@@ -180,8 +181,9 @@ class MagicMTP(SpSOneDraft, Rule):
                 sel = block[keep]
                 hit = passes[keep][..., :m]
                 tau = np.where(hit.any(-1), m - np.argmax(hit[..., ::-1], -1), 0)  # (b, n)
-                mean, error, kl, tv = found[m]
+                mean, error, kl, tv, survival = found[m]
                 mean[sel] = tau.mean(-1)
+                survival[sel] = (tau[..., None] > np.arange(m)[None, None, :]).mean(1)  # P(tau >= j + 1)
                 error[sel] = tau.std(-1, ddof=1) / np.sqrt(n_paths)
                 kl[sel], tv[sel] = self._drift(tau, tokens[keep], w[keep], p, q, rest, sel, m, n_paths)
         cache.clear()  # keep the newest only: the analysis asks twice for the same rows
@@ -227,13 +229,21 @@ class MagicMTP(SpSOneDraft, Rule):
         blocks and uniforms per start. ``"exact"``: every drafted block of a start enumerated
         (at most ``max_support`` of them, else an error), each with its exact law of tau
         (``block_law``): small vocabularies only (the law of tau needs the whole weight path)."""
+        found = self.block_survival_for(p, q, ms, method=method, n_paths=n_paths, seed=seed, max_support=max_support)
+        return {m: found[m][:3] for m in ms}
+
+    def block_survival_for(self, p, q, ms, *, method="auto", n_paths=1024, seed=0, max_support=1_000_000):
+        """{m: (method, E[tau], standard errors, P(tau >= j) per start (starts, m))}: the accepted
+        length's law per block start, from the same samples as ``expected_block_lengths_for`` (or,
+        ``"exact"``, every block enumerated)."""
         out = {}
         for m in ms:
             if method == "exact":
-                out[m] = ("exact", enumerated_block_lengths(self, p, q, m, max_support), np.zeros(p.shape[0] - m + 1))
+                survival = enumerated_block_survival(self, p, q, m, max_support)
+                out[m] = ("exact", survival.sum(-1), np.zeros(survival.shape[0]), survival)
                 continue
-            mean, error, _, _ = self._monte_carlo(p, q, tuple(ms), n_paths, seed)[m]
-            out[m] = ("monte-carlo", mean, error)
+            mean, error, _, _, survival = self._monte_carlo(p, q, tuple(ms), n_paths, seed)[m]
+            out[m] = ("monte-carlo", mean, error, survival)
         return out
 
     def block_drift_for(self, p, q, ms, *, n_paths=1024, seed=0):
@@ -243,4 +253,4 @@ class MagicMTP(SpSOneDraft, Rule):
         law, plug-in, so the KL is biased up by about (tokens - 1) / (2 n) per slot; the recovered
         token's law enters exactly per sample)."""
         found = self._monte_carlo(p, q, tuple(ms), n_paths, seed)
-        return {m: found[m][2:] for m in ms}
+        return {m: found[m][2:4] for m in ms}

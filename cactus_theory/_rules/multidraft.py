@@ -257,18 +257,21 @@ def optimal_acceptances(p, q, ks, drafting):
             gain = np.maximum(np.max(cp**k - cq, axis=-1), 0.0)  # C = {} gives 0
             out[k] = (np.clip(1.0 - gain, 0.0, 1.0).reshape(shape), np.ones(shape, dtype=bool))
         return out
+    # a row of s tokens drafts them all once k >= s: k beyond the widest row's support changes nothing
+    support = max(int((flat_p > 0).sum(-1).max(initial=1)), 1)
+    effective = {k: min(int(k), support) for k in ks}
     # one enumeration serves every k up to the widest asked: the newest rows' results are kept (the
     # analysis asks for the widest first, then each yardstick rule for its own k on the same rows)
     digest = hashlib.blake2b(flat_p.tobytes() + flat_q.tobytes(), digest_size=16).digest()
     key = (digest, flat_p.shape, WITHOUT_REPLACEMENT_STATES, WITHOUT_REPLACEMENT_PATHS)
     known = _WITHOUT_REPLACEMENT_CACHE.get(key, {})
-    if not all(k in known for k in ks):
-        widest = max(max(ks), max(known, default=0))
+    if not all(k in known for k in effective.values()):
+        widest = max(max(effective.values()), max(known, default=0))
         known = _without_replacement_gains(flat_p, flat_q, tuple(range(1, widest + 1)))
         _WITHOUT_REPLACEMENT_CACHE.clear()
         _WITHOUT_REPLACEMENT_CACHE[key] = known
     for k in ks:
-        gain, exact = known[k]
+        gain, exact = known[effective[k]]
         out[k] = (np.clip(1.0 - gain, 0.0, 1.0).reshape(shape), exact.reshape(shape))
     return out
 
@@ -620,16 +623,17 @@ class RecursiveRejectionSampling(MultiDraftRule):
         owner_all = np.repeat(np.arange(len(flat_p)), draws)
         chunk = max(1, self.MAX_CELLS // vocab)
         out = np.zeros(len(flat_p))
+        levels = min(self.k, int((flat_p > 0).sum(-1).max(initial=1)))  # a row of s tokens drafts at most s
         for begin in range(0, owner_all.size, chunk):
             owner = owner_all[begin : begin + chunk]
             target, left, reach = flat_q[owner], flat_p[owner], np.ones(owner.size)
-            for level in range(self.k):
+            for level in range(levels):
                 z = left.sum(-1, keepdims=True)
                 prop = np.where(z > 0, left / np.where(z > 0, z, 1.0), 0.0)
                 kept = np.minimum(prop, target)
                 accept = kept.sum(-1)
                 np.add.at(out, owner, reach * accept / draws)
-                if level == self.k - 1:
+                if level == levels - 1:
                     break
                 rejected = prop - kept
                 live = rejected.sum(-1) > 0

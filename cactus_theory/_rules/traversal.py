@@ -24,6 +24,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from .._math._validation import seeded_rng
 from ._helpers import SpSOneDraft, block_inputs
 from ._protocol import BlockLaw, Rule
 from .multidraft import MultiDraftLaw, MultiDraftRule, RecursiveRejectionSampling
@@ -176,7 +177,8 @@ def sample_tree(rng, tree, draft_rows):
             keys = np.where(row > 0, rng.exponential(size=row.shape) / np.where(row > 0, row, 1.0), np.inf)
         order = np.argsort(keys, axis=-1)[:, : len(kids)]
         ok = np.take_along_axis(keys, order, -1) < np.inf
-        tokens[:, kids] = np.where(ok, order, -1)
+        # a row of fewer tokens than children drafts them all: the other children are absent (-1)
+        tokens[:, kids[: order.shape[1]]] = np.where(ok, order, -1)
     return tokens
 
 
@@ -226,6 +228,13 @@ class TraversalVerification(SpSOneDraft, Rule):
 
         return BlockVerification().expected_block_lengths_for(p, q, ms, method=method, n_paths=n_paths, seed=seed,
                                                               max_support=max_support)  # fmt: skip
+
+    def block_survival_for(self, p, q, ms, *, method="auto", n_paths=1024, seed=0, max_support=1_000_000):
+        """Block verification's (the same law): ``BlockVerification.block_survival_for``."""
+        from .block import BlockVerification
+
+        return BlockVerification().block_survival_for(p, q, ms, method=method, n_paths=n_paths, seed=seed,
+                                                      max_support=max_support)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -295,26 +304,55 @@ class TraversalTree(MultiDraftRule):
         """Nodes of the full tree of depth m, the root included: 1 + k + ... + k^m."""
         return sum(self.k**d for d in range(m + 1))
 
-    def expected_tree_lengths_for(self, p, q, ms, *, n_paths=256, seed=0):
-        """{m: ("monte-carlo", E[tau] per tree root, standard errors)} on validated float64 rows
+    def largest_depth(self) -> int:
+        """The deepest full tree of at most ``MAX_NODES`` nodes at this k (0 when even depth 1 is bigger)."""
+        depth = 0
+        while self.tree_size(depth + 1) <= self.MAX_NODES:
+            depth += 1
+        return depth
+
+    def check_depths(self, ms) -> None:
+        """A ValueError, before any work, when a depth of ``ms`` makes a tree of more than ``MAX_NODES`` nodes."""
+        over = [m for m in ms if self.tree_size(int(m)) > self.MAX_NODES]
+        if over:
+            m = min(over)
+            raise ValueError(
+                f"traversal-tree(k={self.k}) at m = {m} has {self.tree_size(m):,} nodes, more than the "
+                f"{self.MAX_NODES} its exact traversal law is computed for: give m up to {self.largest_depth()} "
+                f"(--m), or a smaller k"
+            )
+
+    def expected_tree_lengths_for(self, p, q, ms, *, n_paths=256, seed=0, acceptance=None):
+        """{m: (method, E[tau] per tree root, standard errors)} on validated float64 rows
         (T, V), under independent positions (the rows at depth d are the root's position + d):
         ``n_paths`` seeded drafted trees per root, each with its exact E[tau | tree] (the
-        traversal's law). A window longer than the rows is cut to them. Trees of more than
-        ``MAX_NODES`` nodes are refused."""
+        traversal's law). A window longer than the rows is cut to them. A tree of depth 1 is exact
+        (E[tau] = P(some child accepted), recursive rejection sampling without replacement's
+        ``multi_acceptance``, or ``acceptance`` (T,) when the caller has it; method "exact"), deeper
+        ones "monte-carlo". Trees of more than ``MAX_NODES`` nodes are refused (``check_depths``)."""
+        found = self.tree_survival_for(p, q, ms, n_paths=n_paths, seed=seed, acceptance=acceptance)
+        return {m: found[m][:3] for m in ms}
+
+    def tree_survival_for(self, p, q, ms, *, n_paths=256, seed=0, acceptance=None):
+        """{m: (method, E[tau], standard errors, P(tau >= j) per root (roots, depth))}: the accepted
+        depth's law per tree root, from the same seeded trees as ``expected_tree_lengths_for``."""
         out = {}
-        rng = np.random.default_rng(seed)
+        rng = seeded_rng(seed)
         positions = p.shape[0]
+        self.check_depths([min(m, positions) for m in ms])
         for m in ms:
             depth_m = min(m, positions)
-            if self.tree_size(depth_m) > self.MAX_NODES:
-                raise ValueError(
-                    f"traversal-tree(k={self.k}) at depth m = {depth_m} has {self.tree_size(depth_m)} nodes, more than "
-                    f"the {self.MAX_NODES} its exact traversal law is computed for: use a smaller k or m"
-                )
+            if depth_m == 1:  # one level: the traversal is rrs without replacement, exactly
+                found = self.multi_acceptance(p, q) if acceptance is None else acceptance
+                values = np.array(found, dtype=np.float64).reshape(-1)[:positions]
+                out[m] = ("exact", values, np.zeros(values.shape), values[:, None])
+                continue
             tree = full_tree(self.k, depth_m)
             starts = positions - depth_m + 1
             index = np.minimum(np.arange(starts)[:, None] + np.arange(depth_m + 1)[None, :], positions - 1)
             values = np.empty((starts, n_paths))
+            survival = np.empty((starts, depth_m))
+            at_least = (tree[1][:, None] >= np.arange(1, depth_m + 1)[None, :]).astype(np.float64)  # (nodes, depth)
             chunk = max(1, 4096 // n_paths)
             for a in range(0, starts, chunk):
                 sel = np.arange(a, min(a + chunk, starts))
@@ -323,5 +361,6 @@ class TraversalTree(MultiDraftRule):
                 tokens = sample_tree(rng, tree, draft)
                 stop = traverse(tree, tokens, draft, target)
                 values[sel] = (stop @ tree[1].astype(np.float64)).reshape(sel.size, n_paths)
-            out[m] = ("monte-carlo", values.mean(-1), values.std(-1, ddof=1) / np.sqrt(n_paths))
+                survival[sel] = (stop @ at_least).reshape(sel.size, n_paths, depth_m).mean(1)
+            out[m] = ("monte-carlo", values.mean(-1), values.std(-1, ddof=1) / np.sqrt(n_paths), survival)
         return out

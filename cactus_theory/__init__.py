@@ -2,20 +2,10 @@
 
 from ._analysis._analyze import AnalysisResult, AnalysisRow, analyze_trace, parse_rules
 from ._analysis._batch import BatchResult, batch_requests, simulate_batch, steps_law, verify_budget
+from ._analysis._calibrations import default_cost_path
+from ._analysis._cost import DEFAULT_COST_PROFILE, CostModel, cost_profiles, fit_to_profiles, load_cost, roofline_cost
 from ._analysis._engines import local_dask_cluster
-from ._analysis._plan import (
-    DEFAULT_COST_PROFILE,
-    CostModel,
-    Plan,
-    batch_plan,
-    break_even,
-    cost_profiles,
-    default_cost_path,
-    fit_to_profiles,
-    load_cost,
-    predict_speedup,
-    roofline_cost,
-)
+from ._analysis._plan import Plan, batch_plan, break_even, predict_speedup
 from ._analysis._plotting import (
     figure_png,
     plot_al_vs_kl,
@@ -38,15 +28,10 @@ from ._data._prompts import (
     prompt_seed,
     select_part,
 )
-from ._data._trace import (
-    Trace,
-    TraceError,
-    TraceSequence,
-    TraceWriter,
-    import_topk_logprobs,
-    load_trace,
-    trace_from_arrays,
-)
+from ._data._trace import Trace, TraceSequence, load_trace
+from ._data._trace_format import TraceError
+from ._data._trace_import import import_topk_logprobs, trace_from_arrays
+from ._data._trace_writer import TraceWriter
 from ._data._traceset import TraceSet, embedded_tasks, embedded_traces, merge_traces, open_traces, synthesize_trace
 from ._laws._block import BlockLength, block_accepted_length, greedy_draft
 from ._laws._emitted import (
@@ -83,20 +68,11 @@ from ._math._sampling import SamplingSettings, processed_probs
 from ._math._surrogate import cactus_surrogate
 from ._math._synthetic import SYNTHETIC_KINDS, synthetic_pairs
 from ._math._vocab import VocabularyMap
+from ._models._batch_decode import autoregressive_generate_batch, speculative_generate_batch
 from ._models._calibrate import calibrate_cost
-from ._models._decode import (
-    DecodeResult,
-    NgramDrafter,
-    autoregressive_generate,
-    autoregressive_generate_batch,
-    batch_throughput,
-    decode_prompts,
-    decoding_flags,
-    decoding_summary,
-    matched_times,
-    speculative_generate,
-    speculative_generate_batch,
-)
+from ._models._decode import DecodeResult, NgramDrafter, autoregressive_generate, speculative_generate
+from ._models._decode_prompts import decode_prompts
+from ._models._decode_summary import batch_throughput, decoding_flags, decoding_summary, matched_times
 from ._models._dump import dump_trace
 from ._models._hf import load_model
 from ._models._imports import import_logits

@@ -3,7 +3,6 @@ Dask cluster on this machine or one reached at an address, and the per-shard sta
 travel to them (``shard_statistics`` of a ``ShardJob``: the work of one task, giving a
 ``SequenceStats`` per sequence)."""
 
-from ._analysis._analyze import SequenceStats, ShardJob, shard_statistics
 from ._analysis._engines import (
     DASK_WORKER_ENV,
     connect_scheduler,
@@ -12,6 +11,7 @@ from ._analysis._engines import (
     run_dask,
     run_local,
 )
+from ._analysis._shards import SequenceStats, ShardJob, shard_statistics
 
 __all__ = [
     "DASK_WORKER_ENV",

@@ -10,9 +10,11 @@ from ._util._files import (
     check_output,
     csv_text,
     json_lines,
+    machine_description,
     read_text,
     sha256_file,
     termination_as_exception,
+    write_results,
 )
 
 __all__ = [
@@ -23,7 +25,9 @@ __all__ = [
     "check_output",
     "csv_text",
     "json_lines",
+    "machine_description",
     "read_text",
     "sha256_file",
     "termination_as_exception",
+    "write_results",
 ]

@@ -5,7 +5,7 @@ Each check is a named function over random inputs (raw logits processed with ran
 settings, so p and q have exact zeros, one-hot rows and ties, and rules that need raw logits get
 them). A failure raises an ``AssertionError`` that names the check, the rule and the input that
 broke it. The project's own conformance suite is ``check_rule`` over the registry
-(``tests/test_conformance.py``).
+(``tests/rules/test_conformance.py``).
 
 Examples
 --------
@@ -18,14 +18,38 @@ Examples
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 
 import numpy as np
 
+from ._block_checks import (
+    _multi,
+    check_block_at_least_token,
+    check_block_lossless,
+    check_block_monte_carlo,
+    check_block_survival,
+    check_multi_below_optimum,
+    check_multi_enumeration,
+    check_multi_single_draft,
+    check_multi_verify,
+    sequence_law,
+    sequence_tv,
+    sequence_tv_rows,
+    small_cases,
+)
+from ._check_tools import (
+    _chi_square_p_value,
+    _close,
+    _Failed,
+    _finite_probabilities,
+    _logits_for,
+    _position_rows,
+    _torch,
+    _true,
+    make_case,
+)
 from ._laws._emitted import emitted_distribution, expected_accepted_length, step_metrics
 from ._laws._simulate import simulate
 from ._math._logits import RuleLogits
-from ._math._sampling import SamplingSettings, processed_probs
 from ._rules import available_rules, make_rule
 from ._rules._protocol import kind_of
 from ._rules._reference import emitted_bruteforce
@@ -45,62 +69,7 @@ __all__ = [
 ]
 
 
-def make_case(seed: int, vocab: int, batch=()):
-    """(draft_probs, target_probs, RuleLogits): Gaussian raw logits of both models processed with
-    random sampling settings (temperature 0.6 / 1 / 1.7, top-k off / 1 / V/2 / V, top-p 1 /
-    0.9 / 0.6), a tie at the verifier's maximum one time in five. Deterministic in ``seed``."""
-    rng = np.random.default_rng(seed)
-    shape = (*batch, vocab)
-    scale = rng.choice([0.5, 2.0, 6.0])
-    zq = rng.normal(size=shape) * scale
-    zp = zq * rng.uniform(0, 1) + rng.normal(size=shape) * scale
-    if rng.random() < 0.2:
-        zq[..., 1] = zq.max(axis=-1)
-    settings = SamplingSettings(
-        temperature=float(rng.choice([0.6, 1.0, 1.7])),
-        top_k=int(rng.choice([0, 1, max(1, vocab // 2), vocab])),
-        top_p=float(rng.choice([1.0, 0.9, 0.6])),
-    )
-    p, q = processed_probs(zp, settings), processed_probs(zq, settings)
-    return p, q, RuleLogits(target=zq, draft=zp, temperature=settings.temperature)
-
-
-class _Failed(AssertionError):
-    """A check failed on one input (the message says where)."""
-
-
-def _describe_input(**arrays) -> str:
-    with np.printoptions(precision=6, suppress=True, threshold=64, linewidth=200):
-        return "; ".join(f"{k} = {np.asarray(v)!r}".replace("\n", " ") for k, v in arrays.items())
-
-
-def _close(actual, desired, what, rtol=1e-10, atol=1e-13, **inputs):
-    """``actual`` equals ``desired`` within the tolerances; NaN never equals NaN (a rule whose
-    numbers are all NaN fails every comparison)."""
-    try:
-        np.testing.assert_allclose(actual, desired, rtol=rtol, atol=atol, equal_nan=False)
-    except AssertionError as exc:
-        detail = " ".join(str(exc).split())[:600]
-        raise _Failed(f"{what}: {detail}; input {_describe_input(**inputs)}") from None
-
-
-def _true(condition, what, **inputs):
-    if not bool(np.all(condition)):
-        raise _Failed(f"{what}; input {_describe_input(**inputs)}")
-
-
-def _logits_for(rule, lg):
-    return lg if rule.needs_logits else None
-
-
 # --- the checks ----------------------------------------------------------------------------------
-
-
-def _finite_probabilities(values, what, **inputs):
-    """Finite and in [0, 1] up to rounding (1e-12): the sanity guard; the checks test precision."""
-    arr = np.asarray(values, dtype=np.float64)
-    _true(np.all(np.isfinite(arr)), f"{what} is not finite (NaN or inf)", **inputs)
-    _true(np.all((arr >= -1e-12) & (arr <= 1 + 1e-12)), f"{what} lies outside [0, 1]", **inputs)
 
 
 def check_sane(rule, seed):
@@ -244,29 +213,6 @@ def check_spec_round_trip(rule, seed):
     return None
 
 
-def _chi_square_p_value(counts, probs, min_expected=5.0):
-    """Pooled chi-square goodness of fit over positions (cells expecting < 5 lumped together);
-    None when no position has 100 draws."""
-    from scipy import stats
-
-    stat, dof = 0.0, 0
-    for obs, pr in zip(counts, probs, strict=True):
-        total = obs.sum()
-        if total < 100:
-            continue
-        expected = total * pr
-        big = expected >= min_expected
-        o = np.append(obs[big], obs[~big].sum())
-        e = np.append(expected[big], expected[~big].sum())
-        keep = e > 0
-        if np.any(o[~keep] > 0):
-            return 0.0  # a token of exact probability 0 was emitted
-        o, e = o[keep], e[keep]
-        stat += np.sum((o - e) ** 2 / e)
-        dof += len(o) - 1
-    return stats.chi2.sf(stat, max(dof, 1))
-
-
 def check_monte_carlo(rule, seed):
     """Sampling the rule (``simulate``) agrees with its exact laws: emitted tokens, the relaxed and
     the verifier bonus, the per-position acceptance (binomial) and the accepted length."""
@@ -304,14 +250,6 @@ def check_monte_carlo(rule, seed):
     pv = _chi_square_p_value(sim_v.bonus_counts, q)
     _true(pv > level, f"verifier bonus tokens do not follow q (chi-square p = {pv:.2e})", p=p, q=q)
     return None
-
-
-def _torch():
-    if importlib.util.find_spec("torch") is None:
-        return None
-    import torch
-
-    return torch
 
 
 def check_numpy_torch_agree(rule, seed):
@@ -376,288 +314,6 @@ def check_numpy_torch_agree(rule, seed):
         _true(bool(torch.all((a >= 0) & (a <= 1)) and torch.all(r >= 0)), f"{dtype}: not probabilities", p=p, q=q)
         pi = emitted_distribution(rule, p_t, q_t, logits=lg_t)
         _close(pi.sum(-1).numpy(), 1.0, f"{dtype}: the emitted law does not sum to 1", rtol=1e-9, atol=0, p=p, q=q)
-    return None
-
-
-def _position_rows(seed, positions, vocab):
-    """Position-dependent (p, q) rows with exact zeros and a one-hot row: a context-free world."""
-    rng = np.random.default_rng(seed)
-    p = rng.dirichlet(np.full(vocab, 0.6), size=positions)
-    q = rng.dirichlet(np.full(vocab, 0.6), size=positions)
-    p[rng.random(p.shape) < 0.15] = 0.0
-    q[rng.random(q.shape) < 0.15] = 0.0
-    p[:, 0] += 1e-3 * (p.sum(-1) == 0)
-    q[:, 1] += 1e-3 * (q.sum(-1) == 0)
-    q[positions // 2] = np.eye(vocab)[rng.integers(vocab)]
-    return p / p.sum(-1, keepdims=True), q / q.sum(-1, keepdims=True)
-
-
-def sequence_law(rule, draft_probs, target_probs, m, length):
-    """{tokens: probability} of the first ``length`` tokens that speculative decoding with ``rule``
-    emits in a context-free world with rows p (``draft_probs``, (T, V)) and q (``target_probs``,
-    (T, V)) at positions 0..T-1 (blocks of m drafts, each started after the last emitted token;
-    T >= length + m), exactly: every draft, tau and the token after it enumerated at every step
-    through ``block_law`` (V^m drafted blocks a step: small vocabularies only). A lossless rule
-    gives prod_i q_i(y_i)."""
-    return _sequence_law(make_rule(rule) if isinstance(rule, str) else rule, np.asarray(draft_probs, dtype=np.float64),
-                         np.asarray(target_probs, dtype=np.float64), int(m), int(length))  # fmt: skip
-
-
-def small_cases(seeds=(1, 2, 3), positions=8):
-    """The small vocabularies the exact sequence-level checks of the results pages use: [(label,
-    draft_probs, target_probs)], Sun et al.'s toy pair (p = (2/3, 1/3), q = (1/3, 2/3) at every
-    position) and, per seed, position-dependent 3-token rows drawn from a flat Dirichlet."""
-    cases = [("toy pair (Sun et al.)", np.array([[2 / 3, 1 / 3]] * positions), np.array([[1 / 3, 2 / 3]] * positions))]
-    for seed in seeds:
-        rng = np.random.default_rng(seed)
-        cases.append((f"random, seed {seed}", rng.dirichlet(np.ones(3), size=positions),
-                      rng.dirichlet(np.ones(3), size=positions)))  # fmt: skip
-    return cases
-
-
-def sequence_tv_rows(rules, *, ms=(2, 3), length=4, cases=None):
-    """``sequence_tv`` of each rule on each of ``cases`` (default ``small_cases()``) at each m: rows
-    {"case", "m", "length", "tv": {rule: total variation}}, what the results pages print."""
-    rows = []
-    for label, p, q in small_cases() if cases is None else cases:
-        for m in ms:
-            rows.append({"case": label, "m": m, "length": length,
-                         "tv": {rule: sequence_tv(rule, p, q, m, length) for rule in rules}})  # fmt: skip
-    return rows
-
-
-def sequence_tv(rule, draft_probs, target_probs, m, length):
-    """The total variation between ``sequence_law`` and the verifier's law of the first ``length``
-    tokens, prod_i q_i(y_i): 0 for a lossless rule (exact, by enumeration)."""
-    import itertools
-
-    q = np.asarray(target_probs, dtype=np.float64)
-    law = sequence_law(rule, draft_probs, q, m, length)
-    total = 0.0
-    for seq in itertools.product(range(q.shape[-1]), repeat=int(length)):
-        total += abs(law.get(seq, 0.0) - float(np.prod([q[i, y] for i, y in enumerate(seq)])))
-    return 0.5 * total
-
-
-def _sequence_law(rule, p, q, m, length):
-    """``sequence_law`` of a rule object and float64 rows."""
-    import itertools
-
-    vocab = q.shape[-1]
-    memo = {}
-
-    def law_from(s):
-        if s >= length:
-            return {(): 1.0}
-        if s in memo:
-            return memo[s]
-        out = {}
-        for drafts in itertools.product(range(vocab), repeat=m):
-            weight = float(np.prod([p[s + j, x] for j, x in enumerate(drafts)]))
-            if weight == 0.0:
-                continue
-            block = rule.block_law(p[s : s + m][None], q[s : s + m + 1][None], np.array([drafts]))
-            for tau in range(m + 1):
-                p_tau = weight * block.accepted[0, tau]
-                if p_tau == 0.0:
-                    continue
-                for y in np.flatnonzero(block.emitted[0, tau] > 0).tolist():
-                    head = (*drafts[:tau], y)
-                    for tail, p_tail in law_from(s + tau + 1).items():
-                        key = (head + tail)[: length - s]
-                        out[key] = out.get(key, 0.0) + p_tau * block.emitted[0, tau, y] * p_tail
-        memo[s] = out
-        return out
-
-    return law_from(0)
-
-
-def check_block_lossless(rule, seed):
-    """A lossless rule emits the verifier's sequence law block after block (enumerated over a
-    tiny vocabulary, m = 2, position-dependent distributions): P(y_1..y_4) = q_1(y_1)...q_4(y_4)."""
-    if not rule.lossless:
-        return "not lossless"
-    if rule.needs_logits:
-        return "needs logits"
-    if _multi(rule):
-        return "a multi-draft rule: lossless and multi_enumeration check its law at a position"
-    p, q = _position_rows(seed, 8, 3)
-    law = _sequence_law(rule, p, q, 2, 4)
-    for seq, prob in law.items():
-        want = float(np.prod([q[i, y] for i, y in enumerate(seq)]))
-        _close(prob, want, f"P{seq} of the emitted sequence is not the verifier's", rtol=1e-9, atol=1e-12, p=p, q=q)
-    _close(sum(law.values()), 1.0, "the sequence law does not sum to 1", rtol=1e-12, atol=0, p=p, q=q)
-    return None
-
-
-def check_block_at_least_token(rule, seed):
-    """A block rule accepts at least as many drafts as token-wise SpS, at every block start (exact)."""
-    if kind_of(rule) != "block":
-        return "not a block rule"
-    from ._laws._block import block_accepted_length
-
-    p, q = _position_rows(seed, 6, 3)
-    for m in (1, 2, 3):
-        ours = block_accepted_length(rule, p, q, m, method="exact")
-        sps = block_accepted_length("sps", p, q, m)
-        _true(ours >= sps - 1e-12, f"AL({m}) {ours} below SpS's {sps}", p=p, q=q)
-    return None
-
-
-def check_block_survival(rule, seed):
-    """A block rule's law of tau per block start (``block_survival_for``: what the planner walks, the steps
-    decoding takes) is the one its ``block_law`` gives, every drafted block enumerated here, non-increasing in
-    j, and sums to its ``expected_block_lengths_for``."""
-    if kind_of(rule) != "block":
-        return "not a block rule"
-    if not hasattr(rule, "block_survival_for"):
-        return "states no law per start (block_survival_for): planned over block starts"
-    import itertools
-
-    p, q = _position_rows(seed, 6, 3)
-    for m in (1, 2, 3):
-        _, values, _, survival = rule.block_survival_for(p, q, [m], method="exact")[m]
-        want = np.zeros((p.shape[0] - m + 1, m))
-        for t in range(p.shape[0] - m + 1):
-            rows = q[t : t + m + 1] if t + m < p.shape[0] else np.concatenate([q[t : t + m], q[-1:]])
-            for drafts in itertools.product(*[np.flatnonzero(p[t + j] > 0) for j in range(m)]):
-                weight = np.prod([p[t + j, x] for j, x in enumerate(drafts)])
-                law = np.asarray(rule.block_law(p[t : t + m], rows, np.array(drafts)).accepted, dtype=np.float64)
-                want[t] += weight * np.array([law[j:].sum() for j in range(1, m + 1)])
-        _close(
-            np.asarray(survival),
-            want,
-            f"P(tau >= j) per start at m = {m} against the enumerated block_law",
-            rtol=1e-9,
-            atol=1e-12,
-            p=p,
-            q=q,
-        )
-        _true(np.diff(survival, axis=-1) <= 1e-12, f"P(tau >= j) increases in j at m = {m}", p=p, q=q)
-        means = rule.expected_block_lengths_for(p, q, [m], method="exact")[m][1]
-        _close(values, means, f"the law's mean against expected_block_lengths_for, m = {m}", rtol=1e-9, p=p, q=q)
-        _close(np.asarray(survival).sum(-1), means, f"sum_j P(tau >= j) against E[tau], m = {m}", rtol=1e-9, p=p, q=q)
-    return None
-
-
-def check_block_monte_carlo(rule, seed):
-    """Sampling a block rule (``simulate``) gives its exact accepted length (``block_accepted_length``)."""
-    if kind_of(rule) != "block":
-        return "not a block rule"
-    from ._laws._block import block_accepted_length
-
-    p, q = _position_rows(seed, 9, 4)
-    m = 3
-    sim = simulate(rule, p, q, m=m, n_runs=6000, seed=seed + 5)
-    exact = np.concatenate([block_accepted_length(rule, p, q, m, method="exact"), np.zeros(m)])
-    diff = sim.accepted - exact[sim.block_start]
-    bound = 4.5 * diff.std() / np.sqrt(diff.size) + 1e-12
-    _true(abs(diff.mean()) < bound, f"simulated accepted lengths average {diff.mean():+.4f} off the exact", p=p, q=q)
-    return None
-
-
-def _multi(rule):
-    return kind_of(rule) == "multi-draft"
-
-
-def _small_multi(rule):
-    """The rule at k <= 3 (enumeration over V^k tuples stays small)."""
-    return dataclasses.replace(rule, k=min(rule.k, 3)) if rule.k > 3 else rule
-
-
-def check_multi_verify(rule, seed):
-    """A multi-draft rule's ``verify``: P(draft i accepted) and P(none) form a distribution, the
-    emitted law is one, and it puts at least the acceptance's mass on each accepted draft."""
-    if not _multi(rule):
-        return "not a multi-draft rule"
-    rng = np.random.default_rng(seed)
-    p, q, _ = make_case(seed, int(rng.integers(2, 8)))
-    for tokens, _weight in rule.draft_tuples(p)[:50]:
-        drafts = np.array(list(tokens) + [-1] * (rule.k - len(tokens)))
-        law = rule.verify(p, q, drafts)
-        ok = law.accepted.shape == (rule.k + 1,) and (law.accepted >= -1e-15).all()
-        _true(ok, f"verify's acceptance law {law.accepted} is not k + 1 probabilities", p=p, q=q, drafts=drafts)
-        _close(law.accepted.sum(), 1.0, "verify's acceptance law does not sum to 1", rtol=0, atol=1e-12, p=p, q=q)
-        _true(law.emitted >= -1e-15, "verify's emitted law has a negative entry", p=p, q=q, drafts=drafts)
-        _close(law.emitted.sum(), 1.0, "verify's emitted law does not sum to 1", rtol=0, atol=1e-12, p=p, q=q)
-        for i, x in enumerate(drafts.tolist()):
-            if x >= 0:
-                _true(law.emitted[x] >= law.accepted[i] - 1e-12, f"draft {i} accepted more often than emitted",
-                      p=p, q=q, drafts=drafts)  # fmt: skip
-    return None
-
-
-def check_multi_enumeration(rule, seed):
-    """``multi_acceptance``, ``emitted`` and ``multi_outside_support`` (the rule's fast forms) equal
-    the enumeration over every drafted tuple of ``verify`` (k <= 3, V <= 6)."""
-    if not _multi(rule):
-        return "not a multi-draft rule"
-    small = _small_multi(rule)
-    p, q, _ = make_case(seed, int(np.random.default_rng(seed).integers(2, 7)), batch=(2,))
-    acc, pi, outside = small._enumerate(p, q)
-    _close(small.multi_acceptance(p, q), acc, "multi_acceptance differs from the enumeration over the drafts",
-           rtol=1e-9, atol=1e-12, p=p, q=q)  # fmt: skip
-    _close(small.emitted(p, q), pi, "the emitted law differs from the enumeration over the drafts", rtol=1e-9,
-           atol=1e-12, p=p, q=q)  # fmt: skip
-    _close(small.multi_outside_support(p, q), outside, "multi_outside_support differs from the enumeration",
-           rtol=1e-9, atol=1e-12, p=p, q=q)  # fmt: skip
-    return None
-
-
-def _best_lossless_acceptance(rule, p, q):
-    """1 - max_C [P(every draft in C) - q(C)] over every token set C (max-flow min-cut): what no
-    lossless verification of this drafting law can beat (brute force over 2^V sets)."""
-    import itertools
-
-    tuples = rule.draft_tuples(p)
-    best = 0.0
-    vocab = len(q)
-    for size in range(vocab + 1):
-        for subset in itertools.combinations(range(vocab), size):
-            inside = set(subset)
-            mass = sum(w for t, w in tuples if set(t) <= inside)
-            best = max(best, mass - float(q[list(subset)].sum()))
-    return 1.0 - best
-
-
-def check_multi_below_optimum(rule, seed):
-    """A lossless multi-draft rule accepts no more than the maximal coupling of its drafts and q
-    allows (brute force over token sets); ``optimal_multi_draft_acceptance`` of the rule's drafting
-    scheme equals that brute force."""
-    if not _multi(rule):
-        return "not a multi-draft rule"
-    if not rule.lossless:
-        return "not lossless"
-    from ._rules import optimal_multi_draft_acceptance
-
-    small = _small_multi(rule)
-    p, q, _ = make_case(seed, int(np.random.default_rng(seed).integers(2, 7)))
-    bound = _best_lossless_acceptance(small, p, q)
-    ours = float(small.multi_acceptance(p, q))
-    _true(ours <= bound + 1e-12, f"acceptance {ours} above the lossless optimum {bound}", p=p, q=q)
-    closed = float(optimal_multi_draft_acceptance(p, q, small.k, drafting=small.drafting))
-    _close(closed, bound, f"optimal_multi_draft_acceptance (drafting={small.drafting}) differs from the brute force",
-           rtol=0, atol=1e-11, p=p, q=q)  # fmt: skip
-    return None
-
-
-def check_multi_single_draft(rule, seed):
-    """At k = 1 the rule is its one-draft form (``single()``): the same acceptance, averaged over
-    the drafted token, and the same emitted law."""
-    if not _multi(rule):
-        return "not a multi-draft rule"
-    one = dataclasses.replace(rule, k=1)
-    single = one.single()
-    p, q, _ = make_case(seed, int(np.random.default_rng(seed).integers(2, 9)))
-    acc, pi = 0.0, np.zeros(len(q))
-    for (token,), weight in one.draft_tuples(p):
-        a = float(single.acceptance(p, q, token))
-        acc += weight * a
-        pi += weight * (a * np.eye(len(q))[token] + (1 - a) * np.asarray(single.correction(p, q, token)))
-    _close(one.multi_acceptance(p, q), acc, f"k = 1 differs from {single.describe()}'s acceptance", rtol=1e-9,
-           atol=1e-12, p=p, q=q)  # fmt: skip
-    _close(one.emitted(p, q), pi, f"k = 1 differs from {single.describe()}'s emitted law", rtol=1e-9, atol=1e-12,
-           p=p, q=q)  # fmt: skip
     return None
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
 
 from cactus_theory import (
@@ -32,7 +31,7 @@ from cactus_theory import (
     open_traces,
     rule_colours,
 )
-from cactus_theory.io import atomic_write
+from cactus_theory.io import machine_description, write_results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RULES = ("sps", "cactus(delta=1)", "block")
@@ -107,7 +106,7 @@ def markdown(data, trace, seconds):
     lines = [
         "# Speculative decoding at serving concurrency: GPUs from a roofline, this machine measured",
         "",
-        f"Command: `{data['command']}` ({os.cpu_count()} cores, {platform.machine()}; {seconds:.0f} s). Trace: "
+        f"Command: `{data['command']}` ({machine_description()}; {seconds:.0f} s). Trace: "
         f"{os.path.basename(os.path.normpath(trace.directory))} ({len(trace)} sequences, {trace.n_positions} "
         "positions).",
         "",
@@ -196,11 +195,8 @@ def main(argv=None):
     }  # fmt: skip
     seconds = time.perf_counter() - start
     text = markdown(data, trace, seconds)
-    os.makedirs(args.out, exist_ok=True)
-    atomic_write(os.path.join(args.out, "batch_gpu.json"), json.dumps(data, indent=1, sort_keys=True) + "\n")
-    atomic_write(os.path.join(args.out, "batch_gpu.md"), text)
     short = [("GB200 profile pair (batch > 1 modelled)", pairs[0][1]), ("H100 roofline pair (modelled)", pairs[1][1])]
-    atomic_write(os.path.join(args.out, "batch_gpu.png"), figure_png(figure(short, measured)))
+    write_results(args.out, "batch_gpu", markdown=text, data=data, png=figure_png(figure(short, measured)))
     print(text)
 
 

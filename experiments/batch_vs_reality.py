@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -44,7 +43,7 @@ from cactus_theory import (
     mixed_prompts,
     parse_rules,
 )
-from cactus_theory.io import atomic_write
+from cactus_theory.io import machine_description, write_results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PAIR = ("qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m")
@@ -134,18 +133,17 @@ def main(argv=None):
                              "predicted_lo": pred["request_speedup_lo"], "predicted_hi": pred["request_speedup_hi"],
                              "error": pred["request_speedup"] / got["speedup"] - 1,
                              "batches": got["batches"]})  # fmt: skip
-    result_json = {"cost": cost_path, "machine": f"{os.cpu_count()} cores, {platform.machine()}",
-                   "prompts": [p.id for p in prompts], "prompt_tokens": prompt_tokens, "rows": rows}  # fmt: skip
-    os.makedirs(args.out, exist_ok=True)
-    atomic_write(os.path.join(args.out, "batch_vs_reality.json"), json.dumps(result_json, indent=1))
+    result_json = {"cost": cost_path, "machine": machine_description(), "prompts": [p.id for p in prompts],
+                   "prompt_tokens": prompt_tokens, "rows": rows}  # fmt: skip
     text = markdown(result_json, cost, args)
-    atomic_write(os.path.join(args.out, "batch_vs_reality.md"), text)
+    write_results(args.out, "batch_vs_reality", markdown=text, data=result_json)
     print(text)
 
 
 def markdown(r, cost, args):
     lines = [
-        f"Measured by `python experiments/batch_vs_reality.py --data DATA` on {r['machine']} (llama.cpp, Qwen2.5-Coder "
+        f"Measured by `python experiments/batch_vs_reality.py --data DATA{' --trust-cost' if args.trust_cost else ''}` "
+        f"on {r['machine']} (llama.cpp, Qwen2.5-Coder "
         f"0.5B drafting for 1.5B; {len(r['prompts'])} held-out prompts of the embedded trace's tasks, mean prompt "
         f"{r['prompt_tokens']:.0f} tokens, up to {args.max_new_tokens} output tokens), predicted from the embedded "
         "trace "

@@ -27,12 +27,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 
 import numpy as np
 
 from cactus_theory import analyze_trace, compare_block_verification, figure_png, load_trace, open_traces
-from cactus_theory.io import atomic_write
+from cactus_theory.io import machine_description, write_results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MS = tuple(range(1, 21))
@@ -112,7 +111,7 @@ def markdown(result, mc, decoded, command, trace):
     lines = [
         "# Block verification, SpS and strict verification",
         "",
-        f"Command: `{command}` ({os.cpu_count()} cores, {platform.machine()}). Trace: {trace.directory.split('/')[-1]} "
+        f"Command: `{command}` ({machine_description()}). Trace: {trace.directory.split('/')[-1]} "
         f"({len(trace)} sequences, {trace.n_positions} positions).",
         "",
         "AL(m) with bootstrap 95% intervals over sequences; gain = AL(block) / AL(sps) - 1 with a paired interval "
@@ -182,10 +181,8 @@ def main(argv=None):
     if args.trace:
         command += f" --trace {args.trace}"
     data = {"trace": part, "monte_carlo_error_m20": mc, "decoding": decoded}
-    atomic_write(os.path.join(args.out, "block_verification.json"), json.dumps(data, indent=1, default=str))
     text = markdown(result, mc, decoded, command, trace)
-    atomic_write(os.path.join(args.out, "block_verification.md"), text)
-    atomic_write(os.path.join(args.out, "block_verification.png"), figure_png(result.figure()))
+    write_results(args.out, "block_verification", markdown=text, data=data, png=figure_png(result.figure()))
     print(text)
 
 

@@ -22,15 +22,13 @@ Writes engine_rules.md / .json / .png into --out.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import time
 
 import numpy as np
 
 from cactus_theory import analyze_trace, figure_png, load_trace, rule_colours
-from cactus_theory.io import atomic_write
+from cactus_theory.io import machine_description, write_results
 from cactus_theory.testing import sequence_tv_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -116,7 +114,7 @@ def markdown(rows, exact, errors, command, trace, seconds):
     lines = [
         "# FLy, MagicMTP and entropy verify against SpS and block verification",
         "",
-        f"Command: `{command}` ({os.cpu_count()} cores, {platform.machine()}; the analysis {seconds:.0f} s). Trace: "
+        f"Command: `{command}` ({machine_description()}; the analysis {seconds:.0f} s). Trace: "
         f"{os.path.basename(os.path.normpath(trace.directory))} ({len(trace)} sequences, "
         f"{trace.n_positions} positions).",
         "",
@@ -167,10 +165,8 @@ def main(argv=None):
     if list(ms) != [4, 8, 20]:
         command += " --m " + " ".join(map(str, ms))
     data = {"rows": rows, "exact": exact, "monte_carlo_errors": errors, "command": command}
-    os.makedirs(args.out, exist_ok=True)
-    atomic_write(os.path.join(args.out, "engine_rules.json"), json.dumps(data, indent=1, sort_keys=True) + "\n")
-    atomic_write(os.path.join(args.out, "engine_rules.md"), markdown(rows, exact, errors, command, trace, seconds))
-    atomic_write(os.path.join(args.out, "engine_rules.png"), figure_png(figure(rows, ms)))
+    write_results(args.out, "engine_rules", markdown=markdown(rows, exact, errors, command, trace, seconds), data=data,
+                  png=figure_png(figure(rows, ms)))  # fmt: skip
     print(markdown(rows, exact, errors, command, trace, seconds))
 
 

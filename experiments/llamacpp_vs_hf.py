@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import shutil
 import statistics
@@ -43,6 +42,8 @@ import tempfile
 import time
 
 import numpy as np
+
+from cactus_theory.io import machine_description, write_results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VERIFIER, DRAFT = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
@@ -317,19 +318,15 @@ def main(argv=None):
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result = {
-        "machine": f"{os.cpu_count()} cores, {platform.machine()}",
+        "machine": machine_description(),
         "settings": {"prompts": len(prompts), "decode_prompts": args.decode_prompts,
                      "max_new_tokens": args.max_new_tokens, "hf_dtype": args.dtype, "repeats": args.repeats,
                      "sampling": "temperature 0.6, top-k 20, top-p 0.95"},
         "speed": speed, "dump_seconds": dump_seconds, "agreement": agreement, "al": al_rows, "al_prompts": shared,
         "decoding": decoding,
     }  # fmt: skip
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "llamacpp.json"), "w") as fh:
-        json.dump(result, fh, indent=1)
     page = markdown(result)
-    with open(os.path.join(args.out, "llamacpp.md"), "w") as fh:
-        fh.write(page)
+    write_results(args.out, "llamacpp", markdown=page, data=result)
     print(page)
 
 

@@ -19,12 +19,10 @@ Writes multi_draft.md / .json / .png into --out.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 
 from cactus_theory import compare_multi_draft, figure_png, load_trace
-from cactus_theory.io import atomic_write
+from cactus_theory.io import machine_description, write_results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -33,7 +31,7 @@ def markdown(result, command, trace):
     lines = [
         "# Multi-draft and tree verification against the optimum",
         "",
-        f"Command: `{command}` ({os.cpu_count()} cores, {platform.machine()}; {result.seconds:.0f} s). Trace: "
+        f"Command: `{command}` ({machine_description()}; {result.seconds:.0f} s). Trace: "
         f"{os.path.basename(os.path.normpath(trace.directory))} ({result.sequences} sequences, {result.positions} "
         "positions).",
         "",
@@ -66,9 +64,7 @@ def main(argv=None):
         "sequences": result.sequences,
     }
     text = markdown(result, command, trace)
-    atomic_write(os.path.join(args.out, "multi_draft.json"), json.dumps(data, indent=1, default=str))
-    atomic_write(os.path.join(args.out, "multi_draft.md"), text)
-    atomic_write(os.path.join(args.out, "multi_draft.png"), figure_png(result.figure()))
+    write_results(args.out, "multi_draft", markdown=text, data=data, png=figure_png(result.figure()))
     print(text)
 
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 
 import numpy as np
@@ -55,7 +54,7 @@ from cactus_theory import (
     parse_rules,
     predict_speedup,
 )
-from cactus_theory.io import atomic_write
+from cactus_theory.io import machine_description, write_results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PAIR = ("qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m")
@@ -393,11 +392,9 @@ def main(argv=None):
         command += (f" --engine {args.engine} --categories {','.join(args.categories)} --per-category "
                     f"{args.per_category} --mt-bench {args.mt_bench} --name {args.name}")  # fmt: skip
     text = markdown(cost, rows, gpu_cost, gpu_rows, command, prompts, args.engine)
-    atomic_write(os.path.join(args.out, f"{args.name}.md"), text)
     data = {"cost": json.loads(cost.to_json()), "rows": rows, "gpu_profile": PROFILE, "gpu_rows": gpu_rows,
-            "prompts": [p.id for p in prompts], "machine": f"{os.cpu_count()} cores, {platform.machine()}"}  # fmt: skip
-    atomic_write(os.path.join(args.out, f"{args.name}.json"), json.dumps(data, indent=1, default=str))
-    atomic_write(os.path.join(args.out, f"{args.name}.png"), figure_png(figure(rows)))
+            "prompts": [p.id for p in prompts], "machine": machine_description()}  # fmt: skip
+    write_results(args.out, args.name, markdown=text, data=data, png=figure_png(figure(rows)))
     print(text)
 
 

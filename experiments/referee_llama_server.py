@@ -47,7 +47,7 @@ import time
 import numpy as np
 
 from cactus_theory import SamplingSettings, analyze_trace, benchmark_file, load_prompts, load_trace, predict_speedup
-from cactus_theory.io import atomic_write
+from cactus_theory.io import write_results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PAIR = ("qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m")
@@ -294,9 +294,7 @@ def write(args, cells, prompts, policy, seconds):
         lines.append(f"| {cell['parallel']} | {mal:.3f} | {cell['same_tokens_with_and_without_draft']} of "
                      f"{cell['requests']} | {cell['trace_positions']} |")  # fmt: skip
     text = "\n".join(lines) + "\n"
-    atomic_write(os.path.join(args.out, "referee_llama_server.md"), text.encode())
-    atomic_write(os.path.join(args.out, "referee_llama_server.json"),
-                 json.dumps({"command": command, "cells": cells}, indent=1, default=str).encode())  # fmt: skip
+    write_results(args.out, "referee_llama_server", markdown=text, data={"command": command, "cells": cells})
     print(text)
 
 

@@ -28,9 +28,7 @@ Writes sequence_rules.md / .json / .png into --out.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import time
 
 import numpy as np
@@ -50,7 +48,7 @@ from cactus_theory import (
     token_level_tree,
     traverse,
 )
-from cactus_theory.io import atomic_write
+from cactus_theory.io import machine_description, write_results
 from cactus_theory.testing import sequence_tv_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -199,7 +197,7 @@ def markdown(data, trace, seconds):
     lines = [
         "# Sequence-level verification and the engines' chain rules",
         "",
-        f"Command: `{data['command']}` ({os.cpu_count()} cores, {platform.machine()}; {seconds:.0f} s). Trace: "
+        f"Command: `{data['command']}` ({machine_description()}; {seconds:.0f} s). Trace: "
         f"{os.path.basename(os.path.normpath(trace.directory))} ({len(trace)} sequences, {trace.n_positions} "
         "positions).",
         "",
@@ -293,10 +291,7 @@ def main(argv=None):
             "tree_paths": args.tree_paths, "command": command, "paper_gains": PAPER_GAINS}  # fmt: skip
     seconds = time.perf_counter() - start
     text = markdown(data, trace, seconds)
-    os.makedirs(args.out, exist_ok=True)
-    atomic_write(os.path.join(args.out, "sequence_rules.json"), json.dumps(data, indent=1, sort_keys=True) + "\n")
-    atomic_write(os.path.join(args.out, "sequence_rules.md"), text)
-    atomic_write(os.path.join(args.out, "sequence_rules.png"), figure_png(figure(chains, trees, ms)))
+    write_results(args.out, "sequence_rules", markdown=text, data=data, png=figure_png(figure(chains, trees, ms)))
     print(text)
 
 

@@ -1,4 +1,5 @@
 import importlib.util
+import json
 import os
 
 import pytest
@@ -39,3 +40,22 @@ def pytest_collection_modifyitems(config, items):
         for marker, (module, extra) in missing.items():
             if item.get_closest_marker(marker):
                 item.add_marker(pytest.mark.skip(reason=f"needs {module}: pip install -e '.[{extra}]'"))
+
+
+@pytest.fixture(scope="module")
+def gguf_pair(tmp_path_factory):
+    """Two tiny GGUF models (a verifier and a one-layer draft) on disk: the llama.cpp and GGUF paths' tests."""
+    from tiny_models import tiny_model, write_tiny_gguf
+
+    d = tmp_path_factory.mktemp("models")
+    return str(write_tiny_gguf(tiny_model(4), d / "verifier.gguf")), str(
+        write_tiny_gguf(tiny_model(5, layers=1), d / "draft.gguf")
+    )
+
+
+@pytest.fixture(scope="module")
+def own_prompts(tmp_path_factory):
+    """A user's own prompt file (JSON Lines, field ``instruction``) of four short prompts."""
+    path = tmp_path_factory.mktemp("prompts") / "my_prompts.jsonl"
+    path.write_text("".join(json.dumps({"instruction": t}) + "\n" for t in ("ab cd", "ef gh ab", "cd ef", "gh")))
+    return str(path)

@@ -28,13 +28,13 @@ def prepare_worker(threads):
     """Set up a worker process this package starts (a pool worker, or a worker of a local Dask
     cluster): ``threads`` threads for the compiled kernels and torch, so that workers x threads
     stays within the cores, and malloc settings that keep freed arrays for reuse
-    (``_kernels.keep_freed_memory``). Not applied to the workers of a cluster you pass as
+    (``_jit.keep_freed_memory``). Not applied to the workers of a cluster you pass as
     ``client=``: start those with ``DASK_WORKER_ENV`` in their environment (docs: "Analysing
     traces on a cluster"); ``local_dask_cluster`` does."""
-    from .._math import _kernels
+    from .._math import _jit
 
-    _kernels.set_threads(threads)
-    _kernels.keep_freed_memory()
+    _jit.set_threads(threads)
+    _jit.keep_freed_memory()
 
 
 #: Environment of Dask workers for the analysis: malloc keeps freed arrays (a nanny's

@@ -44,7 +44,7 @@ PALETTE = (
 )  # fmt: skip
 #: The built-in rules' colours (indices into PALETTE), fixed by name: the same in every figure,
 #: whatever else is plotted or installed. A new built-in rule takes an unused index here
-#: (tests/test_figures.py checks every built-in has one and no two share it).
+#: (tests/analysis/test_figures.py checks every built-in has one and no two share it).
 BUILTIN_COLOURS = {
     "sps": 0, "cactus": 1, "tas": 2, "cactus-exact": 9, "mentored": 4, "block": 6, "strict": 5, "always-accept": 8,
     "lossy": 7, "topk": 10, "relaxed-topk": 11, "lenience": 12, "fsd": 13, "rfsd": 14, "interpolation": 15,

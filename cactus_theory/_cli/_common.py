@@ -167,6 +167,28 @@ def _study_options(parser, writes, out_default=None):
     _progress_options(parser)
 
 
+def _run_study(args, study, show=None, **options) -> int:
+    """A study command's run: --out checked before the work, ``study(traces, **options, progress=...)``
+    on the traces, its tables printed (``show(result)``, default its ``table()``) and its files
+    written."""
+    _check_out(args, _trace_inputs(args))
+    result = study(_traces(args), **options, progress=_progress(args))
+    if show is None:
+        print(result.table())
+    else:
+        show(result)
+    _write_result(args, result)
+    return 0
+
+
+def _trace_command(sub, name, help, trace_help="trace directories or globs (default: the embedded trace)"):
+    """The subparser of a command over traces that takes rules: its help, the rules' epilog, the
+    positional trace arguments."""
+    parser = sub.add_parser(name, help=help, epilog=_rules_epilog(), formatter_class=_Formatter)
+    parser.add_argument("trace", nargs="*", default=None, help=trace_help)
+    return parser
+
+
 def _write_result(args, result) -> None:
     """A study's result written into --out (its pages headed by the command), the paths printed."""
     if args.out:

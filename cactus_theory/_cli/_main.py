@@ -18,9 +18,8 @@ __all__ = ["build_parser", "commands", "main"]
 
 def commands() -> list:
     """The command modules of this package, in their ``ORDER`` (the order ``--help`` lists them)."""
-    from .. import _cli
-
-    found = [importlib.import_module(f"{_cli.__name__}.{info.name}") for info in pkgutil.iter_modules(_cli.__path__)
+    package, here = __name__.rpartition(".")[0], os.path.dirname(os.path.abspath(__file__))
+    found = [importlib.import_module(f"{package}.{info.name}") for info in pkgutil.iter_modules([here])
              if not info.name.startswith("_")]  # fmt: skip
     return sorted(found, key=lambda m: (getattr(m, "ORDER", 100), m.__name__))
 
@@ -49,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _explain(exc: BaseException):
     """(exit code, one line) for an expected failure: 2 for bad arguments or input, 1 for the rest."""
-    from .._data._trace import TraceError
+    from .._data._trace_format import TraceError
 
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     if isinstance(exc, (ValueError, TraceError, TypeError)):

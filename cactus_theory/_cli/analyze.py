@@ -10,7 +10,6 @@ from ._common import (
     _delta_help,
     _draft_mode_option,
     _floats,
-    _Formatter,
     _gate,
     _gate_option,
     _int_at_least,
@@ -18,10 +17,10 @@ from ._common import (
     _progress,
     _progress_options,
     _resamples,
-    _rules_epilog,
     _rules_option,
     _settings,
     _tasks_to_show,
+    _trace_command,
     _trace_inputs,
     _traces,
 )
@@ -31,18 +30,9 @@ ORDER = 3
 
 def add_parser(sub):
     """The subparser of this command."""
-    a = sub.add_parser(
-        "analyze",
-        help="acceptance, AL and emitted drift of rules on a trace",
-        epilog=_rules_epilog(),
-        formatter_class=_Formatter,
-    )
-    a.add_argument(
-        "trace",
-        nargs="*",
-        default=None,
-        help="trace directories or glob patterns, analysed as one set (default: the embedded trace)",
-    )
+    a = _trace_command(sub, "analyze", "acceptance, AL and emitted drift of rules on a trace",
+                       "trace directories or glob patterns, analysed as one set (default: the embedded "
+                       "trace)")  # fmt: skip
     _rules_option(a)
     a.add_argument("--delta", type=_floats, default=[0.25, 0.5, 1.0, 2.0], help=_delta_help())
     a.add_argument("--m", type=_ints, default=[4, 8, 20], help="drafted tokens per verification")

@@ -4,15 +4,11 @@ Its arguments, then the code that runs them."""
 from __future__ import annotations
 
 from ._common import (
-    _check_out,
     _Formatter,
     _int_at_least,
     _ints,
-    _progress,
+    _run_study,
     _study_options,
-    _trace_inputs,
-    _traces,
-    _write_result,
 )
 
 ORDER = 9
@@ -40,9 +36,5 @@ def add_parser(sub):
 def run(args) -> int:
     from .._studies._block_study import compare_block_verification
 
-    _check_out(args, _trace_inputs(args))
-    result = compare_block_verification(_traces(args), tuple(args.m), n_boot=args.bootstrap, block_paths=args.paths,
-                                        progress=_progress(args))  # fmt: skip
-    print(result.table())
-    _write_result(args, result)
-    return 0
+    return _run_study(args, compare_block_verification, ms=tuple(args.m), n_boot=args.bootstrap,
+                      block_paths=args.paths)  # fmt: skip

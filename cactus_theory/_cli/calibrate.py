@@ -75,7 +75,7 @@ def add_parser(sub):
 
 
 def _run_servers(args) -> int:
-    from .._analysis._plan import default_cost_path
+    from .._analysis._calibrations import default_cost_path
     from .._servers._calibrate import calibrate_server
 
     if args.verifier or args.draft:
@@ -113,7 +113,7 @@ def _finish(cost, out) -> int:
 
 
 def run(args) -> int:
-    from .._analysis._plan import default_cost_path
+    from .._analysis._calibrations import default_cost_path
     from .._models._calibrate import calibrate_cost
     from .._models._hf import load_model
 

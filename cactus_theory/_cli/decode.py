@@ -91,7 +91,9 @@ def run(args) -> int:
     from .._data._prompts import Prompt
     from .._laws._gate import gated_rule
     from .._laws._policies import make_draft_policy
-    from .._models._decode import NgramDrafter, answer_drift, check_chain_rule, decode_prompts, decoding_summary
+    from .._models._decode import NgramDrafter, check_chain_rule
+    from .._models._decode_prompts import decode_prompts
+    from .._models._decode_summary import answer_drift, decoding_summary
     from .._models._hf import load_model
     from .._rules import kind_of
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import os
 
-from .._analysis._plan import DEFAULT_COST_PROFILE
+from .._analysis._cost import DEFAULT_COST_PROFILE
 from ._common import (
     _analysed,
     _check_out,
     _delta_help,
     _draft_mode_option,
     _floats,
-    _Formatter,
     _gate,
     _gate_option,
     _int_at_least,
@@ -21,9 +20,9 @@ from ._common import (
     _progress,
     _progress_options,
     _resamples,
-    _rules_epilog,
     _rules_option,
     _tasks_to_show,
+    _trace_command,
     _trace_inputs,
     _traces,
 )
@@ -33,13 +32,8 @@ ORDER = 6
 
 def add_parser(sub):
     """The subparser of this command."""
-    pl = sub.add_parser(
-        "plan",
-        help="predicted wall-time speedup of every rule, delta and m on a trace, and the best setting",
-        epilog=_rules_epilog(),
-        formatter_class=_Formatter,
-    )
-    pl.add_argument("trace", nargs="*", default=None, help="trace directories or globs (default: the embedded trace)")
+    pl = _trace_command(sub, "plan", "predicted wall-time speedup of every rule, delta and m on a trace, and the best "
+                        "setting")  # fmt: skip
     costs = pl.add_mutually_exclusive_group()
     costs.add_argument("--cost", default=None, help="cost file from 'calibrate' (or written by hand)")
     costs.add_argument(
@@ -160,8 +154,10 @@ def _print_requests(args, cost, rows):
 def run(args) -> int:
     from .._analysis._analyze import analyze_trace, parse_rules
     from .._analysis._batch import checked_batch_size
+    from .._analysis._calibrations import cost_description, find_calibration_path
+    from .._analysis._cost import CostModel, load_cost
     from .._analysis._outputs import write_outputs
-    from .._analysis._plan import CostModel, cost_description, find_calibration_path, load_cost, predict_speedup
+    from .._analysis._plan import predict_speedup
     from .._laws._policies import AUTO_POLICIES, make_draft_policy
 
     # every argument is checked before the cost model is read, and the cost model before the work

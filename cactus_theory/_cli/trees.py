@@ -4,15 +4,11 @@ Its arguments, then the code that runs them."""
 from __future__ import annotations
 
 from ._common import (
-    _check_out,
     _Formatter,
     _int_at_least,
     _ints,
-    _progress,
+    _run_study,
     _study_options,
-    _trace_inputs,
-    _traces,
-    _write_result,
 )
 
 ORDER = 10
@@ -36,11 +32,10 @@ def add_parser(sub):
 def run(args) -> int:
     from .._studies._trees import compare_multi_draft
 
-    _check_out(args, _trace_inputs(args))
-    result = compare_multi_draft(_traces(args), ks=tuple(args.k), ms=tuple(args.m), k_bins=args.bins_k,
-                                 n_boot=args.bootstrap, progress=_progress(args))  # fmt: skip
-    for m in result.ms:
-        print(result.table(m))
-        print()
-    _write_result(args, result)
-    return 0
+    def show(result):
+        for m in result.ms:
+            print(result.table(m))
+            print()
+
+    return _run_study(args, compare_multi_draft, show, ks=tuple(args.k), ms=tuple(args.m), k_bins=args.bins_k,
+                      n_boot=args.bootstrap)  # fmt: skip

@@ -20,7 +20,9 @@ import numpy as np
 
 from .._util._files import refuse_overlap, termination_as_exception
 from .._util._progress import progress_bar
-from ._trace import RESUME_FIELDS, Trace, TraceError, TraceSequence, TraceWriter, _show, metadata_differences
+from ._trace import Trace, TraceSequence
+from ._trace_format import RESUME_FIELDS, TraceError, _show, metadata_differences
+from ._trace_writer import TraceWriter
 
 __all__ = [
     "MERGE_FIELDS",
@@ -364,7 +366,7 @@ def _part_record(t: Trace) -> dict:
 def _check_merge_resume(out, records) -> None:
     """A merge into an existing directory resumes only the same merge: refuse a trace that no merge
     wrote, and a merge of other parts (naming them)."""
-    from ._trace import _read_manifest
+    from ._trace_format import _read_manifest
 
     if not os.path.lexists(os.path.join(str(out), "manifest.json")):
         return

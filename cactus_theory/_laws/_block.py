@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._math._validation import host_probabilities
-from .._rules._protocol import as_rule
+from .._rules._registry import as_rule
 from ._lengths import BlockLength, accepted_lengths
 
 __all__ = ["BlockLength", "block_accepted_length", "greedy_draft"]

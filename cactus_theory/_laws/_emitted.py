@@ -10,7 +10,8 @@ from scipy import special
 
 from .._math._backend import namespace
 from .._math._kernels import position_metrics, windowed_accepted_length
-from .._rules._protocol import as_rule, kind_of
+from .._rules._protocol import kind_of
+from .._rules._registry import as_rule
 
 __all__ = [
     "StepMetrics",

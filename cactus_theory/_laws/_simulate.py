@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._math._validation import seeded_rng
-from .._rules._protocol import BONUS_POLICIES, as_rule, kind_of
+from .._rules._protocol import BONUS_POLICIES, kind_of
+from .._rules._registry import as_rule
 from ._gate import fallback_for
 
 __all__ = ["SimulationResult", "simulate"]

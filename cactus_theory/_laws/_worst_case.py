@@ -18,7 +18,7 @@ from .._math._divergences import divergence as _divergence
 from .._math._divergences import get_divergence
 from .._math._synthetic import _softmax
 from .._math._validation import seeded_rng
-from .._rules._protocol import as_rule
+from .._rules._registry import as_rule
 
 __all__ = ["WorstCase", "worst_case_drift", "worst_case_sweep"]
 

@@ -10,7 +10,7 @@ polynomial and nine squarings (about 2^-100), log by one Newton step on exp (abo
 ``kl_binary_dd(g, q)`` is B_KL(g; q) = g log(g / q) + (1 - g) log((1 - g) / (1 - q)) with an
 error bound of 1e-26 of |g log(g/q)| + |(1 - g) log((1 - g)/(1 - q))| (the terms before their
 cancellation), from log1p of (g - q) / q and -(g - q) / (1 - q), for q and 1 - g at least
-1e-280 (the caller leaves smaller ones to the long-double path); tests/test_dd.py checks it
+1e-280 (the caller leaves smaller ones to the long-double path); tests/math/test_dd.py checks it
 against mpmath at 60 digits. ``kl_binary_fast(g, q)`` is the same B to 2^-60 of itself at
 about a sixth of the cost (below). Every function is compiled with numba when it is installed,
 and plain Python otherwise.
@@ -50,7 +50,7 @@ _INV_FACT = (
     (2.50521083854417202e-08, -1.44881407093591197e-24),
 )
 #: The certification's bound, relative to the sum of the magnitudes of B's two terms (each term
-#: holds about 2^-98 of itself: dd_log's 2^-98 |log x|, dd_log1p's 2^-100; tests/test_dd.py).
+#: holds about 2^-98 of itself: dd_log's 2^-98 |log x|, dd_log1p's 2^-100; tests/math/test_dd.py).
 DD_BOUND = 1e-26
 
 

@@ -21,7 +21,8 @@ import numpy as np
 from scipy import optimize
 
 from ._divergences import FDivergence, get_divergence
-from ._kernels import HAVE_NUMBA, dd_residuals, exact_closed_gamma, exact_kl_gamma
+from ._gamma_kernels import dd_residuals, exact_closed_gamma, exact_kl_gamma
+from ._jit import HAVE_NUMBA
 from ._validation import as_delta, as_probability, broadcast
 
 __all__ = ["APPROX_METHODS", "GammaResult", "approx_gamma", "exact_gamma"]

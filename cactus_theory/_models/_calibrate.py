@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from .._analysis._plan import CostModel
+from .._analysis._cost import CostModel
 from .._util._files import utc_timestamp
 from .._util._machine import machine_sample, other_load
 

@@ -17,7 +17,8 @@ import time
 import numpy as np
 
 from .._data._prompts import prompt_seed, select_part
-from .._data._trace import DEFAULT_TOP_K, TraceError, TraceWriter
+from .._data._trace_format import DEFAULT_TOP_K, TraceError
+from .._data._trace_writer import TraceWriter
 from .._math._sampling import SamplingSettings
 from .._util._files import Terminated, json_lines, termination_as_exception, utc_timestamp
 from .._util._progress import progress_bar

@@ -6,7 +6,8 @@ import os
 
 import numpy as np
 
-from .._data._trace import TraceError, trace_from_arrays
+from .._data._trace_format import TraceError
+from .._data._trace_import import trace_from_arrays
 
 __all__ = ["import_logits"]
 

@@ -11,11 +11,12 @@ import importlib
 import pkgutil
 
 from .._math._logits import RuleLogits
-from ._protocol import BONUS_POLICIES, RULE_KINDS, BlockLaw, GeneralizedRule, Rule, as_rule, kind_of
+from ._protocol import BONUS_POLICIES, RULE_KINDS, BlockLaw, GeneralizedRule, Rule, kind_of
 from ._registry import (
     ENTRY_POINT_GROUP,
     RuleInfo,
     RulePluginWarning,
+    as_rule,
     available_rules,
     builtin_registration,
     load_plugins,

@@ -19,9 +19,11 @@ __all__ = [
     "SpSOneDraft",
     "block_inputs",
     "checked_logits",
+    "emitted_drift",
     "enumerated_block_lengths",
     "enumerated_block_survival",
     "gss_emitted",
+    "inverse_cdf_draws",
     "prefix_product_law",
     "prepare",
     "prepare_logits",
@@ -262,3 +264,35 @@ def enumerated_block_survival(rule, p, q, m, max_support):
         beyond = np.flip(np.cumsum(np.flip(np.asarray(law.accepted, dtype=np.float64), -1), -1), -1)
         out.append(weight @ beyond[:, 1:])
     return np.array(out, dtype=np.float64).reshape(-1, m)
+
+
+def emitted_drift(law, count, target, weight, *, renormalise=False):
+    """(KL, TV) per row of the token a block slot emits against the verifier's row there, weighted:
+    ``law`` (R, V) the unnormalised law of the emitted token, ``count`` (R,) its total (the slot's
+    reach: a probability, or a number of sampled blocks), ``target`` (R, V) q, ``weight`` (R,) what
+    each row's divergence counts for. pi = law / count (q where count is 0: the slot adds 0);
+    ``renormalise`` divides pi by its sum once more (a plug-in law from samples). KL is infinite
+    where pi puts mass on a token q excludes. The one formula the lossy block rules' drift goes
+    through (FLy exactly, HSD and MagicMTP from their samples)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pi = np.where(count[:, None] > 0, law / np.where(count > 0, count, 1.0)[:, None], target)
+        if renormalise:
+            pi = pi / pi.sum(-1, keepdims=True)
+        log = np.where(pi > 0, np.log(np.where(pi > 0, pi, 1.0) / np.where(target > 0, target, 1.0)), 0.0)
+    kl = weight * np.where((pi > 0) & (target <= 0), np.inf, pi * log).sum(-1)
+    tv = weight * 0.5 * np.abs(pi - target).sum(-1)
+    return kl, tv
+
+
+def inverse_cdf_draws(rng, probs, n):
+    """``n`` draws from each row of ``probs`` (T, V), (T, n) int64, by the inverse CDF: u ~ U[0, 1)
+    (``rng.random((T, n))``, rows in order), the token whose cumulative probability first exceeds u
+    (the row's CDF normalised to end at 1). The one sampler of the rules' Monte Carlo over drafted
+    blocks (block verification, HSD, MagicMTP)."""
+    cdf = np.cumsum(probs, axis=-1)
+    cdf /= cdf[:, -1:]
+    u = rng.random((probs.shape[0], n))
+    out = np.empty(u.shape, dtype=np.int64)
+    for t in range(probs.shape[0]):
+        out[t] = np.searchsorted(cdf[t], u[t], side="right")
+    return np.minimum(out, probs.shape[1] - 1)

@@ -56,7 +56,6 @@ from ._helpers import (
     slot_logits,
 )
 from ._reference import emitted_bruteforce
-from ._registry import _register, make_rule, register_base
 
 __all__ = [
     "BONUS_POLICIES",
@@ -64,8 +63,8 @@ __all__ = [
     "BlockLaw",
     "GeneralizedRule",
     "Rule",
-    "as_rule",
     "kind_of",
+    "on_rule_defined",
 ]
 
 BONUS_POLICIES = ("verifier", "relaxed")
@@ -78,6 +77,19 @@ BONUS_POLICIES = ("verifier", "relaxed")
 
 
 # --- the protocol ------------------------------------------------------------------------------
+
+
+#: Named rule classes in the order they were defined, and the callables told of each (the registry's:
+#: ``on_rule_defined``). The protocol knows nothing of the registry: it only announces its subclasses.
+_DEFINED: list = []
+_HOOKS: list = []
+
+
+def on_rule_defined(hook) -> None:
+    """Call ``hook(cls)`` for every named Rule subclass, those defined already first, then each new one."""
+    _HOOKS.append(hook)
+    for cls in list(_DEFINED):
+        hook(cls)
 
 
 @dataclass(frozen=True)
@@ -135,11 +147,10 @@ class Rule:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        name = cls.__dict__.get("name")
-        if name:
-            _register(name, cls, {})
-            for alias, fixed in cls.__dict__.get("aliases", {}).items():
-                _register(alias, cls, fixed)
+        if cls.__dict__.get("name"):  # a named rule class announces itself (the registry listens: ``on_rule_defined``)
+            _DEFINED.append(cls)
+            for hook in _HOOKS:
+                hook(cls)
 
     # -- what a rule needs ------------------------------------------------------------------
     @property
@@ -345,9 +356,6 @@ class Rule:
         return self.describe().split("(")[0]
 
 
-register_base(Rule)
-
-
 @dataclass(frozen=True)
 class GeneralizedRule(Rule):
     """Generalised speculative sampling with a surrogate h: accept with min(1, h(n)/p(n)), correct
@@ -426,19 +434,3 @@ RULE_KINDS = ("token", "block", "multi-draft")
 def kind_of(rule) -> str:
     """A rule's kind (``Rule.kind``); "token" for an object implementing only the four-method protocol."""
     return getattr(rule, "kind", "token")
-
-
-def as_rule(rule) -> Rule:
-    """A rule from a Rule, a spec string (``make_rule``) or an object implementing the protocol."""
-    if isinstance(rule, Rule):
-        return rule
-    if isinstance(rule, str):
-        return make_rule(rule)
-    missing = [
-        m for m in ("acceptance", "correction", "bonus_distribution", "emitted") if not callable(getattr(rule, m, None))
-    ]
-    if missing:
-        raise ValueError(
-            f"rule must implement acceptance, correction, bonus_distribution and emitted; {rule!r} lacks {missing}"
-        )
-    return rule

@@ -13,17 +13,15 @@ import functools
 import re
 import typing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from . import _spec as grammar
-
-if TYPE_CHECKING:
-    from ._protocol import Rule
+from ._protocol import Rule, on_rule_defined
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "RuleInfo",
     "RulePluginWarning",
+    "as_rule",
     "available_rules",
     "load_plugins",
     "make_rule",
@@ -207,19 +205,32 @@ def _hints(cls) -> dict:
     return typing.get_type_hints(cls)
 
 
-#: The base class of rules (``_protocol.Rule`` registers itself here when it is defined, so that
-#: the registry needs no import of the protocol).
-_BASE: list = []
-
-
-def register_base(cls) -> None:
-    """Record the rule base class (called once, by ``_protocol``)."""
-    _BASE[:] = [cls]
+def _register_class(cls) -> None:
+    """Register a named rule class under its name and aliases (``Rule`` announces each one)."""
+    _register(cls.__dict__["name"], cls, {})
+    for alias, fixed in cls.__dict__.get("aliases", {}).items():
+        _register(alias, cls, fixed)
 
 
 def is_rule(obj) -> bool:
-    """Whether ``obj`` is a rule object (an instance of the registered base class)."""
-    return bool(_BASE) and isinstance(obj, _BASE[0])
+    """Whether ``obj`` is a rule object (an instance of ``Rule``)."""
+    return isinstance(obj, Rule)
+
+
+def as_rule(rule) -> Rule:
+    """A rule from a Rule, a spec string (``make_rule``) or an object implementing the protocol."""
+    if isinstance(rule, Rule):
+        return rule
+    if isinstance(rule, str):
+        return make_rule(rule)
+    missing = [
+        m for m in ("acceptance", "correction", "bonus_distribution", "emitted") if not callable(getattr(rule, m, None))
+    ]
+    if missing:
+        raise ValueError(
+            f"rule must implement acceptance, correction, bonus_distribution and emitted; {rule!r} lacks {missing}"
+        )
+    return rule
 
 
 def make_rule(spec) -> Rule:
@@ -307,3 +318,6 @@ def make_rules(specs, grid=None) -> list[Rule]:
             rule = make_rule(spec)
             rules.append(dataclasses.replace(rule, **combo) if combo else rule)
     return rules
+
+
+on_rule_defined(_register_class)  # every named Rule subclass, defined already or later, registers

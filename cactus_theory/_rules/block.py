@@ -11,7 +11,7 @@ import numpy as np
 
 from .._math._kernels import block_weights_exact
 from .._math._validation import seeded_rng
-from ._helpers import SpSOneDraft, block_inputs
+from ._helpers import SpSOneDraft, block_inputs, inverse_cdf_draws
 from ._protocol import BlockLaw, Rule
 
 __all__ = ["BlockVerification"]
@@ -93,18 +93,6 @@ def _exact_expected_weights(p, q, m, max_support):
         probs = np.bincount(inverse, weights=mass, minlength=weights.size)
         out.append(float(weights @ probs))
     return out
-
-
-def _sample_tokens(rng, probs, n):
-    """n draws per row of ``probs`` (T, V), shape (T, n) (inverse CDF, rows in chunks)."""
-    out = np.empty((probs.shape[0], n), dtype=np.int64)
-    cdf = np.cumsum(probs, axis=-1)
-    cdf /= cdf[:, -1:]
-    chunk = max(1, (1 << 22) // max(n * probs.shape[1], 1))
-    for a in range(0, probs.shape[0], chunk):
-        u = rng.random((min(chunk, probs.shape[0] - a), n))
-        out[a : a + chunk] = (cdf[a : a + chunk, None, :] < u[..., None]).sum(axis=-1)
-    return np.minimum(out, probs.shape[1] - 1)
 
 
 @dataclass(frozen=True)
@@ -205,7 +193,7 @@ class BlockVerification(SpSOneDraft, Rule):
             todo.append(m)
         if todo:
             rng = seeded_rng(seed)
-            tokens = _sample_tokens(rng, p, n_paths)  # (T, n_paths)
+            tokens = inverse_cdf_draws(rng, p, n_paths)  # (T, n_paths)
             rows = np.arange(p.shape[0])[:, None]
             px, qx = p[rows, tokens], q[rows, tokens]
             with np.errstate(divide="ignore", invalid="ignore"):

@@ -9,7 +9,7 @@ import numpy as np
 
 from .._math._divergences import FDivergence, get_divergence
 from .._math._gamma import approx_gamma, exact_gamma
-from .._math._kernels import emitted_rows
+from .._math._row_kernels import emitted_rows
 from .._math._surrogate import surrogate_core
 from ._helpers import ratio_acceptance, ratio_acceptance_host
 from ._protocol import GeneralizedRule
@@ -45,7 +45,7 @@ def emitted_drafted_bonus(gamma, p, q, compiled=True, order=None, accept=None, o
     np.argsort). Exact up to rounding (sums of non-negative terms taken as
     differences of prefix sums: absolute error ~ V eps). With numba (``compiled``), the part
     after the two sorts runs as one compiled pass per row (rows in parallel), the same sums in
-    the same order (``tests/test_kernels.py`` checks both paths agree).
+    the same order (``tests/math/test_kernels.py`` checks both paths agree).
     """
     shape = q.shape
     gamma, p, q = (np.broadcast_to(x, shape).reshape(-1, shape[-1]) for x in (gamma, p, q))

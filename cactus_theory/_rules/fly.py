@@ -9,7 +9,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ._helpers import NUMPY, SpSOneDraft, block_inputs, ratio_acceptance, residual
+from ._helpers import NUMPY, SpSOneDraft, block_inputs, emitted_drift, ratio_acceptance, residual
 from ._protocol import BlockLaw, Rule
 
 __all__ = ["FLy", "top_entropy"]
@@ -203,11 +203,8 @@ class FLy(SpSOneDraft, Rule):
                 failing = 1.0 - native[:, j] - override[:, j] * ahead
                 law += (free * np.maximum(failing, 0.0))[:, None] * rest[rows]
                 mass = reach[:, j]
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    pi = np.where(mass[:, None] > 0, law / np.where(mass > 0, mass, 1.0)[:, None], q[rows])
-                    target = q[rows]
-                    log = np.where(pi > 0, np.log(np.where(pi > 0, pi, 1.0) / np.where(target > 0, target, 1.0)), 0.0)
-                kl += mass * np.where((pi > 0) & (target <= 0), np.inf, pi * log).sum(-1)
-                tv += mass * 0.5 * np.abs(pi - target).sum(-1)
+                slot_kl, slot_tv = emitted_drift(law, mass, q[rows], mass)
+                kl += slot_kl
+                tv += slot_tv
             out[m] = (kl, tv)
         return out

@@ -12,7 +12,14 @@ from typing import ClassVar
 import numpy as np
 
 from .._math._validation import seeded_rng
-from ._helpers import SpSOneDraft, block_inputs, enumerated_block_lengths, enumerated_block_survival
+from ._helpers import (
+    SpSOneDraft,
+    block_inputs,
+    emitted_drift,
+    enumerated_block_lengths,
+    enumerated_block_survival,
+    inverse_cdf_draws,
+)
 from ._protocol import BlockLaw, Rule
 from .block import drafted_ratios, lindley_weights, pass_law, residual_block
 
@@ -100,14 +107,8 @@ class HierarchicalSpeculativeDecoding(SpSOneDraft, Rule):
     def _paths(self, p, q, n_paths, seed):
         """Drafted tokens (T, n) shared by every start and m, their ratios, and Z's lookup."""
         rng = seeded_rng(seed)
-        positions, vocab = p.shape
-        cdf = np.cumsum(p, -1)
-        cdf /= cdf[:, -1:]
-        u = rng.random((positions, n_paths))
-        shift = 2.0 * np.arange(positions)[:, None]  # the rows' CDFs (in [0, 1]) one after the other
-        found = np.searchsorted((cdf + shift).ravel(), (u + shift).ravel(), side="right").reshape(u.shape)
-        drawn = np.minimum(found - vocab * np.arange(positions)[:, None], vocab - 1)
-        rows = np.arange(positions)[:, None]
+        drawn = inverse_cdf_draws(rng, p, n_paths)
+        rows = np.arange(p.shape[0])[:, None]
         return drawn, drafted_ratios(p[rows, drawn], q[rows, drawn]), _ResidualMass(p, q)
 
     def _window(self, r, mass, m):
@@ -184,14 +185,8 @@ class HierarchicalSpeculativeDecoding(SpSOneDraft, Rule):
             recovered = _residual_sum(p[rows], q[rows], weights, _by_slot(stop), mass, rows)
             emitted = emitted.reshape(starts * m, vocab) + recovered
             reached = _by_slot(beyond[..., :m]).sum(-1)
-            target = q[rows]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                pi = np.where(reached[:, None] > 0, emitted / np.where(reached > 0, reached, 1.0)[:, None], target)
-                pi = pi / pi.sum(-1, keepdims=True)
-                log = np.where(pi > 0, np.log(np.where(pi > 0, pi, 1.0) / np.where(target > 0, target, 1.0)), 0.0)
-            share = reached / n_paths
-            kl = (share * np.where((pi > 0) & (target <= 0), np.inf, pi * log).sum(-1)).reshape(starts, m).sum(-1)
-            tv = (share * 0.5 * np.abs(pi - target).sum(-1)).reshape(starts, m).sum(-1)
+            slot_kl, slot_tv = emitted_drift(emitted, reached, q[rows], reached / n_paths, renormalise=True)
+            kl, tv = slot_kl.reshape(starts, m).sum(-1), slot_tv.reshape(starts, m).sum(-1)
             out[m] = (values.mean(-1), values.std(-1, ddof=1) / np.sqrt(n_paths), kl, tv, beyond[..., 1:].mean(1))
         _MC_CACHE.clear()
         _MC_CACHE[key] = out

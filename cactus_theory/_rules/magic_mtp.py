@@ -11,7 +11,15 @@ from typing import ClassVar
 import numpy as np
 
 from .._math._validation import seeded_rng
-from ._helpers import NUMPY, SpSOneDraft, block_inputs, enumerated_block_survival, residual
+from ._helpers import (
+    NUMPY,
+    SpSOneDraft,
+    block_inputs,
+    emitted_drift,
+    enumerated_block_survival,
+    inverse_cdf_draws,
+    residual,
+)
 from ._protocol import BlockLaw, Rule
 from .block import drafted_ratios, lindley_weights
 
@@ -148,14 +156,9 @@ class MagicMTP(SpSOneDraft, Rule):
         if key in cache:
             return cache[key]
         rng = seeded_rng(seed)
-        positions, vocab = p.shape
+        positions = p.shape[0]
         top = max(ms)
-        cdf = np.cumsum(p, -1)
-        cdf /= cdf[:, -1:]
-        u = rng.random((positions, n_paths))
-        drawn = np.empty((positions, n_paths), dtype=np.int64)
-        for t in range(positions):
-            drawn[t] = np.minimum(np.searchsorted(cdf[t], u[t], side="right"), vocab - 1)
+        drawn = inverse_cdf_draws(rng, p, n_paths)
         rows = np.arange(positions)[:, None]
         r_px, r_qx = p[rows, drawn], q[rows, drawn]
         log_u = np.log(rng.random((positions, n_paths)))
@@ -214,13 +217,9 @@ class MagicMTP(SpSOneDraft, Rule):
                     rec = residual(NUMPY, value[:, None] * q[rows[owner]], p[rows[owner]])
                     np.add.at(law, owner, count[:, None] * rec)
             reached = (tau >= j).sum(-1)
-            target = q[rows]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                pi = np.where(reached[:, None] > 0, law / np.maximum(reached, 1)[:, None], target)
-                log = np.where(pi > 0, np.log(np.where(pi > 0, pi, 1.0) / np.where(target > 0, target, 1.0)), 0.0)
-            share = reached / n_paths
-            kl += share * np.where((pi > 0) & (target <= 0), np.inf, pi * log).sum(-1)
-            tv += share * 0.5 * np.abs(pi - target).sum(-1)
+            slot_kl, slot_tv = emitted_drift(law, reached, q[rows], reached / n_paths)
+            kl += slot_kl
+            tv += slot_tv
         return kl, tv
 
     def expected_block_lengths_for(self, p, q, ms, *, method="auto", n_paths=1024, seed=0, max_support=1_000_000):

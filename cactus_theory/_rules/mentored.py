@@ -8,7 +8,7 @@ from typing import ClassVar
 import numpy as np
 from scipy import special
 
-from .._math._kernels import mentored_rows
+from .._math._row_kernels import mentored_rows
 from ._helpers import prepare
 from ._protocol import GeneralizedRule
 

@@ -26,8 +26,9 @@ import numpy as np
 
 from .._math._validation import seeded_rng
 from ._helpers import SpSOneDraft, block_inputs
+from ._multidraft_protocol import MultiDraftLaw, MultiDraftRule
 from ._protocol import BlockLaw, Rule
-from .multidraft import MultiDraftLaw, MultiDraftRule, RecursiveRejectionSampling
+from .multidraft import RecursiveRejectionSampling
 
 __all__ = ["TraversalTree", "TraversalVerification", "full_tree", "sample_tree", "token_level_tree", "traverse"]
 

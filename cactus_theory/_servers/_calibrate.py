@@ -112,7 +112,7 @@ def _row_share(info) -> float:
 def calibrate_server(verifier_url, draft_url, *, batches=(1,), max_block=8, context=256, repeats=5, tokens=32,
                      prompt_lengths=(32, 128, 512), api_key_env=None, timeout=600.0, progress=None):  # fmt: skip
     """A ``CostModel`` of two llama-servers' own step times (see the module docstring)."""
-    from .._analysis._plan import CostModel
+    from .._analysis._cost import CostModel
 
     batches = sorted({int(b) for b in batches})
     if not batches or batches[0] < 1:

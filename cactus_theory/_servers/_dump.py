@@ -38,7 +38,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._data._prompts import prompt_seed
-from .._data._trace import DEFAULT_TOP_K, TraceError, TraceWriter
+from .._data._trace_format import DEFAULT_TOP_K, TraceError
+from .._data._trace_writer import TraceWriter
 from .._math._sampling import SamplingSettings
 from .._util._files import Terminated, termination_as_exception, utc_timestamp
 from .._util._progress import progress_bar

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from .._analysis._plan import DEFAULT_COST_PROFILE
+from .._analysis._cost import DEFAULT_COST_PROFILE
 from .._analysis._plotting import _delta_axis, rule_colours
 from .._analysis._plotting import figure_png as _png
 from .._analysis._results import interval
@@ -211,7 +211,9 @@ def _plans(trace, result):
     """{key: (title, Plan)}: this machine's calibration (when there is one; with its problems, if
     any, printed under the table) and a measured GPU profile (``GPU_PROFILE``), from ``result``,
     an analysis of ``trace`` at the m values of PLAN_MS."""
-    from .._analysis._plan import CostModel, find_calibration, predict_speedup
+    from .._analysis._calibrations import find_calibration
+    from .._analysis._cost import CostModel
+    from .._analysis._plan import predict_speedup
 
     plans = {}
     cost = find_calibration(trace)
@@ -242,7 +244,8 @@ def batch_section(result):
     """Markdown: per rule its best m and per-step throughput speedup at each of ``REPORT_BATCHES``
     under the GPU profile (batch 1 measured, larger batches modelled by the roofline fitted to the
     shipped profiles) and its break-even batch (``batch_plan`` / ``break_even``)."""
-    from .._analysis._plan import CostModel, batch_plan, break_even
+    from .._analysis._cost import CostModel
+    from .._analysis._plan import batch_plan, break_even
 
     plans = batch_plan(result, CostModel.from_profile(GPU_PROFILE), REPORT_BATCHES)
     lines = [

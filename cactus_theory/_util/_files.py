@@ -38,6 +38,7 @@ __all__ = [
     "check_output",
     "csv_text",
     "json_lines",
+    "machine_description",
     "pid_alive",
     "publish_directory",
     "read_text",
@@ -46,6 +47,7 @@ __all__ = [
     "sha256_file",
     "termination_as_exception",
     "utc_timestamp",
+    "write_results",
 ]
 
 TEMP_PREFIX = ".cactus_theory-"
@@ -446,3 +448,25 @@ def termination_as_exception():
     finally:
         for name, old in previous.items():
             signal.signal(getattr(signal, name), old)
+
+
+def machine_description() -> str:
+    """ "N cores, ARCH": the machine a results page was measured on, as the pages say it."""
+    import platform
+
+    return f"{os.cpu_count()} cores, {platform.machine()}"
+
+
+def write_results(directory, stem, *, markdown, data=None, png=None) -> list:
+    """A results page's files, each written atomically into ``directory`` (made if missing):
+    ``stem.md`` (``markdown``), ``stem.json`` (``data``: indented, keys sorted, values JSON cannot
+    hold written as text, a final newline) and ``stem.png`` (``png``: the figure's bytes). Returns
+    the paths written. The one writer of the scripts in ``experiments/``."""
+    os.makedirs(directory, exist_ok=True)
+    written = [atomic_write(os.path.join(directory, f"{stem}.md"), markdown)]
+    if data is not None:
+        text = json.dumps(data, indent=1, sort_keys=True, default=str) + "\n"
+        written.append(atomic_write(os.path.join(directory, f"{stem}.json"), text))
+    if png is not None:
+        written.append(atomic_write(os.path.join(directory, f"{stem}.png"), png))
+    return written

@@ -107,7 +107,7 @@ class LlamaServer:
         if self.process is not None and self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)
             try:
-                self.process.wait(timeout=30)
+                self.process.wait(timeout=30)  # then SIGKILL: a clean-up, not a check
             except subprocess.TimeoutExpired:
                 self.kill()
 

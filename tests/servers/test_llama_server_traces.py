@@ -20,6 +20,7 @@ import threading
 import numpy as np
 import pytest
 from conftest import FakeServer, llama_server
+from locations import HANG_GUARD
 
 from cactus_theory import SamplingSettings, load_trace
 
@@ -130,7 +131,7 @@ class _KillAfter:
 
         self.server, self.after, self.answered = server, after, 0
         self.lock = threading.Lock()
-        self.http = httpx.Client(timeout=60)
+        self.http = httpx.Client(timeout=HANG_GUARD)  # the server answers or is dead: no budget
 
         def handler(method, path, body, headers):
             if path.startswith("/completion") and self.answered >= self.after:

@@ -1,0 +1,364 @@
+"""Every script in experiments/ runs on a tiny input, so that a rename cannot silently break the
+scripts behind the docs' numbers. The real models are replaced by tiny random GGUF files with the
+Qwen pair's file names (delivered through fetch_models.py's own join-and-verify path from fake
+wheels), the benchmark files by the fixtures in tests/fixtures/benchmarks, the embedded trace by a
+small synthetic one. Nothing is downloaded and nothing in the repository is written."""
+
+import hashlib
+import importlib.util
+import json
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+from locations import FIXTURES, HANG_GUARD, ROOT
+
+from cactus_theory import SamplingSettings, Trace, trace_from_arrays
+from cactus_theory._cli import main
+
+EXPERIMENTS = ROOT / "experiments"
+BENCHMARKS = FIXTURES / "benchmarks"
+PAIR = ("qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m")
+
+
+def script(name):
+    """An experiment script as a module (its ``main(argv)`` is what the command line runs)."""
+    spec = importlib.util.spec_from_file_location(f"experiment_{name}", EXPERIMENTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_script_has_a_smoke_test():
+    here = pathlib.Path(__file__).read_text()
+    for path in EXPERIMENTS.iterdir():
+        if path.suffix == ".py":
+            assert f'script("{path.stem}")' in here, f"{path.name} has no smoke test"
+        elif path.suffix == ".sh":
+            assert path.name in here, f"{path.name} has no smoke test"
+    assert not any("cactus_theory._" in p.read_text() for p in EXPERIMENTS.iterdir()), "a script uses private API"
+
+
+# --- a tiny trace in place of the embedded one --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_trace(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    lengths = [int(x) for x in rng.integers(20, 40, size=8)]
+    target = rng.normal(size=(sum(lengths), 48)) * 3
+    draft = target + rng.normal(size=target.shape)
+    tokens = rng.integers(0, 48, size=sum(lengths))
+    directory = tmp_path_factory.mktemp("trace") / "tiny"
+    trace_from_arrays(
+        directory, draft, target, tokens, sequence_lengths=lengths, top_k=24,
+        ids=[f"{t}-{i}" for i, t in enumerate(["gsm8k", "humaneval"] * 4)], tasks=["gsm8k", "humaneval"] * 4,
+        metadata={"sampling": SamplingSettings(temperature=0.6, top_k=20, top_p=0.95).as_dict(), "max_new_tokens": 40},
+    )  # fmt: skip
+    return str(directory)
+
+
+def test_rules_comparison(tiny_trace, tmp_path):
+    script("rules_comparison").main(["--trace", tiny_trace, "--out-dir", str(tmp_path), "--processes", "1",
+                                     "--bootstrap", "100"])  # fmt: skip
+    comparison = json.loads((tmp_path / "rules_comparison.json").read_text())
+    assert {r["rule"] for r in comparison["rows"]} >= {"sps", "cactus(delta=1)", "always-accept"}
+    assert "--trace" in (tmp_path / "rules_comparison.md").read_text()
+
+
+def test_multi_draft(tiny_trace, tmp_path):
+    script("multi_draft").main(["--trace", tiny_trace, "--out", str(tmp_path), "--bootstrap", "100", "--k", "1", "3",
+                                "--m", "2"])  # fmt: skip
+    data = json.loads((tmp_path / "multi_draft.json").read_text())
+    assert {(r["method"], r["k"]) for r in data["rows"]} >= {("optimum (i.i.d.)", 1), ("eagle-tree", 3)}
+    assert (tmp_path / "multi_draft.png").stat().st_size > 0
+
+
+def test_rejection_sources(tiny_trace, capsys):
+    script("rejection_sources").main(["--trace", tiny_trace, "--rules", "sps,cactus"])
+    assert "| sps |" in capsys.readouterr().out
+
+
+def test_approx_gamma_errors(tmp_path):
+    script("approx_gamma_errors").main(["--out", str(tmp_path / "errors.md")])
+    assert "taylor" in (tmp_path / "errors.md").read_text()
+
+
+def test_verify_exact_gamma(capsys, monkeypatch):
+    module = script("verify_exact_gamma")
+    module.main(["--points", "90"])
+    builtin = {"kl", "reverse_kl", "chi2", "hellinger", "js"}  # (another test may have registered one more)
+    rows = [r for r in (line.split() for line in capsys.readouterr().out.splitlines()[1:]) if r[0] in builtin]
+    assert {r[0] for r in rows} == builtin
+    assert all(r[2] == "0" and r[5] == "0" for r in rows)  # no overspend; none feasible 3 floats up
+    # the check can fail: gammas three floats too high overspend
+    exact = module.exact_gamma
+    monkeypatch.setattr(module, "exact_gamma", lambda q, d, name: np.minimum(
+        np.nextafter(np.nextafter(np.nextafter(exact(q, d, name), 2), 2), 2), 1.0))  # fmt: skip
+    over, *_ = module.check("kl", 90, 0)
+    assert over > 0
+
+
+def test_gamma_worst_case(tmp_path):
+    script("gamma_worst_case").main(["--quick", "--out-dir", str(tmp_path)])
+    assert (tmp_path / "gamma_worst_case.csv").read_text().count("\n") > 2
+
+
+@pytest.mark.torch
+def test_bench_quick(capsys):
+    script("bench").main(["--quick", "--repeats", "1"])
+    out = capsys.readouterr().out
+    assert "the plain NumPy Taylor expression" in out and "load: " in out
+    assert "| target | measured | status |" in out and "exact KL gamma <= 10x" in out
+
+
+@pytest.mark.distributed
+def test_cluster_example_sh():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "BIN": os.path.dirname(sys.executable), "POSITIONS": "3000", "PORT": str(port)}
+    done = subprocess.run(["bash", str(EXPERIMENTS / "cluster_example.sh")], env=env, capture_output=True, text=True,
+                          timeout=HANG_GUARD)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "analysis on the cluster" in done.stdout
+
+
+# --- the model pair: tiny GGUF files under the real names, through fetch_models.py ----------------------
+
+
+def _fake_wheels(directory, name, data, parts, pattern, version):
+    """Wheels like the PyPI packages: one raw slice of the GGUF file each."""
+    size = -(-len(data) // parts)
+    for i in range(1, parts + 1):
+        package = pattern.format(i).replace("-", "_")
+        with zipfile.ZipFile(directory / f"{package}-{version}-py3-none-any.whl", "w") as zf:
+            zf.writestr(f"{package}/data/part{i:02d}.bin", data[(i - 1) * size : i * size])
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """The cache of fetch_models.py: models/<Qwen names>.gguf, tiny random models."""
+    from tiny_models import tiny_model, write_tiny_gguf
+
+    fetch = script("fetch_models")
+    cache = tmp_path_factory.mktemp("cache")
+    (cache / "wheels").mkdir()
+    built = {
+        PAIR[0]: write_tiny_gguf(tiny_model(4), cache / "v.gguf"),
+        PAIR[1]: write_tiny_gguf(tiny_model(5, layers=1), cache / "d.gguf"),
+    }
+    fetch.MODELS = {PAIR[0]: ("fake-verifier-part{}", "0.1", 3), PAIR[1]: ("fake-draft-part{}", "0.1", 2)}
+    fetch.PINNED = {}
+    for name, path in built.items():
+        data = pathlib.Path(path).read_bytes()
+        pattern, version, parts = fetch.MODELS[name]
+        _fake_wheels(cache / "wheels", name, data, parts, pattern, version)
+        fetch.PINNED[name] = hashlib.sha256(data).hexdigest()
+    fetch.main(["--cache", str(cache)])
+    for name, path in built.items():
+        assert (cache / "models" / f"{name}.gguf").read_bytes() == pathlib.Path(path).read_bytes()
+    pinned = fetch.PINNED[PAIR[1]]
+    fetch.PINNED[PAIR[1]] = "0" * 64  # a changed package is refused, and the cached file is kept
+    with pytest.raises(RuntimeError, match="not the pinned"):
+        fetch.fetch(str(cache))
+    fetch.PINNED[PAIR[1]] = pinned
+    fetch.fetch(str(cache))  # cached: nothing is joined again
+    return str(cache / "models")
+
+
+@pytest.mark.models
+def test_fetch_models(models):
+    assert sorted(os.listdir(models)) == sorted(f"{n}.gguf{x}" for n in PAIR for x in ("", ".sha256", ".source.json"))
+
+
+@pytest.mark.models
+def test_the_real_pair_pipeline_on_tiny_models(models, tmp_path, capsys):
+    data = str(BENCHMARKS)
+    trace = tmp_path / "trace"
+    script("dump_real_trace").main(["--models", models, "--data", data, "--per-task", "1", "--max-new-tokens", "4",
+                                    "--dtype", "float32", "--out", str(trace)])  # fmt: skip
+    assert len(Trace(trace)) == 3
+    script("block_verification").main(["--trace", str(trace), "--out", str(tmp_path), "--bootstrap", "100", "--decode",
+                                       "--data", data, "--models", models, "--prompts", "2", "--max-new-tokens", "8",
+                                       "--dtype", "float32"])  # fmt: skip
+    first = json.loads((tmp_path / "block_verification.json").read_text())["decoding"]
+    assert set(first["rules"]) == {"sps", "block"}
+    # the measured rows read back (--decoding) give the same page without the models
+    rows = tmp_path / "measured.json"
+    rows.write_text(json.dumps({k: first[k] for k in ("prompts", "max_new_tokens", "rules")}))
+    again = tmp_path / "again"
+    script("block_verification").main(["--trace", str(trace), "--out", str(again), "--bootstrap", "100",
+                                       "--decoding", str(rows)])  # fmt: skip
+    assert json.loads((again / "block_verification.json").read_text())["decoding"]["rules"] == first["rules"]
+    assert "--decoding" in (again / "block_verification.md").read_text()
+    script("embed_trace").main(["--trace", str(trace), "--models", models, "--target", str(tmp_path / "embedded")])
+    assert Trace(tmp_path / "embedded").metadata["verifier"]["name"] == PAIR[0]
+    decoding = tmp_path / "decoding"
+    common = ["--data", data, "--models", models, "--cache", str(decoding), "--gsm8k", "1", "--humaneval", "1",
+              "--max-new-tokens", "6", "--dtype", "float32"]  # fmt: skip
+    script("real_decoding_table").main([*common, "--m", "2", "--out", str(tmp_path / "table.md")])
+    assert "| humaneval | cactus-ngram | 1 |" in (tmp_path / "table.md").read_text()
+    outputs = tmp_path / "outputs"
+    script("dump_output_trace").main([*common, "--out", str(outputs)])
+    assert len(Trace(outputs)) >= 1
+    args = [
+        "--cache",
+        str(decoding),
+        "--trace",
+        str(outputs),
+        "--m",
+        "2",
+        "--runs",
+        "20",
+        "--out",
+        str(tmp_path / "dvs.md"),
+    ]
+    script("decoding_vs_simulation").main(args)
+    assert (tmp_path / "dvs.md").exists()
+    cost = tmp_path / "cost.json"
+    assert main(["calibrate", "--verifier", f"{models}/{PAIR[0]}.gguf", "--draft", f"{models}/{PAIR[1]}.gguf",
+                 "--dtype", "float32", "--max-block", "9", "--context", "16", "--repeats", "2", "--prompt-lengths",
+                 "8,16", "--out", str(cost), "--quiet"]) == 0  # fmt: skip
+    script("plan_vs_reality").main(["--data", data, "--models", models, "--cost", str(cost), "--trust-cost",
+                                    "--max-new-tokens", "4", "--heldout-trace", str(tmp_path / "heldout"), "--records",
+                                    str(tmp_path / "records.jsonl"), "--out", str(tmp_path), "--bootstrap", "100",
+                                    "--dtype", "float32", "--mt-bench", "1",
+                                    "--translation", "1", "--qa", "0"])  # fmt: skip
+    result = json.loads((tmp_path / "plan_vs_reality.json").read_text())
+    assert {r["task"] for r in result["rows"]} == {"translation"} and result["gpu_profile"]
+    assert all(r["predicted_lo"] <= r["predicted"] <= r["predicted_hi"] for r in result["rows"])
+    assert all(np.isfinite(r["own_predicted"]) for r in result["rows"])  # from the trace of the held-out prompts
+    capsys.readouterr()
+    script("model_load_times").main(["--models", models, "--cache", str(tmp_path / "load-cache")])
+    assert "| same logits |" in capsys.readouterr().out
+    shutil.rmtree(tmp_path / "load-cache")
+
+
+def test_engine_rules(tiny_trace, tmp_path):
+    script("engine_rules").main(["--trace", tiny_trace, "--out", str(tmp_path), "--bootstrap", "100", "--m", "4"])
+    data = json.loads((tmp_path / "engine_rules.json").read_text())
+    tv = {(r["case"], r["m"]): r["tv"] for r in data["exact"]}
+    toy = tv[("toy pair (Sun et al.)", 2)]
+    assert toy["block"] < 1e-12 and toy["magic-mtp"] > 0.1  # lossless against not, exactly
+    rules = {r["rule"] for r in data["rows"]}
+    assert {"sps", "block", "magic-mtp(recovery=block)"} <= rules
+    assert (tmp_path / "engine_rules.png").stat().st_size > 0 and "paired" in (tmp_path / "engine_rules.md").read_text()
+
+
+def test_sequence_rules(tiny_trace, tmp_path):
+    script("sequence_rules").main(["--trace", tiny_trace, "--out", str(tmp_path), "--bootstrap", "100", "--m", "4",
+                                   "--tree-paths", "4"])  # fmt: skip
+    data = json.loads((tmp_path / "sequence_rules.json").read_text())
+    toy = {(r["case"], r["m"]): r["tv"] for r in data["exact"]}[("toy pair (Sun et al.)", 2)]
+    assert toy["block"] < 1e-12 and toy["traversal"] < 1e-12 and toy["hsd"] > 0.05
+    chains = {(r["draft_mode"], r["rule"]): r for r in data["chains"]}
+    assert abs(chains[("sampled", "traversal")]["al"] - chains[("sampled", "block")]["al"]) < 1e-12
+    assert chains[("sampled", "hsd")]["al"] >= chains[("sampled", "block")]["al"] - 0.05
+    assert {(r["k"], r["m"]) for r in data["trees"]} >= {(2, 2), (3, 3)}
+    assert all(r["gain_lo"] <= r["gain"] <= r["gain_hi"] for r in data["trees"])
+    assert {r.get("draft_policy") for r in data["adaptive"]} >= {None, "adaptive-verify"}
+    assert (tmp_path / "sequence_rules.png").stat().st_size > 0
+
+
+def test_batch_gpu(tiny_trace, tmp_path):
+    script("batch_gpu").main(["--trace", tiny_trace, "--out", str(tmp_path), "--bootstrap", "100"])
+    data = json.loads((tmp_path / "batch_gpu.json").read_text())
+    assert len(data["fit"]["rows"]) == 12 and 0 < data["fit"]["efficiency"] <= 1
+    for _, curves in data["pairs"]:
+        assert {c["rule"] for c in curves} >= {"sps", "cactus(delta=1)"}
+        assert all(p["lo"] <= p["speedup"] <= p["hi"] for c in curves for p in c["points"])
+    assert {r["batch"] for r in data["requests"]} == {1, 8, 32, 128}
+    assert (tmp_path / "batch_gpu.png").stat().st_size > 0 and "break-even" in (tmp_path / "batch_gpu.md").read_text()
+
+
+@pytest.mark.models
+@pytest.mark.llamacpp
+def test_llamacpp_vs_hf(models, tmp_path):
+    script("llamacpp_vs_hf").main(["--models", models, "--data", str(BENCHMARKS), "--prompts", "2", "--decode-prompts",
+                                   "2", "--max-new-tokens", "4", "--m", "2", "--batch", "2", "--dtype", "float32",
+                                   "--repeats", "1", "--max-block", "2", "--bootstrap", "100",
+                                   "--out", str(tmp_path)])  # fmt: skip
+    result = json.loads((tmp_path / "llamacpp.json").read_text())
+    assert {r["engine"] for r in result["decoding"]} == {"hf", "llama.cpp"}
+    assert {r["batch"] for r in result["decoding"]} == {1, 2}
+    # the tiny pair's GGUF weights are float32: the engines agree up to llama.cpp's float16 cache
+    assert result["agreement"]["llama.cpp"]["kl_max"] < 1e-3 and result["agreement"]["llama.cpp"]["positions"] == 8
+    assert "| load, verifier first |" in (tmp_path / "llamacpp.md").read_text()
+
+
+@pytest.mark.models
+@pytest.mark.llamacpp
+def test_dump_spec_bench_trace_and_the_per_category_held_out_check(models, tmp_path):
+    data = str(BENCHMARKS)
+    script("dump_spec_bench_trace").main(["--models", models, "--data", data, "--per-category", "1",
+                                          "--max-new-tokens", "3", "--out", str(tmp_path / "spec")])  # fmt: skip
+    trace = Trace(tmp_path / "spec")
+    assert sorted(s["task"] for s in trace.manifest["sequences"]) == sorted(
+        ["translation", "summarization", "qa", "math_reasoning", "rag"]
+    )
+    assert trace.metadata["engine"] == "llama.cpp"
+    cost = tmp_path / "cost.json"
+    assert main(["calibrate", "--engine", "llama.cpp", "--verifier", f"{models}/{PAIR[0]}.gguf", "--draft",
+                 f"{models}/{PAIR[1]}.gguf", "--max-block", "9", "--context", "16", "--repeats", "2",
+                 "--prompt-lengths", "8,16", "--out", str(cost), "--quiet", "--batch", "1,2"]) == 0  # fmt: skip
+    trace = tmp_path / "trace"  # the prediction's trace: the first prompt of each task; the held-out ones after it
+    script("dump_real_trace").main(["--models", models, "--data", data, "--per-task", "1", "--max-new-tokens", "4",
+                                    "--dtype", "float32", "--out", str(trace)])  # fmt: skip
+    script("batch_vs_reality").main(["--data", data, "--models", models, "--cost", str(cost), "--trust-cost",
+                                     "--trace", str(trace), "--prompts", "2", "--batch", "1", "2", "--m", "2",
+                                     "--max-new-tokens", "4", "--bootstrap", "100",
+                                     "--out", str(tmp_path)])  # fmt: skip
+    rows = json.loads((tmp_path / "batch_vs_reality.json").read_text())["rows"]
+    assert {(r["batch"], r["rule"]) for r in rows} == {(b, x) for b in (1, 2) for x in ("sps", "cactus(delta=1)")}
+    assert all(r["predicted_lo"] <= r["predicted"] <= r["predicted_hi"] and r["measured"] > 0 for r in rows)
+    script("plan_vs_reality").main(["--data", data, "--models", models, "--cost", str(cost), "--trust-cost",
+                                    "--engine", "llama.cpp", "--categories", "translation,qa", "--per-category", "1",
+                                    "--mt-bench", "0", "--max-new-tokens", "4", "--heldout-trace",
+                                    str(tmp_path / "heldout"), "--records", str(tmp_path / "records.jsonl"),
+                                    "--out", str(tmp_path), "--bootstrap", "100",
+                                    "--name", "per_category"])  # fmt: skip
+    result = json.loads((tmp_path / "per_category.json").read_text())
+    assert {r["task"] for r in result["rows"]} == {"translation", "qa"}
+    # the embedded trace set holds these categories: each row's AL comes from its own task
+    assert {r["al_source"] for r in result["rows"]} == {"translation", "qa"}
+    assert "--engine llama.cpp" in (tmp_path / "per_category.md").read_text()
+
+
+def _llama_server():
+    """llama-server for the referee's smoke test: $CACTUS_LLAMA_SERVER (scripts/check.sh builds and exports it), or
+    the build script's cache; skipped without one, except in CI."""
+    import glob
+
+    found = os.environ.get("CACTUS_LLAMA_SERVER")
+    if not found:
+        home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        found = next(iter(sorted(glob.glob(os.path.join(home, "cactus_theory", "llama-server", "*", "llama-server")))),
+                     None)  # fmt: skip
+    if not found or not os.access(found, os.X_OK):
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail("needs llama-server: python scripts/build_llama_server.py")
+        pytest.skip("needs llama-server: python scripts/build_llama_server.py")
+    return found
+
+
+@pytest.mark.llamacpp
+@pytest.mark.servers
+def test_referee_llama_server(models, tmp_path):
+    binary = _llama_server()
+    script("referee_llama_server").main(["--data", str(BENCHMARKS), "--models", models, "--server-binary", binary,
+                                         "--out", str(tmp_path), "--parallel", "1,2", "--mbpp", "2", "--mt-bench",
+                                         "1", "--max-new-tokens", "8", "--n-max", "2", "--p-min", "0.2",
+                                         "--threads", "1", "--context", "32"])  # fmt: skip
+    cells = json.loads((tmp_path / "referee_llama_server.json").read_text())["cells"]
+    assert [c["parallel"] for c in cells] == [1, 2]
+    for cell in cells:
+        assert 0 <= cell["measured"]["acceptance"][0] <= 1 and 0 <= cell["predicted"]["acceptance"][0] <= 1
+        assert cell["measured"]["speedup"][0] > 0 and cell["tokens"]["spec"] > 0
+    assert "| 2 | speedup over the verifier alone |" in (tmp_path / "referee_llama_server.md").read_text()

@@ -1,0 +1,62 @@
+"""Small random traces the tests build on disk: models' metadata, logits, traces with given ids and tasks, a
+trace split into parts as ``--part`` dumps make them, and a row-by-row comparison of analyses."""
+
+import numpy as np
+
+from cactus_theory import SamplingSettings, prompt_part, trace_from_arrays
+
+SAMPLING = {"sampling": SamplingSettings(temperature=1.0, top_k=8, top_p=1.0).as_dict()}
+
+
+def trace_metadata(**extra):
+    return {
+        "verifier": {"name": "v", "files": {"v.bin": {"sha256": "a" * 64, "bytes": 1}}},
+        "draft": {"name": "d", "files": {"d.bin": {"sha256": "b" * 64, "bytes": 1}}},
+        "tokenizer_sha256": "c" * 64,
+        "seed": 0,
+        **SAMPLING,
+        **extra,
+    }
+
+
+def random_logits(rng, n, vocab=40):
+    target = rng.normal(size=(n, vocab)) * 2
+    draft = target + rng.normal(size=(n, vocab))
+    return draft, target, rng.integers(0, vocab, size=n)
+
+
+def random_trace(directory, seed, ids, tasks=None, metadata=None, lengths=None, shard_positions=None):
+    rng = np.random.default_rng(seed)
+    lengths = lengths or [int(x) for x in rng.integers(6, 15, size=len(ids))]
+    draft, target, tokens = random_logits(rng, sum(lengths))
+    trace = trace_from_arrays(
+        directory,
+        draft,
+        target,
+        tokens,
+        sequence_lengths=lengths,
+        ids=ids,
+        tasks=tasks or ["math" if i % 2 else "code" for i in range(len(ids))],
+        top_k=16,
+        metadata=metadata or trace_metadata(),
+    )
+    return trace
+
+
+def same_rows(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x.keys() == y.keys()
+        for key in x:
+            assert x[key] == y[key] or (x[key] != x[key] and y[key] != y[key]), (key, x[key], y[key])
+
+
+def split_parts(tmp_path, n=3):
+    ids = [f"q-{i}" for i in range(12)]
+    dirs = []
+    for k in range(1, n + 1):
+        mine = [i for i in ids if prompt_part(i, n) == k]
+        d = tmp_path / f"part-{k}"
+        random_trace(d, k, mine, metadata=trace_metadata(part=f"{k}/{n}", created=f"2026-01-0{k}"))
+        dirs.append(str(d))
+    return dirs

@@ -492,6 +492,14 @@ def bench_scaling(positions=100_000):
             return analyze_trace(big, rules, ms=(4, 8, 20), n_boot=1000, progress=False, **kw)
 
         times = {f"{n} process{'es' if n > 1 else ''}": once(lambda n=n: analysis(processes=n)) for n in (1, 2)}
+        # the whole analysis in a fresh process: its peak resident memory (reading, the shards one at a time,
+        # the per-sequence sums and the bootstrap), bounded by a shard's size, not the trace's
+        code = ("import sys, resource; from cactus_theory import analyze_trace, parse_rules; "
+                "analyze_trace(sys.argv[1], parse_rules('sps,tas,cactus,cactus-exact,mentored', (0.5, 1.0)), "
+                "ms=(4, 8, 20), n_boot=1000, progress=False); "
+                "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")  # fmt: skip
+        peak_rss = int(subprocess.run([sys.executable, "-c", code, big.directory], check=True, capture_output=True,
+                                      text=True).stdout.split()[-1]) / 1024  # fmt: skip
         for n in (1, 2):
             client, cluster = local_dask_cluster(n)
             times[f"Dask, {n} worker{'s' if n > 1 else ''}"] = once(lambda client=client: analysis(client=client))
@@ -521,6 +529,12 @@ def bench_scaling(positions=100_000):
             f"tracemalloc; a Dask worker's resident memory after the run: {rss:,.0f} MiB (interpreter, "
             "libraries, kernels)",
         ),
+        (
+            f"peak resident memory of the whole analysis of {n:,} positions in one process",
+            f"{peak_rss:,.0f} MiB",
+            f"{peak_rss * 1024 / n:,.2f} KiB per position of the trace",
+            "ru_maxrss of a fresh process running analyze_trace on the trace above (1 process)",
+        ),
     ]
     return rows
 
@@ -533,6 +547,7 @@ def main(argv=None):
     parser.add_argument("--scaling-only", action="store_true", help="only the processes / Dask scaling rows")
     parser.add_argument("--gamma-only", action="store_true", help="only the exact-gamma rows")
     parser.add_argument("--sampling-only", action="store_true", help="only the sampling-step rows")
+    parser.add_argument("--positions", type=int, default=100_000, help="positions of the scaling rows' synthetic trace")
     args = parser.parse_args(argv)
     import torch
 
@@ -548,7 +563,7 @@ def main(argv=None):
     if torch.cuda.is_available():
         rows += bench_rules(args.repeats, devices=(("cuda", "float32"), ("cuda", "bfloat16")))
     if args.scaling_only:
-        rows += bench_scaling()
+        rows += bench_scaling(args.positions)
     elif args.gamma_only:
         rows += bench_gamma(args.repeats, 20_000 if args.quick else 1_000_000)
     elif args.sampling_only:
@@ -561,7 +576,7 @@ def main(argv=None):
             rows += bench_rules(args.repeats) + bench_gamma(args.repeats, 1_000_000)
             rows += bench_trace_stats(args.repeats, 1_000_000) + bench_emitted(args.repeats, VOCAB)
             rows += bench_sampling(args.repeats, VOCAB)
-            rows += bench_analysis(3) + bench_scaling()
+            rows += bench_analysis(3) + bench_scaling(args.positions)
     load = other_load(started, machine_sample())
     print("| what | ratio | ratio | note |")
     print("|---|---|---|---|")

@@ -16,7 +16,7 @@ from .._laws._block import draft_rows
 from .._laws._emitted import block_sums, step_metrics
 from .._laws._gate import gated_rule
 from .._laws._lengths import accepted_lengths
-from .._laws._policies import draft_features, policy_blocks, renewal_steps
+from .._laws._policies import draft_features, fixed_blocks, policy_blocks, renewal_steps_many
 from .._math._kernels import block_pass
 from .._math._sampling import SamplingSettings
 from .._rules import kind_of, optimal_acceptances
@@ -235,6 +235,7 @@ def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, po
     # rules whose accepted length is their own law over whole blocks or trees, not the prefix product
     whole = kind == "block" or _judges_whole_tree(rule)
     out = []
+    survival_all, policy_all = {}, {}  # per m (and policy): the batch's stacked inputs of the steps' solve
     for i in range(rows.sequences):
         span = rows.span(i)
         stats = RuleStats(**{name: float(v[i]) for name, v in sums.items()}, logits_exact=float(exact[i]),
@@ -285,37 +286,52 @@ def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, po
             if block_drift is not None:
                 block.kl_sum, block.tv_sum = (float(np.sum(v[:starts])) for v in block_drift[m])
             b_m = beta[:m] if slots else beta
-            # the steps decoding takes (the planner's one path for fixed blocks and policies alike), from the
-            # first generated position to the last start where a whole block fits, as the start average counts
-            first = 1 if positions - m >= 1 else 0
-            span_steps = {"start": first, "stop": max(positions - m, first)}
-            if not whole:
-                _, drafted, forwards = policy_blocks(None, seq_p, b_m, m)
-                _set_steps(block, renewal_steps(b_m, drafted, forwards, m, **span_steps))
-            elif lengths[m].survival is not None:  # a whole-block or whole-tree rule's own law per start
+            # the steps decoding takes (the planner's one path for fixed blocks and policies alike): summed after
+            # the loop for the whole batch at once (``renewal_steps_many``); here each sequence's own inputs
+            if whole and lengths[m].survival is not None:  # a whole-block or whole-tree rule's law per start
                 survival = lengths[m].survival
-                drafted = np.minimum(m, positions - np.arange(positions))
-                full = np.zeros(positions)
-                full[: survival.shape[0]] = np.where(survival.shape[1] == m, survival[:, -1], 0.0)
-                _set_steps(block, renewal_steps(None, drafted, drafted + full, m, survival=survival, **span_steps))
+                law = survival_all.setdefault(m, np.zeros((beta_all.shape[-1], m)))
+                law[span.start : span.start + survival.shape[0], : survival.shape[1]] = survival
             for policy in policies:
                 found = rows.features.get(policy.describe())
                 features = None if found is None else (found[0][span], found[1][span])
                 al_p, drafted, forwards = policy_blocks(policy, seq_p, b_m, m, cost, features)
-                stats.blocks[(m, policy.describe())] = _set_steps(BlockStats(
+                drafted_all, forwards_all = policy_all.setdefault((m, policy.describe()), (
+                    np.zeros(beta_all.shape[-1], dtype=np.int64), np.zeros(beta_all.shape[-1])))  # fmt: skip
+                drafted_all[span], forwards_all[span] = drafted, forwards
+                stats.blocks[(m, policy.describe())] = BlockStats(
                     starts=starts, al_sum=float(np.sum(al_p[:starts])), drafted_sum=float(np.sum(drafted[:starts])),
                     forwards_sum=float(np.sum(forwards[:starts])),
-                ), renewal_steps(b_m, drafted, forwards, m, **span_steps))  # fmt: skip
+                )  # fmt: skip
             stats.blocks[(m, None)] = block
         out.append(stats)
+    for m in ms:  # the steps decoding takes, every sequence of the batch in one solve per setting
+        b_m = beta_all[:m] if slots else beta_all
+        if not whole:
+            drafted, forwards = fixed_blocks(b_m, rows.offsets, m)
+            steps = renewal_steps_many(b_m, rows.offsets, drafted, forwards, m)
+        elif m in survival_all:
+            survival = survival_all[m]
+            drafted = np.minimum(m, np.repeat(rows.offsets[1:], np.diff(rows.offsets)) - np.arange(len(survival)))
+            forwards = drafted + np.where(drafted == m, survival[:, m - 1], 0.0)
+            steps = renewal_steps_many(None, rows.offsets, drafted, forwards, m, survival=survival)
+        else:
+            steps = None
+        for stats, row in zip(out, steps if steps is not None else (), strict=False):
+            _set_steps(stats.blocks[(m, None)], row, m)
+        for policy in policies:
+            drafted, forwards = policy_all[(m, policy.describe())]
+            steps = renewal_steps_many(b_m, rows.offsets, drafted, forwards, m)
+            for stats, row in zip(out, steps, strict=True):
+                _set_steps(stats.blocks[(m, policy.describe())], row, m)
     return out
 
 
-def _set_steps(block, steps):
-    """``block`` with the sums over the steps decoding takes (``renewal_steps``'s answer) set."""
-    n_steps, n_acc, n_drafted, n_forwards, mix = steps
-    block.steps_sum, block.steps_accepted_sum, block.steps_drafted_sum = n_steps, n_acc, n_drafted
-    block.steps_forwards_sum, block.steps_by_drafted = n_forwards, tuple(float(x) for x in mix)
+def _set_steps(block, row, m):
+    """``block`` with the sums over the steps decoding takes set from a row of ``renewal_steps_many``."""
+    block.steps_sum, block.steps_accepted_sum, block.steps_drafted_sum, block.steps_forwards_sum = (
+        float(x) for x in row[:4])  # fmt: skip
+    block.steps_by_drafted = tuple(float(x) for x in row[4 : 4 + m + 1])
     return block
 
 

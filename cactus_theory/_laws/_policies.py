@@ -52,12 +52,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._math._kernels import renewal_rows
 from .._math._sampling import SamplingSettings
 from .._math._validation import host_probabilities
 from ._emitted import _entropy
 
-__all__ = ["AUTO_POLICIES", "DRAFT_POLICIES", "LLAMA_DRAFT_READS", "DraftPolicy", "make_draft_policy",
-           "policy_blocks", "renewal_steps", "renewal_visits"]  # fmt: skip
+__all__ = [
+    "AUTO_POLICIES",
+    "DRAFT_POLICIES",
+    "LLAMA_DRAFT_READS",
+    "DraftPolicy",
+    "fixed_blocks",
+    "make_draft_policy",
+    "policy_blocks",
+    "renewal_steps",
+    "renewal_steps_many",
+    "renewal_visits",
+]  # fmt: skip
 
 DRAFT_POLICIES = ("fixed", "p-min", "entropy", "accept-prob", "cost-optimal", "adaptive-verify", "llama.cpp")
 #: What llama.cpp's draft-simple reads to stop a block: the drafter's top-10 at temperature 1.
@@ -326,6 +337,97 @@ def renewal_steps(beta, drafted, forwards, m, start=1, stop=None, survival=None)
         raise RuntimeError(f"renewal_steps: LAPACK tbtrs failed (info {info})")
     out = x[start]
     return float(out[0]), float(out[1]), float(out[2]), float(out[3]), np.array(out[4:])
+
+
+def fixed_blocks(beta, offsets, m):
+    """``policy_blocks(None, ...)`` of every sequence of a batch at once: (drafted tokens L_t, draft forwards)
+    per position of the stacked sequences (``offsets``: each sequence's first position, N at the end), a block at
+    t drafting min(m, its sequence's end - t) and, when it drafts all m, one more forward with the chance that
+    all m are accepted (the same products, in the same order, as ``policy_blocks``: the same bits)."""
+    beta = np.asarray(beta, dtype=np.float64)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    n, m = beta.shape[-1], int(m)
+    ends = np.repeat(offsets[1:], np.diff(offsets))  # each position's sequence end
+    drafted = np.minimum(m, ends - np.arange(n))
+    index = np.arange(n)[:, None] + np.arange(m)[None, :]
+    at = np.minimum(index, n - 1)
+    b = beta[np.minimum(np.arange(m), beta.shape[0] - 1)[None, :], at] if beta.ndim == 2 else beta[at]
+    reach = np.ones(n)
+    for j in range(m):  # as policy_blocks multiplies: one place at a time
+        reach = reach * b[:, j]
+    return drafted, drafted + np.where(drafted == m, reach, 0.0)
+
+
+def renewal_steps_many(beta, offsets, drafted, forwards, m, *, survival=None):
+    """``renewal_steps`` of every sequence of a batch in one banded solve: (S, 4 + m + 1) per sequence (steps,
+    accepted drafts, drafted tokens, draft forwards, steps by drafted length), counting the steps from its
+    position 1 (0 when it is no longer than m) to its last start where a whole block fits, as the analysis
+    does. ``beta``, ``drafted``, ``forwards`` per stacked position (``offsets`` as in ``fixed_blocks``);
+    ``survival`` (N, m): a whole-block rule's P(A >= j) per start in place of the prefix products of beta.
+    The sequences are one system with two rows of nothing between them (a step past a sequence's end lands
+    there), so each answer is its sequence's own. Solved forwards (the expected steps starting at each
+    position, one right-hand side), so its sums run in another order than ``renewal_steps``'s: the same
+    values to rounding."""
+    from scipy.linalg import lapack
+
+    offsets = np.asarray(offsets, dtype=np.int64)
+    drafted = np.asarray(drafted, dtype=np.int64)
+    forwards = np.asarray(forwards, dtype=np.float64)
+    m = int(m)
+    compiled = renewal_rows(beta, survival, drafted, forwards, offsets, m)  # the same walk, compiled
+    if compiled is not None:
+        return compiled
+    count, n = len(offsets) - 1, int(offsets[-1])
+    lengths = np.diff(offsets)
+    # position t of sequence i sits at row offsets[i] + 2 i + t; the two rows after each sequence hold nothing (a
+    # step from t accepting all of its min(L, n - t) drafts lands at most at n + 1)
+    rows_of = np.arange(n) + 2 * np.repeat(np.arange(count), lengths)
+    total = n + 2 * count
+    ends = np.repeat(offsets[1:], lengths)
+    local = np.arange(n) - np.repeat(offsets[:-1], lengths)
+    length = np.minimum(drafted, ends - np.arange(n))
+    top = int(length.max(initial=0))
+    inside = np.arange(top)[None, :] < length[:, None]
+    if survival is not None:
+        found = np.zeros((n, top))
+        found[:, : min(top, survival.shape[1])] = survival[:, :top]
+        reach = np.concatenate([np.ones((n, 1)), np.where(inside, found, 0.0)], axis=-1)
+    else:
+        beta = np.asarray(beta, dtype=np.float64)
+        at = np.minimum(np.arange(n)[:, None] + np.arange(top)[None, :], n - 1)
+        b = beta[np.minimum(np.arange(top), beta.shape[0] - 1)[None, :], at] if beta.ndim == 2 else beta[at]
+        reach = np.concatenate([np.ones((n, 1)), np.cumprod(np.where(inside, b, 0.0), axis=-1)], axis=-1)
+    law = reach.copy()
+    law[:, :-1] -= reach[:, 1:]
+    width = law.shape[1]
+    first = np.where(lengths - m >= 1, 1, 0)
+    last = np.maximum(lengths - m, first)
+    counted = (local >= np.repeat(first, lengths)) & (local <= np.repeat(last, lengths))
+    # the expected number of steps that start at each row (v = e_first + P^T v: one banded solve, the
+    # transposed system), then every quantity is a sum over the rows a sequence's steps start at
+    band = np.zeros((width + 1, total), order="F")  # LAPACK's layout: no copy on the way in
+    full_law = np.zeros((total, width))
+    full_law[rows_of] = law
+    for a in range(min(width, total - 1)):
+        j = a + 1
+        band[width - j, j:] = -full_law[: total - j, a]
+    start_rows = offsets[:-1] + 2 * np.arange(count) + first
+    unit = np.zeros((total, 1), order="F")
+    unit[start_rows, 0] = 1.0
+    x, info = lapack.dtbtrs(band, unit, uplo="U", trans="T", diag="U", overwrite_b=1)
+    if info != 0:  # pragma: no cover - a unit triangular system always solves
+        raise RuntimeError(f"renewal_steps_many: LAPACK tbtrs failed (info {info})")
+    weight = x[rows_of, 0] * counted  # expected steps starting at each position that count
+    per = np.zeros((n, 4 + m + 1))
+    per[:, 0] = weight
+    per[:, 1] = weight * (law @ np.arange(width))
+    per[:, 2] = weight * length
+    per[:, 3] = weight * forwards
+    per[np.arange(n), 4 + np.minimum(length, m)] = weight
+    nonempty = lengths > 0
+    out = np.zeros((count, 4 + m + 1))
+    out[nonempty] = np.add.reduceat(per, offsets[:-1][nonempty], axis=0)
+    return out
 
 
 def renewal_visits(beta, m, start=1, stop=None):

@@ -22,7 +22,7 @@ from ._dd import (
     two_prod,
     two_sum,
 )
-from ._jit import HAVE_NUMBA, numba
+from ._jit import HAVE_NUMBA, _jit_split, numba
 
 __all__ = ["dd_residuals", "exact_closed_gamma", "exact_kl_gamma"]
 
@@ -379,7 +379,7 @@ def _kl_gamma(q_arr, delta_arr, tight, maxiter, gamma_out, status_out, iteration
         gamma_out[i], status_out[i] = g, status
 
 
-_kl_gamma_jit = numba.njit(cache=True, nogil=True, parallel=True)(_kl_gamma) if HAVE_NUMBA else None
+_kl_gamma_jit = _jit_split(_kl_gamma)
 
 
 def _flat64(*arrays):
@@ -396,7 +396,7 @@ def exact_kl_gamma(q, delta, tight=True, maxiter=100):
     status = np.empty(q.shape, dtype=np.int8)
     iterations = np.empty(q.shape, dtype=np.int64)
     converged = np.empty(q.shape, dtype=np.bool_)
-    _kl_gamma_jit(q, delta, bool(tight), int(maxiter), gamma, status, iterations, converged)
+    _kl_gamma_jit(q.size, q, delta, bool(tight), int(maxiter), gamma, status, iterations, converged)
     return gamma, status, iterations, converged
 
 
@@ -516,9 +516,7 @@ if HAVE_NUMBA:
     _dd_sqrt = numba.njit(cache=True, nogil=True)(_dd_sqrt)
     _closed_b_dd = numba.njit(cache=True, nogil=True)(_closed_b_dd)
     _closed_side = numba.njit(cache=True, nogil=True)(_closed_side)
-    _residuals_jit = numba.njit(cache=True, nogil=True, parallel=True)(_residuals)
-else:
-    _residuals_jit = None
+_residuals_jit = _jit_split(_residuals)
 
 
 def dd_residuals(divergence, q, delta, gamma):
@@ -529,7 +527,7 @@ def dd_residuals(divergence, q, delta, gamma):
     which = {"kl": KL, "chi2": CHI2, "hellinger": HELLINGER}[divergence]
     arrays = _flat64(q, delta, gamma)
     out = np.empty_like(arrays[0])
-    _residuals_jit(which, *arrays, out)
+    _residuals_jit(out.size, which, *arrays, out)
     return out
 
 
@@ -583,7 +581,7 @@ def _closed_gamma(which, q_arr, delta_arr, gamma_out, status_out, evals_out):
         evals_out[i] = n
 
 
-_closed_gamma_jit = numba.njit(cache=True, nogil=True, parallel=True)(_closed_gamma) if HAVE_NUMBA else None
+_closed_gamma_jit = _jit_split(_closed_gamma)
 
 
 def exact_closed_gamma(divergence, q, delta):
@@ -596,5 +594,5 @@ def exact_closed_gamma(divergence, q, delta):
     gamma = np.empty_like(q)
     status = np.empty(q.shape, dtype=np.int8)
     evals = np.empty(q.shape, dtype=np.int64)
-    _closed_gamma_jit(which, q, delta, gamma, status, evals)
+    _closed_gamma_jit(q.size, which, q, delta, gamma, status, evals)
     return gamma, status, evals

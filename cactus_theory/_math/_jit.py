@@ -12,13 +12,37 @@ except ImportError:  # pragma: no cover
     numba = None
     HAVE_NUMBA = False
 
-__all__ = ["HAVE_NUMBA", "keep_freed_memory", "set_threads"]
+__all__ = ["HAVE_NUMBA", "PARALLEL_MIN", "keep_freed_memory", "set_threads"]
+
+#: Elements from which a kernel with a parallel loop runs on every core. Below, its serial twin runs (the same
+#: arithmetic element by element: the same bits): a parallel kernel costs about 1.6 s more to compile, which a
+#: first run pays, and saves under 8 ms per call below this size on two cores.
+PARALLEL_MIN = 65_536
 
 
 def _jit(fn):
     if not HAVE_NUMBA:
         return None
     return numba.njit(cache=True, nogil=True, fastmath=False)(fn)
+
+
+class _Split:
+    """A kernel whose loop over elements is ``numba.prange``: a serial and a parallel compilation of it, each
+    compiled (or loaded from the on-disk cache) the first time it is called, the parallel one from
+    ``PARALLEL_MIN`` elements on. Both use NumPy's error model (a float division by zero gives inf, never
+    raises), as a parallel kernel does."""
+
+    def __init__(self, fn):
+        self.serial = numba.njit(cache=True, nogil=True, error_model="numpy")(fn)
+        self.parallel = numba.njit(cache=True, nogil=True, parallel=True)(fn)
+
+    def __call__(self, size, *args):
+        return (self.parallel if size >= PARALLEL_MIN else self.serial)(*args)
+
+
+def _jit_split(fn):
+    """``_Split`` of ``fn`` (None without numba)."""
+    return _Split(fn) if HAVE_NUMBA else None
 
 
 def keep_freed_memory():

@@ -373,6 +373,87 @@ def windowed_accepted_length_of_ratio(target_prob, draft_prob, m, delta=None):
     return beta, al
 
 
+def _renewal(beta, survival, use_survival, drafted, forwards, offsets, m, out):
+    """Per sequence of stacked rows, the sums over the steps decoding takes (``renewal_steps_many``'s
+    answer: steps, accepted drafts, drafted tokens, draft forwards, steps by drafted length): the expected
+    steps starting at each position, forwards from the sequence's first counted position, each step moving
+    t -> t + 1 + A (P(A >= a) the prefix products of ``beta`` (slots, N), or ``survival`` (N, m))."""
+    count = offsets.shape[0] - 1
+    width = 4 + m + 1
+    for i in range(count):
+        o = offsets[i]
+        n = offsets[i + 1] - o
+        for k in range(width):
+            out[i, k] = 0.0
+        if n == 0:
+            continue
+        first = 1 if n - m >= 1 else 0
+        last = max(n - m, first)
+        v = np.zeros(n + m + 2)
+        v[first] = 1.0
+        for t in range(first, last + 1):
+            w = v[t]
+            length = min(drafted[o + t], n - t)
+            reach = 1.0
+            accepted = 0.0
+            for a in range(length + 1):
+                if a < length:
+                    if use_survival:
+                        nxt = survival[o + t, a] if a < survival.shape[1] else 0.0
+                    else:
+                        nxt = reach * beta[min(a, beta.shape[0] - 1), o + t + a]
+                else:
+                    nxt = 0.0
+                law = reach - nxt
+                accepted += a * law
+                v[t + 1 + a] += w * law
+                reach = nxt
+            out[i, 0] += w
+            out[i, 1] += w * accepted
+            out[i, 2] += w * length
+            out[i, 3] += w * forwards[o + t]
+            out[i, 4 + min(length, m)] += w
+
+
+_renewal_jit = _jit(_renewal)
+
+
+def renewal_rows(beta, survival, drafted, forwards, offsets, m):
+    """``_renewal`` (compiled) on the stacked rows of a batch: (S, 4 + m + 1), or None without numba.
+    ``beta`` (N,) or (slots, N); ``survival`` (N, m) or None."""
+    if _renewal_jit is None:
+        return None
+    use = survival is not None
+    b = np.zeros((1, 1)) if use else np.ascontiguousarray(np.atleast_2d(beta), dtype=np.float64)
+    sv = np.ascontiguousarray(survival, dtype=np.float64) if use else np.zeros((1, 1))
+    out = np.empty((len(offsets) - 1, 4 + int(m) + 1))
+    _renewal_jit(b, sv, use, np.ascontiguousarray(drafted, dtype=np.int64),
+                 np.ascontiguousarray(forwards, dtype=np.float64), np.ascontiguousarray(offsets, dtype=np.int64),
+                 int(m), out)  # fmt: skip
+    return out
+
+
+def warm_up_analysis():
+    """Load (or compile) the kernels a trace's analysis runs (``warm_up`` less the exact bonus's)."""
+    p = np.array([[0.25, 0.75], [0.5, 0.5]])
+    q = np.array([[0.5, 0.5], [0.25, 0.75]])
+    windowed_accepted_length_of_ratio(p[:, 0], q[:, 0], 2)
+    windowed_accepted_length_of_ratio(p[:, 0], q[:, 0], 2, delta=0.1)
+    windowed_accepted_length(p[:, 0], 2)
+    block_pass(p[:, 0], np.stack([p[:, 0], p[:, 0]]), None, [2])
+    block_pass(p[:, 0], np.stack([p[:, 0], p[:, 0]]), np.stack([p[:, 0], p[:, 0]]), [2])
+    renewal_rows(p[:, 0], None, np.array([1, 1]), np.array([1.0, 1.0]), np.array([0, 2]), 1)
+    renewal_rows(None, p[:, :1], np.array([1, 1]), np.array([1.0, 1.0]), np.array([0, 2]), 1)
+    position_metrics(p, q, p, p[:, 0])
+    block_weights_exact(np.tile(p, (2, 1)), np.tile(q, (2, 1)), 2, 2, 1000)
+    rrs_without_replacement_rows(p, q, 2, 1000)
+    mentored_rows(p, q, 0.1, 30)
+    order = np.argsort(p / q, axis=-1)
+    for rows in (1, 4 * numba.get_num_threads()):
+        e = np.ones((rows, 2))
+        emitted_rows(e, e, e, e, e, np.tile(order[:1], (rows, 1)), np.tile(order[:1], (rows, 1)))
+
+
 def warm_up():
     """Load (or compile) every kernel once on tiny inputs: what a fresh process pays before its
     first real call. Returns the seconds it took; 0 without numba."""
@@ -381,19 +462,11 @@ def warm_up():
     import time
 
     start = time.perf_counter()
-    p = np.array([[0.25, 0.75], [0.5, 0.5]])
-    q = np.array([[0.5, 0.5], [0.25, 0.75]])
-    windowed_accepted_length_of_ratio(p[:, 0], q[:, 0], 2)
-    windowed_accepted_length_of_ratio(p[:, 0], q[:, 0], 2, delta=0.1)
-    windowed_accepted_length(p[:, 0], 2)
-    exact_kl_gamma(q[:, 0], np.array([0.1, 0.2]))
-    exact_kl_gamma(q[:, 0], np.array([0.1, 0.2]), tight=False)
+    q = np.array([0.5, 0.25])
+    exact_kl_gamma(q, np.array([0.1, 0.2]))
+    exact_kl_gamma(q, np.array([0.1, 0.2]), tight=False)
     for name in ("chi2", "hellinger"):
-        exact_closed_gamma(name, q[:, 0], np.array([0.1, 0.2]))
-    dd_residuals("kl", q[:, 0], np.array([0.1, 0.2]), np.array([0.6, 0.5]))
-    mentored_rows(p, q, 0.1, 30)
-    order = np.argsort(p / q, axis=-1)
-    for rows in (1, 4 * numba.get_num_threads()):
-        e = np.ones((rows, 2))
-        emitted_rows(e, e, e, e, e, np.tile(order[:1], (rows, 1)), np.tile(order[:1], (rows, 1)))
+        exact_closed_gamma(name, q, np.array([0.1, 0.2]))
+    dd_residuals("kl", q, np.array([0.1, 0.2]), np.array([0.6, 0.5]))
+    warm_up_analysis()
     return time.perf_counter() - start

@@ -361,6 +361,74 @@ def multi_draft_section(trace, progress=None, ks=(1, 2, 4, 8), m=8, n_boot=None)
     return text, _png(result.figure())
 
 
+def _side_sections(trace, deltas):
+    """The report's sections that need nothing of the main process's analysis, computed in a second
+    process: {"gamma", "overspend": (PNG, caption), "worst": Gamma(delta)'s curve, "multi": (Markdown,
+    PNG), "laps": [(section, seconds)]}. Deterministic: the same seeds as in the main process."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from .._data._trace import load_trace
+
+    laps, last = [], time.perf_counter()
+
+    def lap(section):
+        nonlocal last
+        now = time.perf_counter()
+        laps.append((section, now - last))
+        last = now
+
+    out = {"gamma": _fig_gamma(), "overspend": _fig_overspend()}
+    lap("gamma solvers and closed forms (2 figures)")
+    out["worst"] = worst_case_curve(sorted(deltas))
+    lap("Gamma(delta): worst-case search")
+    out["multi"] = multi_draft_section(load_trace(trace))
+    lap("multi-draft and tree verification")
+    out["laps"] = laps
+    return out
+
+
+class _Inline:
+    """``_side_sections`` run here, for a machine with one core: a future that is already done."""
+
+    def __init__(self, trace, deltas):
+        self.value = _side_sections(trace, deltas)
+
+    def result(self):
+        return self.value
+
+
+#: Whether the report's independent sections run in a second process (False: here, one after the other).
+SIDE_PROCESS = True
+
+
+def _start_side_sections(trace, deltas):
+    """``_side_sections`` in a second process (spawned: a fresh interpreter, no inherited threads), or here
+    when the machine has one core (or ``SIDE_PROCESS`` is False). Returns its future; ``_stop_side_sections``
+    ends the process."""
+    if not SIDE_PROCESS or (os.cpu_count() or 1) < 2:
+        return _Inline(trace, deltas)
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    future = pool.submit(_side_sections, trace, deltas)
+    future.pool = pool
+    return future
+
+
+def _stop_side_sections(future):
+    """End the second process: at once when the report failed or was interrupted (its work is not waited
+    for), after its answer otherwise."""
+    pool = getattr(future, "pool", None)
+    if pool is None:
+        return
+    if not future.done():
+        for process in list(getattr(pool, "_processes", {}).values()):
+            process.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
 _HTML_STYLE = (
     "<style>body{font-family:sans-serif;max-width:1200px;margin:auto}table{border-collapse:collapse;font-size:12px;"
     "margin:8px 0}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}th{background:#f2f2f2}"
@@ -466,67 +534,73 @@ def build_report(
         last[0] = now
 
     figures = []
-    say("[1/3] gamma solvers and closed forms")
-    figures.append(("gamma_forms.png", *_fig_gamma()))
-    figures.append(("taylor_overspend.png", *_fig_overspend()))
-    lap("gamma solvers and closed forms (2 figures)")
-    say("[2/3] rules on the trace")
-    tr = load_trace(trace)
-    # one analysis serves the tables, the figures (at ms) and the plans (at PLAN_MS)
-    full = analyze_trace(
-        tr, parse_rules(rules, deltas), ms=sorted({*ms, *PLAN_MS}), n_boot=REPORT_RESAMPLES, progress=progress
-    )
-    result = dataclasses.replace(full, rows=[r for r in full.rows if r["m"] in ms])
-    for name, data in analysis_figures(result).items():
-        caption = {
-            "acceptance_al_vs_delta.png": "Mean acceptance and AL (with bootstrap 95% intervals over sequences) "
-            "against delta per rule on the trace; dashed lines: rules without a budget.",
-            "al_vs_kl.png": "The trade-off front: AL against the mean KL(pi || q) of what each rule emits.",
-            "al_vs_delta_by_task.png": "AL against delta per task (bootstrap 95% intervals over that task's "
-            "sequences): where the tasks differ, the all-task averages hide it.",
-        }[name]
+    # the sections that need nothing of the analysis run in a second process on the other core meanwhile: the
+    # gamma figures, Gamma(delta)'s search and the multi-draft study (on a first run each process also compiles
+    # its own kernels, so the compiling is shared too)
+    side = _start_side_sections(getattr(trace, "directory", trace), deltas)
+    try:
+        say("[2/3] rules on the trace")
+        tr = load_trace(trace)
+        # one analysis serves the tables, the figures (at ms) and the plans (at PLAN_MS)
+        full = analyze_trace(
+            tr, parse_rules(rules, deltas), ms=sorted({*ms, *PLAN_MS}), n_boot=REPORT_RESAMPLES, progress=progress
+        )
+        result = dataclasses.replace(full, rows=[r for r in full.rows if r["m"] in ms])
+        for name, data in analysis_figures(result).items():
+            caption = {
+                "acceptance_al_vs_delta.png": "Mean acceptance and AL (with bootstrap 95% intervals over sequences) "
+                "against delta per rule on the trace; dashed lines: rules without a budget.",
+                "al_vs_kl.png": "The trade-off front: AL against the mean KL(pi || q) of what each rule emits.",
+                "al_vs_delta_by_task.png": "AL against delta per task (bootstrap 95% intervals over that task's "
+                "sequences): where the tasks differ, the all-task averages hide it.",
+            }[name]
+            figures.append(
+                (
+                    name,
+                    data,
+                    caption + f" Trace: {len(tr)} sequences, {tr.n_positions} positions; settings {result.settings}.",
+                )
+            )
+        lap("the trace: main rules over delta and m (analysis, 3 figures)")
+        say("      every rule at the paper grid's parameters")
+        from .._analysis._plotting import plot_rule_front
+        from ._zoo import compare_rules, comparison_markdown
+
+        comparison = compare_rules(tr, n_boot=REPORT_RESAMPLES, progress=progress)
+        zoo_md = comparison_markdown(comparison)
         figures.append(
             (
-                name,
-                data,
-                caption + f" Trace: {len(tr)} sequences, {tr.n_positions} positions; settings {result.settings}.",
+                "rules_front.png",
+                _png(plot_rule_front(comparison, m=8)),
+                "Every rule at the paper grid's parameters (graphcore-research/relaxed-spec-dec-repro's "
+                "scripts/run_paper_grid.py, plus this package's rules): AL at "
+                "m = 8 against the mean emitted KL(pi || q) (left; rules that emit tokens the verifier excludes sit at "
+                "KL = inf) and TV(pi, q) (right), with the front of rules no other dominates.",
             )
         )
-    lap("the trace: main rules over delta and m (analysis, 3 figures)")
-    say("      every rule at the paper grid's parameters")
-    from .._analysis._plotting import plot_rule_front
-    from ._zoo import compare_rules, comparison_markdown
-
-    comparison = compare_rules(tr, n_boot=REPORT_RESAMPLES, progress=progress)
-    zoo_md = comparison_markdown(comparison)
-    figures.append(
-        (
-            "rules_front.png",
-            _png(plot_rule_front(comparison, m=8)),
-            "Every rule at the paper grid's parameters (graphcore-research/relaxed-spec-dec-repro's "
-            "scripts/run_paper_grid.py, plus this package's rules): AL at "
-            "m = 8 against the mean emitted KL(pi || q) (left; rules that emit tokens the verifier excludes sit at "
-            "KL = inf) and TV(pi, q) (right), with the front of rules no other dominates.",
+        lap("every rule at the paper grid's parameters")
+        say("      block verification, SpS and strict verification, sampled and greedy drafting")
+        block_md, block_png = block_section(tr, progress)
+        figures.append(
+            (
+                "block_verification.png",
+                block_png,
+                "AL(m) of block verification, token-wise SpS and strict verification (all lossless) for m = 1-20, "
+                "under sampled drafting (left) and greedy drafting (right: an MTP head or EAGLE drafter, p one-hot), "
+                "with bootstrap 95% intervals over sequences.",
+            )
         )
-    )
-    lap("every rule at the paper grid's parameters")
-    say("      block verification, SpS and strict verification, sampled and greedy drafting")
-    block_md, block_png = block_section(tr, progress)
-    figures.append(
-        (
-            "block_verification.png",
-            block_png,
-            "AL(m) of block verification, token-wise SpS and strict verification (all lossless) for m = 1-20, under "
-            "sampled drafting (left) and greedy drafting (right: an MTP head or EAGLE drafter, p one-hot), with "
-            "bootstrap 95% intervals over sequences.",
-        )
-    )
-    lap("block verification, sampled and greedy drafting")
-    say("      sequence-level verification: HSD and traversal against block verification")
-    sequence_md = sequence_section(tr, progress)
-    lap("sequence-level verification")
-    say("      multi-draft and tree verification against the optimum")
-    multi_md, multi_png = multi_draft_section(tr, progress)
+        lap("block verification, sampled and greedy drafting")
+        say("      sequence-level verification: HSD and traversal against block verification")
+        sequence_md = sequence_section(tr, progress)
+        lap("sequence-level verification")
+        say("      the other core's sections: gamma figures, Gamma(delta), multi-draft and tree verification")
+        done = side.result()
+    finally:
+        _stop_side_sections(side)
+    figures[:0] = [("gamma_forms.png", *done["gamma"]), ("taylor_overspend.png", *done["overspend"])]
+    worst = done["worst"]
+    multi_md, multi_png = done["multi"]
     figures.append(
         (
             "multi_draft.png",
@@ -536,7 +610,9 @@ def build_report(
             "for k i.i.d. drafts (dashed), with bootstrap 95% intervals over sequences.",
         )
     )
-    lap("multi-draft and tree verification")
+    lap("waiting for the other core's sections")
+    for section, seconds in done["laps"]:
+        laps.append((f"{section} (on the other core, meanwhile)", seconds))
     say("      predicted speedups: this machine's calibration, if any, and a measured GPU profile")
     plans = _plans(tr, dataclasses.replace(full, rows=[r for r in full.rows if r["m"] in PLAN_MS]))
     for key, (title, plan) in plans.items():
@@ -554,9 +630,6 @@ def build_report(
     concurrency_md = batch_section(dataclasses.replace(full, rows=[r for r in full.rows if r["m"] in PLAN_MS
                                                                    and r["rule"] in CONCURRENCY_RULES]))  # fmt: skip
     lap("predicted speedups")
-    say("      Gamma(delta): worst-case search on synthetic pairs")
-    worst = worst_case_curve(sorted(deltas))
-    lap("Gamma(delta): worst-case search")
     figures.append(("emitted_kl_vs_delta.png", *_fig_emitted_kl(result, worst)))
     figures.append(("entropy_change.png", *_fig_entropy(result)))
     lap("drift and entropy figures")

@@ -53,6 +53,7 @@ def report_figures(tmp_path_factory):
         return f"FIGURE {len(drawn) - 1}".encode()
 
     with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_report, "SIDE_PROCESS", False)  # every figure drawn in this process, where it is captured
         mp.setattr(_report, "_png", capture)
         mp.setattr(_plotting, "figure_png", capture)
         _report.build_report(str(out), progress=False, max_positions=2500)

@@ -564,7 +564,7 @@ def test_report_on_a_small_trace(tmp_path):
     outside_pre = [part.split("</pre>", 1)[-1] for part in html.split("<pre>")]
     assert not any(line.lstrip().startswith("|") for part in outside_pre for line in part.splitlines())
     assert html.count("<table>") >= 5 and "Where the time went" in html
-    assert "## Where the time went" in md and "| Gamma(delta): worst-case search |" in md
+    assert "## Where the time went" in md and "| Gamma(delta): worst-case search (on the other core, meanwhile) |" in md
 
 
 def test_a_checksum_failure_names_the_trace_directory(tmp_path):

@@ -374,7 +374,7 @@ def test_a_resumed_dump_is_bit_identical_whatever_the_callers_torch_threads(tmp_
 # --- the report ---------------------------------------------------------------------------------
 
 
-def test_a_report_that_fails_midway_leaves_the_old_report_and_no_temporary_files(tmp_path, monkeypatch):
+def test_a_report_that_fails_midway_leaves_the_old_report_and_no_temporary_files(tmp_path):
     from cactus_theory._studies import _report
     from cactus_theory._util._files import publish_directory
 
@@ -388,13 +388,23 @@ def test_a_report_that_fails_midway_leaves_the_old_report_and_no_temporary_files
     def boom(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(_report, "worst_case_curve", boom)
-    with pytest.raises(KeyboardInterrupt):
-        _report.build_report(str(out), trace=str(_small_report_trace(tmp_path)), progress=False)
-    assert (out / "report.md").read_text() == "old" and (out / "gamma_forms.png").read_bytes() == b"old"
-    assert (out / "mine.txt").read_text() == "keep"
-    leftovers = [f for f in os.listdir(tmp_path) if f.startswith(".cactus_theory-")]
-    assert leftovers == [stale.name]  # this run left nothing; the dead one's is removed by the next publish
+    import multiprocessing
+
+    from cactus_theory._studies import _zoo
+
+    trace = str(_small_report_trace(tmp_path))
+    # interrupted in this process while the second process computes its sections, then in those sections
+    for module, name, inline in ((_zoo, "compare_rules", False), (_report, "worst_case_curve", True)):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(module, name, boom)
+            mp.setattr(_report, "SIDE_PROCESS", not inline)
+            with pytest.raises(KeyboardInterrupt):
+                _report.build_report(str(out), trace=trace, progress=False)
+        assert not multiprocessing.active_children()  # the second process ended with the report
+        assert (out / "report.md").read_text() == "old" and (out / "gamma_forms.png").read_bytes() == b"old"
+        assert (out / "mine.txt").read_text() == "keep"
+        leftovers = [f for f in os.listdir(tmp_path) if f.startswith(".cactus_theory-")]
+        assert leftovers == [stale.name]  # this run left nothing; the dead one's is removed by the next publish
     publish_directory({"report.md": "new"}, out, last=("report.md",))
     assert not stale.exists() and (out / "report.md").read_text() == "new"
 

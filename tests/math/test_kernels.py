@@ -140,3 +140,39 @@ def test_compiled_closed_forms_are_the_largest_feasible_float(name):
     # the edges, as _exact_edges decides them
     assert gamma[-4] == (0.0 if name == "chi2" else gamma[-4]) and gamma[-3] == 1.0
     assert gamma[-2] == 0.5 and gamma[-1] == 1.0
+
+
+@pytest.mark.parametrize("mode", ["per position", "per slot", "per start"])
+def test_compiled_steps_of_a_batch_equal_the_banded_solve_and_each_sequence_alone(mode, monkeypatch):
+    """The compiled walk over the steps decoding takes (``renewal_rows``) against its NumPy twin (one banded
+    solve of the stacked sequences) and against ``renewal_steps`` of each sequence alone, with empty, short
+    and long sequences, per-position, per-slot and per-start (a block rule's survival) laws."""
+    from cactus_theory._laws._policies import fixed_blocks, renewal_steps, renewal_steps_many
+    from cactus_theory._math import _kernels
+
+    rng = np.random.default_rng(3)
+    lengths = [5, 30, 2, 0, 17, 40, 1]
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    n = int(offsets[-1])
+    for m in (1, 3, 8):
+        beta = rng.uniform(0, 1, (m, n)) if mode == "per slot" else rng.uniform(0, 1, n)
+        survival = np.cumprod(rng.uniform(0, 1, (n, m)), axis=1) if mode == "per start" else None
+        drafted, forwards = fixed_blocks(beta, offsets, m)
+        drafted = np.minimum(drafted, rng.integers(0, m + 1, n))  # a policy's shorter blocks
+        got = renewal_steps_many(None if survival is not None else beta, offsets, drafted, forwards, m,
+                                 survival=survival)  # fmt: skip
+        monkeypatch.setattr(_kernels, "_renewal_jit", None)
+        twin = renewal_steps_many(None if survival is not None else beta, offsets, drafted, forwards, m,
+                                  survival=survival)  # fmt: skip
+        monkeypatch.undo()
+        np.testing.assert_allclose(got, twin, rtol=1e-12, atol=1e-15)
+        for i, length in enumerate(lengths):
+            if not length:
+                assert not got[i].any()
+                continue
+            span = slice(offsets[i], offsets[i + 1])
+            first = 1 if length - m >= 1 else 0
+            alone = renewal_steps(None if survival is not None else beta[..., span], drafted[span], forwards[span],
+                                  m, start=first, stop=max(length - m, first),
+                                  survival=None if survival is None else survival[span])  # fmt: skip
+            np.testing.assert_allclose(got[i], [*alone[:4], *alone[4]], rtol=1e-12, atol=1e-15)

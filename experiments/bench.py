@@ -58,6 +58,7 @@ from cactus_theory import (
     parse_rules,
     synthesize_trace,
 )
+from cactus_theory._data._trace_format import _DISTRIBUTIONS_BYTES  # the cap on kept distributions
 from cactus_theory.kernels import HAVE_NUMBA, windowed_accepted_length_of_ratio
 
 ROWS, VOCAB = 256, 151_936
@@ -492,8 +493,8 @@ def bench_scaling(positions=100_000):
             return analyze_trace(big, rules, ms=(4, 8, 20), n_boot=1000, progress=False, **kw)
 
         times = {f"{n} process{'es' if n > 1 else ''}": once(lambda n=n: analysis(processes=n)) for n in (1, 2)}
-        # the whole analysis in a fresh process: its peak resident memory (reading, the shards one at a time,
-        # the per-sequence sums and the bootstrap), bounded by a shard's size, not the trace's
+        # the whole analysis in a fresh process: its peak resident memory (the shards read one at a time, the kept
+        # distributions capped at _DISTRIBUTIONS_BYTES, and the per-sequence sums, which grow with the trace)
         code = ("import sys, resource; from cactus_theory import analyze_trace, parse_rules; "
                 "analyze_trace(sys.argv[1], parse_rules('sps,tas,cactus,cactus-exact,mentored', (0.5, 1.0)), "
                 "ms=(4, 8, 20), n_boot=1000, progress=False); "
@@ -508,9 +509,17 @@ def bench_scaling(positions=100_000):
             cluster.close()
         shard = big.shard_positions(0)
         tracemalloc.start()
-        shard_statistics(ShardJob(big.directory, 0, tuple(rules), (4, 8, 20), big.sampling))  # fixed blocks, no policy
-        peak = tracemalloc.get_traced_memory()[1]
+        before = tracemalloc.get_traced_memory()[0]
+        # fixed blocks, no policy; what stays allocated while the records are held is what the analysis keeps
+        # per sequence (for the sequence bootstrap and AnalysisResult.sequences), whatever the trace's size
+        records = shard_statistics(ShardJob(big.directory, 0, tuple(rules), (4, 8, 20), big.sampling))
+        TraceSequence.forget_distributions()
+        kept, peak = tracemalloc.get_traced_memory()
+        kept -= before
         tracemalloc.stop()
+        per_sequence = kept / len(records)
+        per_position = kept / sum(r.positions for r in records)
+        del records
     n = big.n_positions
     rows = [
         (
@@ -534,6 +543,14 @@ def bench_scaling(positions=100_000):
             f"{peak_rss:,.0f} MiB",
             f"{peak_rss * 1024 / n:,.2f} KiB per position of the trace",
             "ru_maxrss of a fresh process running analyze_trace on the trace above (1 process)",
+        ),
+        (
+            "what grows with the trace: the per-sequence sums the analysis keeps (sequence bootstrap, "
+            "AnalysisResult.sequences)",
+            f"{per_sequence / 1024:,.1f} KiB per sequence",
+            f"{per_position / 1024:,.2f} KiB per position",
+            f"tracemalloc, the records of shard 0 held; besides them the kept distributions (at most "
+            f"{_DISTRIBUTIONS_BYTES / 2**20:,.0f} MiB) and one shard's arrays are bounded",
         ),
     ]
     return rows

@@ -382,8 +382,13 @@ def _side_sections(trace, deltas):
     lap("gamma solvers and closed forms (2 figures)")
     out["worst"] = worst_case_curve(sorted(deltas))
     lap("Gamma(delta): worst-case search")
-    out["multi"] = multi_draft_section(load_trace(trace))
+    tr = load_trace(trace)
+    out["multi"] = multi_draft_section(tr)
     lap("multi-draft and tree verification")
+    out["block"] = block_section(tr)
+    lap("block verification, sampled and greedy drafting")
+    out["sequence"] = sequence_section(tr)
+    lap("sequence-level verification")
     out["laps"] = laps
     return out
 
@@ -579,28 +584,43 @@ def build_report(
             )
         )
         lap("every rule at the paper grid's parameters")
-        say("      block verification, SpS and strict verification, sampled and greedy drafting")
-        block_md, block_png = block_section(tr, progress)
-        figures.append(
-            (
-                "block_verification.png",
-                block_png,
-                "AL(m) of block verification, token-wise SpS and strict verification (all lossless) for m = 1-20, "
-                "under sampled drafting (left) and greedy drafting (right: an MTP head or EAGLE drafter, p one-hot), "
-                "with bootstrap 95% intervals over sequences.",
+        say("      predicted speedups: this machine's calibration, if any, and a measured GPU profile")
+        plan_figures = []
+        plans = _plans(tr, dataclasses.replace(full, rows=[r for r in full.rows if r["m"] in PLAN_MS]))
+        for key, (title, plan) in plans.items():
+            from .._analysis._plotting import plot_plan
+
+            plan_figures.append(
+                (
+                    f"plan_{key}.png",
+                    _png(plot_plan(plan, title=title)),
+                    f"Predicted wall-time speedup over the verifier alone ({title}) of every rule at its best m "
+                    "(1-20), with the interval from AL's bootstrap, against the mean emitted KL(pi || q); the front "
+                    "of settings no other beats on both (cactus-theory plan).",
+                )
             )
-        )
-        lap("block verification, sampled and greedy drafting")
-        say("      sequence-level verification: HSD and traversal against block verification")
-        sequence_md = sequence_section(tr, progress)
-        lap("sequence-level verification")
-        say("      the other core's sections: gamma figures, Gamma(delta), multi-draft and tree verification")
+        concurrency = [r for r in full.rows if r["m"] in PLAN_MS and r["rule"] in CONCURRENCY_RULES]
+        concurrency_md = batch_section(dataclasses.replace(full, rows=concurrency))
+        lap("predicted speedups")
+        say("      the other core's sections: gamma figures, Gamma(delta), multi-draft, tree, block and "
+            "sequence-level verification")  # fmt: skip
         done = side.result()
     finally:
         _stop_side_sections(side)
     figures[:0] = [("gamma_forms.png", *done["gamma"]), ("taylor_overspend.png", *done["overspend"])]
     worst = done["worst"]
+    block_md, block_png = done["block"]
+    sequence_md = done["sequence"]
     multi_md, multi_png = done["multi"]
+    figures.append(
+        (
+            "block_verification.png",
+            block_png,
+            "AL(m) of block verification, token-wise SpS and strict verification (all lossless) for m = 1-20, "
+            "under sampled drafting (left) and greedy drafting (right: an MTP head or EAGLE drafter, p one-hot), "
+            "with bootstrap 95% intervals over sequences.",
+        )
+    )
     figures.append(
         (
             "multi_draft.png",
@@ -610,26 +630,10 @@ def build_report(
             "for k i.i.d. drafts (dashed), with bootstrap 95% intervals over sequences.",
         )
     )
+    figures += plan_figures
     lap("waiting for the other core's sections")
     for section, seconds in done["laps"]:
         laps.append((f"{section} (on the other core, meanwhile)", seconds))
-    say("      predicted speedups: this machine's calibration, if any, and a measured GPU profile")
-    plans = _plans(tr, dataclasses.replace(full, rows=[r for r in full.rows if r["m"] in PLAN_MS]))
-    for key, (title, plan) in plans.items():
-        from .._analysis._plotting import plot_plan
-
-        figures.append(
-            (
-                f"plan_{key}.png",
-                _png(plot_plan(plan, title=title)),
-                f"Predicted wall-time speedup over the verifier alone ({title}) of every rule at its best m "
-                "(1-20), with the interval from AL's bootstrap, against the mean emitted KL(pi || q); the front of "
-                "settings no other beats on both (cactus-theory plan).",
-            )
-        )
-    concurrency_md = batch_section(dataclasses.replace(full, rows=[r for r in full.rows if r["m"] in PLAN_MS
-                                                                   and r["rule"] in CONCURRENCY_RULES]))  # fmt: skip
-    lap("predicted speedups")
     figures.append(("emitted_kl_vs_delta.png", *_fig_emitted_kl(result, worst)))
     figures.append(("entropy_change.png", *_fig_entropy(result)))
     lap("drift and entropy figures")

@@ -564,6 +564,7 @@ def main(argv=None):
     parser.add_argument("--scaling-only", action="store_true", help="only the processes / Dask scaling rows")
     parser.add_argument("--gamma-only", action="store_true", help="only the exact-gamma rows")
     parser.add_argument("--sampling-only", action="store_true", help="only the sampling-step rows")
+    parser.add_argument("--analysis-only", action="store_true", help="only the embedded trace's analysis row")
     parser.add_argument("--positions", type=int, default=100_000, help="positions of the scaling rows' synthetic trace")
     args = parser.parse_args(argv)
     import torch
@@ -585,6 +586,8 @@ def main(argv=None):
         rows += bench_gamma(args.repeats, 20_000 if args.quick else 1_000_000)
     elif args.sampling_only:
         rows += bench_sampling(args.repeats, 20_000 if args.quick else VOCAB)
+    elif args.analysis_only:
+        rows += bench_analysis(args.repeats)
     elif not args.cuda_only:
         if args.quick:
             rows += bench_rules(1, rows=8, vocab=4096) + bench_gamma(1, 20_000) + bench_trace_stats(1, 100_000)

@@ -58,7 +58,6 @@ from cactus_theory import (
     parse_rules,
     synthesize_trace,
 )
-from cactus_theory._data._trace_format import _DISTRIBUTIONS_BYTES  # the cap on kept distributions
 from cactus_theory.kernels import HAVE_NUMBA, windowed_accepted_length_of_ratio
 
 ROWS, VOCAB = 256, 151_936
@@ -494,7 +493,7 @@ def bench_scaling(positions=100_000):
 
         times = {f"{n} process{'es' if n > 1 else ''}": once(lambda n=n: analysis(processes=n)) for n in (1, 2)}
         # the whole analysis in a fresh process: its peak resident memory (the shards read one at a time, the kept
-        # distributions capped at _DISTRIBUTIONS_BYTES, and the per-sequence sums, which grow with the trace)
+        # distributions capped at TraceSequence.KEPT_DISTRIBUTIONS_BYTES, the per-sequence sums growing with the trace)
         code = ("import sys, resource; from cactus_theory import analyze_trace, parse_rules; "
                 "analyze_trace(sys.argv[1], parse_rules('sps,tas,cactus,cactus-exact,mentored', (0.5, 1.0)), "
                 "ms=(4, 8, 20), n_boot=1000, progress=False); "
@@ -550,7 +549,7 @@ def bench_scaling(positions=100_000):
             f"{per_sequence / 1024:,.1f} KiB per sequence",
             f"{per_position / 1024:,.2f} KiB per position",
             f"tracemalloc, the records of shard 0 held; besides them the kept distributions (at most "
-            f"{_DISTRIBUTIONS_BYTES / 2**20:,.0f} MiB) and one shard's arrays are bounded",
+            f"{TraceSequence.KEPT_DISTRIBUTIONS_BYTES / 2**20:,.0f} MiB) and one shard's arrays are bounded",
         ),
     ]
     return rows

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -51,6 +52,10 @@ __all__ = ["Trace", "TraceSequence", "load_trace"]
 @dataclass
 class TraceSequence:
     """One sequence of a trace (arrays are (positions, ...))."""
+
+    #: At most this many bytes of ``distributions`` results are kept for reuse, all sequences together (the
+    #: oldest dropped first): a bound on what the analysis of a trace of any size keeps besides its sums.
+    KEPT_DISTRIBUTIONS_BYTES: ClassVar[int] = _DISTRIBUTIONS_BYTES
 
     id: str
     task: str
@@ -98,7 +103,9 @@ class TraceSequence:
                     size += array.nbytes
             _DISTRIBUTIONS[key] = (found, size)
             _DISTRIBUTIONS_SIZE[0] += size
-            while _DISTRIBUTIONS_SIZE[0] > _DISTRIBUTIONS_BYTES and len(_DISTRIBUTIONS) > 1:  # the oldest go first
+            while (
+                _DISTRIBUTIONS_SIZE[0] > TraceSequence.KEPT_DISTRIBUTIONS_BYTES and len(_DISTRIBUTIONS) > 1
+            ):  # the oldest go first
                 _DISTRIBUTIONS_SIZE[0] -= _DISTRIBUTIONS.pop(next(iter(_DISTRIBUTIONS)))[1]
             return found
         return found[0]
@@ -183,7 +190,7 @@ class TraceSequence:
 
 
 #: The newest results of ``TraceSequence.distributions`` ({(rows' digest, settings, with_logits): (result,
-#: bytes)}), at most ``_DISTRIBUTIONS_BYTES`` of arrays (the oldest dropped first).
+#: bytes)}), at most ``TraceSequence.KEPT_DISTRIBUTIONS_BYTES`` of arrays (the oldest dropped first).
 _DISTRIBUTIONS: dict = {}
 
 

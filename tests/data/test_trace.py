@@ -17,6 +17,7 @@ from cactus_theory import (
     SpS,
     Trace,
     TraceError,
+    TraceSequence,
     analyze_trace,
     import_logits,
     load_prompts,
@@ -145,6 +146,27 @@ def test_round_trip_is_exact_for_recorded_settings(tmp_path):
             np.testing.assert_allclose(a.kl_emitted_target, b.kl_emitted_target, rtol=1e-9, atol=1e-13)
             np.testing.assert_allclose(a.entropy_change, b.entropy_change, rtol=1e-9, atol=1e-12)
     assert trace.n_positions == 30 and len(trace) == 2
+
+
+def test_the_kept_distributions_never_exceed_their_cap_the_oldest_going_first(tmp_path, monkeypatch):
+    """``TraceSequence.KEPT_DISTRIBUTIONS_BYTES`` bounds what reading a trace of any size keeps: with room for
+    two sequences' results, reading five keeps the last two (the same arrays come back) and not the first ones
+    (computed again, equal)."""
+    TraceSequence.forget_distributions()
+    draft, target, tokens = _random_logits(0)
+    trace = trace_from_arrays(tmp_path / "t", draft, target, tokens, sequence_lengths=[6] * 5, top_k=32)
+    settings = SamplingSettings(temperature=1.0, top_k=20)
+    seqs = list(trace)
+    size = sum(a.nbytes for a in seqs[0].distributions(settings))  # every sequence's arrays have this size
+    TraceSequence.forget_distributions()
+    monkeypatch.setattr(TraceSequence, "KEPT_DISTRIBUTIONS_BYTES", 2 * size)
+    first = [seq.distributions(settings) for seq in seqs]
+    again = [seq.distributions(settings) for seq in seqs[3:]]
+    assert all(a[0] is b[0] and a[1] is b[1] for a, b in zip(first[3:], again, strict=True))  # kept
+    redone = seqs[0].distributions(settings)
+    assert redone[0] is not first[0][0]  # dropped: computed again ...
+    np.testing.assert_array_equal(redone[0], first[0][0])  # ... to the same values
+    TraceSequence.forget_distributions()
 
 
 def test_lumped_tail_error_is_bounded_by_the_tail_mass(tmp_path):

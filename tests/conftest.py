@@ -59,3 +59,17 @@ def own_prompts(tmp_path_factory):
     path = tmp_path_factory.mktemp("prompts") / "my_prompts.jsonl"
     path.write_text("".join(json.dumps({"instruction": t}) + "\n" for t in ("ab cd", "ef gh ab", "cd ef", "gh")))
     return str(path)
+
+
+@pytest.fixture
+def mixed_prompt_file(tmp_path):
+    """A user's prompt file (JSON Lines) mixing tasks: two "math" prompts, one "chat", one without a task."""
+    path = tmp_path / "mine.jsonl"
+    rows = [
+        {"prompt": "add two and two", "task": "math"},
+        {"prompt": "say hello", "task": "chat"},
+        {"prompt": "add three and four", "task": "math"},
+        {"prompt": "no task here"},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path

@@ -235,22 +235,10 @@ def test_interleave_alternates_runs_and_returns_each_value():
     assert all(x is None or 0.0 <= x <= 1.0 for x in loads)
 
 
-def _mixed_file(tmp_path):
-    path = tmp_path / "mine.jsonl"
-    rows = [
-        {"prompt": "add two and two", "task": "math"},
-        {"prompt": "say hello", "task": "chat"},
-        {"prompt": "add three and four", "task": "math"},
-        {"prompt": "no task here"},
-    ]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
 @pytest.mark.models
-def test_mixed_tasks_give_per_task_rows_in_one_command(tmp_path, capsys, gguf_pair):
+def test_mixed_tasks_give_per_task_rows_in_one_command(tmp_path, capsys, gguf_pair, mixed_prompt_file):
     v, d = gguf_pair
-    path = _mixed_file(tmp_path)
+    path = mixed_prompt_file
     assert main(["dump", "--verifier", v, "--draft", d, "--prompts", str(path), "--max-new-tokens", "6",
                  "--out", str(tmp_path / "t"), "--quiet"]) == 0  # fmt: skip
     assert sorted({s.task for s in Trace(tmp_path / "t")}) == ["chat", "math", "mine"]

@@ -164,20 +164,8 @@ def test_an_mbpp_line_that_is_an_array_names_the_file_and_line(tmp_path, capsys)
         load_prompts(path, dataset="mbpp")
 
 
-def _mixed_file(tmp_path):
-    path = tmp_path / "mine.jsonl"
-    rows = [
-        {"prompt": "add two and two", "task": "math"},
-        {"prompt": "say hello", "task": "chat"},
-        {"prompt": "add three and four", "task": "math"},
-        {"prompt": "no task here"},
-    ]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-def test_a_records_own_task_field_labels_it(tmp_path):
-    path = _mixed_file(tmp_path)
+def test_a_records_own_task_field_labels_it(tmp_path, mixed_prompt_file):
+    path = mixed_prompt_file
     prompts = load_prompts(path)
     assert [(p.id, p.task) for p in prompts] == [("math-0", "math"), ("chat-1", "chat"), ("math-2", "math"),
                                                  ("mine-3", "mine")]  # fmt: skip

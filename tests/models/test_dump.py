@@ -1,32 +1,20 @@
 """Dumping traces from models: an interrupted dump says so and its rerun says it resumes; a GGUF load says
 it dequantises and what that costs."""
 
-import json
-
 import pytest
 
 from cactus_theory import Trace
 from cactus_theory._cli import main
 
 
-def _mixed_file(tmp_path):
-    path = tmp_path / "mine.jsonl"
-    rows = [
-        {"prompt": "add two and two", "task": "math"},
-        {"prompt": "say hello", "task": "chat"},
-        {"prompt": "add three and four", "task": "math"},
-        {"prompt": "no task here"},
-    ]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
 @pytest.mark.models
-def test_an_interrupted_dump_says_so_and_the_rerun_says_it_resumes(tmp_path, capsys, gguf_pair, monkeypatch):
+def test_an_interrupted_dump_says_so_and_the_rerun_says_it_resumes(
+    tmp_path, capsys, gguf_pair, monkeypatch, mixed_prompt_file
+):
     import cactus_theory._models._dump as dump
 
     v, d = gguf_pair
-    path = _mixed_file(tmp_path)
+    path = mixed_prompt_file
     argv = ["dump", "--verifier", v, "--draft", d, "--prompts", str(path), "--max-new-tokens", "5",
             "--out", str(tmp_path / "t"), "--quiet"]  # fmt: skip
     real, calls = dump.teacher_forced_logits, []

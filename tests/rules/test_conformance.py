@@ -10,15 +10,12 @@ law with the same acceptances on random inputs are refused unless one declares t
 """
 
 import json
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
+from children import run_with_module
 from hypothesis import given
 from hypothesis import strategies as st
-from locations import HANG_GUARD
 
 from cactus_theory import step_metrics
 from cactus_theory._laws._emitted import block_sums
@@ -149,17 +146,8 @@ class NanBlock(BlockVerification):
 '''
 
 
-def _in_child(tmp_path, module_text, code):
-    (tmp_path / "broken_rules.py").write_text(module_text)
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path, capture_output=True, text=True, timeout=HANG_GUARD
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
-
-
 def test_every_check_fails_on_rules_whose_numbers_are_nan(tmp_path):
-    out = _in_child(
+    out = run_with_module(
         tmp_path,
         NAN_RULES,
         """
@@ -347,7 +335,7 @@ def test_each_check_catches_a_rule_with_the_wrong_law_and_the_check_list_is_cove
 
     assert set(WRONG) == set(CHECKS)
     (tmp_path / "broken_rules.py").write_text(_HEADER)
-    out = _in_child(
+    out = run_with_module(
         tmp_path,
         _HEADER,
         f"""

@@ -12,6 +12,7 @@ import sys
 import textwrap
 
 import pytest
+from children import run_with_module
 from locations import HANG_GUARD, TESTS
 
 import cactus_theory
@@ -201,17 +202,8 @@ def test_the_rules_namespace_needs_no_list():
 HERE = str(TESTS)  # the tests' helper modules, for the PYTHONPATH of a child process
 
 
-def _in_child(tmp_path, module_text, code):
-    (tmp_path / "broken_rules.py").write_text(module_text)
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path, capture_output=True, text=True, timeout=HANG_GUARD
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
-
-
 def test_a_plugin_cannot_take_a_built_in_name_whatever_its_module_claims(tmp_path):
-    out = _in_child(
+    out = run_with_module(
         tmp_path,
         "",
         """

@@ -359,15 +359,16 @@ def fixed_blocks(beta, offsets, m):
 
 
 def renewal_steps_many(beta, offsets, drafted, forwards, m, *, survival=None):
-    """``renewal_steps`` of every sequence of a batch in one banded solve: (S, 4 + m + 1) per sequence (steps,
+    """``renewal_steps`` of every sequence of a batch at once (one compiled walk with numba, else one banded
+    solve; the two agree to rounding): (S, 4 + m + 1) per sequence (steps,
     accepted drafts, drafted tokens, draft forwards, steps by drafted length), counting the steps from its
     position 1 (0 when it is no longer than m) to its last start where a whole block fits, as the analysis
     does. ``beta``, ``drafted``, ``forwards`` per stacked position (``offsets`` as in ``fixed_blocks``);
     ``survival`` (N, m): a whole-block rule's P(A >= j) per start in place of the prefix products of beta.
     The sequences are one system with two rows of nothing between them (a step past a sequence's end lands
-    there), so each answer is its sequence's own. Solved forwards (the expected steps starting at each
-    position, one right-hand side), so its sums run in another order than ``renewal_steps``'s: the same
-    values to rounding."""
+    there), so each answer is its sequence's own. Both walk forwards (the expected steps starting at each
+    position, one right-hand side), so their sums run in another order than ``renewal_steps``'s: the same
+    values to rounding (``tests/math/test_kernels.py`` checks all three)."""
     from scipy.linalg import lapack
 
     offsets = np.asarray(offsets, dtype=np.int64)

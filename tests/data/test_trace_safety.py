@@ -304,7 +304,14 @@ def _start_dump(out, shard_positions, block_after=None):
     however busy the machine: no timing in the test)."""
     script = _DUMP_SCRIPT.format(tests=HERE, root=ROOT, out=str(out), shard_positions=shard_positions,
                                  block_after=block_after)  # fmt: skip
-    return subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE)
+    # the child starts with Ctrl-C's default action, as a command typed in a terminal does: a test command run in
+    # the background (nohup, `&` in a script) ignores SIGINT, Python then leaves it ignored in every child, and a
+    # Ctrl-C sent to the dump would never arrive
+    return subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, preexec_fn=_default_sigint)
+
+
+def _default_sigint():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_blocked(child):

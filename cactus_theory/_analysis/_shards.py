@@ -307,18 +307,13 @@ def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, po
         out.append(stats)
     for m in ms:  # the steps decoding takes, every sequence of the batch in one solve per setting
         b_m = beta_all[:m] if slots else beta_all
-        if not whole:
-            drafted, forwards = fixed_blocks(b_m, rows.offsets, m)
-            steps = renewal_steps_many(b_m, rows.offsets, drafted, forwards, m)
-        elif m in survival_all:
-            survival = survival_all[m]
-            drafted = np.minimum(m, np.repeat(rows.offsets[1:], np.diff(rows.offsets)) - np.arange(len(survival)))
-            forwards = drafted + np.where(drafted == m, survival[:, m - 1], 0.0)
-            steps = renewal_steps_many(None, rows.offsets, drafted, forwards, m, survival=survival)
-        else:
-            steps = None
-        for stats, row in zip(out, steps if steps is not None else (), strict=False):
-            _set_steps(stats.blocks[(m, None)], row, m)
+        if not whole or m in survival_all:  # (a whole-block rule without its law per start has no steps)
+            survival = survival_all.get(m)
+            drafted, forwards = fixed_blocks(b_m, rows.offsets, m, survival=survival)
+            steps = renewal_steps_many(None if survival is not None else b_m, rows.offsets, drafted, forwards, m,
+                                       survival=survival)  # fmt: skip
+            for stats, row in zip(out, steps, strict=True):
+                _set_steps(stats.blocks[(m, None)], row, m)
         for policy in policies:
             drafted, forwards = policy_all[(m, policy.describe())]
             steps = renewal_steps_many(b_m, rows.offsets, drafted, forwards, m)

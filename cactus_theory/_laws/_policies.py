@@ -339,16 +339,20 @@ def renewal_steps(beta, drafted, forwards, m, start=1, stop=None, survival=None)
     return float(out[0]), float(out[1]), float(out[2]), float(out[3]), np.array(out[4:])
 
 
-def fixed_blocks(beta, offsets, m):
+def fixed_blocks(beta, offsets, m, *, survival=None):
     """``policy_blocks(None, ...)`` of every sequence of a batch at once: (drafted tokens L_t, draft forwards)
     per position of the stacked sequences (``offsets``: each sequence's first position, N at the end), a block at
     t drafting min(m, its sequence's end - t) and, when it drafts all m, one more forward with the chance that
-    all m are accepted (the same products, in the same order, as ``policy_blocks``: the same bits)."""
-    beta = np.asarray(beta, dtype=np.float64)
+    all m are accepted (the same products, in the same order, as ``policy_blocks``: the same bits). With
+    ``survival`` (N, m), a whole-block rule's P(A >= j) per start, that chance is its last column (``beta`` is
+    then not read)."""
     offsets = np.asarray(offsets, dtype=np.int64)
-    n, m = beta.shape[-1], int(m)
+    n, m = int(offsets[-1]), int(m)
     ends = np.repeat(offsets[1:], np.diff(offsets))  # each position's sequence end
     drafted = np.minimum(m, ends - np.arange(n))
+    if survival is not None:
+        return drafted, drafted + np.where(drafted == m, survival[:, m - 1], 0.0)
+    beta = np.asarray(beta, dtype=np.float64)
     index = np.arange(n)[:, None] + np.arange(m)[None, :]
     at = np.minimum(index, n - 1)
     b = beta[np.minimum(np.arange(m), beta.shape[0] - 1)[None, :], at] if beta.ndim == 2 else beta[at]

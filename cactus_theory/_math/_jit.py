@@ -37,7 +37,11 @@ class _Split:
         self.parallel = numba.njit(cache=True, nogil=True, parallel=True)(fn)
 
     def __call__(self, size, *args):
-        return (self.parallel if size >= PARALLEL_MIN else self.serial)(*args)
+        return self.run(size >= PARALLEL_MIN, *args)
+
+    def run(self, parallel, *args):
+        """The parallel compilation when ``parallel``, else the serial one (a caller with its own measure)."""
+        return (self.parallel if parallel else self.serial)(*args)
 
 
 def _jit_split(fn):

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from ._jit import HAVE_NUMBA, _jit, numba
+from ._jit import HAVE_NUMBA, _jit, _jit_split, numba
 
 __all__ = ["emitted_rows", "mentored_rows"]
 
@@ -195,10 +195,9 @@ def _emitted_rows(p, q, s, accept, rho, order, order_s, out):
             out[r, x] = rec[x, 6]
 
 
-_emitted_rows_jit = numba.njit(cache=True, nogil=True, parallel=True)(_emitted_rows) if HAVE_NUMBA else None
 # one long row runs faster without the parallel machinery (measured: 4.9 ms against 10.5 ms at
 # V = 151,936): rows are only spread over threads when there are several per thread
-_emitted_rows_serial = numba.njit(cache=True, nogil=True)(_emitted_rows) if HAVE_NUMBA else None
+_emitted_rows_jit = _jit_split(_emitted_rows)
 
 
 def emitted_rows(p, q, s, accept, rho, order, order_s):
@@ -207,6 +206,5 @@ def emitted_rows(p, q, s, accept, rho, order, order_s):
         return None
     args = [np.ascontiguousarray(a) for a in (p, q, s, accept, rho, order, order_s)]
     out = np.empty(p.shape)
-    kernel = _emitted_rows_jit if p.shape[0] >= 4 * numba.get_num_threads() else _emitted_rows_serial
-    kernel(*args, out)
+    _emitted_rows_jit.run(p.shape[0] >= 4 * numba.get_num_threads(), *args, out)
     return out

@@ -370,14 +370,8 @@ def _side_sections(trace, deltas):
     matplotlib.use("Agg")
     from .._data._trace import load_trace
 
-    laps, last = [], time.perf_counter()
-
-    def lap(section):
-        nonlocal last
-        now = time.perf_counter()
-        laps.append((section, now - last))
-        last = now
-
+    laps = []
+    lap = _stopwatch(laps)
     out = {"gamma": _fig_gamma(), "overspend": _fig_overspend()}
     lap("gamma solvers and closed forms (2 figures)")
     out["worst"] = worst_case_curve(sorted(deltas))
@@ -391,6 +385,19 @@ def _side_sections(trace, deltas):
     lap("sequence-level verification")
     out["laps"] = laps
     return out
+
+
+def _stopwatch(laps):
+    """A function ``lap(section)`` that appends (section, seconds since the previous lap, or since now) to
+    ``laps``."""
+    last = [time.perf_counter()]
+
+    def lap(section):
+        now = time.perf_counter()
+        laps.append((section, now - last[0]))
+        last[0] = now
+
+    return lap
 
 
 class _Inline:
@@ -416,10 +423,25 @@ def _start_side_sections(trace, deltas):
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_exit_with_parent,
+                               initargs=(os.getpid(),))  # fmt: skip
     future = pool.submit(_side_sections, trace, deltas)
     future.pool = pool
     return future
+
+
+def _exit_with_parent(parent, every=0.5):
+    """In the second process: end it as soon as its parent ``parent`` is gone, however the parent ended (a
+    SIGKILL or SIGTERM runs none of the parent's clean-up, and a finished worker would wait forever to hand
+    its answer to nobody). A daemon thread that polls the parent's pid every ``every`` seconds."""
+    import threading
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(every)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def _stop_side_sections(future):
@@ -531,18 +553,14 @@ def build_report(
         _say(message, progress)
 
     laps = [] if timings is None else timings
-    last = [time.perf_counter()]
-
-    def lap(section):
-        now = time.perf_counter()
-        laps.append((section, now - last[0]))
-        last[0] = now
-
     figures = []
     # the sections that need nothing of the analysis run in a second process on the other core meanwhile: the
-    # gamma figures, Gamma(delta)'s search and the multi-draft study (on a first run each process also compiles
-    # its own kernels, so the compiling is shared too)
+    # gamma figures, Gamma(delta)'s search, multi-draft and tree, block and sequence-level verification (on a
+    # first run each process also compiles its own kernels, so the compiling is shared too)
+    say("[1/3] gamma figures, Gamma(delta), multi-draft, tree, block and sequence-level verification")
     side = _start_side_sections(getattr(trace, "directory", trace), deltas)
+    inline = isinstance(side, _Inline)  # computed here already, one section after the other
+    lap = _stopwatch(laps)  # the main process's sections from here (the side's laps come with its answer)
     try:
         say("[2/3] rules on the trace")
         tr = load_trace(trace)
@@ -602,8 +620,8 @@ def build_report(
         concurrency = [r for r in full.rows if r["m"] in PLAN_MS and r["rule"] in CONCURRENCY_RULES]
         concurrency_md = batch_section(dataclasses.replace(full, rows=concurrency))
         lap("predicted speedups")
-        say("      the other core's sections: gamma figures, Gamma(delta), multi-draft, tree, block and "
-            "sequence-level verification")  # fmt: skip
+        if not inline:
+            say("      waiting for the other core's sections")
         done = side.result()
     finally:
         _stop_side_sections(side)
@@ -633,7 +651,7 @@ def build_report(
     figures += plan_figures
     lap("waiting for the other core's sections")
     for section, seconds in done["laps"]:
-        laps.append((f"{section} (on the other core, meanwhile)", seconds))
+        laps.append((section if inline else f"{section} (on the other core, meanwhile)", seconds))
     figures.append(("emitted_kl_vs_delta.png", *_fig_emitted_kl(result, worst)))
     figures.append(("entropy_change.png", *_fig_entropy(result)))
     lap("drift and entropy figures")

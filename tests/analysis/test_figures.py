@@ -58,6 +58,8 @@ def report_figures(tmp_path_factory):
         mp.setattr(_plotting, "figure_png", capture)
         _report.build_report(str(out), progress=False, max_positions=2500)
     md = (out / "report.md").read_text()
+    # run here, one section after the other: the time table says so (no "meanwhile")
+    assert "| Gamma(delta): worst-case search |" in md and "meanwhile" not in md
     figures = {}
     for path in sorted(out.glob("*.png")):
         index = int(path.read_bytes().decode().split()[1])

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -423,6 +424,50 @@ def _small_report_trace(tmp_path):
         metadata={"sampling": SamplingSettings().as_dict()},
     )  # fmt: skip
     return tmp_path / "small"
+
+
+def _side_process_of(parent):
+    """The pid of ``parent``'s spawned worker (its child running multiprocessing's spawn_main), once it exists."""
+    deadline = time.monotonic() + HANG_GUARD
+    while time.monotonic() < deadline:
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    command = f.read()
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == parent and b"spawn_main" in command:
+                return int(entry)
+        time.sleep(0.05)
+    raise AssertionError("the report never started its second process")
+
+
+def _running(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the processes through /proc (Linux)")
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
+def test_a_killed_report_leaves_no_second_process_behind(tmp_path, signum):
+    """Killed outright (no clean-up runs in it), the report's second process ends too: it watches its parent."""
+    trace = _small_report_trace(tmp_path)
+    code = "import sys; from cactus_theory._cli import main; sys.exit(main(sys.argv[1:]))"
+    report = subprocess.Popen([sys.executable, "-c", code, "report", "--trace", str(trace), "--out",
+                               str(tmp_path / "r"), "--quiet"])  # fmt: skip
+    side = _side_process_of(report.pid)
+    report.send_signal(signum)
+    report.wait(timeout=HANG_GUARD)
+    deadline = time.monotonic() + HANG_GUARD
+    while _running(side) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(side), "the second process outlived the report"
+    assert not (tmp_path / "r").exists()  # nothing published by a killed report
 
 
 _APPENDER = textwrap.dedent(

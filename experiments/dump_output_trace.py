@@ -87,7 +87,7 @@ def main(argv=None):
         dtype=args.dtype,
         shard_positions=4096,
     )
-    print(f"{n} positions in {time.perf_counter() - start:.0f} s -> {args.out}")
+    print(f"{n.written_positions} positions in {time.perf_counter() - start:.0f} s -> {args.out}")
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ def main(argv=None):
         shard_positions=1024,
         engine=args.engine,
     )
-    print(f"{n} positions in {time.perf_counter() - start:.0f} s -> {args.out}")
+    print(f"{n.written_positions} positions in {time.perf_counter() - start:.0f} s -> {args.out}")
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ def add_parser(sub):
         type=_int_at_least(1),
         default=1,
         help="decode this many prompts at once, in synchronous steps, each with its own accepted length and cache "
-        "rollback (--engine llama.cpp); --baseline then runs the verifier alone at the same batch size",
+        "rollback (either engine); --baseline then runs the verifier alone at the same batch size",
     )
     c.add_argument("--baseline", action="store_true", help="also decode every prompt with the verifier alone: speedups")
     c.add_argument("--out", default=None, help="JSON Lines of per-prompt records (appended; a rerun skips done ones)")
@@ -115,8 +115,6 @@ def run(args) -> int:
     else:
         prompts = _prompts_from(args)[: args.limit]
     settings = _settings(args)
-    if args.batch > 1 and args.engine != "llama.cpp":
-        raise ValueError("--batch > 1 decodes several sequences in one llama.cpp batch: add --engine llama.cpp")
     opts = {"cache": not args.no_model_cache, "progress": _progress(args)}
     if args.engine == "llama.cpp":  # a sequence per prompt of a batch, per rule and for the baseline
         opts.update(engine="llama.cpp", sequences=args.batch * (len(rules) + 1))

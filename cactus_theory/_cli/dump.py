@@ -63,6 +63,13 @@ def add_parser(sub):
     d.add_argument("--max-new-tokens", type=_int_at_least(1), default=128, help="tokens generated per prompt")
     d.add_argument("--limit", type=_int_at_least(0), default=None, help="at most this many prompts in this run")
     d.add_argument(
+        "--batch",
+        type=_int_at_least(1),
+        default=None,
+        help="sequences generated at once (a KV cache slot each; a prompt's tokens do not depend on the batch); "
+        "default 1, or the batch the trace being resumed was dumped with",
+    )
+    d.add_argument(
         "--seed", type=_int_at_least(0), default=0, help="sampling seed (each prompt's comes from it and its id)"
     )
     _sampling_options(d)
@@ -118,6 +125,8 @@ def _run_servers(args) -> int:
     for flag in ("completions", "part"):
         if getattr(args, flag):
             raise ValueError(f"--{flag} is for models loaded here, not for --server")
+    if args.batch is not None:
+        raise ValueError("--batch is for models loaded here; a server batches its own requests: use --concurrency")
     _check_out(args, [*args.prompts])
     prompts = _prompts_from(args)
     summary = dump_server_trace(
@@ -160,7 +169,7 @@ def run(args) -> int:
         if skipped:
             print(f"{skipped} prompt(s) without a completion skipped")
     settings = _settings(args)
-    n = dump_trace(
+    summary = dump_trace(
         args.verifier,
         args.draft,
         prompts,
@@ -179,6 +188,7 @@ def run(args) -> int:
         cache=not args.no_model_cache,
         part=args.part,
         engine=args.engine,
+        batch=args.batch,
     )
-    print(f"wrote {n} positions to {args.out}" + (f" (part {args.part[0]}/{args.part[1]})" if args.part else ""))
+    print(f"wrote {summary.written_positions} positions to {args.out}" + (f" (part {args.part[0]}/{args.part[1]})" if args.part else ""))
     return 0

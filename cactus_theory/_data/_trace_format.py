@@ -26,6 +26,7 @@ __all__ = [
     "compress_logits",
     "metadata_differences",
     "model_hashes",
+    "stored_metadata",
 ]
 
 FORMAT = "cactus_theory.trace"
@@ -144,6 +145,8 @@ RESUME_FIELDS = (
     "max_new_tokens",
     "teacher_forced",
     "part",
+    "sampler",
+    "batch",
 )
 
 
@@ -152,7 +155,15 @@ _RESUME_REQUIRED = ("seeding",)
 
 
 #: What a field absent from a stored trace means (traces dumped before the field existed).
-_ABSENT_MEANS = {"engine": "hf"}
+_ABSENT_MEANS = {
+    "engine": "hf",
+    "sampler": "torch.multinomial, a torch.Generator per prompt",
+    "batch": 1,
+}
+
+
+#: How a dump of models loaded here draws its tokens (recorded as ``sampler``; ``_models._device``).
+SAMPLER = "splitmix64 uniforms per prompt seed and position, inverse transform (row_uniforms)"
 
 
 _MANIFEST_MAX_BYTES = 1 << 30
@@ -240,6 +251,14 @@ def _check_manifest(manifest, path):
         if sum(r["positions"] for r in members) != shard["positions"]:
             fail(f"the sequences of {shard['file']} do not add up to its {shard['positions']} positions")
     return manifest
+
+
+def stored_metadata(directory) -> dict | None:
+    """The metadata of the trace in ``directory`` (checked as a manifest is), or None where there is
+    no trace yet (no directory, or no manifest.json in it)."""
+    if not os.path.lexists(os.path.join(str(directory), "manifest.json")):
+        return None
+    return dict(_read_manifest(str(directory)).get("metadata") or {})
 
 
 def _read_manifest(directory):

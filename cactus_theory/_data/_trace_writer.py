@@ -128,6 +128,13 @@ class TraceWriter:
         return self.manifest.get("metadata", {})
 
     @property
+    def sequence_positions(self) -> dict[str, int]:
+        """{sequence id: positions} of every sequence the trace holds (written or buffered)."""
+        out = {s["id"]: int(s["positions"]) for s in self.manifest["sequences"]}
+        out.update({b["id"]: int(b["tokens"].shape[0]) for b in self._buffer})
+        return out
+
+    @property
     def done_ids(self) -> set[str]:
         return {s["id"] for s in self.manifest["sequences"]} | {b["id"] for b in self._buffer}
 

@@ -39,7 +39,7 @@ __all__ = [
 #: vocabulary and whether the tail mass is known.
 SET_FIELDS = ("verifier", "draft", "tokenizer_sha256", "sampling")
 #: Metadata that the parts of one split dump must share: every field a resumed dump checks.
-MERGE_FIELDS = tuple(f for f in RESUME_FIELDS if f != "part")
+MERGE_FIELDS = tuple(f for f in RESUME_FIELDS if f not in ("part", "batch"))
 _MANIFEST_FIELDS = ("top_k", "vocab_size", "tail_known")
 _STORED = ("topk_logits", "topk_ids", "lse")  # per role, per position
 

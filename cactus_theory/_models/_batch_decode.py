@@ -1,7 +1,9 @@
-"""Batched decoding on llama.cpp (per-sequence caches): B prompts advanced in synchronous steps, the
-verifier alone (``autoregressive_batch_steps``) and speculative decoding with any rule
-(``speculative_batch_steps``: each request drafts, is judged and rolls back its own cache). One
-sequence at a time lives in ``_decode``; the prompt-level driver in ``_decode_prompts``."""
+"""Batched decoding (per-sequence caches: llama.cpp's sequences, or a Hugging Face model's slots,
+``_slots.SlotModel``): B prompts advanced in synchronous steps, the verifier alone
+(``autoregressive_batch_steps``) and speculative decoding with any rule (``speculative_batch_steps``:
+each request drafts, is judged and rolls back its own cache). On the Hugging Face engine the rows stay
+on the device where the options allow (``_device_decode``). One sequence at a time on the host lives
+in ``_decode``; the prompt-level driver in ``_decode_prompts``."""
 
 from __future__ import annotations
 
@@ -12,21 +14,30 @@ import numpy as np
 
 from .._math._sampling import SamplingSettings, processed_probs
 from ._decode import DecodeResult, NgramDrafter, _draft_row, _extend, _judge, _options
-from ._hf import OwnClock, drain, paused, sample_token
+from ._device_decode import device_autoregressive_steps, device_ready, device_speculative_steps
+from ._hf import OwnClock, drain, engine_of, paused, sample_token
+
+
+def _sequences(model, count, prompts_ids, extra):
+    """``model`` as something with ``sequence`` / ``evaluate``: a llama.cpp model as it is, a Hugging
+    Face model as a ``SlotModel`` of ``count`` slots long enough for the prompts and ``extra`` tokens."""
+    if engine_of(model) == "llama.cpp":
+        return model
+    from ._slots import SlotModel
+
+    return SlotModel(model, count, context=max(len(x) for x in prompts_ids) + extra)
 
 __all__ = ["autoregressive_batch_steps", "autoregressive_generate_batch", "speculative_batch_steps",
            "speculative_generate_batch"]  # fmt: skip
 
 
 def _check_batch(models, prompts_ids, seeds):
-    """Refuse a batch the engine cannot run: several sequences at once need llama.cpp models."""
+    """Refuse a batch the models cannot run: one engine for both, a seed per prompt, no empty prompt."""
     from ._hf import engine_of
 
-    for name, model in models:
-        if engine_of(model) != "llama.cpp":
-            raise ValueError(f"decoding several prompts in one batch needs engine 'llama.cpp' (per-sequence KV "
-                             f"caches): the {name} runs on {engine_of(model)!r}; decode one prompt at a time there "
-                             "(batch=1)")  # fmt: skip
+    engines = {engine_of(model) for _, model in models}
+    if len(engines) > 1:
+        raise ValueError(f"the verifier and the draft run on different engines ({sorted(engines)}): load both on one")
     if not prompts_ids or len(prompts_ids) != len(seeds):
         raise ValueError(f"give one seed per prompt, and at least one prompt; got {len(prompts_ids)} prompt(s) and "
                          f"{len(seeds)} seed(s)")  # fmt: skip
@@ -55,8 +66,12 @@ class _Row:
 def speculative_batch_steps(verifier, draft, rule, m, prompts_ids, seeds, sampling=None, max_new_tokens=128,
                             eos_ids=(), *, bonus_policy="verifier", draft_mode="sampled", draft_policy=None, gate=None,
                             drift=False):  # fmt: skip
-    """Speculative decoding of B prompts at once on the llama.cpp engine, as a generator of steps
-    (``interleave`` alternates it with other runs); its value is one ``DecodeResult`` per prompt.
+    """Speculative decoding of B prompts at once, as a generator of steps (``interleave`` alternates
+    it with other runs); its value is one ``DecodeResult`` per prompt. On the Hugging Face engine,
+    where the options allow (``device_ready``: a token rule, the verifier's bonus, no gate, drafting
+    policy, drift record or raw logits), the rows stay on the device (``_device_decode``: one host
+    synchronisation a step, each request's own random streams); otherwise, and on llama.cpp, the
+    host path below.
 
     The B requests advance in synchronous steps. A step drafts up to m tokens for every request
     that is still running, one draft forward of all of them per drafted position (a request whose
@@ -64,7 +79,8 @@ def speculative_batch_steps(verifier, draft, rule, m, prompts_ids, seeds, sampli
     one verifier evaluation of sum_b (m_b + 1) tokens, each at its own positions (``llama_decode``
     with one sequence id per request); each request is judged by the rule exactly as
     ``speculative_steps`` judges it, with its own generators seeded by ``seeds[b]``, accepts its
-    own length, and its caches are cut back to its accepted prefix (``llama_memory_seq_rm``). A
+    own length, and its caches are cut back to its accepted prefix (``llama_memory_seq_rm``, or
+    the slot's length). A
     request that ends (an end-of-sequence token, or ``max_new_tokens``) leaves the batch. So
     request b's tokens are those ``speculative_generate`` gives with the same seed whenever the
     logits agree (they do up to llama.cpp's rounding in batches of another shape).
@@ -78,7 +94,12 @@ def speculative_batch_steps(verifier, draft, rule, m, prompts_ids, seeds, sampli
     _check_batch([("verifier", verifier)] + ([] if isinstance(draft, NgramDrafter) else [("draft", draft)]),
                  prompts_ids, seeds)  # fmt: skip
     o = _options(rule, m, sampling, draft, bonus_policy, draft_mode, draft_policy, gate, drift)
+    if device_ready(o, verifier, draft):
+        return (yield from device_speculative_steps(verifier, draft, o, m, prompts_ids, seeds, max_new_tokens,
+                                                    eos_ids))  # fmt: skip
     ngram = isinstance(draft, NgramDrafter)
+    verifier = _sequences(verifier, len(prompts_ids), prompts_ids, max_new_tokens + m + 2)
+    draft = draft if ngram else _sequences(draft, len(prompts_ids), prompts_ids, max_new_tokens + m + 2)
     rows = [
         _Row(context=list(ids), result=DecodeResult(tokens=[], token_kl=[] if drift else None),
              gen=torch.Generator().manual_seed(int(seed)), coin=np.random.default_rng(int(seed)),
@@ -160,26 +181,29 @@ def speculative_batch_steps(verifier, draft, rule, m, prompts_ids, seeds, sampli
 
 def speculative_generate_batch(verifier, draft, rule, m, prompts_ids, seeds, sampling=None, max_new_tokens=128,
                                eos_ids=(), **options):  # fmt: skip
-    """Speculative decoding of B prompts at once on the llama.cpp engine: one ``DecodeResult`` per
-    prompt (``speculative_batch_steps`` run to its end; options as there)."""
+    """Speculative decoding of B prompts at once: one ``DecodeResult`` per prompt
+    (``speculative_batch_steps`` run to its end; options as there)."""
     return drain(speculative_batch_steps(verifier, draft, rule, m, prompts_ids, seeds, sampling, max_new_tokens,
                                          eos_ids, **options))  # fmt: skip
 
 
 def autoregressive_generate_batch(model, prompts_ids, seeds, sampling=None, max_new_tokens=128, eos_ids=()):
-    """The verifier alone on B prompts at once (llama.cpp): ``autoregressive_batch_steps`` run to its end."""
+    """The verifier alone on B prompts at once: ``autoregressive_batch_steps`` run to its end."""
     return drain(autoregressive_batch_steps(model, prompts_ids, seeds, sampling, max_new_tokens, eos_ids))
 
 
 def autoregressive_batch_steps(model, prompts_ids, seeds, sampling=None, max_new_tokens=128, eos_ids=()):
-    """The verifier alone on B prompts at once (llama.cpp): one evaluation of every running
-    request's next token per step, each sampled as ``generate`` samples it (its own generator,
-    seeded by ``seeds[b]``); a generator of steps whose value is one ``DecodeResult`` per prompt,
-    timed as ``speculative_batch_steps`` times them."""
+    """The verifier alone on B prompts at once: one evaluation of every running request's next token
+    per step; on llama.cpp each sampled as ``generate`` samples it (its own generator, seeded by
+    ``seeds[b]``), on the Hugging Face engine on the device with the dumper's streams
+    (``device_autoregressive_steps``); a generator of steps whose value is one ``DecodeResult`` per
+    prompt, timed as ``speculative_batch_steps`` times them."""
     import torch
 
     _check_batch([("verifier", model)], prompts_ids, seeds)
     sampling = sampling or SamplingSettings()
+    if engine_of(model) != "llama.cpp":
+        return (yield from device_autoregressive_steps(model, prompts_ids, seeds, sampling, max_new_tokens, eos_ids))
     clock = OwnClock()
     seqs = [model.sequence() for _ in prompts_ids]
     gens = [torch.Generator().manual_seed(int(seed)) for seed in seeds]

@@ -16,14 +16,162 @@ from .._util._machine import machine_sample, other_load
 __all__ = ["calibrate_cost"]
 
 
-def _timings(fn, repeats):
-    """``repeats`` wall times of ``fn()``, seconds."""
+def _timings(fn, repeats, sync=None, warm=1):
+    """``repeats`` wall times of ``fn()``, seconds, after ``warm`` untimed calls (a new shape makes the
+    GPU libraries choose kernels: that first call is not a sample). ``sync`` (the device's
+    synchronisation) runs before each timed call starts and inside it before it stops, so queued
+    device work is counted in the call that queued it."""
+    sync = sync or (lambda: None)
+    for _ in range(warm):
+        fn()
+    sync()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
+        sync()
         times.append(time.perf_counter() - start)
     return times
+
+
+def _synchronizer(model):
+    """The synchronisation of the device ``model`` runs on (a no-op on the CPU)."""
+    import torch
+
+    from ._hf import engine_of
+
+    if engine_of(model) == "llama.cpp":
+        return lambda: None
+    device = next(model.parameters()).device
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+class _HostParts:
+    """The step parts as the host decoder runs them (llama.cpp: ``speculative_steps``): a forward, its
+    rows processed on the host, sampled there; judging on float64 host rows."""
+
+    def __init__(self, v_model, d_model, settings):
+        from ._hf import cached_model
+
+        self.v_model, self.d_model, self.settings = v_model, d_model, settings
+        self.open = cached_model
+
+    def draft(self, runner, token, gen):
+        from .._math._sampling import processed_probs
+        from ._hf import sample_token
+
+        raw = runner.feed([token])[-1]
+        p = processed_probs(raw[None], self.settings)[0]
+        sample_token(p, gen)
+        p.double().cpu().numpy()
+
+    def verify(self, runner, block, gen, coin):
+        from .._math._sampling import processed_probs
+
+        processed_probs(runner.feed(block), self.settings).double().cpu().numpy()
+
+    def judge_token(self, runner_v, runner_d, token, repeats, sync, gen):
+        """Seconds SpS takes to judge one drafted token (``_rule_step`` on float64 host rows)."""
+        from .._math._sampling import processed_probs
+        from .._models._decode import _rule_step
+        from .._rules import SpS
+
+        q_row = processed_probs(runner_v.feed([token])[-1][None], self.settings)[0].double().cpu().numpy()
+        p_row = processed_probs(runner_d.feed([token])[-1][None], self.settings)[0].double().cpu().numpy()
+        coin = np.random.default_rng(0)
+        drafted = int(np.argmax(p_row))
+        return float(np.median(_timings(lambda: _rule_step(SpS(), p_row, q_row, drafted, None, coin, gen), repeats)))
+
+    def batch(self, size, ids):
+        return self.v_model, self.d_model, [self.v_model.sequence() for _ in range(size)], \
+            [self.d_model.sequence() for _ in range(size)]  # fmt: skip
+
+    def batch_draft(self, model, seqs, token, gen):
+        from .._math._sampling import processed_probs
+        from ._hf import sample_token
+
+        for raw in model.evaluate([(q, [token], "all") for q in seqs]):
+            p = processed_probs(raw, self.settings)[0]
+            sample_token(p, gen)
+            p.double().cpu().numpy()
+
+    def batch_verify(self, model, seqs, block, gen):
+        from .._math._sampling import processed_probs
+
+        for rows in model.evaluate([(q, block, "all") for q in seqs]):
+            processed_probs(rows, self.settings).double().cpu().numpy()
+
+
+class _DeviceParts:
+    """The step parts as the device decoder runs them (the Hugging Face engine, ``_device_decode``):
+    a draft forward with its row processed and sampled on the device; a verifier block of k tokens
+    with its k rows processed, the k - 1 drafts judged by SpS, the emitted token sampled and the
+    step's one copy to the host (the judging is part of the block: ``judge_token`` is 0)."""
+
+    def __init__(self, v_model, d_model, settings):
+        import torch
+
+        self.torch, self.settings = torch, settings
+        self.v_model, self.d_model = v_model, d_model
+
+    def open(self, model, slots=1, context=64):
+        from ._slots import SlotModel
+
+        return SlotModel(model, slots, context=context).sequence()
+
+    def _seeds(self, rows, device):
+        return self.torch.arange(rows, dtype=self.torch.int64, device=device)
+
+    def draft(self, runner, token, gen):
+        self.batch_draft(runner.owner, [runner], token, gen)
+
+    def verify(self, runner, block, gen, coin):
+        self.batch_verify(runner.owner, [runner], block, gen)
+
+    def judge_token(self, runner_v, runner_d, token, repeats, sync, gen):
+        return 0.0
+
+    def batch(self, size, ids):
+        from ._slots import SlotModel
+
+        v = SlotModel(self.v_model, size, context=len(ids) + 64)
+        d = SlotModel(self.d_model, size, context=len(ids) + 64)
+        return v, d, [v.sequence() for _ in range(size)], [d.sequence() for _ in range(size)]
+
+    def batch_draft(self, model, seqs, token, gen):
+        from ._device import process_rows, row_uniforms, sample_rows
+
+        torch = self.torch
+        ids = torch.full((len(seqs), 1), int(token), dtype=torch.int64, device=model.device)
+        raw = model.forward_rows([q.slot for q in seqs], ids, [1] * len(seqs), "last")
+        p, _ = process_rows(raw.float(), self.settings)
+        seeds = self._seeds(len(seqs), model.device)
+        sample_rows(p, row_uniforms(seeds, seeds))
+
+    def batch_verify(self, model, seqs, block, gen):
+        from .._rules import SpS
+        from ._device import process_rows, row_uniforms, sample_rows
+
+        torch = self.torch
+        rows, k = len(seqs), len(block)
+        ids = torch.tensor([list(block)] * rows, dtype=torch.int64, device=model.device)
+        logits = model.forward_rows([q.slot for q in seqs], ids, [k] * rows, "all")
+        q, bad = process_rows(logits.float().reshape(rows * k, -1), self.settings)
+        q = q.reshape(rows, k, -1)
+        seeds = self._seeds(rows, model.device)
+        out = [bad.reshape(rows, k).any(1).to(torch.int64)]
+        if k > 1:  # the k - 1 drafts judged against rows that stand in for the drafter's (the verifier's next)
+            drafted = ids[:, 1:]
+            a, c = SpS().acceptance_and_correction(q[:, 1:].reshape(rows * (k - 1), -1),
+                                                   q[:, :-1].reshape(rows * (k - 1), -1), drafted.reshape(-1),
+                                                   validate=False)  # fmt: skip
+            coins = row_uniforms(seeds, seeds[:, None] + torch.arange(k - 1, device=model.device)[None, :])
+            out.append((coins < a.reshape(rows, k - 1)).to(torch.int64).sum(1))
+            out.append(sample_rows(c.reshape(rows, k - 1, -1)[:, 0], row_uniforms(seeds, seeds)))
+        out.append(sample_rows(q[:, -1], row_uniforms(seeds, seeds + 1)))
+        torch.stack(out, 1).cpu()  # the step's one copy to the host
 
 
 def calibrate_cost(
@@ -43,30 +191,33 @@ def calibrate_cost(
 
     ``verifier`` and ``draft`` are (model, tokenizer, identity) triples from ``load_model``.
     Both models first read a context of ``context`` token ids (the tokenizer's encoding of a
-    fixed English text, repeated) into their KV caches; then, each a median of ``repeats``:
-    one drafted token (a forward of one token, its processed row with ``settings``, the
-    sampling); a verifier block of k = 1..``max_block`` tokens (a forward and its k processed
-    rows), the cache cropped back after each; the cropping itself; and SpS judging one drafted
-    token on rows of the vocabulary's size (as ``speculative_generate`` does). Then the whole
-    request's other parts: each model processing prompts of ``prompt_lengths`` tokens (a fresh
-    cache each, ``min(repeats, 3)`` times), and one drafted token and one verifier token at
-    ``second_context`` tokens of context (default 2 x ``context``), whose difference per token is
-    the context slope. Every repeat is kept (``samples``: the intervals and the trust checks
-    read them) with the machine's load average before and after. Deterministic inputs; the
-    timings are whatever this machine gives (run it idle: ``CostModel.problems`` says when it
-    was not).
+    fixed English text, repeated) into their KV caches; then, each a median of ``repeats``, each
+    shape called once untimed first (a GPU chooses its kernels on a new shape), the device
+    synchronised before each timed call starts and before it stops: one drafted token (a forward
+    of one token, its processed row with ``settings``, the sampling); a verifier block of k =
+    1..``max_block`` tokens (a forward and its k processed rows), the cache cropped back after
+    each; the cropping itself; and judging. Each part runs as the decoder on that engine runs
+    it: on the Hugging Face engine the device decoder (``_device_decode``: rows processed,
+    sampled and judged on the model's device, the block's judging and the step's one copy to the
+    host inside the verifier block's time, so ``judge_token`` is 0), on llama.cpp the host
+    decoder (rows on the host; SpS judging one drafted token on rows of the vocabulary's size).
+    Then the whole request's other parts: each model processing prompts of ``prompt_lengths``
+    tokens (a fresh cache each, ``min(repeats, 3)`` times), and one drafted token and one
+    verifier token at ``second_context`` tokens of context (default 2 x ``context``), whose
+    difference per token is the context slope. Every timed repeat is kept (``samples``: the
+    intervals and the trust checks read them; no untimed first call is among them) with the
+    machine's load average before and after. Deterministic inputs; the timings are whatever this
+    machine gives (run it idle: ``CostModel.problems`` says when it was not).
 
-    ``batch``: batch sizes B whose step parts are timed too (``CostModel.batch``; B >= 2 needs
-    the llama.cpp engine: B sequences, each with the same context, in one evaluation): one draft
-    forward of B sequences with its B rows processed and sampled, and the verifier scoring k
-    tokens of each of the B sequences (k = 1..``max_block``) with the B k rows processed.
+    ``batch``: batch sizes B whose step parts are timed too (``CostModel.batch``: B sequences, each
+    with the same context, in one forward): one draft forward of B sequences with its B rows
+    processed and sampled, and the verifier scoring k tokens of each of the B sequences (k =
+    1..``max_block``) with the B k rows processed (and judged, on the device decoder).
     """
     import torch
 
-    from .._math._sampling import SamplingSettings, processed_probs
-    from .._models._decode import _rule_step
-    from .._models._hf import cached_model, dtype_and_device, engine_of, model_threads, sample_token, software_versions
-    from .._rules import SpS
+    from .._math._sampling import SamplingSettings
+    from .._models._hf import dtype_and_device, engine_of, model_threads, software_versions
     from .._util._progress import progress_bar
 
     if not (isinstance(max_block, (int, np.integer)) and max_block >= 1):
@@ -82,9 +233,8 @@ def calibrate_cost(
     sizes = sorted({int(b) for b in batch} - {1})
     if any(b < 1 for b in sizes) or any(isinstance(b, bool) for b in batch):
         raise ValueError(f"batch must list batch sizes >= 1; got {list(batch)!r}")
-    if sizes and (engine_of(verifier[0]) != "llama.cpp" or engine_of(draft[0]) != "llama.cpp"):
-        raise ValueError("timing batches of several sequences needs the llama.cpp engine (per-sequence caches): "
-                         "calibrate with --engine llama.cpp, or leave --batch out")  # fmt: skip
+    if engine_of(verifier[0]) != engine_of(draft[0]):
+        raise ValueError("the verifier and the draft run on different engines: load both on one")
     if not (isinstance(second_context, (int, np.integer)) and second_context > context):
         raise ValueError(f"second_context must be an integer > context ({context}); got {second_context!r}")
     sample_start = machine_sample()
@@ -96,78 +246,81 @@ def calibrate_cost(
         "in a single forward pass; the acceptance rule decides how many of the drafted tokens to keep. "
     )
     ids = tokenizer(text, add_special_tokens=False)["input_ids"] if tokenizer is not None else list(range(100))
+    if not ids:
+        raise ValueError("the tokenizer encodes the calibration's text to no tokens: give the model's own tokenizer")
     longest = max(context, second_context, *lengths)
     stream = ids * (longest // max(len(ids), 1) + 1)
     ids = stream[:context]
-    ver, drf = cached_model(v_model), cached_model(d_model)
+    device = engine_of(v_model) != "llama.cpp"
+    parts = (_DeviceParts if device else _HostParts)(v_model, d_model, settings)
+    sync = _synchronizer(v_model)
+    span = longest + max_block + 8
+    ver = parts.open(v_model, 1, span) if device else parts.open(v_model)
+    drf = parts.open(d_model, 1, span) if device else parts.open(d_model)
     ver.feed(ids, want="last")
     drf.feed(ids, want="last")
     gen = torch.Generator().manual_seed(0)
     token = ids[-1]
 
     def draft_step():
-        raw = drf.feed([token])[-1]
-        p = processed_probs(raw[None], settings)[0]
-        sample_token(p, gen)
-        p.double().cpu().numpy()
+        parts.draft(drf, token, gen)
         drf.crop(len(ids))
 
     def verify_step(k):
-        rows = ver.feed(ids[-k:] if k <= len(ids) else [token] * k)
-        processed_probs(rows, settings).double().cpu().numpy()
+        parts.verify(ver, ids[-k:] if k <= len(ids) else [token] * k, gen, None)
         ver.crop(len(ids))
 
     bar = progress_bar(total=max_block + 5 + len(sizes), desc="calibrate", unit="part", enabled=progress)
     samples = {"verify_block": {}, "prefill": {"verifier": {}, "draft": {}}}
     with bar:
-        draft_step()  # warm-up
-        samples["draft_token"] = _timings(draft_step, repeats)
+        samples["draft_token"] = _timings(draft_step, repeats, sync)
         draft_token = float(np.median(samples["draft_token"]))
         bar.update(1)
         verify_block = {}
-        verify_step(1)
-        for k in range(1, max_block + 1):
-            samples["verify_block"][k] = _timings(lambda k=k: verify_step(k), repeats)
+        for k in range(1, max_block + 1):  # each block length warmed up before it is timed
+            samples["verify_block"][k] = _timings(lambda k=k: verify_step(k), repeats, sync)
             verify_block[k] = float(np.median(samples["verify_block"][k]))
             bar.update(1)
 
         def crop_step():
             ver.feed([token])
             drf.feed([token])
+            sync()
             start = time.perf_counter()
             ver.crop(len(ids))
             drf.crop(len(ids))
             return time.perf_counter() - start
 
+        crop_step()
         step_overhead = float(np.median([crop_step() for _ in range(repeats)]))
         bar.update(1)
-        q_row = processed_probs(ver.feed([token])[-1][None], settings)[0].double().cpu().numpy()
-        p_row = processed_probs(drf.feed([token])[-1][None], settings)[0].double().cpu().numpy()
+        judge_token = parts.judge_token(ver, drf, token, repeats, sync, gen)
         ver.crop(len(ids))
         drf.crop(len(ids))
-        coin = np.random.default_rng(0)
-        drafted = int(np.argmax(p_row))
-        judge_token = float(np.median(_timings(lambda: _rule_step(SpS(), p_row, q_row, drafted, None, coin, gen),
-                                               repeats)))  # fmt: skip
         bar.update(1)
         prefill = {"verifier": {}, "draft": {}}
         for name, model in (("verifier", v_model), ("draft", d_model)):
+            runner = parts.open(model, 1, span) if device else None
             for length in lengths:
 
-                def prefill_run(model=model, length=length):
-                    return cached_model(model).feed(stream[:length], want="last")
+                def prefill_run(model=model, length=length, runner=runner):
+                    if runner is None:
+                        return parts.open(model).feed(stream[:length], want="last")
+                    runner.crop(0)
+                    return runner.feed(stream[:length], want="last")
 
-                runs = _timings(prefill_run, min(repeats, 3))
+                runs = _timings(prefill_run, min(repeats, 3), sync)
                 samples["prefill"][name][length] = runs
                 prefill[name][length] = float(np.median(runs))
         bar.update(1)
         # the context slope: the same forwards after a longer context
         far = stream[:second_context]
-        ver_far, drf_far = cached_model(v_model), cached_model(d_model)
+        ver_far = parts.open(v_model, 1, span) if device else parts.open(v_model)
+        drf_far = parts.open(d_model, 1, span) if device else parts.open(d_model)
         ver_far.feed(far, want="last")
         drf_far.feed(far, want="last")
 
-        def at_far(runner, length):
+        def at(runner, length):
             def run():
                 runner.feed([token])
                 runner.crop(length)
@@ -176,15 +329,14 @@ def calibrate_cost(
 
         slopes = {}
         for role, near, far_runner in (("verify", ver, ver_far), ("draft", drf, drf_far)):
-            at_far(far_runner, len(far))()  # warm-up
-            t_near = float(np.median(_timings(at_far(near, len(ids)), repeats)))  # the same forward, both contexts
-            t_far = float(np.median(_timings(at_far(far_runner, len(far)), repeats)))
+            t_near = float(np.median(_timings(at(near, len(ids)), repeats, sync)))  # the same forward, both contexts
+            t_far = float(np.median(_timings(at(far_runner, len(far)), repeats, sync)))
             slopes[role] = max((t_far - t_near) / (second_context - context), 0.0)
         context_slope = slopes
         bar.update(1)
         batches = {}
         for size in sizes:
-            batches[size] = _batch_timings(v_model, d_model, ids, token, size, max_block, repeats, settings, gen)
+            batches[size] = _batch_timings(parts, ids, token, size, max_block, repeats, gen, sync)
             bar.update(1)
     busy = other_load(sample_start, machine_sample())
     arithmetic = dtype_and_device(v_model)
@@ -194,6 +346,7 @@ def calibrate_cost(
         "verifier": v_info,
         "draft": d_info,
         "engine": engine_of(v_model),
+        "decoder": "device" if device else "host",
         "dtype": arithmetic[0],
         "device": arithmetic[1],
         "context": int(context),
@@ -220,35 +373,26 @@ def calibrate_cost(
     )
 
 
-def _batch_timings(v_model, d_model, ids, token, size, max_block, repeats, settings, gen):
+def _batch_timings(parts, ids, token, size, max_block, repeats, gen, sync):
     """A ``CostModel.batch`` entry: the step parts with ``size`` sequences of the context ``ids``."""
-    from .._math._sampling import processed_probs
-    from .._models._hf import sample_token
-
-    vers = [v_model.sequence() for _ in range(size)]
-    drfs = [d_model.sequence() for _ in range(size)]
+    v_model, d_model, vers, drfs = parts.batch(size, ids)
     try:
         v_model.evaluate([(q, ids, "last") for q in vers])
         d_model.evaluate([(q, ids, "last") for q in drfs])
 
         def draft_step():
-            for q, raw in zip(drfs, d_model.evaluate([(q, [token], "all") for q in drfs]), strict=True):
-                p = processed_probs(raw, settings)[0]
-                sample_token(p, gen)
-                p.double().cpu().numpy()
+            parts.batch_draft(d_model, drfs, token, gen)
+            for q in drfs:
                 q.crop(len(ids))
 
         def verify_step(k):
-            block = ids[-k:] if k <= len(ids) else [token] * k
-            for q, rows in zip(vers, v_model.evaluate([(q, block, "all") for q in vers]), strict=True):
-                processed_probs(rows, settings).double().cpu().numpy()
+            parts.batch_verify(v_model, vers, ids[-k:] if k <= len(ids) else [token] * k, gen)
+            for q in vers:
                 q.crop(len(ids))
 
-        draft_step()
-        verify_step(1)  # warm-ups
-        samples = {"draft_token": _timings(draft_step, repeats), "verify_block": {}}
+        samples = {"draft_token": _timings(draft_step, repeats, sync), "verify_block": {}}
         for k in range(1, max_block + 1):
-            samples["verify_block"][k] = _timings(lambda k=k: verify_step(k), repeats)
+            samples["verify_block"][k] = _timings(lambda k=k: verify_step(k), repeats, sync)
     finally:
         for q in vers + drfs:
             q.close()

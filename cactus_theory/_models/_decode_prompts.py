@@ -126,9 +126,10 @@ def decode_prompts(
     only some rules decodes those, with the baseline already recorded for it). ``gate``: gated
     relaxation (``speculative_generate``), recorded as ``gate``; ``drift``: each record carries
     ``token_kl`` and ``answer_kl`` (``speculative_generate(drift=True)``; ``answer_drift`` sums them).
-    ``batch`` > 1 (the llama.cpp engine): the prompts go ``batch`` at a time, in order, through
-    ``speculative_batch_steps`` (the baseline through ``autoregressive_batch_steps``, the verifier
-    alone at the same batch size); each record also carries ``batch``, ``batch_size`` (the last
+    ``batch`` > 1: the prompts go ``batch`` at a time, in order, through ``speculative_batch_steps``
+    (the baseline through ``autoregressive_batch_steps``, the verifier alone at the same batch size;
+    on the Hugging Face engine batch 1 goes that way too: the rows stay on the model's device,
+    ``_device_decode``); each record also carries ``batch``, ``batch_size`` (the last
     group may be smaller) and ``batch_seconds`` (the group's wall time: its throughput is the
     group's tokens over it), and ``seconds`` is the request's own latency. A rerun decodes a group
     again for a rule that lacks any of its records (writing only the missing ones).
@@ -137,7 +138,7 @@ def decode_prompts(
         raise ValueError(f"batch must be an integer >= 1 (prompts decoded at once); got {batch!r}")
     from .._data._prompts import prompt_seed
     from .._util._progress import progress_bar
-    from ._hf import encode_chat, eos_ids
+    from ._hf import encode_chat, engine_of, eos_ids
 
     rules = [as_rule(r) for r in (rule if isinstance(rule, (list, tuple)) else [rule])]
     if not rules:
@@ -181,7 +182,8 @@ def decode_prompts(
                           for row in keys]  # fmt: skip
                 options = {"bonus_policy": bonus_policy, "draft_mode": draft_mode, "draft_policy": policy,
                            "gate": gate, "drift": drift}  # fmt: skip
-                if batch == 1:
+                one = batch == 1 and engine_of(model) == "llama.cpp"  # the Hugging Face engine: batched, on its device
+                if one:
                     runs = [speculative_steps(model, draft, rules[i], m, settings, max_new_tokens, seeds[0], ids[0],
                                               eos, **options) for i in todo]  # fmt: skip
                 else:
@@ -190,7 +192,7 @@ def decode_prompts(
                 alone = baseline and any(x is None for x in shared)
                 if alone:
                     runs.append(autoregressive_steps(model, ids[0], settings, max_new_tokens, seeds[0], eos)
-                                if batch == 1 else
+                                if one else
                                 autoregressive_batch_steps(model, ids, seeds, settings, max_new_tokens,
                                                            eos))  # fmt: skip
                 values, loads, chunks = interleave(runs, INTERLEAVE_SECONDS if chunk_seconds is None else chunk_seconds)

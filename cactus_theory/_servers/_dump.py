@@ -31,18 +31,14 @@ What is guaranteed:
 from __future__ import annotations
 
 import concurrent.futures
-import sys
-import time
-from dataclasses import dataclass
 
 import numpy as np
 
+from .._data._dump_session import DumpSession, DumpSummary
 from .._data._prompts import prompt_seed
-from .._data._trace_format import DEFAULT_TOP_K, TraceError
-from .._data._trace_writer import TraceWriter
+from .._data._trace_format import DEFAULT_TOP_K
 from .._math._sampling import SamplingSettings
-from .._util._files import Terminated, termination_as_exception, utc_timestamp
-from .._util._progress import progress_bar
+from .._util._files import utc_timestamp
 from ._http import ServerClient, ServerError
 from ._protocols import PROTOCOLS, AlignmentError, detect_protocol, make_protocol
 
@@ -61,21 +57,8 @@ PROBE_STRINGS = (
 )
 
 
-@dataclass
-class ServerDumpSummary:
-    """What a server dump did: prompts and positions written by this run, prompts refused for not
-    aligning (their ids), the trace's totals, and the tokens per second of the verifier's generation."""
-
-    written_prompts: int
-    written_positions: int
-    refused: list
-    trace_prompts: int
-    trace_positions: int
-    seconds: float
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.written_positions / self.seconds if self.seconds > 0 else float("nan")
+#: The summary of a server dump: the one summary type of every dump (``DumpSummary``).
+ServerDumpSummary = DumpSummary
 
 
 def open_server(url, *, protocol="auto", api_key_env=None, timeout=600.0, retries=4, tokenizer=None, what="--server",
@@ -122,7 +105,7 @@ def _identity(info):
 def dump_server_trace(verifier_url, draft_url, prompts, out, *, settings=None, max_new_tokens=128, seed=0,
                       top_k=DEFAULT_TOP_K, limit=None, concurrency=1, protocol="auto", draft_protocol=None,
                       api_key_env=None, draft_api_key_env=None, timeout=600.0, retries=4, chat=True, tokenizer=None,
-                      vocab_size=None, shard_positions=2048, progress=None) -> ServerDumpSummary:  # fmt: skip
+                      vocab_size=None, shard_positions=2048, progress=None) -> DumpSummary:  # fmt: skip
     """Dump a trace of ``prompts`` (``Prompt`` objects) from two servers into ``out``; resumable.
 
     ``verifier_url`` generates (``settings``, at most ``max_new_tokens``, seeded per prompt by
@@ -204,61 +187,26 @@ def _one(prompt, verifier, draft, settings, max_new_tokens, seed, k, chat):
 
 def _run(prompts, out, verifier, draft, clients, metadata, vocab, settings, max_new_tokens, seed, k, limit,
          concurrency, chat, shard_positions, progress):  # fmt: skip
-    def note(message):
-        print(message, file=sys.stderr, flush=True)
-
-    start = time.perf_counter()
-    refused, written, finished = [], 0, 0
-    with (
-        termination_as_exception(),
-        TraceWriter(out, vocab, top_k=k, metadata=metadata, shard_positions=shard_positions) as writer,
-    ):
-        done_before = sum(1 for p in prompts if p.id in writer.done_ids)
-        if done_before:
-            note(f"resuming {out}: {done_before} of {len(prompts)} prompts done, {writer.positions_held:,} positions")
-        todo = [p for p in prompts if p.id not in writer.done_ids][: limit if limit is not None else None]
-        bar = progress_bar(total=len(todo), desc="dump (server)", unit="prompt", enabled=progress)
+    stop = [client.close for client in clients]  # in-flight requests end now; what completed is written
+    with DumpSession(out, prompts, vocab, top_k=k, metadata=metadata, limit=limit, shard_positions=shard_positions,
+                     progress=progress, what="dump (server)", on_stop=stop) as session:  # fmt: skip
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=int(concurrency), thread_name_prefix="dump")
         try:
-            futures = [pool.submit(_one, p, verifier, draft, settings, max_new_tokens, seed, k, chat) for p in todo]
+            futures = [pool.submit(_one, p, verifier, draft, settings, max_new_tokens, seed, k, chat)
+                       for p in session.todo]  # fmt: skip
             for future in futures:  # in prompt order: the trace is the same at any concurrency
                 prompt, ids, gen, rows = future.result()
                 if isinstance(gen, AlignmentError):
-                    refused.append(prompt.id)
-                    note(f"refused {prompt.id}: {gen}")
-                else:
-                    zero = np.zeros(len(gen.tokens))
-                    compressed = {"target": (gen.logprobs, gen.ids, zero), "draft": (rows[0], rows[1], zero)}
-                    meta = {"source": prompt.source, "prompt_tokens": len(ids)}
-                    if gen.finish is not None:
-                        meta["finish"] = str(gen.finish)
-                    if gen.partial:  # asked for alone: prompt processing, not decoding (rounding differs)
-                        meta["rescored_positions"] = list(gen.partial)
-                    writer.add_compressed(prompt.id, prompt.task, np.asarray(gen.tokens), compressed, meta=meta)
-                    written += len(gen.tokens)
-                    finished += 1
-                bar.update(1)
-                bar.set_postfix(tokens=written, tok_s=f"{written / max(time.perf_counter() - start, 1e-9):.1f}",
-                                refused=len(refused))  # fmt: skip
-        except (KeyboardInterrupt, Terminated):
-            bar.close()
-            for client in clients:  # in-flight requests end now; what completed is written by the writer's exit
-                client.close()
-            note(
-                f"stopped after {finished} prompt(s) of this run ({written:,} positions); "
-                f"{done_before + finished} of {len(prompts)} prompts are in {out}: rerun the same command to resume"
-            )
-            raise
-        except (ServerError, TraceError):
-            for client in clients:
-                client.close()
-            raise
+                    session.refuse(prompt, gen)
+                    continue
+                zero = np.zeros(len(gen.tokens))
+                compressed = {"target": (gen.logprobs, gen.ids, zero), "draft": (rows[0], rows[1], zero)}
+                meta = {"source": prompt.source, "prompt_tokens": len(ids)}
+                if gen.finish is not None:
+                    meta["finish"] = str(gen.finish)
+                if gen.partial:  # asked for alone: prompt processing, not decoding (rounding differs)
+                    meta["rescored_positions"] = list(gen.partial)
+                session.add(prompt, np.asarray(gen.tokens), compressed, meta=meta)
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
-            bar.close()
-        total_prompts, total_positions = len(writer.done_ids), writer.positions_held
-    summary = ServerDumpSummary(finished, written, refused, total_prompts, total_positions, time.perf_counter() - start)
-    note(f"this run: {finished} prompt(s), {written:,} positions ({summary.tokens_per_second:.1f} tok/s)"
-         + (f", {len(refused)} refused as misaligned ({', '.join(refused[:5])})" if refused else "")
-         + f"; the trace holds {total_prompts} prompts, {total_positions:,} positions")  # fmt: skip
-    return summary
+    return session.summary

@@ -360,7 +360,7 @@ def test_dump_with_tiny_models_is_consistent_and_resumes(tmp_path):
             **extra,
         )
 
-    n = dump(prompts[:2], shard_positions=1)
+    n = dump(prompts[:2], shard_positions=1).written_positions
     assert n > 0
     trace = Trace(out)
     assert trace.metadata["sampling"] == settings.as_dict()
@@ -375,7 +375,8 @@ def test_dump_with_tiny_models_is_consistent_and_resumes(tmp_path):
         np.testing.assert_allclose(seq.full_logits["draft"], fresh.numpy(), atol=1e-5)
         assert seq.meta["source"]["dataset"] == "toy"
     more = dump(prompts)
-    assert len(Trace(out)) == 3 and more == Trace(out).n_positions - n  # only the new prompt was dumped
+    assert len(Trace(out)) == 3 and more.written_positions == Trace(out).n_positions - n  # only the new prompt
+    assert (more.written_prompts, more.trace_prompts, more.trace_positions) == (1, 3, Trace(out).n_positions)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["metadata"]["versions"]["torch"] == torch.__version__
     assert manifest["metadata"]["teacher_forced"] is False
@@ -505,7 +506,7 @@ def test_dump_from_gguf_files_written_with_the_gguf_package(tmp_path):
     )
     trace = Trace(tmp_path / "trace")
     (seq,) = list(trace)
-    assert n == seq.n_positions and trace.metadata["verifier"]["files"]["verifier.gguf"]
+    assert n.written_positions == seq.n_positions and trace.metadata["verifier"]["files"]["verifier.gguf"]
     from cactus_theory._models._hf import encode_chat, load_model
 
     _, tok, _ = load_model(str(v_path))

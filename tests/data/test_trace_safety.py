@@ -281,30 +281,30 @@ from tiny_models import tiny_model, tiny_tokenizer
 from cactus_theory import SamplingSettings, dump_trace
 from cactus_theory._data._prompts import Prompt
 import time, cactus_theory._models._dump as dm
-if {block_after} is not None:  # the draft's pass of prompt block_after + 1 of this run never returns
-    forced, calls = dm.teacher_forced_logits, []
+if {block_after} is not None:  # prompt block_after + 1 of this run never completes: the step storing it blocks
+    finish, calls = dm._finish, []
     def blocking(*a):
         if len(calls) == {block_after}:
             print("BLOCKED", file=sys.stderr, flush=True)
             while True:
                 time.sleep(60)
         calls.append(1)
-        return forced(*a)
-    dm.teacher_forced_logits = blocking
+        return finish(*a)
+    dm._finish = blocking
 prompts = [Prompt(id=f"p{{i}}", task="toy", text=" ".join(f"t{{(5 * i + j) % 60 + 2}}" for j in range(4)), index=i)
            for i in range(6)]
 dump_trace((tiny_model(0), tiny_tokenizer()), (tiny_model(1, layers=1), tiny_tokenizer()), prompts, {out!r},
            settings=SamplingSettings(temperature=1.0, top_k=12, top_p=1.0), max_new_tokens=8, top_k=16, seed=3,
-           shard_positions={shard_positions}, progress=True)
+           shard_positions={shard_positions}, progress=True, batch={batch})
 """
 
 
-def _start_dump(out, shard_positions, block_after=None):
+def _start_dump(out, shard_positions, block_after=None, batch=None):
     """A dump in a child process; with ``block_after`` = N it finishes N prompts of this run, prints
-    BLOCKED and blocks inside the next one's draft pass (so a signal always lands mid-prompt,
-    however busy the machine: no timing in the test)."""
+    BLOCKED and blocks as the next one completes (so a signal always lands mid-prompt, with the rest
+    of the batch in flight, however busy the machine: no timing in the test)."""
     script = _DUMP_SCRIPT.format(tests=HERE, root=ROOT, out=str(out), shard_positions=shard_positions,
-                                 block_after=block_after)  # fmt: skip
+                                 block_after=block_after, batch=batch)  # fmt: skip
     # the child starts with Ctrl-C's default action, as a command typed in a terminal does: a test command run in
     # the background (nohup, `&` in a script) ignores SIGINT, Python then leaves it ignored in every child, and a
     # Ctrl-C sent to the dump would never arrive
@@ -326,12 +326,14 @@ def _wait_blocked(child):
 
 
 @pytest.mark.models
-def test_sigkill_at_several_moments_then_resume_gives_the_uninterrupted_trace(tmp_path):
+@pytest.mark.parametrize("batch", [1, 3])
+def test_sigkill_at_several_moments_then_resume_gives_the_uninterrupted_trace(tmp_path, batch):
     out = tmp_path / "killed"
-    # killed with the blank manifest written and no prompt done, then after one more prompt, then after two more
+    # killed with the blank manifest written and no prompt done, then after one more prompt, then after two more;
+    # the reruns keep the trace's batch (batch=None): every step of the rest has the straight run's shape
     done = []
     for more in (0, 1, 2):
-        child = _start_dump(out, shard_positions=3, block_after=more)
+        child = _start_dump(out, shard_positions=3, block_after=more, batch=batch if more == 0 else None)
         _wait_blocked(child)
         child.send_signal(signal.SIGKILL)
         child.wait()
@@ -340,24 +342,24 @@ def test_sigkill_at_several_moments_then_resume_gives_the_uninterrupted_trace(tm
     assert done == [0, 1, 3] and done[-1] < len(PROMPTS)
     child = _start_dump(out, shard_positions=3)
     assert child.wait(timeout=HANG_GUARD) == 0, child.stderr.read().decode()[-2000:]
-    _dump(tmp_path / "clean", shard_positions=3)
-    _same_sequences(out, tmp_path / "clean")
+    _dump(tmp_path / "clean", shard_positions=3, batch=batch)
+    _same_sequences(out, tmp_path / "clean")  # bit for bit
     assert not [f for f in os.listdir(out) if f.endswith(".tmp") or f.endswith(".lock")]
 
 
 @pytest.mark.models
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_sigterm_or_ctrl_c_keeps_every_completed_sequence(tmp_path, signum):
+@pytest.mark.parametrize(("signum", "batch"), [(signal.SIGTERM, 1), (signal.SIGINT, 1), (signal.SIGTERM, 4)])
+def test_sigterm_or_ctrl_c_keeps_every_completed_sequence(tmp_path, signum, batch):
     out = tmp_path / "t"
-    child = _start_dump(out, shard_positions=100_000, block_after=3)  # nothing would reach a shard by size
+    child = _start_dump(out, shard_positions=100_000, block_after=3, batch=batch)  # nothing reaches a shard by size
     _wait_blocked(child)  # three prompts done, the fourth in progress
     child.send_signal(signum)
     assert child.wait(timeout=HANG_GUARD) != 0
     kept = Trace(out)
     assert len(kept) == 3  # the completed sequences held in memory were written
     assert not [f for f in os.listdir(out) if f.endswith(".tmp") or f.endswith(".lock")]
-    _dump(out, shard_positions=100_000)  # and the trace resumes to the full one
-    _dump(tmp_path / "clean")
+    _dump(out, shard_positions=100_000)  # and the trace resumes to the full one, at the trace's batch
+    _dump(tmp_path / "clean", batch=batch)
     _same_sequences(out, tmp_path / "clean")
 
 

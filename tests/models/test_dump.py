@@ -17,25 +17,25 @@ def test_an_interrupted_dump_says_so_and_the_rerun_says_it_resumes(
     path = mixed_prompt_file
     argv = ["dump", "--verifier", v, "--draft", d, "--prompts", str(path), "--max-new-tokens", "5",
             "--out", str(tmp_path / "t"), "--quiet"]  # fmt: skip
-    real, calls = dump.teacher_forced_logits, []
+    real, calls = dump._finish, []
 
     def stop_on_the_second(*args, **kwargs):
         calls.append(1)
         if len(calls) == 2:
-            raise KeyboardInterrupt  # as Ctrl-C during the second prompt
+            raise KeyboardInterrupt  # as Ctrl-C as the second prompt completes
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(dump, "teacher_forced_logits", stop_on_the_second)
+    monkeypatch.setattr(dump, "_finish", stop_on_the_second)
     assert main(argv) == 130
     err = capsys.readouterr().err
     assert "stopped after 1 prompt(s) of this run" in err and "1 of 4 prompts are in" in err
     assert "rerun the same command to resume" in err
-    monkeypatch.setattr(dump, "teacher_forced_logits", real)
+    monkeypatch.setattr(dump, "_finish", real)
     assert main(argv) == 0
     captured = capsys.readouterr()
     held = Trace(tmp_path / "t")
     assert f"resuming {tmp_path / 't'}: 1 of 4 prompts done" in captured.err
-    assert f"the trace holds 4 of 4 prompts, {held.n_positions:,} positions" in captured.err
+    assert f"the trace holds 4 prompts, {held.n_positions:,} positions" in captured.err
 
 
 @pytest.mark.models

@@ -6,6 +6,8 @@ rule's *surrogate*."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from ._backend import namespace
 from ._validation import NORMALISATION_ATOL, check_distribution, check_token
 
@@ -59,18 +61,27 @@ def cactus_surrogate(target_probs, drafted_token, gamma, *, atol=NORMALISATION_A
 
 
 def surrogate_core(b, q, n, g):
-    """Cactus surrogate on validated, promoted backend arrays (no checks).
+    """Cactus surrogate on validated backend arrays (no checks).
 
     1 - q(n) is the other tokens' summed mass: the row total minus q(n), recomputed as the sum of
     the others where that difference would cancel (q(n) within 1e-4 of the total), so h sums to
-    1 to rounding even when q(n) is near 1. About three passes over q in the common case.
+    1 to rounding even when q(n) is near 1. About three passes over q in the common case. Torch
+    rows below float64 are summed in float64 (1 - q(n) is then exact to ~1e-13 without a second
+    sum, and nothing is read back to the host); half precision rows are scaled in their dtype.
     """
-    total = b.sum_last(q)
-    qn = b.take_last(q, n)
-    rest = total - qn
-    close = rest < 1e-4 * total
-    if b.any(close):
-        rest = b.where(close, b.sum_last(b.put_last(q, n, 0.0)), rest)
+    if b.name == "torch" and b.eps(q) > np.finfo(np.float64).eps:
+        t = b.torch
+        total = q.sum(dim=-1, dtype=t.float64)
+        qn = b.take_last(q, n).to(t.float64)
+        rest = total - qn
+    else:
+        total = b.sum_last(q)
+        qn = b.take_last(q, n)
+        rest = total - qn
+        close = rest < 1e-4 * total
+        if b.any(close):
+            rest = b.where(close, b.sum_last(b.put_last(q, n, 0.0)), rest)
+    g = b.asarray(g, like=rest)
     has_rest = rest > 0
     # (1 - gamma) / (1 - q(n)) with 1 - q(n) taken as the other tokens' summed mass: written
     # 1 - (gamma - q(n)) / rest below gamma = 1/2 (no cancellation there) and (1 - gamma) / rest
@@ -79,4 +90,5 @@ def surrogate_core(b, q, n, g):
     scale = b.where(g < 0.5, 1.0 - (g - qn) / safe_rest, (1.0 - g) / safe_rest)
     scale = b.where(g == qn, 1.0, scale)
     scale = b.maximum(b.where(has_rest, scale, 0.0), 0.0)
-    return b.put_last_(q * scale[..., None], n, b.where(has_rest, g, 1.0))
+    top = b.where(has_rest, g, 1.0)
+    return b.put_last_(q * b.asarray(scale, like=q)[..., None], n, b.asarray(top, like=q))

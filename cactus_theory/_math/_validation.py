@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = [
+    "Pending",
     "as_delta",
     "as_probability",
     "broadcast",
@@ -89,13 +90,61 @@ def broadcast(**arrays: np.ndarray) -> list[np.ndarray]:
         raise ValueError(f"arguments do not broadcast together: {shapes}") from None
 
 
-def check_distribution(arr, name: str, atol: float = NORMALISATION_ATOL, backend=None):
+#: Defer the checks of torch tensors on the CPU too (tests exercise the deferred path with it).
+DEFER_ON_CPU = False
+
+
+def _deferrable(arr, backend) -> bool:
+    """Whether a check of ``arr`` is read back with the call's other checks (``Pending``): torch
+    tensors on an accelerator, where reading a value back waits for the device."""
+    return backend.name == "torch" and (DEFER_ON_CPU or arr.device.type != "cpu")
+
+
+class Pending:
+    """Checks of device tensors read back together: their flags are computed on the device as the
+    call queues its work, and ``settle`` copies them to the host once, at the call's end (after
+    every kernel of the call is queued), so the check costs the device its passes and the host no
+    round trip of its own. A failing flag reruns that check on the host, which raises its message."""
+
+    def __init__(self):
+        self._flags, self._checks = [], []
+
+    def add(self, flag, check):
+        """``flag``: a device bool scalar, True when the input is bad; ``check()``: the host check."""
+        self._flags.append(flag.reshape(()))
+        self._checks.append(check)
+
+    def settle(self):
+        """Raise the first failing check's ValueError (one copy of every flag to the host)."""
+        if not self._flags:
+            return
+        from ._backend import namespace
+
+        flags = namespace(self._flags[0]).torch.stack(self._flags).cpu().tolist()
+        checks, self._flags, self._checks = self._checks, [], []
+        for bad, check in zip(flags, checks, strict=True):
+            if bad:
+                check()
+                raise AssertionError("a device check failed and its host check passed")  # pragma: no cover
+
+
+def _row_sums(arr, backend):
+    """Row sums for the normalisation check: half precision summed in float32 (one pass, no copy)."""
+    if backend.name == "torch" and backend.eps(arr) > _EPS32:
+        return arr.sum(dim=-1, dtype=backend.torch.float32)
+    summed = arr if backend.eps(arr) <= _EPS32 else backend.promote(arr)
+    return backend.sum_last(summed)
+
+
+def check_distribution(arr, name: str, atol: float = NORMALISATION_ATOL, backend=None, pending=None):
     """Check distributions over the last axis: finite, >= 0, each row sums to 1 within the
     tolerance of its dtype and vocabulary size (``normalisation_tolerance``; ``atol`` at least).
 
     Works on NumPy arrays and (with ``backend``) torch tensors. Costs two read-only passes (row
     sums in the input's dtype, with pairwise / cascade summation, and the minimum); a failing
-    input is then scanned for the first bad entry, which the error quotes.
+    input is then scanned for the first bad entry, which the error quotes. ``pending`` (a
+    ``Pending``): a torch tensor on an accelerator is checked on the device and read back with the
+    call's other checks when the call settles them.
     """
     if backend is None:
         from ._backend import namespace
@@ -109,16 +158,21 @@ def check_distribution(arr, name: str, atol: float = NORMALISATION_ATOL, backend
         raise ValueError(f"{name} has an empty vocabulary axis (shape {shape})")
     if not backend.is_floating(arr):
         raise ValueError(f"{name} must be a floating-point array of probabilities; got dtype {arr.dtype}")
-    atol = normalisation_tolerance(backend.eps(arr), shape[-1], atol)
+    tol = normalisation_tolerance(backend.eps(arr), shape[-1], atol)
     # Two read-only passes: the row sums (NaN and +-inf propagate into them) and the minimum.
     # Only a failing input pays for the detailed diagnosis below.
-    summed = arr if backend.eps(arr) <= _EPS32 else backend.promote(arr)  # half precision: sum in float32
-    sums = backend.to_numpy(backend.sum_last(summed)).astype(np.float64)
+    sums = _row_sums(arr, backend)
+    if pending is not None and _deferrable(arr, backend):
+        low = arr.amin() if arr.numel() else sums.new_tensor(0.0)
+        good = backend.torch.isfinite(sums).all() & (low >= 0) & ((sums.double() - 1.0).abs() <= tol).all()
+        pending.add(~good, lambda: check_distribution(arr, name, atol, backend))
+        return arr
+    sums = backend.to_numpy(sums).astype(np.float64)
     if np.all(np.isfinite(sums)) and float(backend.min_all(arr)) >= 0:
-        bad = np.abs(sums - 1.0) > atol
+        bad = np.abs(sums - 1.0) > tol
         if bad.any():
             raise ValueError(
-                f"{name} must sum to 1 over its last axis (tolerance {atol:g}); a row sums to "
+                f"{name} must sum to 1 over its last axis (tolerance {tol:g}); a row sums to "
                 f"{sums[bad].flat[0].item()!r}{_first_bad(bad)}: normalise it (e.g. softmax of logits) first"
             )
         return arr
@@ -155,11 +209,16 @@ def _diagnose(arr, name, backend):
         raise ValueError(f"{name} must be non-negative; got {value!r}{_first_bad(bad)}")
 
 
-def check_token(token, vocab_size: int, name: str, backend):
-    """Check integer token ids in [0, vocab_size)."""
+def check_token(token, vocab_size: int, name: str, backend, pending=None):
+    """Check integer token ids in [0, vocab_size). With ``pending`` (see ``check_distribution``) a
+    device tensor is checked on the device, and the ids returned are clipped to the vocabulary, so
+    the call's gathers stay in bounds until the check is read back and raises."""
     token = backend.asarray(token)
     if not backend.is_integer(token):
         raise ValueError(f"{name} must be integer token ids; got dtype {token.dtype}")
+    if pending is not None and _deferrable(token, backend):
+        pending.add(((token < 0) | (token >= vocab_size)).any(), lambda: check_token(token, vocab_size, name, backend))
+        return token.clamp(0, vocab_size - 1)
     host = backend.to_numpy(token)
     bad = (host < 0) | (host >= vocab_size)
     if bad.any():

@@ -83,21 +83,27 @@ def checked_logits(b, logits, shape):
     return dataclasses.replace(logits, **changes)
 
 
-def prepare(draft_probs, target_probs, drafted_token=None, *, atol=NORMALISATION_ATOL, validate=True):
+def prepare(draft_probs, target_probs, drafted_token=None, *, atol=NORMALISATION_ATOL, validate=True, pending=None,
+            promote=True):  # fmt: skip
     """Validate and align inputs: returns (backend, p, q, n, reference for the output dtype).
 
-    p and q are promoted (float16 / bfloat16 -> float32); p = one-hot(n) when draft_probs is None.
-    ``validate=False`` skips the value checks (finite, non-negative, normalised, token range)
-    for callers that have already made them; shapes are still aligned.
+    p and q are promoted (float16 / bfloat16 -> float32; ``promote=False`` keeps the input's dtype,
+    for rules whose torch path computes the vocabulary-wide parts in it); p = one-hot(n) when
+    draft_probs is None. ``validate=False`` skips the value checks (finite, non-negative,
+    normalised, token range) for callers that have already made them; shapes are still aligned.
+    ``pending`` (``_validation.Pending``): checks of tensors on an accelerator are read back when the
+    caller settles it, at the end of its call.
     """
     b = namespace(draft_probs, target_probs, drafted_token if not isinstance(drafted_token, int) else None)
-    q_in = check_distribution(target_probs, "target_probs", atol, backend=b) if validate else b.asarray(target_probs)
+    q_in = (check_distribution(target_probs, "target_probs", atol, backend=b, pending=pending) if validate
+            else b.asarray(target_probs))  # fmt: skip
     shape = b.shape(q_in)
     vocab = shape[-1]
-    q = b.promote(q_in)
+    q = b.promote(q_in) if promote else q_in
     n = None
     if drafted_token is not None:
-        n = check_token(drafted_token, vocab, "drafted_token", b) if validate else b.asarray(drafted_token)
+        n = (check_token(drafted_token, vocab, "drafted_token", b, pending=pending) if validate
+             else b.asarray(drafted_token))  # fmt: skip
         try:
             n = b.broadcast_to(n, shape[:-1])
         except (ValueError, RuntimeError):
@@ -109,7 +115,8 @@ def prepare(draft_probs, target_probs, drafted_token=None, *, atol=NORMALISATION
             raise ValueError("draft_probs is None (a drafter without probabilities) needs drafted_token")
         p = b.put_last(q * 0.0, n, 1.0)
     else:
-        p_in = check_distribution(draft_probs, "draft_probs", atol, backend=b) if validate else b.asarray(draft_probs)
+        p_in = (check_distribution(draft_probs, "draft_probs", atol, backend=b, pending=pending) if validate
+                else b.asarray(draft_probs))  # fmt: skip
         if b.shape(p_in)[-1] != vocab:
             raise ValueError(
                 f"draft_probs and target_probs must share one vocabulary (last axis); "
@@ -117,22 +124,30 @@ def prepare(draft_probs, target_probs, drafted_token=None, *, atol=NORMALISATION
             )
         if b.shape(p_in) != shape:
             raise ValueError(f"draft_probs with shape {b.shape(p_in)} and target_probs with shape {shape} differ")
-        p = b.asarray(b.promote(p_in), like=q)
+        p = b.asarray(b.promote(p_in) if promote else p_in, like=q)
     return b, p, q, n, q_in
 
 
 def residual(b, h, p):
     """norm(max(0, h - p)) over the last axis; where h <= p everywhere (never sampled), h normalised.
 
-    Three passes (difference and clip in place, row sums, division in place) in the common case.
+    Three passes (difference and clip in place, row sums, division in place) in the common case;
+    half precision rows are summed in float32 and divided in place (each entry rounded once). The
+    check for rows with no residual mass comes after the division is queued: on an accelerator
+    its read-back waits only for work the call has queued anyway.
     """
     r = b.positive_part_of_difference(h, p)
-    z = b.sum_last(r, keepdims=True)
-    if b.any(z <= 0):  # a row with no residual mass: never sampled; return h normalised there
+    if b.name == "torch" and b.eps(r) > np.finfo(np.float32).eps:
+        z = r.sum(dim=-1, keepdim=True, dtype=b.torch.float32)
+    else:
+        z = b.sum_last(r, keepdims=True)
+    empty = z <= 0
+    out = b.divide_rows_(r, b.where(empty, 1.0, z))
+    if b.any(empty):  # a row with no residual mass: never sampled; h normalised there
         hz = b.sum_last(h, keepdims=True)
         fallback = h / b.where(hz > 0, hz, 1.0)
-        return b.where(z > 0, r / b.where(z > 0, z, 1.0), fallback)
-    return b.divide_rows_(r, z)
+        return b.where(empty, b.asarray(fallback, like=out), out)
+    return out
 
 
 def ratio_acceptance(b, h_n, p_n):

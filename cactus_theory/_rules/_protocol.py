@@ -40,7 +40,7 @@ from typing import ClassVar
 import numpy as np
 
 from .._math._backend import namespace
-from .._math._validation import check_distribution
+from .._math._validation import Pending, check_distribution
 from . import _spec as grammar
 from ._helpers import (
     NUMPY,
@@ -108,6 +108,9 @@ class Rule:
     label_fields: ClassVar[tuple | None] = None
     #: Acceptance depends on the draft's place in the block (``at_slot``).
     slot_dependent: ClassVar[bool] = False
+    #: The torch path computes the vocabulary-wide parts in the input's dtype (float16 / bfloat16
+    #: rows are not copied to float32; row sums and per-row scalars are still float32 or float64).
+    keeps_input_precision: ClassVar[bool] = False
     #: Parameter settings the conformance suite tests (besides the defaults).
     examples: ClassVar[tuple] = ()
     #: Where the rule comes from: the paper (authors, title, venue) and/or the code base
@@ -162,8 +165,9 @@ class Rule:
         """The rule applied to the draft at 0-based place ``slot`` of a block (itself, for most rules)."""
         return self
 
-    def _prepare(self, draft_probs, target_probs, drafted_token, logits, validate):
-        b, p, q, n, ref = prepare(draft_probs, target_probs, drafted_token, validate=validate)
+    def _prepare(self, draft_probs, target_probs, drafted_token, logits, validate, pending=None):
+        b, p, q, n, ref = prepare(draft_probs, target_probs, drafted_token, validate=validate, pending=pending,
+                                  promote=not self.keeps_input_precision)  # fmt: skip
         lg = prepare_logits(b, logits, b.shape(q), self.needs_logits, self.describe())
         return b, p, q, n, lg, ref
 
@@ -198,23 +202,35 @@ class Rule:
     # -- the protocol -----------------------------------------------------------------------
     def acceptance(self, draft_probs, target_probs, drafted_token, *, logits=None, validate=True):
         """Probability of accepting the drafted token, shape (...)."""
-        b, p, q, n, lg, ref = self._prepare(draft_probs, target_probs, drafted_token, logits, validate)
+        pending = Pending()
+        b, p, q, n, lg, ref = self._prepare(draft_probs, target_probs, drafted_token, logits, validate, pending)
         a = self._acceptance(b, p, q, n, lg)
         both_exclude = (b.take_last(p, n) <= 0) & (b.take_last(q, n) <= 0)
-        return b.cast(b.where(both_exclude, 0.0, a), ref)
+        out = b.cast(b.where(both_exclude, 0.0, a), ref)
+        pending.settle()
+        return out
 
     def correction(self, draft_probs, target_probs, drafted_token, *, logits=None, validate=True):
         """Distribution sampled after rejecting the drafted token, shape (..., V)."""
-        b, p, q, n, lg, ref = self._prepare(draft_probs, target_probs, drafted_token, logits, validate)
-        return b.cast(self._correction(b, p, q, n, lg), ref)
+        pending = Pending()
+        b, p, q, n, lg, ref = self._prepare(draft_probs, target_probs, drafted_token, logits, validate, pending)
+        out = b.cast(self._correction(b, p, q, n, lg), ref)
+        pending.settle()
+        return out
 
     def acceptance_and_correction(self, draft_probs, target_probs, drafted_token, *, logits=None, validate=True):
         """(``acceptance``, ``correction``) with the inputs checked once: what a serving engine
-        needs at each drafted position. Same values as the two calls."""
-        b, p, q, n, lg, ref = self._prepare(draft_probs, target_probs, drafted_token, logits, validate)
+        needs at each drafted position. Same values as the two calls.
+
+        On an accelerator the checks run on the device and are read back once, when the call's
+        work is queued (``_validation.Pending``): no host round trip of their own."""
+        pending = Pending()
+        b, p, q, n, lg, ref = self._prepare(draft_probs, target_probs, drafted_token, logits, validate, pending)
         a = self._acceptance(b, p, q, n, lg)
         both_exclude = (b.take_last(p, n) <= 0) & (b.take_last(q, n) <= 0)
-        return b.cast(b.where(both_exclude, 0.0, a), ref), b.cast(self._correction(b, p, q, n, lg), ref)
+        out = b.cast(b.where(both_exclude, 0.0, a), ref), b.cast(self._correction(b, p, q, n, lg), ref)
+        pending.settle()
+        return out
 
     def bonus_distribution(self, draft_probs, target_probs, *, policy="verifier", logits=None, validate=True):
         """Law of the bonus token after m accepted drafts, shape (..., V).
@@ -376,7 +392,8 @@ class GeneralizedRule(Rule):
         raise NotImplementedError
 
     def _acceptance(self, b, p, q, n, lg):
-        return ratio_acceptance(b, b.take_last(self._surrogate(b, p, q, n, lg), n), b.take_last(p, n))
+        h_n = b.promote(b.take_last(self._surrogate(b, p, q, n, lg), n))
+        return ratio_acceptance(b, h_n, b.promote(b.take_last(p, n)))
 
     def _correction(self, b, p, q, n, lg):
         return residual(b, self._surrogate(b, p, q, n, lg), p)

@@ -141,6 +141,7 @@ class Cactus(GeneralizedRule):
 
     delta: float = 1.0
     grid_parameters: ClassVar[tuple] = ("delta",)
+    keeps_input_precision: ClassVar[bool] = True
     divergence: str | FDivergence = "kl"
     bonus: str = "taylor"
     surrogate_depends_on_token: ClassVar[bool] = True
@@ -216,14 +217,26 @@ class Cactus(GeneralizedRule):
         return approx_gamma(target_prob, self.delta, self.divergence, method=self.bonus)
 
     def _gamma_on(self, b, qn):
-        return b.asarray(np.asarray(self.gamma(b.to_numpy(qn)), dtype=np.float64), like=qn)
+        """The bonus for the gathered q(n), float64 on ``qn``'s device: the Taylor form of a finite
+        delta computed there with the NumPy path's operations in its order (the same float64 bits,
+        nothing read back to the host); the exact and safe forms, and an infinite delta, on the host."""
+        div = get_divergence(self.divergence)
+        if (b.name == "torch" and self.bonus == "taylor" and div.f_second_at_one is not None
+                and np.isfinite(self.delta)):  # fmt: skip
+            q = qn.to(b.torch.float64)
+            inc = (1.0 - q) * q
+            inc = (inc * (2.0 * np.float64(self.delta) / div.f_second_at_one)).sqrt_()
+            return b.torch.clamp(inc.add_(q), max=1.0)
+        return b.asarray(np.asarray(self.gamma(b.to_numpy(qn)), dtype=np.float64), like=qn, dtype=b.torch.float64
+                         if b.name == "torch" else np.float64)  # fmt: skip
 
     def _surrogate(self, b, p, q, n, lg):
         return surrogate_core(b, q, n, self._gamma_on(b, b.take_last(q, n)))
 
     def _acceptance(self, b, p, q, n, lg):
         # Only gamma is needed: h(n) = gamma (one-hot edge: q(n) = 1 gives gamma = 1).
-        return ratio_acceptance(b, self._gamma_on(b, b.take_last(q, n)), b.take_last(p, n))
+        gamma = self._gamma_on(b, b.take_last(q, n))
+        return ratio_acceptance(b, gamma, b.asarray(b.take_last(p, n), like=gamma))
 
     def _acceptance_all(self, p, q, lg):
         return ratio_acceptance_host(np.asarray(self.gamma(q), dtype=np.float64), p)

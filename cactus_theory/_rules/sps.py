@@ -26,6 +26,7 @@ class SpS(GeneralizedRule):
     """
 
     lossless: ClassVar[bool] = True
+    keeps_input_precision: ClassVar[bool] = True
     name: ClassVar[str] = "sps"
     reference: ClassVar[str] = (
         'Leviathan, Kalman & Matias, "Fast Inference from Transformers via Speculative Decoding", '

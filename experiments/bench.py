@@ -68,6 +68,8 @@ TARGET_LIMITS = {
     "gamma": ("exact KL gamma <= 10x the plain NumPy Taylor expression", 10.0, False),
     "emitted": ("emitted Cactus <= 5x one np.sort at V = 151,936", 5.0, False),
     "rules numpy": ("validated NumPy rules <= 1.2x the plain formula", 1.2, False),
+    "unvalidated rules cuda": ("CUDA rules with validate=False <= 1.1x the plain formula", 1.1, False),
+    "rules cuda": ("validated CUDA rules <= 1.3x the plain formula", 1.3, False),
     "analysis": ("analysis >= 50% of reading speed (1 process, 1,000 resamples)", 0.5, True),
 }
 
@@ -201,14 +203,30 @@ def _rule_row(name, rule, p, q, n, device, label, repeats, rows, vocab):
     ours = median_time(lambda: sync(rule.acceptance_and_correction(p, q, n)), repeats)
     fast = median_time(lambda: sync(rule.acceptance_and_correction(p, q, n, validate=False)), repeats)
     two = median_time(lambda: sync((rule.acceptance(p, q, n), rule.correction(p, q, n))), repeats)
+    compiled = ""
+    if device == "cuda":  # the checks' two reductions fused by torch.compile (COMPILED_CHECKS)
+        from cactus_theory._math import _validation
+
+        before, _validation.COMPILED_CHECKS = _validation.COMPILED_CHECKS, True
+        try:
+            fused = median_time(lambda: sync(rule.acceptance_and_correction(p, q, n)), repeats)
+            compiled = f"; validated with compiled checks {fused / base:.2f}x"
+        finally:
+            _validation.COMPILED_CHECKS = before
+        TARGETS[f"rules cuda {dtype_of(p)} {name}"] = ours / base
+        TARGETS[f"unvalidated rules cuda {dtype_of(p)} {name}"] = fast / base
     if device == "numpy":
         TARGETS[f"rules numpy {name}"] = ours / base
     return (
         f"{rule.describe()} acceptance + correction, {rows} x {vocab:,}, {label}",
         f"{ours / base:.2f}x the plain formula (validated)",
         f"{fast / base:.2f}x with validate=False",
-        f"plain {base * 1e3:.0f} ms; as two calls (each validated) {two / base:.2f}x",
+        f"plain {base * 1e3:.2f} ms; as two calls (each validated) {two / base:.2f}x{compiled}",
     )
+
+
+def dtype_of(x):
+    return str(x.dtype).replace("torch.", "")
 
 
 def _sync(device):

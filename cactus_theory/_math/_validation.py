@@ -6,6 +6,8 @@ so a user never gets a silent NaN back.
 
 from __future__ import annotations
 
+import contextvars
+
 import numpy as np
 
 __all__ = [
@@ -101,31 +103,68 @@ def _deferrable(arr, backend) -> bool:
 
 
 class Pending:
-    """Checks of device tensors read back together: their flags are computed on the device as the
-    call queues its work, and ``settle`` copies them to the host once, at the call's end (after
-    every kernel of the call is queued), so the check costs the device its passes and the host no
-    round trip of its own. A failing flag reruns that check on the host, which raises its message."""
+    """Checks and repairs of device tensors read back together: their flags are computed on the
+    device as the call queues its work, and ``settle`` copies them to the host once, at the call's
+    end (after every kernel of the call is queued), so they cost the device its passes and the
+    host no round trip of its own. A failing check's flag reruns that check on the host, which
+    raises its message; a repair's flag applies the repair (in place). While a call computes, its
+    collector is the active one (``active``), so helpers deep in the rule (``residual``) can add to
+    it. A caller that makes its own copy to the host (a decoding step) can read ``flags()`` with it
+    and pass the values to ``settle``."""
+
+    _ACTIVE = contextvars.ContextVar("cactus_theory_pending", default=None)
 
     def __init__(self):
-        self._flags, self._checks = [], []
+        self._flags, self._actions, self._raises = [], [], []
+
+    @classmethod
+    def active(cls):
+        """The collector of the call computing now, or None."""
+        return cls._ACTIVE.get()
+
+    def __enter__(self):
+        self._token = self._ACTIVE.set(self)
+        return self
+
+    def __exit__(self, *exc):
+        self._ACTIVE.reset(self._token)
+        return False
 
     def add(self, flag, check):
         """``flag``: a device bool scalar, True when the input is bad; ``check()``: the host check."""
         self._flags.append(flag.reshape(()))
-        self._checks.append(check)
+        self._actions.append(check)
+        self._raises.append(True)
 
-    def settle(self):
-        """Raise the first failing check's ValueError (one copy of every flag to the host)."""
+    def add_repair(self, flag, repair):
+        """``flag``: a device bool scalar, True when ``repair()`` must run (it fixes a result in place)."""
+        self._flags.append(flag.reshape(()))
+        self._actions.append(repair)
+        self._raises.append(False)
+
+    def flags(self):
+        """Every flag as one device bool tensor (None when there are none)."""
         if not self._flags:
-            return
+            return None
         from ._backend import namespace
 
-        flags = namespace(self._flags[0]).torch.stack(self._flags).cpu().tolist()
-        checks, self._flags, self._checks = self._checks, [], []
-        for bad, check in zip(flags, checks, strict=True):
-            if bad:
-                check()
+        return namespace(self._flags[0]).torch.stack(self._flags)
+
+    def settle(self, values=None):
+        """Raise the first failing check's ValueError, then run the repairs whose flags are set (one
+        copy of every flag to the host, or ``values``: the flags the caller read back already)."""
+        if not self._flags:
+            return
+        values = self.flags().cpu().tolist() if values is None else [bool(v) for v in values]
+        actions, raises = self._actions, self._raises
+        self._flags, self._actions, self._raises = [], [], []
+        for bad, action, fatal in zip(values, actions, raises, strict=True):
+            if bad and fatal:
+                action()
                 raise AssertionError("a device check failed and its host check passed")  # pragma: no cover
+        for bad, action, fatal in zip(values, actions, raises, strict=True):
+            if bad and not fatal:
+                action()
 
 
 def _row_sums(arr, backend):
@@ -134,6 +173,31 @@ def _row_sums(arr, backend):
         return arr.sum(dim=-1, dtype=backend.torch.float32)
     summed = arr if backend.eps(arr) <= _EPS32 else backend.promote(arr)
     return backend.sum_last(summed)
+
+
+#: Fuse the two reductions of a device check into one pass with ``torch.compile`` on CUDA (compiled
+#: once per process, a few seconds, on the first check of a CUDA tensor; eager if compiling fails).
+COMPILED_CHECKS = False
+_COMPILED = {}
+
+
+def _stats(x, torch):
+    """(row sums, row minima): float32 sums for half precision, the input's dtype otherwise."""
+    wide = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    return x.sum(dim=-1, dtype=wide), x.amin(dim=-1)
+
+
+def _device_stats(arr, backend):
+    """``_stats`` of a device tensor: one fused pass where ``COMPILED_CHECKS`` compiles it (CUDA)."""
+    torch = backend.torch
+    if COMPILED_CHECKS and arr.device.type == "cuda" and _COMPILED.get("stats") is not False:
+        try:
+            if "stats" not in _COMPILED:
+                _COMPILED["stats"] = torch.compile(lambda x: _stats(x, torch), dynamic=True)
+            return _COMPILED["stats"](arr)
+        except Exception:  # no compiler for this device or dtype: the eager passes
+            _COMPILED["stats"] = False
+    return _stats(arr, torch)
 
 
 def check_distribution(arr, name: str, atol: float = NORMALISATION_ATOL, backend=None, pending=None):
@@ -161,13 +225,12 @@ def check_distribution(arr, name: str, atol: float = NORMALISATION_ATOL, backend
     tol = normalisation_tolerance(backend.eps(arr), shape[-1], atol)
     # Two read-only passes: the row sums (NaN and +-inf propagate into them) and the minimum.
     # Only a failing input pays for the detailed diagnosis below.
-    sums = _row_sums(arr, backend)
     if pending is not None and _deferrable(arr, backend):
-        low = arr.amin() if arr.numel() else sums.new_tensor(0.0)
-        good = backend.torch.isfinite(sums).all() & (low >= 0) & ((sums.double() - 1.0).abs() <= tol).all()
+        sums, low = _device_stats(arr, backend)
+        good = backend.torch.isfinite(sums).all() & (low >= 0).all() & ((sums.double() - 1.0).abs() <= tol).all()
         pending.add(~good, lambda: check_distribution(arr, name, atol, backend))
         return arr
-    sums = backend.to_numpy(sums).astype(np.float64)
+    sums = backend.to_numpy(_row_sums(arr, backend)).astype(np.float64)
     if np.all(np.isfinite(sums)) and float(backend.min_all(arr)) >= 0:
         bad = np.abs(sums - 1.0) > tol
         if bad.any():

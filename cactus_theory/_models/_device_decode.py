@@ -182,10 +182,18 @@ def device_speculative_steps(verifier, draft, o, m, prompts_ids, seeds, max_new_
         if min(budgets) < width:  # each row's q at its drafted places: aligned back to the left
             take = (torch.arange(width + 1, device=device)[None, :] + shift[:, None]).clamp_(max=width)
             q = q.gather(1, take[:, :, None].expand(-1, -1, q.shape[-1]))
-        tau, final = _judge_block(o.rule, torch.stack(p_rows, 1), q, drafted, budgets, seeds_t, base, row_uniforms,
-                                  sample_rows, device)  # fmt: skip
+        tau, final, flags, settle = _judge_block(o.rule, torch.stack(p_rows, 1), q, drafted, budgets, seeds_t, base,
+                                                 row_uniforms, sample_rows, device)  # fmt: skip
         bad = bad_q.reshape(len(active), width + 1).any(1) | bad_draft
-        host = torch.cat([drafted, tau[:, None], final[:, None], bad.to(torch.int64)[:, None]], 1).cpu().numpy()
+        parts = [drafted, tau[:, None], final[:, None], bad.to(torch.int64)[:, None]]
+        if flags is not None:  # the rule's own repairs, read with the step's copy
+            parts.append(flags.to(torch.int64)[None, :].expand(len(active), -1))
+        host = torch.cat(parts, 1).cpu().numpy()  # the step's one synchronisation
+        if flags is not None:
+            values = host[0, width + 3 :]
+            if values.any():  # a repaired correction (rare): its emitted tokens drawn again
+                host[:, width + 1] = settle(values)
+            host = host[:, : width + 3]
         t2 = time.perf_counter()
         still = []
         for i, r in enumerate(active):
@@ -228,18 +236,24 @@ def _emitted(row, budget, width, eos_ids):
 def _judge_block(rule, p, q, drafted, budgets, seeds, base, row_uniforms, sample_rows, device):
     """The rule's verdict on every request's block, on the device: (tau (A,): drafts accepted, the
     emitted token (A,): the correction at the first rejection, or the bonus from q after all the
-    request's ``budgets`` drafts). ``p`` (A, m, V), ``q`` (A, m + 1, V), ``drafted`` (A, m)."""
+    request's ``budgets`` drafts, the rule's pending flags (a device tensor or None: read back with
+    the step's copy), ``settle(values)``: applies the rule's repairs for those flags and returns
+    the emitted tokens drawn again from the repaired laws). ``p`` (A, m, V), ``q`` (A, m + 1, V),
+    ``drafted`` (A, m)."""
     import torch
 
+    from .._math._validation import Pending
+
     rows, width, vocab = p.shape
+    pending = Pending()
     if rule.slot_dependent:
-        parts = [rule.at_slot(j).acceptance_and_correction(p[:, j], q[:, j], drafted[:, j], validate=False)
-                 for j in range(width)]  # fmt: skip
+        parts = [rule.at_slot(j).acceptance_and_correction(p[:, j], q[:, j], drafted[:, j], validate=False,
+                                                           pending=pending) for j in range(width)]  # fmt: skip
         accept = torch.stack([a for a, _ in parts], 1)
         correction = torch.stack([c for _, c in parts], 1)
     else:
         a, c = rule.acceptance_and_correction(p.reshape(-1, vocab), q[:, :width].reshape(-1, vocab),
-                                              drafted.reshape(-1), validate=False)  # fmt: skip
+                                              drafted.reshape(-1), validate=False, pending=pending)  # fmt: skip
         accept, correction = a.reshape(rows, width), c.reshape(rows, width, vocab)
     coins = row_uniforms(seeds, base[:, None] + _COIN + torch.arange(width, device=device)[None, :])
     valid = torch.arange(width, device=device)[None, :] < torch.tensor(budgets, device=device)[:, None]
@@ -248,7 +262,14 @@ def _judge_block(rule, p, q, drafted, budgets, seeds, base, row_uniforms, sample
     tau = stop.to(torch.int8).argmax(1)
     rejected = tau < torch.tensor(budgets, device=device)
     at = tau.clamp(max=width - 1)
-    law = torch.where(rejected[:, None], correction[torch.arange(rows, device=device), at].to(q.dtype),
-                      q[torch.arange(rows, device=device), tau])  # fmt: skip
-    final = sample_rows(law, row_uniforms(seeds, base + _FINAL))
-    return tau, final
+    every = torch.arange(rows, device=device)
+
+    def emit():
+        law = torch.where(rejected[:, None], correction[every, at].to(q.dtype), q[every, tau])
+        return sample_rows(law, row_uniforms(seeds, base + _FINAL))
+
+    def settle(values):
+        pending.settle(values)  # per-call repairs of the correction (rows with no residual mass)
+        return emit().cpu().numpy()
+
+    return tau, emit(), pending.flags(), settle

@@ -11,7 +11,14 @@ import numpy as np
 
 from .._math._backend import NumpyBackend, namespace
 from .._math._logits import RuleLogits
-from .._math._validation import NORMALISATION_ATOL, check_distribution, check_token, host_probabilities
+from .._math._validation import (
+    NORMALISATION_ATOL,
+    Pending,
+    _deferrable,
+    check_distribution,
+    check_token,
+    host_probabilities,
+)
 
 __all__ = [
     "NUMPY",
@@ -132,9 +139,9 @@ def residual(b, h, p):
     """norm(max(0, h - p)) over the last axis; where h <= p everywhere (never sampled), h normalised.
 
     Three passes (difference and clip in place, row sums, division in place) in the common case;
-    half precision rows are summed in float32 and divided in place (each entry rounded once). The
-    check for rows with no residual mass comes after the division is queued: on an accelerator
-    its read-back waits only for work the call has queued anyway.
+    half precision rows are summed in float32 and divided in place (each entry rounded once). On an
+    accelerator, inside a rule's call, rows with no residual mass are repaired when the call
+    settles its checks (``Pending``): nothing is read back here.
     """
     r = b.positive_part_of_difference(h, p)
     if b.name == "torch" and b.eps(r) > np.finfo(np.float32).eps:
@@ -143,11 +150,20 @@ def residual(b, h, p):
         z = b.sum_last(r, keepdims=True)
     empty = z <= 0
     out = b.divide_rows_(r, b.where(empty, 1.0, z))
-    if b.any(empty):  # a row with no residual mass: never sampled; h normalised there
+
+    def repair():  # a row with no residual mass: never sampled; h normalised there
         hz = b.sum_last(h, keepdims=True)
-        fallback = h / b.where(hz > 0, hz, 1.0)
-        return b.where(empty, b.asarray(fallback, like=out), out)
-    return out
+        fallback = b.asarray(h / b.where(hz > 0, hz, 1.0), like=out)
+        if b.name == "torch":
+            out.copy_(b.where(empty, fallback, out))
+            return out
+        return b.where(empty, fallback, out)
+
+    pending = Pending.active()
+    if pending is not None and _deferrable(out, b):
+        pending.add_repair(empty.any(), repair)
+        return out
+    return repair() if b.any(empty) else out
 
 
 def ratio_acceptance(b, h_n, p_n):

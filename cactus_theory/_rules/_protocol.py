@@ -202,35 +202,40 @@ class Rule:
     # -- the protocol -----------------------------------------------------------------------
     def acceptance(self, draft_probs, target_probs, drafted_token, *, logits=None, validate=True):
         """Probability of accepting the drafted token, shape (...)."""
-        pending = Pending()
-        b, p, q, n, lg, ref = self._prepare(draft_probs, target_probs, drafted_token, logits, validate, pending)
-        a = self._acceptance(b, p, q, n, lg)
-        both_exclude = (b.take_last(p, n) <= 0) & (b.take_last(q, n) <= 0)
-        out = b.cast(b.where(both_exclude, 0.0, a), ref)
+        with Pending() as pending:
+            b, p, q, n, lg, ref = self._prepare(draft_probs, target_probs, drafted_token, logits, validate, pending)
+            a = self._acceptance(b, p, q, n, lg)
+            both_exclude = (b.take_last(p, n) <= 0) & (b.take_last(q, n) <= 0)
+            out = b.cast(b.where(both_exclude, 0.0, a), ref)
         pending.settle()
         return out
 
     def correction(self, draft_probs, target_probs, drafted_token, *, logits=None, validate=True):
         """Distribution sampled after rejecting the drafted token, shape (..., V)."""
-        pending = Pending()
-        b, p, q, n, lg, ref = self._prepare(draft_probs, target_probs, drafted_token, logits, validate, pending)
-        out = b.cast(self._correction(b, p, q, n, lg), ref)
-        pending.settle()
-        return out
+        with Pending() as pending:
+            b, p, q, n, lg, ref = self._prepare(draft_probs, target_probs, drafted_token, logits, validate, pending)
+            out = self._correction(b, p, q, n, lg)
+        pending.settle()  # a repair acts on the correction in its working dtype
+        return b.cast(out, ref)
 
-    def acceptance_and_correction(self, draft_probs, target_probs, drafted_token, *, logits=None, validate=True):
+    def acceptance_and_correction(self, draft_probs, target_probs, drafted_token, *, logits=None, validate=True,
+                                  pending=None):  # fmt: skip
         """(``acceptance``, ``correction``) with the inputs checked once: what a serving engine
         needs at each drafted position. Same values as the two calls.
 
         On an accelerator the checks run on the device and are read back once, when the call's
-        work is queued (``_validation.Pending``): no host round trip of their own."""
-        pending = Pending()
-        b, p, q, n, lg, ref = self._prepare(draft_probs, target_probs, drafted_token, logits, validate, pending)
-        a = self._acceptance(b, p, q, n, lg)
-        both_exclude = (b.take_last(p, n) <= 0) & (b.take_last(q, n) <= 0)
-        out = b.cast(b.where(both_exclude, 0.0, a), ref), b.cast(self._correction(b, p, q, n, lg), ref)
-        pending.settle()
-        return out
+        work is queued (``_validation.Pending``): no host round trip of their own. ``pending``: a
+        caller's collector, which it settles itself (a decoding step reads its flags with the
+        step's own copy to the host); the results are final only then."""
+        mine = pending is None
+        with pending if not mine else Pending() as pending:
+            b, p, q, n, lg, ref = self._prepare(draft_probs, target_probs, drafted_token, logits, validate, pending)
+            a = self._acceptance(b, p, q, n, lg)
+            both_exclude = (b.take_last(p, n) <= 0) & (b.take_last(q, n) <= 0)
+            correction = self._correction(b, p, q, n, lg)
+        if mine:
+            pending.settle()
+        return b.cast(b.where(both_exclude, 0.0, a), ref), b.cast(correction, ref)
 
     def bonus_distribution(self, draft_probs, target_probs, *, policy="verifier", logits=None, validate=True):
         """Law of the bonus token after m accepted drafts, shape (..., V).

@@ -1,0 +1,462 @@
+"""The GPU check: one prepared script for a GPU machine with no network and no model files.
+
+Usage:
+    python experiments/gpu_check.py [--out docs/results]                     (a CUDA GPU: minutes)
+    python experiments/gpu_check.py --device cpu --small --out DIR           (a smoke test: seconds)
+
+It builds a model pair of real shapes on the device with random weights (a verifier of
+Qwen2.5-1.5B's shape: 28 layers, hidden 1536, 12 heads with 2 key-value heads, vocabulary 151,936,
+bfloat16; the draft: the verifier's first ``--draft-layers`` layers, the same embeddings and head,
+every layer's output projections scaled by ``--scale`` so the draft tracks the verifier: acceptance
+near 0.7), a word-level tokenizer over the same vocabulary, and random prompts. Then, each against a
+baseline measured in the same run:
+
+1. the dump (``dump_trace``) in positions per second at batch 1, 8 and 64 against Hugging Face's
+   own batched ``generate(output_logits=True)`` plus one teacher-forced draft forward and the same
+   top-K and log-sum-exp of both models' rows brought to the host;
+2. the verifier alone in ``decode`` (``autoregressive_generate_batch``, batch 1) against
+   ``model.generate`` on the same prompts and lengths, tokens per second;
+3. the rules' rows of ``experiments/bench.py --cuda-only`` (256 x 151,936: SpS and Cactus against the
+   plain formula, validated and not);
+4. ``calibrate_cost``, then the planner's predicted request speedup (from the batch-64 trace) against
+   ``decode_prompts``'s measured one (other prompts, another seed) for SpS and Cactus(delta = 1) at
+   m = 2, 4, 8, both with 95% intervals.
+
+Each part's numbers go into ``gpu.json`` and the page ``gpu.md`` in ``--out`` as soon as it ends, so
+a run stopped by a time limit keeps what it measured. A part that fails prints its traceback and
+the others still run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+SHAPES = {  # Qwen2.5-1.5B's configuration (its published config.json), and a tiny one for the smoke test
+    "full": {"vocab_size": 151_936, "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
+             "num_attention_heads": 12, "num_key_value_heads": 2, "max_position_embeddings": 32768},
+    "small": {"vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 1024},
+}  # fmt: skip
+
+
+def build_pair(shape, draft_layers, scale, device, dtype, seed=0):
+    """(verifier, draft, tokenizer): random weights on ``device``; the draft shares the verifier's
+    first ``draft_layers`` layers, embeddings and head (a layer-skip self-draft)."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(**SHAPES[shape], tie_word_embeddings=False, eos_token_id=1, bos_token_id=0)
+    with torch.device(device):
+        verifier = Qwen2ForCausalLM(config)
+    with torch.no_grad():
+        for layer in verifier.model.layers:  # small layer outputs: the first layers predict the rest
+            layer.self_attn.o_proj.weight.mul_(scale)
+            layer.mlp.down_proj.weight.mul_(scale)
+    verifier = verifier.to(dtype).eval()
+    small = Qwen2Config(**{**SHAPES[shape], "num_hidden_layers": draft_layers}, tie_word_embeddings=False,
+                        eos_token_id=1, bos_token_id=0)  # fmt: skip
+    with torch.device("meta"):
+        draft = Qwen2ForCausalLM(small)
+    draft.model.embed_tokens = verifier.model.embed_tokens
+    draft.model.layers = torch.nn.ModuleList(list(verifier.model.layers[:draft_layers]))
+    draft.model.norm = verifier.model.norm
+    draft.model.rotary_emb = verifier.model.rotary_emb
+    draft.lm_head = verifier.lm_head
+    draft = draft.to(device).eval()
+    vocab = {f"t{i}": i for i in range(config.vocab_size)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0", eos_token="t1")
+    return verifier, draft, tokenizer
+
+
+def make_prompts(count, vocab, seed, prefix, low=24, high=48):
+    from cactus_theory import Prompt
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(count):
+        words = rng.integers(2, vocab, size=int(rng.integers(low, high + 1)))
+        out.append(Prompt(id=f"{prefix}-{i}", task="random", text=" ".join(f"t{w}" for w in words), index=i))
+    return out
+
+
+def sync(device):
+    import torch
+
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def settings():
+    from cactus_theory import SamplingSettings
+
+    return SamplingSettings(temperature=0.6, top_k=20, top_p=0.95)  # the paper's
+
+
+# --- 1. the dump ----------------------------------------------------------------------------------
+
+
+def hf_dump(verifier, draft, tokenizer, prompts, batch, new_tokens, k, device):
+    """What a user writes with Hugging Face alone: batched ``generate(output_logits=True)``, one
+    teacher-forced draft forward over the sequences, both models' top-K and log-sum-exp to the host.
+    Returns the positions produced."""
+    import torch
+
+    s = settings()
+    positions = 0
+    for start in range(0, len(prompts), batch):
+        group = prompts[start : start + batch]
+        ids = [tokenizer(p.text)["input_ids"] for p in group]
+        width = max(len(x) for x in ids)
+        input_ids = torch.tensor([[0] * (width - len(x)) + x for x in ids], device=device)
+        mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=device)
+        with torch.no_grad():
+            out = verifier.generate(input_ids=input_ids, attention_mask=mask, do_sample=True, temperature=s.temperature,
+                                    top_k=s.top_k, top_p=s.top_p, max_new_tokens=new_tokens,
+                                    min_new_tokens=new_tokens, output_logits=True, return_dict_in_generate=True,
+                                    pad_token_id=0)  # fmt: skip
+            target = torch.stack(out.logits, 1).float()  # (B, T, V)
+            full_mask = torch.cat([mask, torch.ones_like(out.sequences[:, width:])], 1)
+            forced = draft(input_ids=out.sequences[:, :-1], attention_mask=full_mask[:, :-1]).logits[:, width - 1 :]
+            for rows in (target, forced.float()):
+                values, index = rows.topk(k, -1)
+                lse = torch.logsumexp(rows.double(), -1)
+                values.cpu(), index.cpu(), lse.cpu()
+        positions += target.shape[0] * target.shape[1]
+    return positions
+
+
+def part_dump(ctx):
+    from cactus_theory import dump_trace
+
+    rows = []
+    for batch in ctx.batches:
+        prompts = make_prompts(ctx.dump_prompts(batch), ctx.vocab, 1, f"dump{batch}")
+        out = os.path.join(ctx.work, f"trace-b{batch}")
+        hf_dump(ctx.verifier, ctx.draft, ctx.tokenizer, prompts[: max(1, batch)], batch, 4, 8, ctx.device)  # warm-up
+        sync(ctx.device)
+        start = time.perf_counter()
+        base = hf_dump(ctx.verifier, ctx.draft, ctx.tokenizer, prompts, batch, ctx.new_tokens, 64, ctx.device)
+        sync(ctx.device)
+        base_s = time.perf_counter() - start
+        summary = dump_trace((ctx.verifier, ctx.tokenizer), (ctx.draft, ctx.tokenizer), prompts, out,
+                             settings=settings(), max_new_tokens=ctx.new_tokens, device=ctx.device, dtype=ctx.dtype,
+                             batch=batch, progress=False)  # fmt: skip
+        ours = summary.written_positions / summary.seconds
+        rows.append({"batch": batch, "prompts": len(prompts), "positions": summary.written_positions,
+                     "seconds": summary.seconds, "positions_per_second": ours, "hf_positions": base,
+                     "hf_seconds": base_s, "hf_positions_per_second": base / base_s,
+                     "ratio": ours / (base / base_s)})  # fmt: skip
+        ctx.traces[batch] = out
+        print(f"dump batch {batch}: {ours:,.0f} positions/s, HF generate + draft forward {base / base_s:,.0f} "
+              f"positions/s: {rows[-1]['ratio']:.2f}x", flush=True)  # fmt: skip
+    return rows
+
+
+# --- 2. the verifier alone ------------------------------------------------------------------------
+
+
+def part_alone(ctx):
+    import torch
+
+    from cactus_theory._models._batch_decode import autoregressive_generate_batch
+    from cactus_theory.hf import encode_chat
+
+    s = settings()
+    prompts = make_prompts(ctx.alone_prompts, ctx.vocab, 2, "alone")
+    ids = [encode_chat(ctx.tokenizer, p.text) for p in prompts]
+    n = ctx.new_tokens
+    autoregressive_generate_batch(ctx.verifier, [ids[0]], [0], s, 4, {1})  # warm-up
+    ctx.verifier.generate(input_ids=torch.tensor([ids[0]], device=ctx.device), do_sample=True, max_new_tokens=4,
+                          pad_token_id=0)  # fmt: skip
+    ours, theirs, tokens = 0.0, 0.0, 0
+    for i, x in enumerate(ids):
+        sync(ctx.device)
+        start = time.perf_counter()
+        got = autoregressive_generate_batch(ctx.verifier, [x], [i], s, n, {1})[0]
+        sync(ctx.device)
+        ours += time.perf_counter() - start
+        tokens += len(got.tokens)
+        start = time.perf_counter()
+        with torch.no_grad():
+            ctx.verifier.generate(input_ids=torch.tensor([x], device=ctx.device), do_sample=True,
+                                  temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, max_new_tokens=len(got.tokens),
+                                  min_new_tokens=len(got.tokens), pad_token_id=0)  # fmt: skip
+        sync(ctx.device)
+        theirs += time.perf_counter() - start
+    row = {"prompts": len(ids), "tokens": tokens, "tokens_per_second": tokens / ours,
+           "generate_tokens_per_second": tokens / theirs, "ratio": theirs / ours}  # fmt: skip
+    print(f"verifier alone: decode {row['tokens_per_second']:.1f} tok/s, model.generate "
+          f"{row['generate_tokens_per_second']:.1f} tok/s: {row['ratio']:.2f}x", flush=True)  # fmt: skip
+    return [row]
+
+
+# --- 3. the rules' rows ---------------------------------------------------------------------------
+
+
+def part_bench(ctx):
+    sys.path.insert(0, HERE)
+    import bench
+
+    devices = (("cuda", "float32"), ("cuda", "bfloat16")) if ctx.device.startswith("cuda") else (("cpu", "float32"),)
+    bench.TARGETS.clear()
+    rows = bench.bench_rules(ctx.repeats, devices=devices, rows=ctx.bench_rows, vocab=ctx.bench_vocab)
+    for r in rows:
+        print(" | ".join(r), flush=True)
+    targets = []
+    for key, (what, limit, _) in bench.TARGET_LIMITS.items():
+        for name, value in bench.TARGETS.items():
+            if name.startswith(key + " "):
+                targets.append({"target": f"{what} ({name[len(key) + 1 :]})", "measured": value, "met": value <= limit})
+    return {"rows": [{"what": r[0], "validated": r[1], "unvalidated": r[2], "note": r[3]} for r in rows],
+            "targets": targets}  # fmt: skip
+
+
+def part_checks(ctx):
+    """The device's arithmetic against the CPU's: the random streams bit for bit, the processed rows."""
+    import torch
+
+    from cactus_theory import processed_probs
+    from cactus_theory._models._device import process_rows, row_uniforms
+
+    seeds = torch.tensor([0, 1, 2**62 + 12345, 987654321987654321], dtype=torch.int64)
+    counters = torch.arange(1000, dtype=torch.int64)[None, :].expand(4, -1)
+    here = row_uniforms(seeds.to(ctx.device), counters.to(ctx.device)).cpu()
+    same = bool(torch.equal(here, row_uniforms(seeds, counters)))
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(16, ctx.vocab, generator=gen) * 3
+    logits[:, :50] = logits[:, 50:100]  # ties at every rank
+    worst = 0.0
+    for s in (settings(), type(settings())(temperature=1.0, top_k=0, top_p=0.9)):
+        ours = process_rows(logits.to(ctx.device), s)[0].double().cpu()
+        worst = max(worst, float((ours - processed_probs(logits.double(), s)).abs().max()))
+    print(f"uniforms on the device equal the CPU's bit for bit: {same}; processed rows off by at most {worst:.1e}",
+          flush=True)  # fmt: skip
+    return [{"uniforms_bitwise_equal": same, "processing_max_abs_difference": worst}]
+
+
+# --- 4. calibrate, plan, decode -------------------------------------------------------------------
+
+
+def part_plan(ctx):
+    from cactus_theory import analyze_trace, calibrate_cost, decode_prompts, matched_times, parse_rules, predict_speedup
+
+    identity = {"name": "random-qwen2.5-1.5b-shape", "source": "built on the device", "files": {}}
+    verifier = (ctx.verifier, ctx.tokenizer, identity)
+    draft = (ctx.draft, ctx.tokenizer, {**identity, "name": f"first-{ctx.draft_layers}-layers"})
+    start = time.perf_counter()
+    cost = calibrate_cost(verifier, draft, max_block=max(ctx.ms) + 1, context=ctx.context, repeats=ctx.repeats,
+                          settings=settings(), progress=False, prompt_lengths=ctx.prompt_lengths)  # fmt: skip
+    calibrate_s = time.perf_counter() - start
+    spread = max(max(v) / min(v) for v in cost.samples["verify_block"].values())
+    rules = parse_rules("sps,cactus", (1.0,))
+    trace = ctx.traces.get(max(ctx.traces)) if ctx.traces else None
+    if trace is None:
+        raise RuntimeError("no trace: the dump part did not run")
+    result = analyze_trace(trace, rules, ms=ctx.ms, n_boot=1000, progress=False)
+    prompts = make_prompts(ctx.plan_prompts, ctx.vocab, 3, "heldout")
+    lengths = [len(ctx.tokenizer(p.text)["input_ids"]) for p in prompts]
+    plan = predict_speedup(result, cost, prompt_tokens=float(np.mean(lengths)), output_tokens=ctx.new_tokens,
+                           allow_untrusted=True)  # fmt: skip
+    predicted = {(r["rule"], r["m"]): r for r in plan.rows if r["task"] == "all"}
+    rows = []
+    rng = np.random.default_rng(0)
+    baseline = None
+    for m in ctx.ms:
+        for rule in rules:
+            recs = decode_prompts(verifier, ctx.draft, rule, prompts, m=m, settings=settings(),
+                                  max_new_tokens=ctx.new_tokens, seed=7, baseline=baseline is None,
+                                  progress=False)  # fmt: skip
+            if baseline is None:
+                baseline = {r["id"]: r["baseline"] for r in recs}
+            for r in recs:
+                r["baseline"] = baseline[r["id"]]
+            times = [matched_times(r) for r in recs]
+            spec = np.array([t[1][0] + t[1][1] for t in times])
+            base = np.array([t[2][0] + t[2][1] for t in times])
+            idx = rng.integers(len(recs), size=(2000, len(recs)))
+            lo, hi = np.percentile(base[idx].sum(1) / spec[idx].sum(1), [2.5, 97.5])
+            measured = float(base.sum() / spec.sum())
+            steps = sum(len(r["accepted"]) for r in recs)
+            al = sum(sum(r["accepted"]) for r in recs) / max(steps, 1)
+            p = predicted[(rule.describe(), m)]
+            rows.append({"rule": rule.describe(), "m": m, "measured": measured, "measured_lo": float(lo),
+                         "measured_hi": float(hi), "measured_al": al, "trace_al": p["al"],
+                         "predicted": p["request_speedup"], "predicted_lo": p["request_speedup_lo"],
+                         "predicted_hi": p["request_speedup_hi"],
+                         "error": p["request_speedup"] / measured - 1,
+                         "covered": bool(p["request_speedup_lo"] <= measured <= p["request_speedup_hi"])})  # fmt: skip
+            print(f"{rule.describe()} m={m}: predicted {p['request_speedup']:.2f}x [{p['request_speedup_lo']:.2f}, "
+                  f"{p['request_speedup_hi']:.2f}], measured {measured:.2f}x [{lo:.2f}, {hi:.2f}], AL {al:.2f} / "
+                  f"{p['al']:.2f}", flush=True)  # fmt: skip
+    info = {"calibrate_seconds": calibrate_s, "draft_token_ms": cost.draft_token * 1e3,
+            "verify_ms": {str(k): v * 1e3 for k, v in cost.verify_block.items()}, "largest_spread": spread,
+            "problems": cost.problems()}  # fmt: skip
+    return {"calibration": info, "rows": rows}
+
+
+# --- the page -------------------------------------------------------------------------------------
+
+
+def page(results, ctx):
+    from cactus_theory._util._files import machine_description
+
+    env = results["environment"]
+    lines = [
+        "# The GPU check: batched dumping, decoding and calibration on the device",
+        "",
+        f"Command: `{results['command']}` ({env['device_name']}; torch {env['torch']}, transformers "
+        f"{env['transformers']}, numpy {env['numpy']}; {machine_description()}). The model pair is built on the device "
+        f"with random weights: a verifier of {ctx.shape_name}, {ctx.dtype}, and a self-draft of its first "
+        f"{ctx.draft_layers} layers (every layer's output projections scaled by {ctx.scale}); random prompts of "
+        f"24-48 tokens, {ctx.new_tokens} new tokens each, the paper's sampling (temperature 0.6, top-k 20, top-p "
+        "0.95). Every ratio is against a baseline measured in the same run.",
+        "",
+    ]
+    if not env["gpu"]:
+        lines += ["**No GPU was lent to the session that wrote this page: these are the CPU smoke run's figures "
+                  "(tiny shapes), not a GPU's.**", ""]  # fmt: skip
+    parts = results["parts"]
+    if "dump" in parts:
+        lines += ["## The dump", "", "| batch | prompts | positions | ours, positions/s | HF generate(output_logits) + "
+                  "draft forward, positions/s | ratio |", "|---|---|---|---|---|---|"]  # fmt: skip
+        for r in parts["dump"]:
+            lines.append(f"| {r['batch']} | {r['prompts']} | {r['positions']:,} | {r['positions_per_second']:,.0f} | "
+                         f"{r['hf_positions_per_second']:,.0f} | {r['ratio']:.2f}x |")  # fmt: skip
+        lines.append("")
+    if "alone" in parts:
+        r = parts["alone"][0]
+        lines += ["## The verifier alone", "", f"`decode`'s verifier alone (batch 1, on the device): "
+                  f"{r['tokens_per_second']:.1f} tokens/s; `model.generate` on the same prompts and lengths: "
+                  f"{r['generate_tokens_per_second']:.1f} tokens/s: **{r['ratio']:.2f}x** ({r['tokens']} tokens, "
+                  f"{r['prompts']} prompts).", ""]  # fmt: skip
+    if "checks" in parts:
+        r = parts["checks"][0]
+        lines += ["## The device's arithmetic", "", f"Random streams (`row_uniforms`) on the device equal the CPU's bit "
+                  f"for bit: {'yes' if r['uniforms_bitwise_equal'] else 'NO'}; rows processed on the device "
+                  f"(`process_rows`, with ties at every rank) against `processed_probs` in float64: at most "
+                  f"{r['processing_max_abs_difference']:.1e} apart.", ""]  # fmt: skip
+    if "bench" in parts:
+        lines += ["## The rules (`bench.py --cuda-only` rows)", "", "| what | validated | with validate=False | note |",
+                  "|---|---|---|---|"]  # fmt: skip
+        bench = parts["bench"]
+        lines += [f"| {r['what']} | {r['validated']} | {r['unvalidated']} | {r['note']} |" for r in bench["rows"]]
+        if bench["targets"]:
+            lines += ["", "| target | measured | met |", "|---|---|---|"]
+            lines += [f"| {t['target']} | {t['measured']:.2f}x | {'yes' if t['met'] else 'no'} |"
+                      for t in bench["targets"]]  # fmt: skip
+        lines.append("")
+    if "plan" in parts:
+        cal = parts["plan"]["calibration"]
+        lines += ["## The planner against decoding", "",
+                  f"Calibration ({cal['calibrate_seconds']:.0f} s): a drafted token {cal['draft_token_ms']:.1f} ms, a "
+                  f"verifier block of 1 token {cal['verify_ms']['1']:.1f} ms; the largest spread of one block's timed "
+                  f"repeats (max / min) {cal['largest_spread']:.2f} (every shape warmed up first, the device "
+                  f"synchronised around each timing); problems: {'; '.join(cal['problems']) or 'none'}.", "",
+                  "Predicted from the largest batch's trace; measured by `decode_prompts` on other prompts (another "
+                  "seed), each rule's runs alternating with the verifier alone's; request speedups, prompt processing "
+                  "included, 95% intervals.", "",
+                  "| rule | m | predicted [95%] | measured [95%] | error | covered | AL measured / trace |",
+                  "|---|---|---|---|---|---|---|"]  # fmt: skip
+        for r in parts["plan"]["rows"]:
+            lines.append(f"| {r['rule']} | {r['m']} | {r['predicted']:.2f}x [{r['predicted_lo']:.2f}, "
+                         f"{r['predicted_hi']:.2f}] | {r['measured']:.2f}x [{r['measured_lo']:.2f}, "
+                         f"{r['measured_hi']:.2f}] | {r['error']:+.1%} | {'yes' if r['covered'] else 'no'} | "
+                         f"{r['measured_al']:.2f} / {r['trace_al']:.2f} |")  # fmt: skip
+        lines.append("")
+    for name, error in results["errors"].items():
+        lines += [f"Part {name} failed: `{error}`", ""]
+    return "\n".join(lines)
+
+
+class Context:
+    def __init__(self, args):
+        import torch
+
+        small = args.small
+        self.device = args.device
+        self.shape_name = "a tiny Qwen2 shape" if small else "Qwen2.5-1.5B's shape"
+        self.dtype = "float32" if small or args.device == "cpu" else "bfloat16"
+        self.draft_layers = 2 if small else args.draft_layers
+        self.scale = args.scale
+        self.new_tokens = 8 if small else args.new_tokens
+        self.batches = (1, 2, 4) if small else (1, 8, 64)
+        self.repeats = 2 if small else 5
+        self.context = 32 if small else 256
+        self.prompt_lengths = (8,) if small else (32, 128, 512)
+        self.ms = (2, 4) if small else (2, 4, 8)
+        self.alone_prompts = 2 if small else 4
+        self.plan_prompts = 3 if small else 8
+        self.bench_rows, self.bench_vocab = (8, 4096) if small else (256, 151_936)
+        self.traces = {}
+        shape = "small" if small else "full"
+        self.vocab = SHAPES[shape]["vocab_size"]
+        self.verifier, self.draft, self.tokenizer = build_pair(shape, self.draft_layers, self.scale, self.device,
+                                                               getattr(torch, self.dtype))  # fmt: skip
+        self.work = tempfile.mkdtemp(prefix="gpu-check-")
+
+    def dump_prompts(self, batch):
+        return max(2 * batch, 8 if batch == 1 else 2 * batch)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--small", action="store_true", help="tiny shapes (a smoke test)")
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(HERE), "docs", "results"))
+    parser.add_argument("--draft-layers", type=int, default=4)
+    parser.add_argument("--scale", type=float, default=0.001)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--parts", default="checks,dump,alone,bench,plan")
+    args = parser.parse_args(argv)
+    import torch
+    import transformers
+
+    gpu = args.device.startswith("cuda")
+    if gpu and not torch.cuda.is_available():
+        sys.exit("--device cuda: no CUDA device here; run with --device cpu --small for the smoke test")
+    started = time.perf_counter()
+    ctx = Context(args)
+    results = {
+        "command": "python experiments/gpu_check.py" + ("" if gpu else " --device cpu --small"),
+        "environment": {"gpu": gpu, "device_name": torch.cuda.get_device_name(0) if gpu else "CPU",
+                        "torch": torch.__version__, "transformers": transformers.__version__,
+                        "numpy": np.__version__, "build_seconds": time.perf_counter() - started},
+        "parts": {}, "errors": {}, "seconds": {},
+    }  # fmt: skip
+    os.makedirs(args.out, exist_ok=True)
+    runners = {"checks": part_checks, "dump": part_dump, "alone": part_alone, "bench": part_bench, "plan": part_plan}
+    for name in args.parts.split(","):
+        start = time.perf_counter()
+        try:
+            results["parts"][name] = runners[name](ctx)
+        except Exception as exc:  # a part that fails is reported; the others still run
+            traceback.print_exc()
+            results["errors"][name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+        results["seconds"][name] = time.perf_counter() - start
+        with open(os.path.join(args.out, "gpu.json"), "w", encoding="utf-8") as fh:
+            json.dump(results, fh, indent=1, sort_keys=True, default=str)
+        with open(os.path.join(args.out, "gpu.md"), "w", encoding="utf-8") as fh:
+            fh.write(page(results, ctx) + "\n")
+        print(f"[{name}: {results['seconds'][name]:.1f} s]", flush=True)
+    print(f"total {time.perf_counter() - started:.1f} s; wrote {args.out}/gpu.md", flush=True)
+    return 1 if results["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

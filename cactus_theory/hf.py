@@ -1,6 +1,8 @@
 """The model side for scripts: loading a model (Hugging Face id, local directory or GGUF file,
 dequantised once and cached; or a GGUF file on the llama.cpp engine), its chat template, its
-end-of-sequence ids, teacher-forced logits, a file's sha256 and the user cache. Needs the
+end-of-sequence ids, teacher-forced logits, a file's sha256 and the user cache; several sequences
+in one Hugging Face forward (``SlotModel``) and the rows processed where the model runs
+(``process_rows``, ``sample_rows``, ``row_uniforms``, ``compress_rows``). Needs the
 ``models`` extra (torch, transformers, gguf, accelerate); the llama.cpp engine the ``llamacpp``
 extra."""
 
@@ -14,14 +16,18 @@ from ._models._hf import (
     model_identity,
     teacher_forced_logits,
 )
+from ._models._device import compress_rows, process_rows, row_uniforms, sample_rows
 from ._models._llamacpp import ENGINES, LlamaCppModel, llama_cpp_version
+from ._models._slots import SlotModel
 from ._util._paths import cache_root
 
 __all__ = [
     "ENGINES",
     "LlamaCppModel",
+    "SlotModel",
     "cache_root",
     "cached_model",
+    "compress_rows",
     "encode_chat",
     "engine_of",
     "eos_ids",
@@ -29,5 +35,8 @@ __all__ = [
     "llama_cpp_version",
     "load_model",
     "model_identity",
+    "process_rows",
+    "row_uniforms",
+    "sample_rows",
     "teacher_forced_logits",
 ]

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -174,7 +173,7 @@ def part_dump(ctx):
 def part_alone(ctx):
     import torch
 
-    from cactus_theory._models._batch_decode import autoregressive_generate_batch
+    from cactus_theory import autoregressive_generate_batch
     from cactus_theory.hf import encode_chat
 
     s = settings()
@@ -232,7 +231,7 @@ def part_checks(ctx):
     import torch
 
     from cactus_theory import processed_probs
-    from cactus_theory._models._device import process_rows, row_uniforms
+    from cactus_theory.hf import process_rows, row_uniforms
 
     seeds = torch.tensor([0, 1, 2**62 + 12345, 987654321987654321], dtype=torch.int64)
     counters = torch.arange(1000, dtype=torch.int64)[None, :].expand(4, -1)
@@ -314,7 +313,7 @@ def part_plan(ctx):
 
 
 def page(results, ctx):
-    from cactus_theory._util._files import machine_description
+    from cactus_theory.io import machine_description
 
     env = results["environment"]
     lines = [
@@ -396,7 +395,7 @@ class Context:
         self.scale = args.scale
         self.new_tokens = 8 if small else args.new_tokens
         self.batches = (1, 2, 4) if small else (1, 8, 64)
-        self.repeats = 2 if small else 5
+        self.repeats = 2 if small else 9
         self.context = 32 if small else 256
         self.prompt_lengths = (8,) if small else (32, 128, 512)
         self.ms = (2, 4) if small else (2, 4, 8)

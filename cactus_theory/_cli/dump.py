@@ -190,5 +190,8 @@ def run(args) -> int:
         engine=args.engine,
         batch=args.batch,
     )
-    print(f"wrote {summary.written_positions} positions to {args.out}" + (f" (part {args.part[0]}/{args.part[1]})" if args.part else ""))
+    print(
+        f"wrote {summary.written_positions} positions to {args.out}"
+        + (f" (part {args.part[0]}/{args.part[1]})" if args.part else "")
+    )
     return 0

@@ -212,14 +212,13 @@ class TorchBackend:
         return self.torch.gather(x, -1, index.unsqueeze(-1)).squeeze(-1)
 
     def put_last(self, x, index, values):
-        index = self.asarray(index).to(device=x.device, dtype=self.torch.int64)
-        index = index.expand(x.shape[:-1]) if index.dim() < x.dim() - 1 else index
-        values = self.asarray(values, like=x).expand(x.shape[:-1])
-        return x.scatter(-1, index.unsqueeze(-1), values.unsqueeze(-1))
+        return self.put_last_(x.clone(), index, values)
 
     def put_last_(self, x, index, values):
         index = self.asarray(index).to(device=x.device, dtype=self.torch.int64)
         index = index.expand(x.shape[:-1]) if index.dim() < x.dim() - 1 else index
+        if _is_number(values):  # a Python number goes to the kernel as an argument: no copy to the device
+            return x.scatter_(-1, index.unsqueeze(-1), _py(values))
         values = self.asarray(values, like=x).expand(x.shape[:-1])
         return x.scatter_(-1, index.unsqueeze(-1), values.unsqueeze(-1))
 
@@ -259,15 +258,24 @@ class TorchBackend:
         return x.div_(z)
 
     def where(self, cond, a, b):
+        """torch.where; a Python number goes to the kernel as an argument (a tensor made of it would
+        be a copy to the device, which waits for the device's queued work)."""
+        if not _is_torch(a) and not _is_torch(b) and _is_number(a) and _is_number(b):
+            return self.torch.where(cond, _py(a), _py(b))  # two numbers: the default dtype, on cond's device
         ref = a if _is_torch(a) else b if _is_torch(b) else cond
-        a = a if _is_torch(a) else self.torch.as_tensor(a, dtype=ref.dtype, device=ref.device)
-        b = b if _is_torch(b) else self.torch.as_tensor(b, dtype=ref.dtype, device=ref.device)
+        scalar = ref.dtype.is_floating_point  # a number beside a float tensor: its dtype decides
+        a = a if _is_torch(a) else _py(a) if scalar and _is_number(a) else self.asarray(a, like=ref)
+        b = b if _is_torch(b) else _py(b) if scalar and _is_number(b) else self.asarray(b, like=ref)
         return self.torch.where(cond, a, b)
 
     def minimum(self, a, b):
+        if _is_number(b) and a.dtype.is_floating_point:
+            return self.torch.clamp(a, max=_py(b))
         return self.torch.minimum(a, self.asarray(b, like=a))
 
     def maximum(self, a, b):
+        if _is_number(b) and a.dtype.is_floating_point:
+            return self.torch.clamp(a, min=_py(b))
         return self.torch.maximum(a, self.asarray(b, like=a))
 
     def clip(self, x, lo, hi):
@@ -313,6 +321,16 @@ class TorchBackend:
         if x.dtype in (self.torch.bfloat16, self.torch.float16):
             x = x.to(self.torch.float32)
         return x.detach().cpu().numpy()
+
+
+def _is_number(x) -> bool:
+    """A Python or NumPy real number (not an array, not a bool array)."""
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+
+
+def _py(x):
+    """A number as a Python int or float (torch takes those as kernel arguments)."""
+    return int(x) if isinstance(x, (int, np.integer)) else float(x)
 
 
 _NUMPY = NumpyBackend()

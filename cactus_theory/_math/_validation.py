@@ -175,29 +175,13 @@ def _row_sums(arr, backend):
     return backend.sum_last(summed)
 
 
-#: Fuse the two reductions of a device check into one pass with ``torch.compile`` on CUDA (compiled
-#: once per process, a few seconds, on the first check of a CUDA tensor; eager if compiling fails).
-COMPILED_CHECKS = False
-_COMPILED = {}
-
-
-def _stats(x, torch):
-    """(row sums, row minima): float32 sums for half precision, the input's dtype otherwise."""
-    wide = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
-    return x.sum(dim=-1, dtype=wide), x.amin(dim=-1)
-
-
 def _device_stats(arr, backend):
-    """``_stats`` of a device tensor: one fused pass where ``COMPILED_CHECKS`` compiles it (CUDA)."""
+    """(row sums, row minima) of a device tensor: float32 sums for half precision, the input's dtype
+    otherwise. (Fusing the two reductions with ``torch.compile`` was measured slower on an H200:
+    docs/results/gpu.md.)"""
     torch = backend.torch
-    if COMPILED_CHECKS and arr.device.type == "cuda" and _COMPILED.get("stats") is not False:
-        try:
-            if "stats" not in _COMPILED:
-                _COMPILED["stats"] = torch.compile(lambda x: _stats(x, torch), dynamic=True)
-            return _COMPILED["stats"](arr)
-        except Exception:  # no compiler for this device or dtype: the eager passes
-            _COMPILED["stats"] = False
-    return _stats(arr, torch)
+    wide = torch.float32 if arr.dtype in (torch.float16, torch.bfloat16) else arr.dtype
+    return arr.sum(dim=-1, dtype=wide), arr.amin(dim=-1)
 
 
 def check_distribution(arr, name: str, atol: float = NORMALISATION_ATOL, backend=None, pending=None):

@@ -27,6 +27,7 @@ def _sequences(model, count, prompts_ids, extra):
 
     return SlotModel(model, count, context=max(len(x) for x in prompts_ids) + extra)
 
+
 __all__ = ["autoregressive_batch_steps", "autoregressive_generate_batch", "speculative_batch_steps",
            "speculative_generate_batch"]  # fmt: skip
 

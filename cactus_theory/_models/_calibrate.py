@@ -12,6 +12,7 @@ import numpy as np
 from .._analysis._cost import CostModel
 from .._util._files import utc_timestamp
 from .._util._machine import machine_sample, other_load
+from ._slots import to_device
 
 __all__ = ["calibrate_cost"]
 
@@ -156,7 +157,7 @@ class _DeviceParts:
 
         torch = self.torch
         rows, k = len(seqs), len(block)
-        ids = torch.tensor([list(block)] * rows, dtype=torch.int64, device=model.device)
+        ids = to_device(torch, [list(block)] * rows, model.device)
         logits = model.forward_rows([q.slot for q in seqs], ids, [k] * rows, "all")
         q, bad = process_rows(logits.float().reshape(rows * k, -1), self.settings)
         q = q.reshape(rows, k, -1)

@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
-
 from .._rules._protocol import kind_of
 from ._decode import DecodeResult, NgramDrafter, _extend
 from ._hf import OwnClock, engine_of, paused
+from ._slots import to_device
 
 __all__ = ["device_autoregressive_steps", "device_ready", "device_speculative_steps"]
 
@@ -54,7 +53,7 @@ def _slots(model, count, prompts_ids, max_new_tokens, m=0):
 
 def _left_padded(torch, lists, pad, device):
     width = max(len(x) for x in lists)
-    return torch.tensor([[pad] * (width - len(x)) + list(x) for x in lists], dtype=torch.int64, device=device)
+    return to_device(torch, [[pad] * (width - len(x)) + list(x) for x in lists], device)
 
 
 def device_autoregressive_steps(model, prompts_ids, seeds, sampling, max_new_tokens, eos_ids):
@@ -71,15 +70,15 @@ def device_autoregressive_steps(model, prompts_ids, seeds, sampling, max_new_tok
     results = [DecodeResult(tokens=[]) for _ in prompts_ids]
     ids = _left_padded(torch, prompts_ids, slots.pad_token, device)
     logits = slots.forward_rows([q.slot for q in seqs], ids, [len(x) for x in prompts_ids], "last")
-    seed_t = torch.tensor([int(s) for s in seeds], dtype=torch.int64, device=device)
+    seed_t = to_device(torch, [int(s) for s in seeds], device)
     for res in results:
         res.prefill_seconds = clock.elapsed()
     yield from paused(clock)
     active = list(range(len(seqs)))
     while active:
-        index = torch.tensor(active, device=device)
+        index = to_device(torch, active, device)
         probs, bad = process_rows(logits.float(), sampling)
-        where = torch.tensor([len(results[b].tokens) for b in active], dtype=torch.int64, device=device)
+        where = to_device(torch, [len(results[b].tokens) for b in active], device)
         drawn = sample_rows(probs, row_uniforms(seed_t.index_select(0, index), where))
         host = torch.stack([drawn, bad.to(torch.int64)], 1).cpu().numpy()  # the step's one synchronisation
         going = []
@@ -95,7 +94,7 @@ def device_autoregressive_steps(model, prompts_ids, seeds, sampling, max_new_tok
                 going.append(r)
         active = [active[r] for r in going]
         if active:
-            fed = drawn.index_select(0, torch.tensor(going, device=device))[:, None]
+            fed = drawn.index_select(0, to_device(torch, going, device))[:, None]
             logits = slots.forward_rows([seqs[b].slot for b in active], fed, [1] * len(active), "last")
             yield from paused(clock)
     slots.close()
@@ -145,8 +144,8 @@ def device_speculative_steps(verifier, draft, o, m, prompts_ids, seeds, max_new_
         t0 = time.perf_counter()
         budgets = [min(m, max_new_tokens - len(r.result.tokens)) for r in active]
         width = max(budgets)
-        seeds_t = torch.tensor([r.seed for r in active], dtype=torch.int64, device=device)
-        base = torch.tensor([len(r.result.accepted) * _STEP for r in active], dtype=torch.int64, device=device)
+        seeds_t = to_device(torch, [r.seed for r in active], device)
+        base = to_device(torch, [len(r.result.accepted) * _STEP for r in active], device)
         # draft: the context the draft cache lacks (one token, or two after a fully accepted block), then its drafts
         feeds = [r.context[r.drf.length :] for r in active]
         fed = _left_padded(torch, feeds, d_slots.pad_token, device)
@@ -170,10 +169,10 @@ def device_speculative_steps(verifier, draft, o, m, prompts_ids, seeds, max_new_
         drafted = torch.stack(drafted, 1)  # (A, width)
         t1 = time.perf_counter()
         # verify: [last context token, the request's own drafts], left-padded
-        blocks = torch.cat([torch.tensor([[r.context[-1]] for r in active], device=device), drafted], 1)
+        blocks = torch.cat([to_device(torch, [[r.context[-1]] for r in active], device), drafted], 1)
         v_counts = [b + 1 for b in budgets]
         if min(budgets) < width:  # shorter blocks near max_new_tokens: shift each row's tokens to the right end
-            shift = torch.tensor([width - b for b in budgets], device=device)
+            shift = to_device(torch, [width - b for b in budgets], device)
             cols = (torch.arange(width + 1, device=device)[None, :] - shift[:, None]).clamp_(min=0)
             blocks = blocks.gather(1, cols)
         logits = v_slots.forward_rows([r.ver.slot for r in active], blocks, v_counts, "all")
@@ -256,11 +255,11 @@ def _judge_block(rule, p, q, drafted, budgets, seeds, base, row_uniforms, sample
                                               drafted.reshape(-1), validate=False, pending=pending)  # fmt: skip
         accept, correction = a.reshape(rows, width), c.reshape(rows, width, vocab)
     coins = row_uniforms(seeds, base[:, None] + _COIN + torch.arange(width, device=device)[None, :])
-    valid = torch.arange(width, device=device)[None, :] < torch.tensor(budgets, device=device)[:, None]
+    valid = torch.arange(width, device=device)[None, :] < to_device(torch, budgets, device)[:, None]
     stop = torch.cat([~(coins < accept.to(torch.float64)) | ~valid, torch.ones((rows, 1), dtype=torch.bool,
                                                                                 device=device)], 1)  # fmt: skip
     tau = stop.to(torch.int8).argmax(1)
-    rejected = tau < torch.tensor(budgets, device=device)
+    rejected = tau < to_device(torch, budgets, device)
     at = tau.clamp(max=width - 1)
     every = torch.arange(rows, device=device)
 

@@ -32,6 +32,7 @@ from ._hf import (
     tokenizer_hash,
     torch_threads,
 )
+from ._slots import to_device
 
 __all__ = ["DumpSummary", "dump_trace", "load_completions", "prefill_group"]
 
@@ -81,7 +82,6 @@ def _check_completions(completions, prompts, max_new_tokens):
             )
         out[p.id] = [int(t) for t in tokens]
     return out
-
 
 
 def prefill_group(batch: int) -> int:
@@ -325,10 +325,12 @@ class _Engine:
         """The raw logit rows (G, V) after each prompt, fed to a fresh sequence each (one forward)."""
         torch = self.torch
         if self.slots is None:
-            return torch.cat(self.model.evaluate([(q, list(x), "last") for q, x in zip(seqs, prompts_ids, strict=True)]))
+            return torch.cat(
+                self.model.evaluate([(q, list(x), "last") for q, x in zip(seqs, prompts_ids, strict=True)])
+            )
         width = max(len(x) for x in prompts_ids)
         padded = [[self.slots.pad_token] * (width - len(x)) + list(x) for x in prompts_ids]
-        ids = torch.tensor(padded, dtype=torch.int64, device=self.device)
+        ids = to_device(torch, padded, self.device)
         return self.slots.forward_rows([q.slot for q in seqs], ids, [len(x) for x in prompts_ids], "last")
 
     def step(self, seqs, tokens):
@@ -336,9 +338,11 @@ class _Engine:
         runs (the free ones as padding), so the step's shape does not depend on which are busy."""
         torch = self.torch
         if self.slots is None:
-            return torch.cat(self.model.evaluate([(q, [t], "last") for q, t in zip(seqs, tokens.tolist(), strict=True)]))
+            return torch.cat(
+                self.model.evaluate([(q, [t], "last") for q, t in zip(seqs, tokens.tolist(), strict=True)])
+            )
         every = self.slots.sequences
-        busy = torch.tensor([q.slot for q in seqs], device=self.device)
+        busy = to_device(torch, [q.slot for q in seqs], self.device)
         ids = torch.full((every, 1), self.slots.pad_token, dtype=torch.int64, device=self.device)
         ids.index_copy_(0, busy, tokens.to(torch.int64)[:, None])
         counts = [0] * every
@@ -383,7 +387,7 @@ def _dump_sampled(session, prompts, todo, ids, models, settings, max_new_tokens,
             seqs = [[e.open() for _ in group] for e in engines]
             if any(p.id in todo for p in group):
                 firsts = [e.prefill(s, [ids[p.id] for p in group]) for e, s in zip(engines, seqs, strict=True)]
-                slots = torch.tensor([q.seq_id for q in seqs[0]], device=device)
+                slots = to_device(torch, [q.seq_id for q in seqs[0]], device)
                 for j, first in enumerate(firsts):
                     if rows[j] is None:
                         rows[j] = torch.zeros((batch, first.shape[-1]), dtype=torch.float32, device=device)
@@ -413,11 +417,11 @@ def _step(session, live, rows, engines, device, settings, eos, max_new_tokens, k
     import torch
 
     order = sorted(live)
-    index = torch.tensor(order, device=device)
+    index = to_device(torch, order, device)
     target, draft = rows[0].index_select(0, index), rows[1].index_select(0, index)
     probs, bad = process_rows(target, settings)
-    seeds = torch.tensor([live[s].seed for s in order], dtype=torch.int64, device=device)
-    where = torch.tensor([len(live[s].tokens) for s in order], dtype=torch.int64, device=device)
+    seeds = to_device(torch, [live[s].seed for s in order], device)
+    where = to_device(torch, [len(live[s].tokens) for s in order], device)
     tokens = sample_rows(probs, row_uniforms(seeds, where))
     block = torch.cat([tokens.double()[:, None], bad.double()[:, None], _pack(target, k), _pack(draft, k)], 1)
     block = block.cpu().numpy()  # the step's one copy to the host
@@ -426,8 +430,10 @@ def _step(session, live, rows, engines, device, settings, eos, max_new_tokens, k
     for r, slot in enumerate(order):
         seq = live[slot]
         if block[r, 1]:
-            raise TraceError(f"the verifier's logits for prompt {seq.prompt.id!r} at position {len(seq.tokens)} "
-                             "contain NaN or mask every token (overflow in float16?): dump in float32 or bfloat16")
+            raise TraceError(
+                f"the verifier's logits for prompt {seq.prompt.id!r} at position {len(seq.tokens)} "
+                "contain NaN or mask every token (overflow in float16?): dump in float32 or bfloat16"
+            )
         token = int(block[r, 0])
         seq.tokens.append(token)
         seq.rows.append(block[r, 2:])
@@ -439,7 +445,7 @@ def _step(session, live, rows, engines, device, settings, eos, max_new_tokens, k
         else:
             going.append(r)
     if going:
-        keep = torch.tensor(going, device=device)
+        keep = to_device(torch, going, device)
         fed = tokens.index_select(0, keep)
         moving = index.index_select(0, keep)
         for j, engine in enumerate(engines):

@@ -26,7 +26,67 @@ import weakref
 
 import numpy as np
 
-__all__ = ["SlotModel", "SlotSequence"]
+__all__ = ["SlotModel", "SlotSequence", "to_device"]
+
+
+def to_device(torch, values, device, dtype=None):
+    """``values`` (nested lists of numbers) as a tensor on ``device`` (int64 by default) without a
+    synchronisation: a blocking copy to an accelerator waits for all the work queued on it, so the
+    small per-step tensors (positions, slots, seeds) go asynchronously (the host's pageable copy is
+    staged before the call returns)."""
+    out = torch.tensor(values, dtype=dtype or torch.int64)
+    return out if torch.device(device).type == "cpu" else out.to(device, non_blocking=True)
+
+
+_ATTENTION = "cactus_slots"
+_REGISTERED = []
+
+
+def _slot_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """Attention over a slot cache: one ``scaled_dot_product_attention`` call with the explicit mask and
+    the key-value heads shared by their query heads inside the call (``enable_gqa``), where the stock
+    path copies them once per query head first."""
+    import torch
+
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask, scale=scaling, enable_gqa=query.shape[1] != key.shape[1]
+    )
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _registered() -> bool:
+    """Register ``_slot_attention`` with transformers (once); False where it cannot be (old versions)."""
+    if not _REGISTERED:
+        try:
+            import torch
+            from transformers import AttentionInterface
+
+            if "enable_gqa" not in (torch.nn.functional.scaled_dot_product_attention.__doc__ or ""):
+                raise TypeError("no enable_gqa (torch < 2.5)")
+            AttentionInterface.register(_ATTENTION, _slot_attention)
+            _REGISTERED.append(True)
+        except (ImportError, TypeError, ValueError, AttributeError):
+            _REGISTERED.append(False)
+    return _REGISTERED[0]
+
+
+class _attention:
+    """Within the block, ``config`` runs ``_slot_attention`` (sdpa and eager models; restored after)."""
+
+    def __init__(self, config):
+        self.config, self.before = config, None
+
+    def __enter__(self):
+        current = getattr(self.config, "_attn_implementation", None)
+        if current in (None, "sdpa", "eager") and _registered():
+            self.before = current
+            self.config._attn_implementation = _ATTENTION
+        return self
+
+    def __exit__(self, *exc):
+        if self.before is not None or getattr(self.config, "_attn_implementation", None) == _ATTENTION:
+            self.config._attn_implementation = self.before
+        return False
 
 
 @functools.cache
@@ -138,6 +198,7 @@ class SlotModel:
         self._cache_kw = _keyword(type(model), ("cache", "past_key_values"))
         self._keep_kw = _keyword(type(model), ("logits_to_keep", "num_logits_to_keep"))
         self._step = None  # (rows, write positions, span, all slots?) of the forward running
+        self._heads = None
 
     # -- slots ----------------------------------------------------------------------------------
     def sequence(self) -> SlotSequence:
@@ -164,8 +225,8 @@ class SlotModel:
         grown = max(int(length), 2 * self.capacity)
         for store in (self._keys, self._values):
             for i, old in enumerate(store):
-                new = old.new_zeros((old.shape[0], grown + 1, *old.shape[2:]))
-                new[:, : self.capacity] = old[:, : self.capacity]
+                new = old.new_zeros((*old.shape[:2], grown + 1, old.shape[3]))
+                new[:, :, : self.capacity] = old[:, :, : self.capacity]
                 store[i] = new
         self.capacity = grown
 
@@ -177,20 +238,22 @@ class SlotModel:
     def _update(self, key_states, value_states, layer):
         """Write a layer's new keys and values at the running forward's positions; return the rows'
         attended keys and values, (rows, heads, span, head_dim)."""
-        torch = self.torch
         rows, where, span, every = self._step
         if layer == len(self._keys):  # the first forward allocates: the heads and widths the model uses
-            heads, width = key_states.shape[1], key_states.shape[-1]
-            shape = (self.sequences, self.capacity + 1, heads, width)  # + 1: the padding tokens' column
+            torch = self.torch
+            shape = (self.sequences, key_states.shape[1], self.capacity + 1, key_states.shape[-1])
             self._keys.append(torch.zeros(shape, dtype=key_states.dtype, device=key_states.device))
             self._values.append(torch.zeros(shape, dtype=value_states.dtype, device=value_states.device))
-        out = []
-        for store, new in ((self._keys, key_states), (self._values, value_states)):
-            buf = store[layer]
-            buf.index_put_((rows[:, None].expand_as(where), where), new.transpose(1, 2).to(buf.dtype))
-            seen = buf[:, :span] if every else buf.index_select(0, rows)[:, :span]
-            out.append(seen.transpose(1, 2))
-        return out[0], out[1]
+        if self._heads is None or self._heads.shape[1] != key_states.shape[1]:
+            self._heads = self.torch.arange(key_states.shape[1], device=key_states.device)[None, :, None]
+        index = (rows, self._heads, where)  # (R, 1, 1), (1, H, 1), (R, 1, T): every new entry at once
+        keys, values = self._keys[layer], self._values[layer]
+        keys.index_put_(index, key_states)
+        values.index_put_(index, value_states)
+        if every:
+            return keys[:, :, :span], values[:, :, :span]
+        flat = rows[:, 0, 0]
+        return keys.index_select(0, flat)[:, :, :span], values.index_select(0, flat)[:, :, :span]
 
     def forward_rows(self, slots, input_ids, counts, want="last", *, all_slots=False):
         """One forward of the token rows ``input_ids`` (R, T) (a tensor on the model's device,
@@ -198,7 +261,8 @@ class SlotModel:
         ``slots`` (R slot numbers). Returns raw logits in the model's dtype: (R, V) for
         ``want="last"`` (each row's last token), else (R, T, V). ``all_slots``: the rows are every
         slot in order (free slots with a count of 0: padding alone), so the cache is attended in
-        place. Advances the slots' lengths."""
+        place. Advances the slots' lengths. Nothing waits for the device: the small index tensors
+        go to it without a synchronisation (``to_device``)."""
         torch = self.torch
         rows_n, width = input_ids.shape
         if len(slots) != rows_n or len(counts) != rows_n:
@@ -207,22 +271,22 @@ class SlotModel:
         needed = max(a + c for a, c in zip(lengths, counts, strict=True))
         self.reserve(needed)
         span = self.capacity if self.fixed_span else max(needed, 1)
-        starts = torch.tensor([a - (width - c) for a, c in zip(lengths, counts, strict=True)], device=self.device)
+        packed = to_device(torch, [[a - (width - c) for a, c in zip(lengths, counts, strict=True)],
+                                   [width - c for c in counts], list(slots)], self.device)  # fmt: skip
         column = torch.arange(width, device=self.device)
-        real = column[None, :] >= torch.tensor([width - c for c in counts], device=self.device)[:, None]
-        positions = torch.where(real, starts[:, None] + column[None, :], 0)
+        real = column[None, :] >= packed[1][:, None]
+        positions = torch.where(real, packed[0][:, None] + column[None, :], 0)
         where = torch.where(real, positions, self.capacity)  # padding writes to the scratch column
         visible = torch.arange(span, device=self.device)[None, None, :] <= positions[:, :, None]
         mask = torch.where(visible, 0.0, torch.finfo(self.dtype).min).to(self.dtype)[:, None]
-        rows = torch.tensor(list(slots), device=self.device)
         every = all_slots and list(slots) == list(range(self.sequences))
         kwargs = {"input_ids": input_ids, "attention_mask": mask, "position_ids": positions, "use_cache": True,
                   self._cache_kw: self._cache}  # fmt: skip
         if self._keep_kw is not None and want == "last":
             kwargs[self._keep_kw] = 1
-        self._step = (rows, where, span, every)
+        self._step = (packed[2][:, None, None], where[:, None, :], span, every)
         try:
-            with torch.no_grad():
+            with torch.no_grad(), _attention(self.model.config):
                 logits = self.model(**kwargs).logits
         finally:
             self._step = None
@@ -249,11 +313,15 @@ class SlotModel:
         if not live:
             return out
         width = max(counts[i] for i in live)
-        ids = torch.full((len(live), width), self.pad_token, dtype=torch.int64, device=self.device)
-        for r, i in enumerate(live):
-            tokens = requests[i][1]
-            tokens = tokens.to(self.device) if hasattr(tokens, "to") else torch.tensor(list(tokens), device=self.device)
-            ids[r, width - counts[i] :] = tokens
+        if all(not hasattr(requests[i][1], "to") for i in live):  # lists: one copy to the device
+            ids = to_device(torch, [[self.pad_token] * (width - counts[i]) + [int(t) for t in requests[i][1]]
+                                    for i in live], self.device)  # fmt: skip
+        else:
+            ids = torch.full((len(live), width), self.pad_token, dtype=torch.int64, device=self.device)
+            for r, i in enumerate(live):
+                tokens = requests[i][1]
+                ids[r, width - counts[i] :] = tokens.to(self.device) if hasattr(tokens, "to") else to_device(
+                    torch, [int(t) for t in tokens], self.device)  # fmt: skip
         wants = "all" if any(requests[i][2] == "all" for i in live) else "last"
         slots = [requests[i][0].slot for i in live]
         logits = self.forward_rows(slots, ids, [counts[i] for i in live], wants)

@@ -29,31 +29,9 @@ from cactus_theory._data._trace_import import import_topk_logprobs, trace_from_a
 from cactus_theory._data._trace_writer import TraceWriter
 from cactus_theory._math._sampling import SamplingSettings, processed_probs
 from cactus_theory._models._dump import dump_trace
+from sampling_reference import reference_probs as _reference_probs
 
 DATA = FIXTURES / "benchmarks"  # made-up records in each benchmark's format
-
-
-def _reference_probs(logits, temperature, top_k, top_p):
-    """Processed probabilities by plain loops (the definition, row by row)."""
-    out = np.zeros_like(logits, dtype=np.float64)
-    for i, row in enumerate(np.asarray(logits, dtype=np.float64)):
-        if temperature == 0:
-            out[i, int(np.argmax(row))] = 1.0
-            continue
-        z = row / temperature
-        order = sorted(range(len(z)), key=lambda j: (-z[j], j))
-        if top_k:
-            order = order[:top_k]
-        w = np.exp(z[order] - z[order[0]])
-        w /= w.sum()
-        kept, mass = [], 0.0
-        for j, pj in zip(order, w, strict=True):
-            if mass < top_p:
-                kept.append(j)
-            mass += pj
-        ww = np.exp(z[kept] - z[order[0]])
-        out[i, kept] = ww / ww.sum()
-    return out
 
 
 @pytest.mark.torch

@@ -362,3 +362,18 @@ def test_referee_llama_server(models, tmp_path):
         assert 0 <= cell["measured"]["acceptance"][0] <= 1 and 0 <= cell["predicted"]["acceptance"][0] <= 1
         assert cell["measured"]["speedup"][0] > 0 and cell["tokens"]["spec"] > 0
     assert "| 2 | speedup over the verifier alone |" in (tmp_path / "referee_llama_server.md").read_text()
+
+
+@pytest.mark.models
+def test_gpu_check(tmp_path, capsys):
+    """The GPU check's CPU smoke run: tiny shapes, every part, the page and its numbers written."""
+    assert script("gpu_check").main(["--device", "cpu", "--small", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "gpu.json").read_text())
+    assert not data["errors"] and set(data["parts"]) == {"checks", "dump", "alone", "bench", "plan"}
+    assert data["parts"]["checks"][0]["uniforms_bitwise_equal"]
+    assert [r["batch"] for r in data["parts"]["dump"]] == [1, 2, 4]
+    assert all(r["positions"] == r["hf_positions"] for r in data["parts"]["dump"])  # like for like
+    assert {(r["rule"], r["m"]) for r in data["parts"]["plan"]["rows"]} == {
+        (rule, m) for rule in ("sps", "cactus(delta=1)") for m in (2, 4)}  # fmt: skip
+    page = (tmp_path / "gpu.md").read_text()
+    assert "No GPU was lent" in page and "## The planner against decoding" in page

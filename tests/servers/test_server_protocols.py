@@ -220,3 +220,28 @@ def test_llama_server_positions_inside_a_character_are_asked_for_alone(prompts, 
     assert any(t in partial for t in held)  # the case arose
     assert any(s.meta.get("rescored_positions") for s in trace)
     _check_against_toys(trace, prompts, False, 5)
+
+
+@pytest.mark.models
+def test_the_server_and_the_model_dumps_run_one_session(prompts, tmp_path, monkeypatch):
+    """Both dumps are one resumable session (``DumpSession``) fed with rows, and return its one summary."""
+    from tiny_models import tiny_model, tiny_tokenizer
+
+    from cactus_theory import dump_trace
+    from cactus_theory._data import _dump_session
+
+    sessions, real = [], _dump_session.DumpSession.__enter__
+
+    def enter(self):
+        sessions.append(self.what)
+        return real(self)
+
+    monkeypatch.setattr(_dump_session.DumpSession, "__enter__", enter)
+    with FakeServer(vllm_handler(VERIFIER)) as v, FakeServer(vllm_handler(DRAFT, name="toy/draft")) as d:
+        served = dump_server_trace(v.url, d.url, prompts, str(tmp_path / "s"), settings=SETTINGS, max_new_tokens=3,
+                                   top_k=5, vocab_size=V, limit=2)  # fmt: skip
+    mine = dump_trace((tiny_model(0), tiny_tokenizer()), (tiny_model(1, layers=1), tiny_tokenizer()), prompts,
+                      tmp_path / "m", settings=SETTINGS, max_new_tokens=3, top_k=5, progress=False, limit=2)  # fmt: skip
+    assert sessions == ["dump (server)", "dump"]
+    assert type(served) is type(mine) is _dump_session.DumpSummary
+    assert (served.written_prompts, mine.written_prompts) == (2, 2)

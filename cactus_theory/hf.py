@@ -6,6 +6,7 @@ in one Hugging Face forward (``SlotModel``) and the rows processed where the mod
 ``models`` extra (torch, transformers, gguf, accelerate); the llama.cpp engine the ``llamacpp``
 extra."""
 
+from ._models._device import compress_rows, process_rows, row_uniforms, sample_rows
 from ._models._hf import (
     cached_model,
     encode_chat,
@@ -16,7 +17,6 @@ from ._models._hf import (
     model_identity,
     teacher_forced_logits,
 )
-from ._models._device import compress_rows, process_rows, row_uniforms, sample_rows
 from ._models._llamacpp import ENGINES, LlamaCppModel, llama_cpp_version
 from ._models._slots import SlotModel
 from ._util._paths import cache_root

@@ -193,9 +193,10 @@ def part_alone(ctx):
         tokens += len(got.tokens)
         start = time.perf_counter()
         with torch.no_grad():
+            n_out = len(got.tokens)
             ctx.verifier.generate(input_ids=torch.tensor([x], device=ctx.device), do_sample=True,
-                                  temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, max_new_tokens=len(got.tokens),
-                                  min_new_tokens=len(got.tokens), pad_token_id=0)  # fmt: skip
+                                  temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, max_new_tokens=n_out,
+                                  min_new_tokens=n_out, pad_token_id=0)  # fmt: skip
         sync(ctx.device)
         theirs += time.perf_counter() - start
     row = {"prompts": len(ids), "tokens": tokens, "tokens_per_second": tokens / ours,
@@ -346,8 +347,8 @@ def page(results, ctx):
                   f"{r['prompts']} prompts).", ""]  # fmt: skip
     if "checks" in parts:
         r = parts["checks"][0]
-        lines += ["## The device's arithmetic", "", f"Random streams (`row_uniforms`) on the device equal the CPU's bit "
-                  f"for bit: {'yes' if r['uniforms_bitwise_equal'] else 'NO'}; rows processed on the device "
+        lines += ["## The device's arithmetic", "", "Random streams (`row_uniforms`) on the device equal the CPU's "
+                  f"bit for bit: {'yes' if r['uniforms_bitwise_equal'] else 'NO'}; rows processed on the device "
                   f"(`process_rows`, with ties at every rank) against `processed_probs` in float64: at most "
                   f"{r['processing_max_abs_difference']:.1e} apart.", ""]  # fmt: skip
     if "bench" in parts:

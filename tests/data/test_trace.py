@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from locations import FIXTURES
 from optional import torch
+from sampling_reference import reference_probs as _reference_probs
 from tiny_models import tiny_model, tiny_tokenizer
 from trace_builders import random_trace
 
@@ -29,7 +30,6 @@ from cactus_theory._data._trace_import import import_topk_logprobs, trace_from_a
 from cactus_theory._data._trace_writer import TraceWriter
 from cactus_theory._math._sampling import SamplingSettings, processed_probs
 from cactus_theory._models._dump import dump_trace
-from sampling_reference import reference_probs as _reference_probs
 
 DATA = FIXTURES / "benchmarks"  # made-up records in each benchmark's format
 

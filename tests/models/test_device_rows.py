@@ -106,7 +106,7 @@ def test_compressed_rows_equal_the_hosts_in_a_fixed_order(seed, k):
     logits = np.round(rng.normal(0, 2, size=(6, 40)), 1).astype(np.float32)  # rounded: many ties
     logits[0, 3:] = -np.inf
     values, ids, lse, nan = compress_rows(torch.tensor(logits), k)
-    h_values, h_ids, h_lse = compress_logits(logits, k)
+    h_values, _, h_lse = compress_logits(logits, k)
     np.testing.assert_array_equal(values.numpy(), h_values)
     np.testing.assert_allclose(lse.numpy(), h_lse, rtol=1e-12)
     for r in range(6):  # each id holds its value; each row ordered by value, then id

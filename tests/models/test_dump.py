@@ -144,7 +144,7 @@ def test_a_resume_keeps_the_traces_batch_and_refuses_another(tmp_path):
     from cactus_theory import TraceError
 
     _dump(tmp_path / "t", _prompts(), batch=3, limit=4)
-    with pytest.raises(TraceError, match="cannot resume .*its batch is 3, this run has 2"):
+    with pytest.raises(TraceError, match=r"cannot resume .*its batch is 3, this run has 2"):
         _dump(tmp_path / "t", _prompts(), batch=2)
     summary = _dump(tmp_path / "t", _prompts())  # no batch given: the trace's
     assert summary.written_prompts == 5 and Trace(tmp_path / "t").metadata["batch"] == 3

@@ -240,8 +240,9 @@ def test_the_server_and_the_model_dumps_run_one_session(prompts, tmp_path, monke
     with FakeServer(vllm_handler(VERIFIER)) as v, FakeServer(vllm_handler(DRAFT, name="toy/draft")) as d:
         served = dump_server_trace(v.url, d.url, prompts, str(tmp_path / "s"), settings=SETTINGS, max_new_tokens=3,
                                    top_k=5, vocab_size=V, limit=2)  # fmt: skip
-    mine = dump_trace((tiny_model(0), tiny_tokenizer()), (tiny_model(1, layers=1), tiny_tokenizer()), prompts,
-                      tmp_path / "m", settings=SETTINGS, max_new_tokens=3, top_k=5, progress=False, limit=2)  # fmt: skip
+    pair = (tiny_model(0), tiny_tokenizer()), (tiny_model(1, layers=1), tiny_tokenizer())
+    mine = dump_trace(*pair, prompts, tmp_path / "m", settings=SETTINGS, max_new_tokens=3, top_k=5, progress=False,
+                      limit=2)  # fmt: skip
     assert sessions == ["dump (server)", "dump"]
     assert type(served) is type(mine) is _dump_session.DumpSummary
     assert (served.written_prompts, mine.written_prompts) == (2, 2)

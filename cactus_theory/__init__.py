@@ -72,8 +72,14 @@ from ._models._batch_decode import autoregressive_generate_batch, speculative_ge
 from ._models._calibrate import calibrate_cost
 from ._models._decode import DecodeResult, NgramDrafter, autoregressive_generate, speculative_generate
 from ._models._decode_prompts import decode_prompts
-from ._models._decode_summary import batch_throughput, decoding_flags, decoding_summary, matched_times
-from ._models._dump import dump_trace
+from ._models._decode_summary import (
+    answer_drift,
+    batch_throughput,
+    decoding_flags,
+    decoding_summary,
+    matched_times,
+)
+from ._models._dump import DumpSummary, dump_trace
 from ._models._hf import load_model
 from ._models._imports import import_logits
 from ._rules import (
@@ -152,6 +158,7 @@ __all__ = [
     "WorstCase",
     *sorted(_RULE_EXPORTS),
     "analyze_trace",
+    "answer_drift",
     "approx_gamma",
     "autoregressive_generate",
     "autoregressive_generate_batch",
@@ -181,6 +188,7 @@ __all__ = [
     "decoding_summary",
     "default_cost_path",
     "divergence",
+    "DumpSummary",
     "dump_trace",
     "embedded_tasks",
     "embedded_traces",

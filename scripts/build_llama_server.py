@@ -49,6 +49,12 @@ BASE_FLAGS = [
     "-DLLAMA_USE_PREBUILT_UI=OFF",
     "-DLLAMA_CURL=OFF",
     "-DLLAMA_OPENSSL=OFF",
+    # portable CPU kernels (AVX2, FMA, F16C), not the build machine's own: built natively on an x86-64 with
+    # AVX-512 and AMX, llama.cpp 0.3.36's quantised kernels crash (a segmentation fault on the Q4_K_M pair)
+    "-DGGML_NATIVE=OFF",
+    "-DGGML_AVX2=ON",
+    "-DGGML_FMA=ON",
+    "-DGGML_F16C=ON",
 ]
 
 

@@ -60,8 +60,10 @@ def gguf_tokens(vocab_size=64):
     return tokens, merges
 
 
-def write_tiny_gguf(model, path):
-    """Write a Qwen2 model (float32 tensors) and a tiny BPE tokenizer as a GGUF file with the gguf package."""
+def write_tiny_gguf(model, path, quantization=None):
+    """Write a Qwen2 model (float32 tensors) and a tiny BPE tokenizer as a GGUF file with the gguf package;
+    ``quantization="Q8_0"``: its matrices in llama.cpp's 8-bit blocks (gguf's own quantiser), so llama.cpp
+    runs them through its quantised kernels, as it runs the real Q4_K_M pair."""
     import gguf
 
     cfg = model.config
@@ -75,7 +77,7 @@ def write_tiny_gguf(model, path):
     w.add_head_count_kv(cfg.num_key_value_heads)
     w.add_rope_freq_base(float(getattr(cfg, "rope_theta", None) or 10000.0))
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    w.add_file_type(0)
+    w.add_file_type(0 if quantization is None else int(getattr(gguf.LlamaFileType, f"MOSTLY_{quantization}")))
     tokens, merges = gguf_tokens(cfg.vocab_size)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("qwen2")
@@ -92,8 +94,13 @@ def write_tiny_gguf(model, path):
     for i in range(cfg.num_hidden_layers):
         for k, v in _LAYER_NAMES.items():
             names[f"model.layers.{i}.{k}"] = f"blk.{i}.{v}"
+    qtype = None if quantization is None else getattr(gguf.GGMLQuantizationType, quantization)
     for k, v in model.state_dict().items():
-        w.add_tensor(names[k], v.detach().float().numpy())
+        data = v.detach().float().numpy()
+        if qtype is not None and data.ndim == 2:
+            w.add_tensor(names[k], gguf.quants.quantize(data, qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(names[k], data)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -416,6 +416,17 @@ def analyze_trace(
         raise ValueError(f"gate: token id(s) {', '.join(map(str, outside[:4]))} are outside the trace's vocabulary "
                          f"(0 to {traces.vocab_size - 1}): the gate would never open or close; give ids of the "
                          "trace's tokenizer (e.g. those of <think> and </think>)")  # fmt: skip
+    for policy in policies:  # a stop that reads the drafter's top-k needs that many logits stored
+        if (
+            policy.reads is not None
+            and 0 < policy.reads.top_k
+            and (traces.top_k < policy.reads.top_k and not all(t.manifest.get("store_full") for t in traces.traces))
+        ):
+            raise ValueError(
+                f"draft policy {policy.describe()} reads the drafter's top-{policy.reads.top_k}, and trace "
+                f"{traces.directory!r} stores K = {traces.top_k} logits a position: dump it with --top-logits "
+                f"{policy.reads.top_k} or more (the default 64 will do)"
+            )
     records = [(name, t, t.records()) for name, t in zip(traces.names, traces.traces, strict=True)]
     known = sorted({r.task for _, _, recs in records for r in recs})
     if not known:

@@ -403,3 +403,15 @@ def _pair_or_servers(parser, title, description, server_help):
     group.add_argument("--draft-server", default=None, metavar="URL", help="the draft model's server")
     group.add_argument("--api-key-env", default=None, metavar="NAME", help="environment variable holding the API key")
     return group
+
+
+def _positive_float(text):
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return value

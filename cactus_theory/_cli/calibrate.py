@@ -13,6 +13,7 @@ from ._common import (
     _model_inputs,
     _model_options,
     _pair_or_servers,
+    _positive_float,
     _progress,
     _progress_options,
     _sampling_options,
@@ -30,13 +31,17 @@ def add_parser(sub):
         formatter_class=_Formatter,
         epilog=MODEL_MEMORY,
     )
-    _pair_or_servers(
+    group = _pair_or_servers(
         cb,
         "against running servers (instead of --verifier / --draft)",
         "llama-server's own step times over HTTP: the verifier's per token and per block of k new tokens, the "
         "draft's per token and per token read in a block, each server's prompt processing (docs: Traces from servers)",
         "the verifier's llama-server",
     )
+    group.add_argument("--timeout", type=_positive_float, default=600.0,
+                       help="seconds a request to a server may take in all")  # fmt: skip
+    group.add_argument("--retries", type=_int_at_least(0), default=4,
+                       help="retries on 429 / 503 / dropped connections")  # fmt: skip
     _model_options(cb)
     _sampling_options(cb)
     cb.add_argument(
@@ -87,7 +92,8 @@ def _run_servers(args) -> int:
         _check_out(args, [], directory=False)
     cost = calibrate_server(args.server, args.draft_server, batches=sorted({1, *args.batch}), max_block=args.max_block,
                             context=args.context, repeats=args.repeats, prompt_lengths=args.prompt_lengths,
-                            api_key_env=args.api_key_env, progress=_progress(args))  # fmt: skip
+                            api_key_env=args.api_key_env, timeout=args.timeout, retries=args.retries,
+                            progress=_progress(args))  # fmt: skip
     if out is None:
         names = [str(cost.source[r].get("model") or "server").rsplit("/", 1)[-1] for r in ("verifier", "draft")]
         out = check_output(default_cost_path(names[0], names[1], "server", "http"), directory=False)

@@ -3,8 +3,6 @@ Its arguments, then the code that runs them."""
 
 from __future__ import annotations
 
-import argparse
-
 from ._common import (
     MODEL_MEMORY,
     _check_out,
@@ -14,6 +12,7 @@ from ._common import (
     _model_options,
     _pair_or_servers,
     _part,
+    _positive_float,
     _progress,
     _progress_options,
     _prompt_file_options,
@@ -99,18 +98,6 @@ def add_parser(sub):
     _progress_options(d)
     d.set_defaults(func=run)
     return d
-
-
-def _positive_float(text):
-    import math
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
-    return value
 
 
 def _run_servers(args) -> int:

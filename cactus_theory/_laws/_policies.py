@@ -47,6 +47,7 @@ forward, counted), so it has no such extra forward.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -158,6 +159,15 @@ class DraftPolicy:
         return np.zeros(np.shape(top1), dtype=bool)
 
 
+#: The largest n_min a llama.cpp policy takes (llama-server's blocks are at most its --draft-max, an int).
+MAX_N_MIN = 4096
+
+
+def text_of(x: float) -> str:
+    """A number as a short string (``%g``): a huge value is not printed in full."""
+    return f"{x:g}"
+
+
 def make_draft_policy(spec) -> DraftPolicy | None:
     """A DraftPolicy from ``"p-min(0.4)"``, ``"entropy(threshold=1.5)"``, ``"accept-prob(0.3)"``,
     ``"cost-optimal"``, ``"adaptive-verify"``, ``"llama.cpp(p_min=0.5, n_min=2)"`` (or ``"llama.cpp(0.5)"``)
@@ -174,19 +184,28 @@ def make_draft_policy(spec) -> DraftPolicy | None:
         raise ValueError(f"draft policy {spec!r}: unknown policy {kind!r}; the policies: {', '.join(DRAFT_POLICIES)}")
     names = ("p_min", "n_min") if kind == "llama.cpp" else ("threshold",)
     values = {}
-    for i, part in enumerate(p.strip() for p in (raw or "").split(",") if p.strip()):
+    parts = [p.strip() for p in (raw or "").split(",") if p.strip()]
+    for i, part in enumerate(parts):
         key, sep, text = part.partition("=")
-        key, text = (key.strip(), text.strip()) if sep else (names[min(i, len(names) - 1)], part)
-        if key not in names or key in values:
+        if not sep and i >= len(names):
+            raise ValueError(f"draft policy {spec!r}: {kind} takes at most {len(names)} value(s) ({', '.join(names)}); "
+                             f"got {len(parts)}")  # fmt: skip
+        key, text = (key.strip(), text.strip()) if sep else (names[i], part)
+        if key not in names:
             raise ValueError(f"draft policy {spec!r}: {key!r} is not a parameter of {kind} (its: {', '.join(names)})")
+        if key in values:
+            raise ValueError(f"draft policy {spec!r}: {key} is given twice; give it once")
         try:
             values[key] = float(text)
         except ValueError:
             raise ValueError(f"draft policy {spec!r}: {key} = {text!r} is not a number") from None
+        if not math.isfinite(values[key]):
+            raise ValueError(f"draft policy {spec!r}: {key} = {text!r} must be a finite number")
     if kind == "llama.cpp":
         n_min = values.get("n_min", 0.0)
-        if n_min != int(n_min):
-            raise ValueError(f"draft policy {spec!r}: n_min must be a whole number of drafts; got {n_min:g}")
+        if n_min != int(n_min) or not 0 <= n_min <= MAX_N_MIN:
+            raise ValueError(f"draft policy {spec!r}: n_min must be a whole number of drafts in [0, {MAX_N_MIN}] (a "
+                             f"block shorter than it is dropped); got {text_of(n_min)}")  # fmt: skip
         policy = DraftPolicy(kind, values.get("p_min", 0.0), int(n_min))
     else:
         policy = DraftPolicy(kind, values.get("threshold"))

@@ -31,11 +31,18 @@ __all__ = ["SlotModel", "SlotSequence", "to_device"]
 
 def to_device(torch, values, device, dtype=None):
     """``values`` (nested lists of numbers) as a tensor on ``device`` (int64 by default) without a
-    synchronisation: a blocking copy to an accelerator waits for all the work queued on it, so the
-    small per-step tensors (positions, slots, seeds) go asynchronously (the host's pageable copy is
-    staged before the call returns)."""
+    synchronisation: a blocking copy to an accelerator waits for all the work queued on it, and so
+    can an asynchronous one from pageable memory (it waits for a staging buffer that the copies
+    queued before it still hold), so the small per-step tensors (positions, slots, seeds) go from
+    pinned memory (PyTorch's caching host allocator), asynchronously."""
     out = torch.tensor(values, dtype=dtype or torch.int64)
-    return out if torch.device(device).type == "cpu" else out.to(device, non_blocking=True)
+    if torch.device(device).type == "cpu":
+        return out
+    try:
+        out = out.pin_memory()
+    except RuntimeError:  # no pinned memory on this platform: a pageable copy
+        pass
+    return out.to(device, non_blocking=True)
 
 
 _ATTENTION = "cactus_slots"

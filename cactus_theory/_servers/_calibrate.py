@@ -35,7 +35,8 @@ import numpy as np
 
 from .._util._files import utc_timestamp
 from ._dump import open_server
-from ._http import ServerError
+from ._http import ServerClient, ServerError, shown
+from ._protocols import detect_protocol
 
 __all__ = ["calibrate_server", "server_requests"]
 
@@ -65,12 +66,28 @@ def _timings(answer, where):
     return timings
 
 
+#: Milliseconds a timed part may take: a forward is never faster than a microsecond nor slower than an hour.
+TIMING_RANGE_MS = (1e-3, 3.6e6)
+
+
+def _ms(timings, field, where):
+    """The server's timing ``field`` in milliseconds, checked: a number in ``TIMING_RANGE_MS``."""
+    value = timings.get(field)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ServerError(f"{where}: timings.{field} is {shown(repr(value))[:40]}, not a number of milliseconds")
+    low, high = TIMING_RANGE_MS
+    if not low <= value <= high:
+        raise ServerError(f"{where}: timings.{field} = {value:g} ms lies outside what a machine measures "
+                          f"({low:g} to {high:g} ms): refusing to build a cost model from it")  # fmt: skip
+    return float(value)
+
+
 def _decode_ms(speaker, batch, tokens, context, repeat):
     bodies = [{"prompt": _ids(speaker, context, salt=repeat * batch + i), "n_predict": tokens, "ignore_eos": True,
                "cache_prompt": False, "temperature": 0.0, "samplers": ["top_k"], "top_k": 1, "id_slot": i}
               for i in range(batch)]  # fmt: skip
     where = f"{speaker.client.what} {speaker.client.public}/completion"
-    return [float(_timings(a, where)["predicted_per_token_ms"]) for a in server_requests(speaker, bodies)]
+    return [_ms(_timings(a, where), "predicted_per_token_ms", where) for a in server_requests(speaker, bodies)]
 
 
 def _block_ms(speaker, batch, k, context, repeat):
@@ -87,7 +104,7 @@ def _block_ms(speaker, batch, k, context, repeat):
         if t.get("prompt_n") != k:
             raise ServerError(f"{where}: the server processed {t.get('prompt_n')} new tokens, not {k}: is its prompt "
                               "cache on (--cache-reuse) and --parallel at least the batch?")  # fmt: skip
-        out.append(float(t["prompt_ms"]))
+        out.append(_ms(t, "prompt_ms", where))
     return out
 
 
@@ -95,7 +112,7 @@ def _prefill_ms(speaker, length, repeat):
     body = {"prompt": _ids(speaker, length, salt=9000 + repeat), "n_predict": 1, "cache_prompt": False,
             "temperature": 0.0, "samplers": ["top_k"], "top_k": 1}  # fmt: skip
     where = f"{speaker.client.what} {speaker.client.public}/completion"
-    return float(_timings(speaker.client.post("/completion", body), where)["prompt_ms"])
+    return _ms(_timings(speaker.client.post("/completion", body), where), "prompt_ms", where)
 
 
 def _row_share(info) -> float:
@@ -110,8 +127,11 @@ def _row_share(info) -> float:
 
 
 def calibrate_server(verifier_url, draft_url, *, batches=(1,), max_block=8, context=256, repeats=5, tokens=32,
-                     prompt_lengths=(32, 128, 512), api_key_env=None, timeout=600.0, progress=None):  # fmt: skip
-    """A ``CostModel`` of two llama-servers' own step times (see the module docstring)."""
+                     prompt_lengths=(32, 128, 512), api_key_env=None, timeout=600.0, retries=4,
+                     progress=None):  # fmt: skip
+    """A ``CostModel`` of two llama-servers' own step times (see the module docstring). ``timeout``:
+    seconds a request may take in all; ``retries``: further attempts after a 429, 503 or dropped
+    connection."""
     from .._analysis._cost import CostModel
 
     batches = sorted({int(b) for b in batches})
@@ -122,9 +142,18 @@ def calibrate_server(verifier_url, draft_url, *, batches=(1,), max_block=8, cont
                              ("tokens", tokens, 2)):  # fmt: skip
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
             raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
-    v_client, verifier = open_server(verifier_url, protocol="llama.cpp", api_key_env=api_key_env, timeout=timeout)
-    d_client, draft = open_server(draft_url, protocol="llama.cpp", api_key_env=api_key_env, timeout=timeout,
-                                  what="--draft-server")  # fmt: skip
+    opened = []
+    for url, what in ((verifier_url, "--server"), (draft_url, "--draft-server")):
+        with ServerClient(url, api_key_env=api_key_env, timeout=timeout, retries=retries, what=what) as probe:
+            kind = detect_protocol(probe)
+        if kind != "llama.cpp":
+            raise ServerError(f"{what} {probe.public} speaks {kind}: only llama.cpp's llama-server reports the step "
+                              "timings this needs; time the models on their machine with cactus-theory calibrate "
+                              "--verifier MODEL --draft MODEL, or plan with a measured GPU profile or a roofline "
+                              "(plan --cost-profile; docs: plan)")  # fmt: skip
+        opened.append(open_server(url, protocol="llama.cpp", api_key_env=api_key_env, timeout=timeout,
+                                  retries=retries, what=what))  # fmt: skip
+    (v_client, verifier), (d_client, draft) = opened
     try:
         for speaker in (verifier, draft):
             slots = speaker.info().slots

@@ -3,6 +3,9 @@
 ``ServerClient(url, api_key_env=..., timeout=..., retries=...)`` sends JSON requests to one server
 and returns the decoded JSON. What it guarantees:
 
+- ``timeout`` bounds a whole request: connecting, the headers and the body (a server that sends its
+  body a byte at a time is cut off when the request's time is up, not at each slow read);
+- a response body is read up to ``MAX_BODY_BYTES`` (far above any real answer) and refused beyond;
 - a request that meets a 429 or a 503, a dropped or refused connection or a read time-out is
   retried ``retries`` times with exponential backoff (``backoff * 2**attempt`` seconds, at most
   ``max_backoff``; a ``Retry-After`` header is honoured up to that bound); any other HTTP error,
@@ -10,26 +13,44 @@ and returns the decoded JSON. What it guarantees:
   without credentials), the endpoint, the status and the start of the error body;
 - a body that is not JSON, or JSON with NaN / Infinity, raises a ``ServerError`` (Python's json
   module would accept ``NaN``; a log-prob of NaN is never data);
-- an API key is read from the environment variable named by ``api_key_env`` and sent as a bearer
-  token; it never appears in a message, a manifest (``describe``) or a log: the URL is shown
-  without user and password, and any text that contains the key is redacted before it is shown.
+- an API key is read from the environment variable named by ``api_key_env`` (spaces and line ends
+  around it, as a key file saved on Windows has, are stripped; a key with control characters inside
+  is refused) and sent as a bearer token; it never appears in a message, a manifest (``describe``)
+  or a log: the URL is shown without user and password, and every form of a secret that a message
+  may carry (as it is, escaped, URL-encoded, or inside a Basic token built from the URL's user and
+  password) is redacted before it is shown; a server's text is shown with its control characters
+  escaped (no terminal escape sequence reaches the terminal).
 
 Nothing here knows a protocol (``_protocols`` does).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
 import time
 import urllib.parse
 
-__all__ = ["ServerClient", "ServerError", "public_url"]
+__all__ = ["MAX_BODY_BYTES", "ServerClient", "ServerError", "public_url", "shown"]
+
+#: The largest response body read from a server: the log-probs of a long answer are a few MB.
+MAX_BODY_BYTES = 64 * 2**20
 
 
 class ServerError(ValueError):
     """A server that cannot be reached, answers with an error, or answers what cannot be used."""
+
+
+def _port(parts):
+    """The URL's port (None when it names none), or a ServerError for one out of range."""
+    try:
+        return parts.port
+    except ValueError:
+        raise ServerError(
+            f"the URL's port is not a number in 1..65535: {parts.netloc.rsplit(':', 1)[-1][:20]!r}"
+        ) from None
 
 
 def public_url(url: str) -> str:
@@ -38,19 +59,47 @@ def public_url(url: str) -> str:
     host = parts.hostname or ""
     if ":" in host:  # an IPv6 literal
         host = f"[{host}]"
-    netloc = host + (f":{parts.port}" if parts.port else "")
+    port = _port(parts)
+    netloc = host + (f":{port}" if port is not None else "")
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
 def check_url(url, what="--server") -> str:
-    """An http(s) URL with a host, or a ServerError naming ``what``."""
+    """An http(s) URL with a host and a port it names or implies (never port 0), or a ServerError naming
+    ``what``."""
     if not isinstance(url, str) or not url:
         raise ServerError(f"{what} must be a URL such as http://127.0.0.1:8080; got {url!r}")
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ServerError(f"{what} must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:8080; got "
-                          f"{public_url(url) if parts.hostname else url!r}")  # fmt: skip
+                          f"{public_url(url) if parts.hostname else shown(url)!r}")  # fmt: skip
+    try:
+        port = _port(parts)
+    except ServerError as exc:
+        raise ServerError(f"{what}: {exc}") from None
+    if port == 0:
+        raise ServerError(f"{what} {public_url(url)}: port 0 is no server's port; give the port the server listens "
+                          "on (llama-server's default is 8080)")  # fmt: skip
     return url
+
+
+def shown(text) -> str:
+    """A server's text as a message may show it: control characters (terminal escapes, bells) escaped."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in str(text))
+
+
+def _forms(secret: str) -> list:
+    """Every form in which ``secret`` may appear in a message: as it is, escaped (repr, JSON), and
+    URL-encoded."""
+    if not secret:
+        return []
+    forms = {secret, repr(secret)[1:-1], json.dumps(secret)[1:-1], urllib.parse.quote(secret, safe=""),
+             urllib.parse.quote_plus(secret)}  # fmt: skip
+    return sorted((f for f in forms if f), key=len, reverse=True)
+
+
+class _Deadline(Exception):
+    """A request's ``timeout`` ran out while its body was still arriving."""
 
 
 def _reject_constant(name):
@@ -98,6 +147,7 @@ class ServerClient:
             raise ServerError("timeout must be > 0 seconds")
         self.url = url.rstrip("/")
         self.what = what
+        self.timeout = float(timeout)
         self.public = public_url(url)
         self.retries, self.backoff, self.max_backoff = int(retries), float(backoff), float(max_backoff)
         self._key = None
@@ -105,9 +155,12 @@ class ServerClient:
         if api_key_env:
             if not isinstance(api_key_env, str) or not api_key_env.replace("_", "").isalnum():
                 raise ServerError(f"--api-key-env must name an environment variable; got {api_key_env!r}")
-            key = os.environ.get(api_key_env)
+            key = (os.environ.get(api_key_env) or "").strip()  # a key file's line end is not part of the key
             if not key:
                 raise ServerError(f"--api-key-env {api_key_env}: that environment variable is empty or not set")
+            if not key.isprintable():
+                raise ServerError(f"--api-key-env {api_key_env}: the key holds control characters (a line end "
+                                  "inside it?); an API key is one line of printable characters")  # fmt: skip
             self._key = key
             headers["Authorization"] = f"Bearer {key}"
         parts = urllib.parse.urlsplit(url)
@@ -115,18 +168,20 @@ class ServerClient:
         self._secrets = []
         if parts.username:  # user:password in the URL: HTTP basic auth, unless an API key is given (bearer)
             basic = (urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or ""))
-            self._secrets = [s for s in (parts.password, basic[1]) if s]
+            token = base64.b64encode(f"{basic[0]}:{basic[1]}".encode()).decode()  # what a Basic header carries
+            self._secrets = [s for s in (parts.password, basic[1], token, token.rstrip("=")) if s]
             auth = None if self._key else basic
         self._base = public_url(url)  # scheme, host, port and path prefix; credentials travel as auth
         self._httpx = httpx
         self._client = httpx.Client(timeout=httpx.Timeout(timeout), headers=headers, auth=auth, trust_env=False)
 
     def redact(self, text) -> str:
-        """``text`` with the API key and any URL password replaced by ``***``."""
+        """``text`` with every form of the API key and of the URL's password (and the Basic token built
+        with it) replaced by ``***``."""
         text = str(text)
         for secret in [self._key, *self._secrets]:
-            if secret:
-                text = text.replace(secret, "***")
+            for form in _forms(secret or ""):
+                text = text.replace(form, "***")
         return text
 
     def close(self):
@@ -139,7 +194,7 @@ class ServerClient:
         self.close()
 
     def _fail(self, endpoint, what) -> ServerError:
-        line = " ".join(self.redact(what).split())
+        line = shown(" ".join(self.redact(what).split()))
         if len(line) > 300:
             line = line[:300] + "..."
         return ServerError(f"{self.what} {self.public}{endpoint}: {line}")
@@ -153,34 +208,58 @@ class ServerClient:
         for attempt in range(self.retries + 1):
             wait = min(self.backoff * 2**attempt, self.max_backoff)
             try:
-                if payload is None:
-                    response = self._client.request(method, url)
-                else:
-                    response = self._client.request(method, url, content=json.dumps(payload, allow_nan=False),
-                                                    headers={"Content-Type": "application/json"})  # fmt: skip
+                status, headers, text = self._exchange(method, url, payload)
+            except _Deadline:
+                last = self._fail(
+                    endpoint,
+                    f"did not complete its answer within --timeout {self.timeout:g} s "
+                    "(it kept sending, slowly); give a longer --timeout if it is only slow",
+                )
             except (httpx.ConnectError, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError,
                     httpx.ReadTimeout, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:  # fmt: skip
                 kind = "did not answer in time" if isinstance(exc, httpx.TimeoutException) else "could not be reached"
                 last = self._fail(endpoint, f"{kind} ({type(exc).__name__}: {exc}); is the server running there?")
             else:
-                if response.status_code in (429, 503):
-                    last = self._fail(endpoint, f"HTTP {response.status_code} (busy): {response.text[:200]}")
-                    after = response.headers.get("Retry-After")
+                if status in (429, 503):
+                    last = self._fail(endpoint, f"HTTP {status} (busy): {text[:200]}")
+                    after = headers.get("Retry-After")
                     if after and after.replace(".", "", 1).isdigit():
                         wait = min(float(after), self.max_backoff)
-                elif response.status_code >= 400:
-                    raise self._fail(endpoint, f"HTTP {response.status_code}: {_error_text(response.text)}")
+                elif status >= 400:
+                    raise self._fail(endpoint, f"HTTP {status}: {_error_text(text)}")
                 else:
                     if not parse:
-                        return response.text
+                        return text
                     try:
-                        return strict_json(response.text)
+                        return strict_json(text)
                     except ValueError as exc:
-                        text = response.text[:120]
-                        raise self._fail(endpoint, f"answered malformed JSON ({exc}): {text!r}") from None
+                        raise self._fail(endpoint, f"answered malformed JSON ({exc}): {text[:120]!r}") from None
             if attempt < self.retries:
                 time.sleep(wait)
         raise last
+
+    def _exchange(self, method, url, payload):
+        """(status, headers, text) of one request, read within ``timeout`` seconds in all (``_Deadline``
+        beyond) and at most ``MAX_BODY_BYTES`` (a ServerError beyond)."""
+        httpx = self._httpx
+        deadline = time.monotonic() + self.timeout
+        options = {}
+        if payload is not None:
+            options = {"content": json.dumps(payload, allow_nan=False), "headers": {"Content-Type": "application/json"}}
+        with self._client.stream(method, url, timeout=httpx.Timeout(self.timeout), **options) as response:
+            chunks, size = [], 0
+            for chunk in response.iter_bytes():
+                size += len(chunk)
+                if size > MAX_BODY_BYTES:
+                    raise ServerError(
+                        f"{self.what} {self.public}: answered more than {MAX_BODY_BYTES // 2**20} "
+                        "MiB; no answer this package asks for is that large: is it the server you meant?"
+                    )
+                chunks.append(chunk)
+                if time.monotonic() > deadline:
+                    raise _Deadline
+            body = b"".join(chunks)
+            return response.status_code, response.headers, body.decode(response.encoding or "utf-8", errors="replace")
 
     def get(self, endpoint, **kwargs):
         return self.request("GET", endpoint, **kwargs)
@@ -193,15 +272,17 @@ class ServerClient:
         (for detecting what a server is); a server that cannot be reached raises a ServerError."""
         httpx = self._httpx
         try:
-            response = self._client.get(self._base + endpoint)
+            status, _, text = self._exchange("GET", self._base + endpoint, None)
+        except _Deadline:
+            raise self._fail(endpoint, f"did not complete its answer within --timeout {self.timeout:g} s") from None
         except httpx.HTTPError as exc:
             raise self._fail(endpoint, f"could not be reached ({type(exc).__name__}: {exc}); is the server running "
                                        "there?") from None  # fmt: skip
         try:
-            body = strict_json(response.text)
+            body = strict_json(text)
         except ValueError:
             body = None
-        return response.status_code, body
+        return status, body
 
 
 def _error_text(text: str) -> str:

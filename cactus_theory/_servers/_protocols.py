@@ -40,12 +40,13 @@ vocabulary raise a ``ServerError`` naming the position.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._http import ServerClient, ServerError
+from ._http import ServerClient, ServerError, shown
 
 __all__ = ["PROTOCOLS", "AlignmentError", "Generation", "ServerInfo", "detect_protocol", "make_protocol"]
 
@@ -151,6 +152,11 @@ def rows_from_entries(entries, k, vocab, where):
         ids[i] = [t for t, _ in best]
         values[i] = [lp for _, lp in best]
         mass = float(np.sum(np.exp(np.asarray([lp for _, lp in best], dtype=np.float64))))
+        floor = -math.log(vocab) - MASS_TOLERANCE if vocab else -math.inf
+        if mass == 0 or best[0][1] < floor:  # a distribution's likeliest token holds at least 1 / V
+            lack = "no mass" if mass == 0 else "less than 1 / V"
+            raise ServerError(f"{here}: the likeliest token's log-prob is {best[0][1]:.6g} (every listed token has "
+                              f"{lack}): not a normalised distribution")  # fmt: skip
         if mass > 1 + MASS_TOLERANCE:
             raise ServerError(f"{here}: the top-{k} probabilities add up to {mass:.6f} > 1: not one normalised "
                               "distribution")  # fmt: skip
@@ -161,8 +167,41 @@ def _sampling_fields(settings):
     return {"temperature": float(settings.temperature), "top_k": int(settings.top_k), "top_p": float(settings.top_p)}
 
 
+def _shape_checked(method, name):
+    """``method`` of a protocol with any answer of an unexpected JSON shape (a string where an object was
+    expected, a missing key, a list too short) turned into one ServerError naming the server."""
+
+    @functools.wraps(method)
+    def checked(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except (AttributeError, TypeError, KeyError, IndexError) as exc:
+            client = self.client
+            raise ServerError(f"{client.what} {client.public}: answered JSON of an unexpected shape ({name}: "
+                              f"{shown(exc)[:80]}): is it the kind of server --protocol says?") from None  # fmt: skip
+
+    return checked
+
+
+def _object(value, where, field):
+    """``value`` as a JSON object (a dict; None gives {}), or a ServerError naming ``field``."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ServerError(f"{where}: {field} is {shown(repr(value))[:40]}, not a JSON object")
+    return value
+
+
 class _Protocol:
     name = ""
+    #: The methods that read a server's answers: an answer of another shape raises a ServerError (one line).
+    _READERS = ("_read_info", "prompt_ids", "generate", "score")
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in cls._READERS:
+            if name in cls.__dict__:
+                setattr(cls, name, _shape_checked(cls.__dict__[name], name))
 
     def __init__(self, client: ServerClient, *, tokenizer=None, model=None):
         self.client = client
@@ -216,17 +255,21 @@ class LlamaCppNative(_Protocol):
                               "llama-server (or give --protocol)")  # fmt: skip
         _, models = self.client.probe("/v1/models")
         model, vocab, extra = None, None, {}
+        where = f"{self.client.what} {self.client.public}"
         if isinstance(models, dict) and models.get("data"):
-            first = models["data"][0]
+            data = models["data"]
+            if not isinstance(data, list):
+                raise ServerError(f"{where}/v1/models: data is {shown(repr(data))[:40]}, not a list of models")
+            first = _object(data[0], f"{where}/v1/models", "data[0]")
             model = first.get("id")
-            meta = first.get("meta") or {}
+            meta = _object(first.get("meta"), f"{where}/v1/models", "data[0].meta")
             vocab = meta.get("n_vocab")
             extra = {k: meta[k] for k in ("n_params", "n_embd", "size", "n_ctx_train") if k in meta}
-        settings = props.get("default_generation_settings") or {}
+        settings = _object(props.get("default_generation_settings"), f"{where}/props", "default_generation_settings")
         path = props.get("model_path")
         if path:
             extra["model_file"] = str(path).replace("\\", "/").rsplit("/", 1)[-1]  # the file's name, not its path
-        if props.get("default_generation_settings", {}).get("speculative") is not None:
+        if settings.get("speculative") is not None:
             extra["speculative"] = bool(settings.get("speculative"))
         return ServerInfo(url=self.client.public, protocol=self.name, engine="llama.cpp",
                           version=props.get("build_info"), model=model or extra.get("model_file"),
@@ -272,9 +315,9 @@ class LlamaCppNative(_Protocol):
             choice = (answer.get("choices") or [None])[0]
             if not isinstance(choice, dict):
                 raise ServerError(f"{where}: no choices in the answer")
-            probs = (choice.get("logprobs") or {}).get("content")
+            probs = _object(choice.get("logprobs"), where, "choices[0].logprobs").get("content")
             finish = choice.get("finish_reason")
-            native = (answer.get("__verbose") or {}).get("tokens")
+            native = _object(answer.get("__verbose"), where, "__verbose").get("tokens")
         else:
             probs = answer.get("completion_probabilities")
             finish = answer.get("stop_type")
@@ -402,7 +445,11 @@ class OpenAICompletions(_Protocol):
         if status != 200 or not isinstance(models, dict) or not models.get("data"):
             raise ServerError(f"{self.client.what} {self.client.public}: GET /v1/models answered {status} without a "
                               "model list: not an OpenAI-compatible server")  # fmt: skip
-        first = models["data"][0]
+        data = models["data"]
+        if not isinstance(data, list):
+            raise ServerError(f"{self.client.what} {self.client.public}/v1/models: data is {shown(repr(data))[:40]}, "
+                              "not a list of models")  # fmt: skip
+        first = _object(data[0], f"{self.client.what} {self.client.public}/v1/models", "data[0]")
         self._model = self._model or first.get("id")
         owner = str(first.get("owned_by", ""))
         props_status, props = self.client.probe("/props")

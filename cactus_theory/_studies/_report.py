@@ -4,6 +4,7 @@ and a synthetic suite, offline, in a few minutes on two cores."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import html
 import os
@@ -387,15 +388,17 @@ def _side_sections(trace, deltas):
     return out
 
 
-def _stopwatch(laps):
+def _stopwatch(laps, watched=None):
     """A function ``lap(section)`` that appends (section, seconds since the previous lap, or since now) to
-    ``laps``."""
+    ``laps``; and, with ``watched`` (the second process's future), raises as soon as that process has died."""
     last = [time.perf_counter()]
 
     def lap(section):
         now = time.perf_counter()
         laps.append((section, now - last[0]))
         last[0] = now
+        if watched is not None and watched.done() and watched.exception() is not None:
+            _side_answer(watched)  # the second process died: say so now, not after this process's sections
 
     return lap
 
@@ -408,6 +411,12 @@ class _Inline:
 
     def result(self):
         return self.value
+
+    def done(self):
+        return True
+
+    def exception(self):
+        return None
 
 
 #: Whether the report's independent sections run in a second process (False: here, one after the other).
@@ -425,9 +434,41 @@ def _start_side_sections(trace, deltas):
 
     pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_exit_with_parent,
                                initargs=(os.getpid(),))  # fmt: skip
-    future = pool.submit(_side_sections, trace, deltas)
+    with _sigint_ignored():  # the process starts deaf to Ctrl-C (inherited through exec): the report handles it
+        future = pool.submit(_side_sections, trace, deltas)
     future.pool = pool
     return future
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    """Within the block (main thread only), SIGINT is ignored, so that a process started here ignores it
+    from its first instruction: a Ctrl-C reaches the whole process group, and the second process's imports
+    would otherwise print their own traceback. The report itself ends that process on Ctrl-C."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def _side_answer(future):
+    """The second process's sections, or one line saying it died and what to do."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        return future.result()
+    except BrokenProcessPool:
+        raise RuntimeError(
+            "the report's second process (the sections run on the other core) ended without an answer: killed, or "
+            "out of memory; rerun the report (with one core, or SIDE_PROCESS off, every section runs in this process)"
+        ) from None
 
 
 def _exit_with_parent(parent, every=0.5):
@@ -560,7 +601,7 @@ def build_report(
     say("[1/3] gamma figures, Gamma(delta), multi-draft, tree, block and sequence-level verification")
     side = _start_side_sections(getattr(trace, "directory", trace), deltas)
     inline = isinstance(side, _Inline)  # computed here already, one section after the other
-    lap = _stopwatch(laps)  # the main process's sections from here (the side's laps come with its answer)
+    lap = _stopwatch(laps, side)  # the main process's sections from here (the side's laps come with its answer)
     try:
         say("[2/3] rules on the trace")
         tr = load_trace(trace)
@@ -622,7 +663,7 @@ def build_report(
         lap("predicted speedups")
         if not inline:
             say("      waiting for the other core's sections")
-        done = side.result()
+        done = _side_answer(side)
     finally:
         _stop_side_sections(side)
     figures[:0] = [("gamma_forms.png", *done["gamma"]), ("taylor_overspend.png", *done["overspend"])]

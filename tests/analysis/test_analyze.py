@@ -97,3 +97,21 @@ def test_function_arguments_are_named_when_wrong(tmp_path):
 
     with pytest.raises(ValueError, match="seed must be an integer >= 0"):
         prompt_seed(-1, "a")
+
+
+def test_llama_servers_policy_needs_the_drafters_top_10_stored(tmp_path):
+    """llama.cpp's stop reads the drafter's top-10: a trace of K = 5 is refused, naming the K it needs."""
+    from cactus_theory import SamplingSettings, analyze_trace
+    from cactus_theory._data._trace_import import trace_from_arrays
+
+    rng = np.random.default_rng(0)
+    target = rng.normal(size=(40, 30))
+    for k in (5, 12):
+        trace_from_arrays(tmp_path / f"k{k}", target + rng.normal(size=target.shape), target, rng.integers(0, 30, 40),
+                          sequence_lengths=[20, 20], top_k=k,
+                          metadata={"sampling": SamplingSettings(1.0, 5, 1.0).as_dict()})  # fmt: skip
+    with pytest.raises(ValueError, match="reads the drafter's top-10, .* stores K = 5 .* --top-logits 10 or more"):
+        analyze_trace(tmp_path / "k5", ["sps"], ms=(2,), draft_policies=["llama.cpp(0.5)"], n_boot=0, progress=False)
+    result = analyze_trace(tmp_path / "k12", ["sps"], ms=(2,), draft_policies=["llama.cpp(0.5)"], n_boot=0,
+                           progress=False)  # fmt: skip
+    assert any(r.get("draft_policy") for r in result.rows)

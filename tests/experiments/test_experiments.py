@@ -377,3 +377,12 @@ def test_gpu_check(tmp_path, capsys):
         (rule, m) for rule in ("sps", "cactus(delta=1)") for m in (2, 4)}  # fmt: skip
     page = (tmp_path / "gpu.md").read_text()
     assert "No GPU was lent" in page and "## The planner against decoding" in page
+
+
+@pytest.mark.models
+def test_dump_batch_cpu(models, tmp_path):
+    assert script("dump_batch_cpu").main(["--models", models, "--data", str(BENCHMARKS), "--batch", "1,3",
+                                          "--prompts", "4", "--max-new-tokens", "4", "--out", str(tmp_path)]) == 0  # fmt: skip
+    rows = json.loads((tmp_path / "dump_batch_cpu.json").read_text())["rows"]
+    assert [r["batch"] for r in rows] == [1, 3] and rows[0]["speedup"] == 1.0
+    assert rows[1]["same_tokens"] == 1.0 and rows[1]["max_logit_difference"] < 1e-4  # float32: rounding alone

@@ -260,7 +260,14 @@ def test_llama_cpp_policy_specs():
     assert make_draft_policy("llama.cpp").describe() == "llama.cpp(p_min=0)"
     assert make_draft_policy("llama.cpp(0.25, 3)") == make_draft_policy("llama.cpp(p_min=0.25, n_min=3)")
     for bad, match in [("llama.cpp(p_min=2)", r"\[0, 1\]"), ("llama.cpp(n_min=1.5)", "whole number"),
-                       ("llama.cpp(q=1)", "not a parameter"), ("p-min(0.3, n_min=1)", "not a parameter")]:  # fmt: skip
+                       ("llama.cpp(q=1)", "not a parameter"), ("p-min(0.3, n_min=1)", "not a parameter"),
+                       ("llama.cpp(p_min=0.5, p_min=0.6)", "p_min is given twice"),
+                       ("llama.cpp(0.5, 2, 3)", r"at most 2 value\(s\) \(p_min, n_min\); got 3"),
+                       ("p-min(0.4, 3)", r"at most 1 value\(s\) \(threshold\)"),
+                       ("llama.cpp(n_min=inf)", "n_min = 'inf' must be a finite number"),
+                       ("llama.cpp(n_min=1e400)", "must be a finite number"),
+                       ("llama.cpp(n_min=nan)", "must be a finite number"),
+                       ("llama.cpp(n_min=1e300)", r"\[0, 4096\].*got 1e\+300$")]:  # fmt: skip
         with pytest.raises(ValueError, match=match):
             make_draft_policy(bad)
 

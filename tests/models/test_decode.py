@@ -318,7 +318,7 @@ def test_drift_records_the_kl_of_the_law_each_token_was_emitted_from(models):
 
 
 def test_answer_drift_sums_each_answer_and_resamples_prompts():
-    from cactus_theory._models._decode_summary import answer_drift
+    from cactus_theory import answer_drift  # on the public face, as the README names it
 
     records = [{"id": f"p{i}", "task": "t" if i < 3 else "u", "rule": "lossy(alpha=0.7)",
                 "token_kl": [0.1 * i] * (i + 1)} for i in range(5)]  # fmt: skip

@@ -286,3 +286,34 @@ def test_a_batch_is_fed_in_ascending_sequence_ids_whatever_the_order_asked(pair)
     assert fed == [[0, 0, 2, 3, 3, 3]]
     for q, out in zip(order, outs, strict=True):
         np.testing.assert_allclose(out.numpy(), _reference(hf_model, inputs[q.seq_id]), atol=ATOL)
+
+
+@pytest.mark.parametrize("quantization", ["Q8_0", "Q4_0"])
+def test_the_build_runs_quantised_models(tmp_path, quantization):
+    """llama.cpp's quantised kernels on a tiny model in 8- and 4-bit blocks, in a child process (a build whose
+    kernels crash, as a native build on x86-64 with AVX-512 and AMX did on the Q4_K_M pair, fails this test
+    instead of killing the test run); its logits are the float model's up to the blocks' rounding."""
+    import subprocess
+    import sys
+
+    from locations import HANG_GUARD, ROOT
+
+    model = tiny_model(6)
+    path = write_tiny_gguf(model, tmp_path / "q.gguf", quantization=quantization)
+    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); import numpy as np\n"
+            "from cactus_theory.hf import load_model\n"
+            f"m, _, _ = load_model({str(path)!r}, engine='llama.cpp', progress=False)\n"
+            "s = m.sequence(); out = s.feed([3, 4, 5, 6, 7])\n"
+            "for _ in range(8):\n    out = s.feed([int(out[-1].argmax())])\n"
+            "np.save(sys.argv[1], m.sequence().feed([3, 4, 5, 6, 7]).numpy())\n")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out.npy")], capture_output=True, text=True,
+                          timeout=HANG_GUARD)  # fmt: skip
+    assert done.returncode == 0, (
+        f"llama.cpp ended with {done.returncode} on a {quantization} model (a negative code is a signal: -11 a "
+        "segmentation fault): rebuild llama-cpp-python with portable kernels (scripts/check.sh's CMAKE_ARGS)\n"
+        + done.stderr[-2000:]
+    )
+    got = np.load(tmp_path / "out.npy")
+    want = _reference(model, [3, 4, 5, 6, 7])
+    scale = np.abs(want).max()
+    assert np.abs(got - want).max() < (0.05 if quantization == "Q8_0" else 0.3) * scale  # the blocks' rounding

@@ -118,6 +118,8 @@ def vllm_handler(model, *, k_limit=20, faults=None, name="toy/verifier"):
                     entries = dict(list(entries.items())[: k - 2])
                 if faults.get("outside") and j == 1:
                     entries = {**entries, "token_id:1000000": -20.0}
+                if faults.get("massless") and j == 0:  # every log-prob at vLLM's stand-in for -inf
+                    entries = dict.fromkeys(entries, -9999.0)
                 if faults.get("infinite") and j == 0:
                     first = next(iter(entries))
                     entries[first] = 12345.5  # written as 1e999 below: JSON that parses to +inf

@@ -1,0 +1,67 @@
+"""Ctrl-C during the report: one line, exit 130, no traceback from either process, nothing left running. The
+signal reaches the whole process group (as a terminal's Ctrl-C does) just after the second process starts,
+while it is still importing: the window in which it used to print its own traceback."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from locations import HANG_GUARD, ROOT
+
+
+def _children(pid):
+    """The pids whose parent is ``pid`` (from /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline") as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc") or (os.cpu_count() or 1) < 2, reason="a second process needs /proc "
+                    "and two cores")  # fmt: skip
+def test_ctrl_c_while_the_second_process_starts_prints_one_line_and_leaves_nothing(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child = subprocess.Popen([sys.executable, "-m", "cactus_theory", "report", "--out", str(tmp_path / "r"),
+                              "--quiet"], stderr=subprocess.PIPE, env=env, start_new_session=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    deadline = time.monotonic() + HANG_GUARD
+    helpers = []
+    while not helpers and child.poll() is None and time.monotonic() < deadline:  # the second process exists
+        helpers = [p for p in _children(child.pid) if "spawn_main" in _cmdline(p)]
+        time.sleep(0.01)
+    assert helpers, "the report never started its second process"
+    os.killpg(child.pid, signal.SIGINT)  # Ctrl-C: the whole group, the second process too
+    _, err = child.communicate(timeout=HANG_GUARD)
+    lines = err.decode().strip().splitlines()
+    assert child.returncode == 130 and lines == ["cactus-theory: interrupted"], err.decode()[-3000:]
+    assert not [p for p in helpers if _alive(p)], "the second process outlived the report"

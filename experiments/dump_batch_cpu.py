@@ -62,9 +62,9 @@ def main(argv=None):
         other = traces[row["batch"]]
         same = [k for k in first if np.array_equal(first[k].tokens, other[k].tokens)]
         row["same_tokens"] = len(same) / len(first)
-        row["max_logit_difference"] = max(
-            (float(np.max(np.abs(first[k].topk_logits["target"] - other[k].topk_logits["target"]))) for k in same
-             if np.array_equal(first[k].topk_ids["target"], other[k].topk_ids["target"])), default=float("nan"))  # fmt: skip
+        aligned = [k for k in same if np.array_equal(first[k].topk_ids["target"], other[k].topk_ids["target"])]
+        gaps = [float(np.max(np.abs(first[k].topk_logits["target"] - other[k].topk_logits["target"]))) for k in aligned]
+        row["max_logit_difference"] = max(gaps, default=float("nan"))
         row["speedup"] = row["positions_per_second"] / rows[0]["positions_per_second"]
     command = (f"python experiments/dump_batch_cpu.py --data DATA --batch {args.batch} --prompts {args.prompts} "
                f"--max-new-tokens {args.max_new_tokens}")  # fmt: skip

@@ -16,6 +16,7 @@ from .._util._files import atomic_write
 from ._cost_fields import (
     _checked_prefill,
     _checked_samples,
+    _forward_seconds,
     _isotonic,
     _monotone_curve,
     _positive,
@@ -485,7 +486,11 @@ def load_cost(path) -> CostModel:
     if missing:
         raise ValueError(f"cost file {path!r} lacks {missing}")
     try:
-        return CostModel(**data)
+        cost = CostModel(**data)
+        _forward_seconds(cost.draft_token, "draft_token")  # a file's timings must be ones a machine measures
+        for k, seconds in cost.verify_block.items():
+            _forward_seconds(seconds, f"verify_block[{k}]")
+        return cost
     except ValueError as exc:
         raise ValueError(f"cost file {path!r}: {exc}") from None
 

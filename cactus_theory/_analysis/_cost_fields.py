@@ -19,6 +19,23 @@ def _positive(value, name):
     return number
 
 
+#: Seconds a forward pass (one drafted token, a verifier block, a prompt's processing) may take: no machine
+#: runs one in under a microsecond, and none a planner is for takes an hour.
+FORWARD_SECONDS = (1e-6, 3600.0)
+
+
+def _forward_seconds(value, name):
+    """``_positive``, and 0 or within ``FORWARD_SECONDS``: a timing no machine measures is refused by name."""
+    number = _positive(value, name)
+    low, high = FORWARD_SECONDS
+    if number != 0 and not low <= number <= high:
+        raise ValueError(
+            f"{name} = {number:g} s lies outside what a machine measures for a forward pass ({low:g} "
+            f"to {high:g} s): refusing a cost model built on it (was it written in other units?)"
+        )
+    return number
+
+
 def _short(value, limit=60) -> str:
     """repr(value) cut to ``limit`` characters, for error messages about a file's contents."""
     text = repr(value)

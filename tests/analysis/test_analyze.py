@@ -110,7 +110,7 @@ def test_llama_servers_policy_needs_the_drafters_top_10_stored(tmp_path):
         trace_from_arrays(tmp_path / f"k{k}", target + rng.normal(size=target.shape), target, rng.integers(0, 30, 40),
                           sequence_lengths=[20, 20], top_k=k,
                           metadata={"sampling": SamplingSettings(1.0, 5, 1.0).as_dict()})  # fmt: skip
-    with pytest.raises(ValueError, match="reads the drafter's top-10, .* stores K = 5 .* --top-logits 10 or more"):
+    with pytest.raises(ValueError, match=r"reads the drafter's top-10, .* stores K = 5 .* --top-logits 10 or more"):
         analyze_trace(tmp_path / "k5", ["sps"], ms=(2,), draft_policies=["llama.cpp(0.5)"], n_boot=0, progress=False)
     result = analyze_trace(tmp_path / "k12", ["sps"], ms=(2,), draft_policies=["llama.cpp(0.5)"], n_boot=0,
                            progress=False)  # fmt: skip

@@ -93,3 +93,15 @@ def test_a_cost_file_with_zero_timings_is_refused(tmp_path):
 def test_cli_refuses_an_empty_cost_profile_name(capsys):
     assert main(["plan", "--cost-profile", "", "--m", "2", "--bootstrap", "0", "--quiet"]) == 2
     assert "unknown cost profile ''" in capsys.readouterr().err
+
+
+def test_a_cost_file_with_timings_no_machine_measures_is_refused(tmp_path):
+    from cactus_theory import load_cost
+
+    for field, value in (("draft_token", 1e-303), ("verify_block", {"1": 0.03, "2": 7200.0})):
+        path = tmp_path / f"{field}.json"
+        data = {"draft_token": 0.01, "verify_block": {"1": 0.03, "2": 0.04}}
+        data[field] = value
+        path.write_text(json.dumps(data))
+        with pytest.raises(ValueError, match=r"lies outside what a machine measures for a forward pass"):
+            load_cost(path)

@@ -161,20 +161,20 @@ def test_the_model_commands_default_to_the_documented_dtype():
 @pytest.mark.models
 def test_several_rules_share_one_baseline_and_interleaving_changes_no_token(tmp_path, capsys, gguf_pair, own_prompts,
                                                                            monkeypatch):  # fmt: skip
-    from cactus_theory import make_rule, speculative_generate
+    from cactus_theory import autoregressive_generate_batch, make_rule, speculative_generate_batch
     from cactus_theory._math._sampling import SamplingSettings
     from cactus_theory._models import _decode_prompts
-    from cactus_theory._models._hf import drain, encode_chat, eos_ids, load_model
+    from cactus_theory._models._hf import encode_chat, eos_ids, load_model
 
     v, d = gguf_pair
     calls = []
-    real = _decode_prompts.autoregressive_steps
+    real = _decode_prompts.autoregressive_batch_steps  # the Hugging Face engine decodes on its device, batched
 
     def counted(*a, **k):
         calls.append(1)
         return (yield from real(*a, **k))
 
-    monkeypatch.setattr(_decode_prompts, "autoregressive_steps", counted)
+    monkeypatch.setattr(_decode_prompts, "autoregressive_batch_steps", counted)
     monkeypatch.setattr(_decode_prompts, "INTERLEAVE_SECONDS", 0.0)  # one step a chunk: the runs alternate step by step
     records = tmp_path / "records.jsonl"
     common = ["decode", "--verifier", v, "--draft", d, "--prompts", own_prompts, "--field", "instruction", "--quiet",
@@ -205,10 +205,11 @@ def test_several_rules_share_one_baseline_and_interleaving_changes_no_token(tmp_
         ids = encode_chat(verifier[1], prompt.text, "p")
         seed = _decode_seed(prompt.id)
         for r in (x for x in again if x["id"] == prompt.id):
-            alone = speculative_generate(verifier[0], draft, make_rule(r["rule"]), 3, settings, 8, seed, ids, eos)
+            alone = speculative_generate_batch(verifier[0], draft, make_rule(r["rule"]), 3, [ids], [seed], settings,
+                                               8, eos)[0]  # fmt: skip
             assert r["token_ids"] == [int(t) for t in alone.tokens]
-        base = real(verifier[0], ids, settings, 8, seed, eos)
-        assert next(x for x in again if x["id"] == prompt.id)["baseline"]["token_ids"] == drain(base).tokens
+        base = autoregressive_generate_batch(verifier[0], [ids], [seed], settings, 8, eos)[0]
+        assert next(x for x in again if x["id"] == prompt.id)["baseline"]["token_ids"] == base.tokens
 
 
 def _decode_seed(prompt_id):

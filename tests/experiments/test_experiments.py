@@ -381,8 +381,9 @@ def test_gpu_check(tmp_path, capsys):
 
 @pytest.mark.models
 def test_dump_batch_cpu(models, tmp_path):
-    assert script("dump_batch_cpu").main(["--models", models, "--data", str(BENCHMARKS), "--batch", "1,3",
-                                          "--prompts", "4", "--max-new-tokens", "4", "--out", str(tmp_path)]) == 0  # fmt: skip
+    argv = ["--models", models, "--data", str(BENCHMARKS), "--batch", "1,3", "--prompts", "4", "--max-new-tokens", "4",
+            "--out", str(tmp_path)]  # fmt: skip
+    assert script("dump_batch_cpu").main(argv) == 0
     rows = json.loads((tmp_path / "dump_batch_cpu.json").read_text())["rows"]
     assert [r["batch"] for r in rows] == [1, 3] and rows[0]["speedup"] == 1.0
     assert rows[1]["same_tokens"] == 1.0 and rows[1]["max_logit_difference"] < 1e-4  # float32: rounding alone

@@ -45,3 +45,15 @@ def test_no_sample_of_a_shapes_first_call_is_kept():
     assert max(timed) < STALL  # every stalled first call was a warm-up, none a sample
     assert cost.source["decoder"] == "device" and cost.judge_token == 0.0
     assert _synchronizer(verifier)() is None
+
+
+def test_a_tokenizer_that_encodes_the_text_to_nothing_is_named():
+    from cactus_theory._models._calibrate import calibrate_cost
+
+    def silent(text, add_special_tokens=False):
+        return {"input_ids": []}
+
+    identity = {"name": "tiny", "source": "test", "files": {}}
+    with pytest.raises(ValueError, match="the tokenizer encodes the calibration's text to no tokens"):
+        calibrate_cost((tiny_model(0), silent, identity), (tiny_model(1, layers=1), silent, identity), max_block=2,
+                       context=8, repeats=1, progress=False, prompt_lengths=(4,))  # fmt: skip

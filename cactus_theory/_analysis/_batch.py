@@ -82,6 +82,13 @@ def steps_law(accept, m, max_steps=None):
     """P(a request of N = len(accept) tokens needs more than s steps), s = 0..S-1 (S = N: a step emits
     at least one token), exactly under independent positions: a dynamic programme over (position,
     steps)."""
+    return _step_profile(accept, m, max_steps)[0]
+
+
+def _step_profile(accept, m, max_steps=None):
+    """Per step s = 0..S-1 of one request: (P(still running), P(running and accepting every one of its m
+    drafts: its drafter then reads its last draft in one more forward), E[drafts accepted, 0 when done]),
+    exactly under independent positions (``steps_law``'s dynamic programme)."""
     n = accept.shape[0]
     law = _step_law(np.asarray(accept, dtype=np.float64), m)
     steps = n if max_steps is None else min(n, max_steps)
@@ -89,13 +96,16 @@ def steps_law(accept, m, max_steps=None):
     move[n, n] = 1.0
     for i in range(m + 1):
         np.add.at(move, (np.arange(n), np.minimum(np.arange(n) + i + 1, n)), law[:, i])
+    mean = law @ np.arange(m + 1)
     at = np.zeros(n + 1)  # P(at position t after s steps)
     at[0] = 1.0
-    running = np.zeros(steps)
+    running, full, accepted = np.zeros(steps), np.zeros(steps), np.zeros(steps)
     for s in range(steps):
         running[s] = 1.0 - at[n]
+        full[s] = at[:n] @ law[:, m]
+        accepted[s] = at[:n] @ mean
         at = at @ move
-    return np.clip(running, 0.0, 1.0)
+    return np.clip(running, 0.0, 1.0), np.clip(full, 0.0, 1.0), accepted
 
 
 def _poisson_binomial(probs):
@@ -103,6 +113,16 @@ def _poisson_binomial(probs):
     law = np.array([1.0])
     for p in probs:
         law = np.convolve(law, [1.0 - p, p])
+    return law
+
+
+def _counts(p_out, p_in):
+    """sum over the subsets S of independent trials of prod_{i in S} p_in[i] prod_{i not in S} p_out[i], by |S|:
+    the law of the number of trials "in" when each trial is out, in, or (with the rest of its chance) neither,
+    restricted to no trial being neither."""
+    law = np.array([1.0])
+    for a, b in zip(p_out, p_in, strict=True):
+        law = np.convolve(law, [a, b])
     return law
 
 
@@ -190,30 +210,40 @@ def _checked_acceptances(values, name):
 def simulate_batch(accepts, m, cost, *, width=1):
     """``BatchResult`` of one static batch: ``accepts`` a list of each request's per-position
     acceptance (the rule's; over the k drafts for a tree of width ``width``), m drafts a step, the
-    cost model's step at the number of requests in flight (``batch_parts``; a step costs m draft
-    forwards of the requests in flight and one verification of their blocks of width m + 1; the
-    extra draft forward after a fully accepted block, which the per-step plan charges, is left
-    out). Exact under independent positions (see the module docstring). At most ``MAX_BATCH``
-    requests."""
+    cost model's step at the number of requests in flight (``batch_parts``): the terms of
+    ``CostModel.step_time``, one step's cost for the planner and this module alike: m draft
+    forwards of the requests in flight and one verification of their blocks of width m + 1, one more
+    draft forward when a request accepted its whole block (its drafter reads its last draft:
+    ``step_time``'s ``all_accepted``; charged at the batch in flight, which llama.cpp's batch decoder
+    runs for those that lack it alone, at most that), the step's overhead and each token's judging.
+    At one request it is ``step_time`` step by step. Exact under independent positions (see the
+    module docstring). At most ``MAX_BATCH`` requests."""
     accepts = _checked_acceptances(accepts, "accepts")
     m = _checked_draft_length(m)
     width = _checked_draft_length(width, "width")
     size = checked_batch_size(len(accepts), "the number of requests (len(accepts))")
     parts = {b: batch_parts(cost, b) for b in range(1, size + 1)}
     step = np.array([0.0] + [m * parts[b][0] + parts[b][1](width * m + 1) for b in range(1, size + 1)])
+    drafts = np.array([0.0] + [parts[b][0] for b in range(1, size + 1)])
     alone = np.array([0.0] + [parts[b][1](1) for b in range(1, size + 1)])
-    running = [steps_law(a, m) for a in accepts]
-    horizon = max(r.size for r in running)
-    alive = np.zeros((size, horizon))
-    for i, r in enumerate(running):
-        alive[i, : r.size] = r
+    profiles = [_step_profile(a, m) for a in accepts]
+    horizon = max(p[0].size for p in profiles)
+    alive, full, accepted = (np.zeros((size, horizon)) for _ in range(3))
+    for i, (r, f, a) in enumerate(profiles):
+        alive[i, : r.size], full[i, : f.size], accepted[i, : a.size] = r, f, a
     total, latency = 0.0, np.zeros(size)
     for s in range(horizon):
         law = _poisson_binomial(alive[:, s])  # P(b requests in flight at step s)
-        total += float(law @ step[: law.size])
+        busy = 1.0 - law[0]
+        # one more draft forward, of the batch in flight, when any request accepted its whole block: P(b in flight
+        # and one of them accepted all) = P(b in flight) - P(b in flight, none of them accepting all)
+        none_full = _counts(1.0 - alive[:, s], alive[:, s] - full[:, s])
+        catch_up = float((law - none_full[: law.size]) @ drafts[: law.size])
+        extra = catch_up + cost.step_overhead * busy + cost.judge_token * (alive[:, s] + accepted[:, s]).sum()
+        total += float(law @ step[: law.size]) + extra
         live = np.flatnonzero(alive[:, s] > 0)
         others = _without(law, alive[live, s])  # per request, the law of the others in flight
-        latency[live] += alive[live, s] * (others @ step[1 : others.shape[1] + 1])
+        latency[live] += alive[live, s] * (others @ step[1 : others.shape[1] + 1] + extra / max(busy, 1e-300))
     lengths = np.array([a.size for a in accepts])
     in_flight = np.array([(lengths > s).sum() for s in range(lengths.max())])
     time_alone = float(alone[in_flight].sum())
@@ -274,9 +304,16 @@ def verify_budget(accepts, top1s, m, cost, size, *, steps=2000, seed=0, visits=N
     # a request's drafts are verified as a prefix: its chosen count, taken from the front
     verified = chosen.reshape(steps, size, m).sum(-1)
     tokens = size + np.where(np.arange(m)[None, None, :] < verified[..., None], gain, 0.0).sum((-1, -2))
-    seconds_budget = m * draft + np.array([verify(1 + n / size) for n in verified.sum(-1) / 1.0])
+    # the rest of a step's cost (``simulate_batch``): the drafters of the requests that accepted their whole
+    # block read their last draft in one more forward (a forward of the batch's size, however many lack it),
+    # the step's overhead, and each emitted token's judging
+    whole = np.where(verified == m, gain[..., m - 1], 0.0)
     tokens_fixed = size + gain.sum((-1, -2))
-    seconds_fixed = np.full(steps, m * draft + verify(m + 1))
+    extra_budget = draft * (1.0 - np.prod(1.0 - whole, -1)) + cost.step_overhead + cost.judge_token * tokens
+    extra_fixed = draft * (1.0 - np.prod(1.0 - gain[..., m - 1], -1)) + cost.step_overhead + (
+        cost.judge_token * tokens_fixed)  # fmt: skip
+    seconds_budget = m * draft + np.array([verify(1 + n / size) for n in verified.sum(-1) / 1.0]) + extra_budget
+    seconds_fixed = m * draft + verify(m + 1) + extra_fixed
     baseline = size / verify(1)
 
     def throughput(tok, sec):

@@ -17,6 +17,7 @@ from ._analysis._plotting import (
     rule_colours,
 )
 from ._analysis._roofline import DEVICES, MODEL_PRESETS, DeviceSpec, ModelShape, Roofline
+from ._data._graders import GRADED, Grade, Problem, grade, load_problems
 from ._data._prompts import (
     Prompt,
     benchmark_file,
@@ -63,6 +64,7 @@ from ._math._divergences import (
 )
 from ._math._gamma import APPROX_METHODS, GammaConvergenceWarning, GammaResult, approx_gamma, exact_gamma
 from ._math._logits import RuleLogits
+from ._math._paired import PairedComparison, mcnemar_exact, paired_difference
 from ._math._pareto import pareto_front
 from ._math._sampling import SamplingSettings, processed_probs
 from ._math._surrogate import cactus_surrogate
@@ -95,9 +97,11 @@ from ._rules import (
     rule_exports,
 )
 from ._servers._calibrate import calibrate_server
-from ._servers._dump import dump_server_trace, open_server
+from ._servers._dump import dump_server_trace
+from ._servers._protocols import open_server
 from ._servers._referee import drive_server
 from ._studies._block_study import BlockComparison, compare_block_verification
+from ._studies._quality import QualitySummary, evaluate_rules, summarize_records
 from ._studies._trees import MULTI_DRAFT_METHODS, MultiDraftComparison, compare_multi_draft
 from ._studies._zoo import compare_rules, comparison_entries, comparison_markdown, write_comparison
 
@@ -189,6 +193,17 @@ __all__ = [
     "default_cost_path",
     "divergence",
     "DumpSummary",
+    "GRADED",
+    "Grade",
+    "PairedComparison",
+    "Problem",
+    "QualitySummary",
+    "evaluate_rules",
+    "grade",
+    "load_problems",
+    "mcnemar_exact",
+    "paired_difference",
+    "summarize_records",
     "dump_trace",
     "embedded_tasks",
     "embedded_traces",

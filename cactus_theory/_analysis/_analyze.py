@@ -14,14 +14,18 @@ import numpy as np
 
 from .._laws._block import DRAFT_MODES
 from .._laws._gate import gated_rule, make_gate
+from .._laws._lengths import stated_law
 from .._laws._policies import make_draft_policy
 from .._math._bootstrap import check_resamples, ratio_interval, ratio_intervals, resample_counts
-from .._rules import BONUS_POLICIES, kind_of, make_rules
+from .._math._validation import check_int, is_integer
+from .._rules import BONUS_POLICIES, judgement_of, make_rules
 from .._util._files import csv_text
+from .._util._options import merged_options
 from .._util._progress import progress_bar
 from ._engines import run_dask, run_local
+from ._options import AnalysisOptions
 from ._results import Result
-from ._shards import ShardJob, _judges_whole_tree, _rule_label, shard_statistics
+from ._shards import ShardJob, _rule_label, shard_statistics
 
 __all__ = ["METRICS", "AnalysisResult", "AnalysisRow", "analyze_trace", "parse_rules"]
 
@@ -223,7 +227,7 @@ def _nan_to_none(value):
 
 def _check_ms(ms) -> tuple:
     """The block sizes m: a non-empty list of distinct integers >= 1, in the order given."""
-    if isinstance(ms, (int, np.integer)) and not isinstance(ms, bool):
+    if is_integer(ms):
         ms = (ms,)
     try:
         values = list(ms)
@@ -231,7 +235,7 @@ def _check_ms(ms) -> tuple:
         raise ValueError(f"ms must be a list of block sizes m (integers >= 1); got {ms!r}") from None
     if not values:
         raise ValueError("ms is empty: give at least one block size m (drafted tokens per verification), e.g. (4, 8)")
-    bad = [m for m in values if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1]
+    bad = [m for m in values if not is_integer(m) or m < 1]
     if bad:
         raise ValueError(f"ms must be integers >= 1 (drafted tokens per verification); got {bad[0]!r}")
     return tuple(dict.fromkeys(int(m) for m in values))
@@ -321,6 +325,8 @@ def analyze_trace(
     cost=None,
     position_acceptance=False,
     gate=None,
+    *,
+    options=None,
 ):
     """Statistics of ``rules`` (Rule objects or spec strings) on ``trace``: a Trace, a directory,
     a glob pattern, a TraceSet or a list of them (several traces are one dataset, checked for
@@ -363,9 +369,20 @@ def analyze_trace(
     gate's lossless fallback (SpS) the others; lossless rules are not gated, block and
     multi-draft rules are refused. Exact per position, so every number above is the gated
     rule's. The result's ``notes`` say which gate and the share of positions it held open.
+
+    ``options``: an ``AnalysisOptions`` holding every setting above at once (then none of them as a
+    keyword): what the command line passes.
     """
     from .._data._traceset import open_traces
 
+    given = {"ms": ms, "settings": settings, "n_boot": n_boot, "seed": seed, "processes": processes,
+             "bonus_policy": bonus_policy, "tasks": tasks, "draft_mode": draft_mode, "block_paths": block_paths,
+             "draft_policies": draft_policies, "cost": cost, "position_acceptance": position_acceptance,
+             "gate": gate}  # fmt: skip
+    if options is not None:
+        chosen = merged_options(AnalysisOptions, options, given)
+        (ms, settings, n_boot, seed, processes, bonus_policy, tasks, draft_mode, block_paths, draft_policies, cost,
+         position_acceptance, gate) = (chosen[k] for k in given)  # fmt: skip
     if bonus_policy not in BONUS_POLICIES:
         raise ValueError(f"bonus_policy must be one of {BONUS_POLICIES}; got {bonus_policy!r}")
     if draft_mode not in DRAFT_MODES:
@@ -377,15 +394,15 @@ def analyze_trace(
     if client is not None and processes > 1:
         raise ValueError("give either client= (a Dask cluster) or processes > 1 (local workers), not both")
     n_boot = check_resamples(n_boot)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0; got {seed!r}")
+    check_int(seed, "seed", 0)
     ms = _check_ms(ms)
     rules = make_rules(list(rules)) if not isinstance(rules, str) else make_rules(rules)
     gate = make_gate(gate)
     for rule in rules:
         gated_rule(gate, rule)  # a block, multi-draft or slot rule under a gate is refused here
-        if hasattr(rule, "check_depths"):  # a whole-tree rule whose trees at some m are too big: refused up front
-            rule.check_depths(ms)
+        check_depths = stated_law(rule, "check_depths")
+        if check_depths is not None:  # a whole-tree rule whose trees at some m are too big: refused up front
+            check_depths(ms)
     if isinstance(draft_policies, str):
         draft_policies = [draft_policies]
     policies = []
@@ -396,10 +413,10 @@ def analyze_trace(
     if any(p.needs_cost for p in policies) and cost is None:
         costly = ", ".join(p.kind for p in policies if p.needs_cost)
         raise ValueError(f"draft policy {costly} needs cost= (a CostModel: the planner passes its own)")
-    wholes = [r.describe() for r in rules if kind_of(r) == "block" or _judges_whole_tree(r)]
+    wholes = [r.describe() for r in rules if judgement_of(r).block or judgement_of(r).tree]
     if policies and wholes:
         raise ValueError(f"{', '.join(wholes)} judge whole blocks: drafting policies are for token rules and trees")
-    blocks = [r.describe() for r in rules if kind_of(r) == "block"]
+    blocks = [r.describe() for r in rules if judgement_of(r).block]
     if bonus_policy == "relaxed" and blocks:
         raise ValueError(f"{', '.join(blocks)} judge whole blocks: their bonus token is the verifier's only; "
                          "analyse them with bonus_policy='verifier'")  # fmt: skip
@@ -562,7 +579,7 @@ def _row(rule, m, task, trace, sel, counts, bonus_policy, draft_mode="sampled", 
         row["acceptance_by_position"] = [float(x) for x in sums / max(sum(starts), 1)]
     for name, (v, lo, hi) in stats.items():
         row[name], row[f"{name}_lo"], row[f"{name}_hi"] = v, lo, hi
-    if kind_of(rule) == "block" and hasattr(rule, "block_drift_for"):
+    if judgement_of(rule).block and stated_law(rule, "block_drift_for") is not None:
         # a lossy block rule's law depends on the slot, not the position: its drift per position is
         # that of the tokens its blocks of m emit (the per-position metrics are its one-draft form's)
         for name, key in (("kl", "kl_emitted_target"), ("tv", "tv")):

@@ -345,11 +345,11 @@ def batch_requests(traces, settings, cost, sizes, *, n_groups=None, budget_steps
     their range over the groups in ``_lo`` / ``_hi``), budget_speedup and fixed_speedup (full batch,
     each with its Monte Carlo standard error) and verified (mean drafts verified per request)."""
     from .._laws._policies import renewal_visits
-    from .._rules import kind_of, make_rule
+    from .._rules import judgement_of, make_rule
     from ._analyze import analyze_trace
 
     rules = sorted({spec for spec, _ in settings})
-    token_rules = [r for r in rules if kind_of(make_rule(r)) != "block" and not make_rule(r).slot_dependent]
+    token_rules = [r for r in rules if not judgement_of(make_rule(r)).block and not make_rule(r).slot_dependent]
     if not token_rules:
         return []
     result = analyze_trace(traces, token_rules, ms=(1,), n_boot=0, position_acceptance=True, progress=progress,

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 import numpy as np
 
+from .._math._validation import is_integer
 from .._util._files import atomic_write
 from ._cost_fields import (
     _checked_prefill,
@@ -579,10 +580,9 @@ def roofline_cost(verifier, draft, device="gb200", *, dtype="bfloat16", batches=
     from ._batch import MAX_BATCH
     from ._roofline import MAX_CONTEXT
 
-    if isinstance(context, bool) or not (isinstance(context, (int, np.integer)) and 0 <= context <= MAX_CONTEXT):
+    if not (is_integer(context) and 0 <= context <= MAX_CONTEXT):
         raise ValueError(f"context must be a number of tokens, 0 to {MAX_CONTEXT:,}; got {context!r}")
-    if not batches or any(isinstance(b, bool) or not isinstance(b, (int, np.integer)) or not 1 <= b <= MAX_BATCH
-                          for b in batches):  # fmt: skip
+    if not batches or any(not is_integer(b) or not 1 <= b <= MAX_BATCH for b in batches):
         raise ValueError(f"batches must be batch sizes, 1 to {MAX_BATCH}; got {batches!r}")
     shapes = [m if isinstance(m, ModelShape) else ModelShape.from_config(m, dtype) for m in (verifier, draft)]
     fitted = fit_to_profiles(spec)[0] if roofline is None else roofline

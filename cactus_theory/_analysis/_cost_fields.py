@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._math._validation import is_integer
+
 
 def _positive(value, name):
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
@@ -73,9 +75,7 @@ def _size_map(value, name, what="sizes"):
         raise ValueError(f"{name} must map {what} (integers >= 1) to seconds, e.g. {{1: 0.2, 9: 0.3}}")
     out, spelled = {}, {}
     for k, v in value.items():
-        if isinstance(k, bool) or not (
-            isinstance(k, (int, np.integer)) or (isinstance(k, str) and k.isascii() and k.isdigit())
-        ):
+        if not (is_integer(k) or (isinstance(k, str) and k.isascii() and k.isdigit())):
             raise ValueError(f"{name} keys must be {what} (integers >= 1); got {_short(k)}")
         size = int(k)
         if size < 1 or size > 1_000_000:

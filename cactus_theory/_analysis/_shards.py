@@ -15,11 +15,11 @@ from .._data._trace import Trace
 from .._laws._block import draft_rows
 from .._laws._emitted import block_sums, step_metrics
 from .._laws._gate import gated_rule
-from .._laws._lengths import accepted_lengths
+from .._laws._lengths import accepted_lengths, stated_law
 from .._laws._policies import draft_features, fixed_blocks, policy_blocks, renewal_steps_many
 from .._math._kernels import block_pass
 from .._math._sampling import SamplingSettings
-from .._rules import kind_of, optimal_acceptances
+from .._rules import judgement_of, optimal_acceptances
 from .._rules._helpers import prepare
 
 #: The metrics ``step_metrics`` gives per position, summed per sequence.
@@ -173,14 +173,9 @@ def _per_sequence(values, rows):
     return np.add.reduceat(np.asarray(values, dtype=np.float64), rows.offsets[:-1])
 
 
-def _judges_whole_tree(rule) -> bool:
-    """A multi-draft rule whose tree is judged as a whole (``expected_tree_lengths_for``: traversal)."""
-    return kind_of(rule) == "multi-draft" and hasattr(rule, "expected_tree_lengths_for")
-
-
 def _scheme(rule):
     """(k, drafting scheme) of the drafts a rule verifies at a position: (1, "iid") for a chain rule."""
-    if kind_of(rule) == "multi-draft":
+    if judgement_of(rule).multi_draft:
         return rule.draft_count, rule.drafting
     return 1, "iid"
 
@@ -231,9 +226,9 @@ def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, po
         drift_all = {"kl": np.stack([x.kl_emitted_target for x in per_slot]), "tv": np.stack([x.tv for x in per_slot])}
     else:
         beta_all, drift_all = sm.acceptance, {"kl": sm.kl_emitted_target, "tv": sm.tv}
-    kind = kind_of(rule)
+    judgement = judgement_of(rule)
     # rules whose accepted length is their own law over whole blocks or trees, not the prefix product
-    whole = kind == "block" or _judges_whole_tree(rule)
+    whole = judgement.block or judgement.tree
     out = []
     survival_all, policy_all = {}, {}  # per m (and policy): the batch's stacked inputs of the steps' solve
     for i in range(rows.sequences):
@@ -248,14 +243,15 @@ def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, po
         positions = seq_p.shape[0]
         fused = None if slots else _fused_blocks(beta, drift, bonus_policy, ms)
         if whole or fused is None:
-            host = rule._host(seq_p, seq_q, None, validate=False)[:2] if kind == "block" else (seq_p, seq_q)
+            host = rule._host(seq_p, seq_q, None, validate=False)[:2] if judgement.block else (seq_p, seq_q)
             # exact where a start's weights take at most 10,000 values (m <= 3 on a top-20 trace), else Monte Carlo
             lengths = accepted_lengths(rule, *host, ms, beta=beta, n_paths=block_paths, seed=rows.seeds[i],
                                        max_support=BLOCK_EXACT_SUPPORT)  # fmt: skip
         # a lossy block rule states its own drift per block (``block_drift_for``); a lossless one emits q
         block_drift = None
-        if kind == "block" and hasattr(rule, "block_drift_for"):
-            found = rule.block_drift_for(*host, sorted({min(m, positions) for m in ms}), n_paths=block_paths,
+        drift_law = stated_law(rule, "block_drift_for") if judgement.block else None
+        if drift_law is not None:
+            found = drift_law(*host, sorted({min(m, positions) for m in ms}), n_paths=block_paths,
                                          seed=rows.seeds[i])  # fmt: skip
             block_drift = {m: found[min(m, positions)] for m in ms}
         for m in ms:

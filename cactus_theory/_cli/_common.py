@@ -111,6 +111,31 @@ def _settings(args):
     return SamplingSettings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
 
 
+def analysis_options(args, **more):
+    """The ``AnalysisOptions`` of a command's arguments (the options it has; ``more``: what it computed
+    itself, e.g. a cost model): built here alone, carried whole into ``analyze_trace``."""
+    from .._analysis._options import AnalysisOptions
+
+    found = {"ms": getattr(args, "m", None), "n_boot": getattr(args, "bootstrap", None),
+             "processes": getattr(args, "processes", None), "bonus_policy": getattr(args, "bonus_policy", None),
+             "tasks": getattr(args, "task", None), "draft_mode": getattr(args, "draft_mode", None),
+             "gate": _gate(args) if getattr(args, "gate", None) is not None else None}  # fmt: skip
+    if getattr(args, "temperature", None) is not None:
+        found["settings"] = _settings(args)
+    return AnalysisOptions(**{k: v for k, v in {**found, **more}.items() if v is not None})
+
+
+def decoding_options(args, **more):
+    """The ``DecodeOptions`` of ``decode``'s arguments (``more``: what it computed itself, e.g. the drafting
+    policy and the gate): built here alone, carried whole into ``decode_prompts``."""
+    from .._models._decode_prompts import DecodeOptions
+
+    found = {"m": args.m, "settings": _settings(args), "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+             "baseline": args.baseline, "bonus_policy": args.bonus_policy, "draft_mode": args.draft_mode,
+             "drift": args.drift, "batch": args.batch}  # fmt: skip
+    return DecodeOptions(**{**found, **more})
+
+
 def _check_out(args, inputs, *, directory=True, what="--out"):
     """``args.out`` (when given) can be written, and is none of the command's ``inputs`` nor inside
     one (trace directories, prompt and cost files, model files): checked before any work."""

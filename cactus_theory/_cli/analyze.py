@@ -10,7 +10,6 @@ from ._common import (
     _delta_help,
     _draft_mode_option,
     _floats,
-    _gate,
     _gate_option,
     _int_at_least,
     _ints,
@@ -18,11 +17,11 @@ from ._common import (
     _progress_options,
     _resamples,
     _rules_option,
-    _settings,
     _tasks_to_show,
     _trace_command,
     _trace_inputs,
     _traces,
+    analysis_options,
 )
 
 ORDER = 3
@@ -86,24 +85,11 @@ def run(args) -> int:
 
     _check_out(args, _trace_inputs(args))
     traces = _traces(args)
-    settings = _settings(args) if args.temperature is not None else None
     rules = parse_rules(args.rules, args.delta)
+    options = analysis_options(args)
     client, cluster = _dask_client(args)
     try:
-        result = analyze_trace(
-            traces,
-            rules,
-            ms=args.m,
-            settings=settings,
-            n_boot=args.bootstrap,
-            processes=args.processes,
-            progress=_progress(args),
-            bonus_policy=args.bonus_policy,
-            tasks=args.task,
-            client=client,
-            draft_mode=args.draft_mode,
-            gate=_gate(args),
-        )
+        result = analyze_trace(traces, rules, progress=_progress(args), client=client, options=options)
     finally:
         from .._analysis._engines import close_quietly
 

@@ -21,7 +21,7 @@ from ._common import (
     _prompts_from,
     _rules_epilog,
     _sampling_options,
-    _settings,
+    decoding_options,
 )
 
 ORDER = 4
@@ -95,7 +95,7 @@ def run(args) -> int:
     from .._models._decode_prompts import decode_prompts
     from .._models._decode_summary import answer_drift, decoding_summary
     from .._models._hf import load_model
-    from .._rules import kind_of
+    from .._rules import judgement_of
 
     _check_out(args, [*(args.prompts or []), *_model_inputs(args)], directory=False)
     rules = parse_rules(args.rule, [args.delta])
@@ -103,7 +103,7 @@ def run(args) -> int:
     for rule in rules:
         check_chain_rule(rule)  # before loading any model
         gated_rule(gate, rule)
-        if args.drift and kind_of(rule) == "block":
+        if args.drift and not judgement_of(rule).token_drift:
             raise ValueError(f"--drift records the law of each emitted token: {rule.describe()} judges whole blocks; "
                              "drop it or --drift")  # fmt: skip
     policy = make_draft_policy(args.draft_policy)
@@ -114,31 +114,13 @@ def run(args) -> int:
         prompts = [Prompt(id="prompt-0", task=args.task or "prompt", text=args.prompt, index=0)]
     else:
         prompts = _prompts_from(args)[: args.limit]
-    settings = _settings(args)
     opts = {"cache": not args.no_model_cache, "progress": _progress(args)}
     if args.engine == "llama.cpp":  # a sequence per prompt of a batch, per rule and for the baseline
         opts.update(engine="llama.cpp", sequences=args.batch * (len(rules) + 1))
     verifier = load_model(args.verifier, args.device, args.dtype, **opts)
     draft = NgramDrafter() if args.draft == "ngram" else load_model(args.draft, args.device, args.dtype, **opts)[0]
-    records = decode_prompts(
-        verifier,
-        draft,
-        rules,
-        prompts,
-        m=args.m,
-        settings=settings,
-        max_new_tokens=args.max_new_tokens,
-        seed=args.seed,
-        baseline=args.baseline,
-        bonus_policy=args.bonus_policy,
-        out=args.out,
-        progress=_progress(args),
-        draft_mode=args.draft_mode,
-        draft_policy=policy,
-        gate=gate,
-        drift=args.drift,
-        batch=args.batch,
-    )
+    options = decoding_options(args, draft_policy=policy, gate=gate)
+    records = decode_prompts(verifier, draft, rules, prompts, out=args.out, progress=_progress(args), options=options)
     for rule in rules:
         label = rule.describe()
         mine = [r for r in records if r["rule"] == label]

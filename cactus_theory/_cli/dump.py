@@ -27,6 +27,7 @@ ORDER = 2
 def add_parser(sub):
     """The subparser of this command."""
     from .._data._prompts import RECORD_FORMATS
+    from .._servers._protocols import protocol_names
 
     d = sub.add_parser(
         "dump",
@@ -41,10 +42,9 @@ def add_parser(sub):
         "(docs: Traces from servers)",
         "the verifier's server, e.g. http://127.0.0.1:8080",
     )
-    s.add_argument("--protocol", choices=("auto", "llama.cpp", "openai", "sglang"), default="auto",
-                   help="the servers' API (auto: asked from the server)")  # fmt: skip
-    s.add_argument("--draft-protocol", choices=("auto", "llama.cpp", "openai", "sglang"), default=None,
-                   help="the draft server's API when it differs (default: --protocol)")  # fmt: skip
+    protocols = ("auto", *protocol_names())  # the registered ones, a --plugin module's included
+    s.add_argument("--protocol", choices=protocols, default="auto", help="the servers' API (auto: asked of the server)")
+    s.add_argument("--draft-protocol", choices=protocols, default=None, help="the draft's API (default: --protocol)")
     s.add_argument("--concurrency", type=_int_at_least(1), default=1, help="requests in flight")
     s.add_argument("--timeout", type=_positive_float, default=600.0, help="seconds a request may take")
     s.add_argument("--retries", type=_int_at_least(0), default=4, help="retries on 429 / 503 / dropped connections")

@@ -25,6 +25,7 @@ from ._common import (
     _trace_command,
     _trace_inputs,
     _traces,
+    analysis_options,
 )
 
 ORDER = 6
@@ -200,11 +201,8 @@ def run(args) -> int:
         cost.at_batch(size)  # a batch size the cost model did not time is refused before the analysis
     _check_out(args, [*_trace_inputs(args), args.cost])
     traces = traces if traces is not None else _traces(args)
-    result = analyze_trace(
-        traces, parse_rules(args.rules, args.delta), ms=args.m, n_boot=args.bootstrap, processes=args.processes,
-        progress=_progress(args), tasks=args.task, draft_mode=args.draft_mode, draft_policies=policies, cost=cost,
-        gate=_gate(args),
-    )  # fmt: skip
+    options = analysis_options(args, draft_policies=policies, cost=cost)
+    result = analyze_trace(traces, parse_rules(args.rules, args.delta), progress=_progress(args), options=options)
     plan = predict_speedup(result, cost, max_kl=args.max_kl, allow_untrusted=args.trust_cost,
                            prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens)  # fmt: skip
     ratio = plan.cost.draft_token / plan.cost.verify_block[1]

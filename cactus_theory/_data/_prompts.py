@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._math._validation import check_int
 from .._util._files import json_lines, read_text
 
 __all__ = [
@@ -120,8 +121,7 @@ class Prompt:
 def prompt_seed(seed: int, prompt_id: str) -> int:
     """The sampling seed of one prompt: from the user's seed and the prompt's id only (sha256 of
     the id), so a resumed, limited or reordered dump samples every prompt exactly as a full one."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0 (the sampling seed); got {seed!r}")
+    check_int(seed, "seed", 0, what="the sampling seed")
     digest = hashlib.sha256(str(prompt_id).encode("utf-8")).digest()
     words = [int.from_bytes(digest[i : i + 4], "little") for i in range(0, 16, 4)]
     return int(np.random.SeedSequence([int(seed), *words]).generate_state(1, dtype=np.uint64)[0] >> 1)

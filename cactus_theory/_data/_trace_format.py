@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._math._validation import is_integer
 from .._util._files import (
     utc_timestamp,
 )
@@ -61,7 +62,7 @@ class SequenceRecord:
     def prompt_tokens(self) -> int | None:
         """The prompt's length in tokens, when the dump recorded it."""
         value = self.meta.get("prompt_tokens")
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+        return value if is_integer(value) else None
 
 
 def _logsumexp(x):
@@ -185,7 +186,7 @@ def _blank_manifest(top_k, vocab_size, metadata, tail_known, store_full=False):
 
 
 def _is_int(x, low=0):
-    return isinstance(x, int) and not isinstance(x, bool) and x >= low
+    return is_integer(x) and x >= low
 
 
 def _check_manifest(manifest, path):

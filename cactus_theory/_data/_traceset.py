@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from .._math._validation import is_integer
 from .._util._files import refuse_overlap, termination_as_exception
 from .._util._progress import progress_bar
 from ._trace import Trace, TraceSequence
@@ -158,7 +159,7 @@ def unfinished(trace: Trace) -> str | None:
 
 
 def _is_count(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return is_integer(value) and value >= 0
 
 
 class TraceSet:

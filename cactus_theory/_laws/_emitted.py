@@ -10,7 +10,7 @@ from scipy import special
 
 from .._math._backend import namespace
 from .._math._kernels import position_metrics, windowed_accepted_length
-from .._rules._protocol import kind_of
+from .._rules._protocol import judgement_of
 from .._rules._registry import as_rule
 
 __all__ = [
@@ -95,7 +95,7 @@ def step_metrics(rule, draft_probs, target_probs, drafted_token=None, *, logits=
     """
     rule = as_rule(rule)
     p, q, lg = rule._host(draft_probs, target_probs, logits, validate=validate)
-    if kind_of(rule) == "multi-draft":
+    if judgement_of(rule).multi_draft:
         if drafted_token is not None:
             raise ValueError(
                 f"{rule.describe()} verifies k = {rule.draft_count} drafts per position: step_metrics gives its "

@@ -16,14 +16,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._math._validation import is_integer
 from .._rules import make_rule
 
 __all__ = ["FunctionGate", "RegionGate", "fallback_for", "gated_rule", "make_gate"]
 
 
 def _ids(value, name):
-    values = (value,) if isinstance(value, (int, np.integer)) and not isinstance(value, bool) else tuple(value)
-    if not values or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0 for v in values):
+    values = (value,) if is_integer(value) else tuple(value)
+    if not values or any(not is_integer(v) or v < 0 for v in values):
         raise ValueError(f"{name} must be one or more token ids (integers >= 0); got {value!r}")
     return tuple(int(v) for v in values)
 

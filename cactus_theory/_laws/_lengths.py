@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._rules._protocol import kind_of
+from .._rules._protocol import judgement_of
 from ._emitted import block_sums, expected_accepted_length, step_metrics
 
-__all__ = ["BlockLength", "acceptance_rates", "accepted_lengths"]
+__all__ = ["BlockLength", "acceptance_rates", "accepted_lengths", "stated_law"]
 
 
 @dataclass(frozen=True)
@@ -52,16 +52,27 @@ def acceptance_rates(rule, p, q, slots, *, logits=None, metrics=None):
     return (metrics if metrics is not None else step_metrics(rule, p, q, logits=logits)).acceptance
 
 
-def _states_its_law(rule, law, means) -> bool:
-    """Whether ``rule`` has the method ``law`` (the law per start) defined no higher in its class tree than
-    ``means`` (the mean per start, the protocol's): a subclass that overrides only the means is taken at its
-    word (its law per start, inherited, may not be its own)."""
-    if not hasattr(rule, law):
-        return False
+#: The laws a rule may state beyond the protocol, looked up here alone (``stated_law``): per block start
+#: (block rules), per tree root (whole-tree rules), a block rule's drift per block, and the depths a
+#: whole-tree rule can judge.
+OPTIONAL_LAWS = ("block_survival_for", "expected_block_lengths_for", "tree_survival_for", "expected_tree_lengths_for",
+                 "block_drift_for", "check_depths")  # fmt: skip
+
+
+def stated_law(rule, law, refines=None):
+    """The bound method ``law`` (``OPTIONAL_LAWS``) where ``rule`` states it, else None. With ``refines``
+    (the method the law refines, e.g. the mean per start a survival law sums to): only where ``law`` is
+    defined no higher in the rule's class tree than ``refines``, so a subclass that overrides only the
+    means is taken at its word (the law per start it inherits may not be its own)."""
+    if law not in OPTIONAL_LAWS:
+        raise ValueError(f"law must be one of {OPTIONAL_LAWS}; got {law!r}")
+    method = getattr(rule, law, None)
+    if method is None or refines is None:
+        return method
     mro = type(rule).__mro__
     owner = next((c for c in mro if law in c.__dict__), None)
-    mean_owner = next((c for c in mro if means in c.__dict__), None)
-    return owner is not None and (mean_owner is None or issubclass(owner, mean_owner))
+    refined = next((c for c in mro if refines in c.__dict__), None)
+    return method if owner is not None and (refined is None or issubclass(owner, refined)) else None
 
 
 def accepted_lengths(rule, p, q, ms, *, beta=None, logits=None, method="auto", n_paths=1024, seed=0,
@@ -70,20 +81,22 @@ def accepted_lengths(rule, p, q, ms, *, beta=None, logits=None, method="auto", n
     start whose window fits (T - m + 1 of them; one, the whole sequence, for m > T), the expected
     accepted drafts under independent positions.
 
-    By kind (``kind_of``): token and multi-draft rules, the prefix product of ``beta`` (their
-    ``acceptance_rates``, computed when not given): exact; a multi-draft rule that judges the
-    whole tree (``expected_tree_lengths_for``: ``traversal-tree``), Monte Carlo over ``n_paths``
+    By what one judgement covers (``judgement_of``): token and multi-draft rules that judge a token
+    (a node's children) at a time, the prefix product of ``beta`` (their ``acceptance_rates``,
+    computed when not given): exact; a rule that judges the whole tree (``traversal-tree``:
+    ``tree_survival_for`` or ``expected_tree_lengths_for``), Monte Carlo over ``n_paths``
     drafted trees per root, each with its exact law; block rules, E[tau] = sum_i E[w_i]
     from ``expected_block_lengths_for``, exact by enumeration where every start needs at most
     ``max_support`` weight values (``method="auto"`` or ``"exact"``), else Monte Carlo over
     ``n_paths`` drafted paths per start, seeded by ``seed``, with its standard error."""
     ms = list(ms)
     positions = p.shape[0]
-    if kind_of(rule) == "block":  # a window longer than the sequence is the whole sequence
+    judgement = judgement_of(rule)
+    if judgement.block:  # a window longer than the sequence is the whole sequence
         sizes = sorted({min(m, positions) for m in ms})
-        if _states_its_law(rule, "block_survival_for", "expected_block_lengths_for"):
-            found = rule.block_survival_for(p, q, sizes, method=method, n_paths=int(n_paths), seed=seed,
-                                            max_support=max_support)  # fmt: skip
+        survival = stated_law(rule, "block_survival_for", refines="expected_block_lengths_for")
+        if survival is not None:
+            found = survival(p, q, sizes, method=method, n_paths=int(n_paths), seed=seed, max_support=max_support)
         else:  # a block rule that states only its mean per start
             means = rule.expected_block_lengths_for(p, q, sizes, method=method, n_paths=int(n_paths), seed=seed,
                                                     max_support=max_support)  # fmt: skip
@@ -92,10 +105,11 @@ def accepted_lengths(rule, p, q, ms, *, beta=None, logits=None, method="auto", n
             m: BlockLength(values, errors, used, int(n_paths) if used == "monte-carlo" else 0, survival)
             for m, (used, values, errors, survival) in ((m, found[min(m, positions)]) for m in ms)
         }
-    if kind_of(rule) == "multi-draft" and hasattr(rule, "expected_tree_lengths_for"):
+    if judgement.tree:
         # a sequence-level tree rule (``traversal-tree``): its whole tree's law, Monte Carlo over trees
-        if _states_its_law(rule, "tree_survival_for", "expected_tree_lengths_for"):
-            found = rule.tree_survival_for(p, q, sorted(set(ms)), n_paths=int(n_paths), seed=seed, acceptance=beta)
+        survival = stated_law(rule, "tree_survival_for", refines="expected_tree_lengths_for")
+        if survival is not None:
+            found = survival(p, q, sorted(set(ms)), n_paths=int(n_paths), seed=seed, acceptance=beta)
         else:
             means = rule.expected_tree_lengths_for(p, q, sorted(set(ms)), n_paths=int(n_paths), seed=seed,
                                                    acceptance=beta)  # fmt: skip

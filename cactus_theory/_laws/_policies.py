@@ -55,7 +55,7 @@ import numpy as np
 
 from .._math._kernels import renewal_rows
 from .._math._sampling import SamplingSettings
-from .._math._validation import host_probabilities
+from .._math._validation import check_int, host_probabilities
 from ._emitted import _entropy
 
 __all__ = [
@@ -107,8 +107,7 @@ class DraftPolicy:
         if self.kind == "llama.cpp" and self.threshold is None:
             object.__setattr__(self, "threshold", 0.0)  # llama-server's default p_min
         n = self.min_drafts
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-            raise ValueError(f"draft policy {self.kind}: n_min must be an integer >= 0; got {n!r}")
+        check_int(n, f"draft policy {self.kind}: n_min", 0)
         if n and self.kind != "llama.cpp":
             raise ValueError(f"draft policy {self.kind} takes no n_min (only llama.cpp's does)")
         needs = self.kind in ("p-min", "entropy", "accept-prob", "llama.cpp")

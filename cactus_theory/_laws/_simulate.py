@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._math._validation import seeded_rng
-from .._rules._protocol import BONUS_POLICIES, kind_of
+from .._rules._protocol import BONUS_POLICIES, judgement_of
 from .._rules._registry import as_rule
 from ._gate import fallback_for
 
@@ -128,11 +128,12 @@ def simulate(
             raise ValueError(f"region must be one bool per position, shape ({n_positions},); got {np.shape(region)}")
         base = fallback_for(rule, fallback)
     rng = seeded_rng(seed)
-    if kind_of(rule) == "block":
+    judgement = judgement_of(rule)
+    if judgement.block:
         if bonus_policy != "verifier":
             raise ValueError(f"{rule.describe()} judges whole blocks: its bonus token comes from the verifier only")
         return _simulate_blocks(rule, p, q, lg, int(m), int(n_runs), rng)
-    if kind_of(rule) == "multi-draft":
+    if judgement.multi_draft:
         return _simulate_tree(rule, p, q, int(m), int(n_runs), rng, bonus_policy)
     # Acceptance of every (slot, position, token) once; corrections per distinct rejected pair.
     n_slots = m + 1 if rule.slot_dependent else 1

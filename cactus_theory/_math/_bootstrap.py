@@ -16,6 +16,8 @@ import hashlib
 
 import numpy as np
 
+from ._validation import check_int
+
 __all__ = [
     "MAX_RESAMPLES",
     "MIN_RESAMPLES",
@@ -38,9 +40,7 @@ _CHUNK = 4096
 def check_resamples(n_boot, name: str = "n_boot") -> int:
     """``n_boot`` as an int: 0 (no intervals) or MIN_RESAMPLES..MAX_RESAMPLES, else a ValueError
     naming ``name``."""
-    if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer (bootstrap resamples); got {n_boot!r}")
-    n_boot = int(n_boot)
+    n_boot = check_int(n_boot, name, what="bootstrap resamples")
     if n_boot != 0 and not MIN_RESAMPLES <= n_boot <= MAX_RESAMPLES:
         raise ValueError(
             f"{name} must be 0 (no intervals) or between {MIN_RESAMPLES:,} and {MAX_RESAMPLES:,} resamples; got "

@@ -16,8 +16,10 @@ __all__ = [
     "as_probability",
     "broadcast",
     "check_distribution",
+    "check_int",
     "check_token",
     "host_probabilities",
+    "is_integer",
 ]
 
 #: Default tolerance on |sum - 1| for a probability vector (float64 inputs).
@@ -291,3 +293,25 @@ def seeded_rng(seed, name="seed"):
     if not whole(seed):
         raise ValueError(f"{name} must be an integer >= 0 (or a numpy Generator); got {seed!r}")
     return np.random.default_rng(int(seed))
+
+
+def is_integer(value) -> bool:
+    """An integer, Python's or NumPy's, and not a bool."""
+    return not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, np.integer))
+
+
+def check_int(value, name: str, low=None, *, high=None, what: str = "", error=ValueError) -> int:
+    """``value`` as an int when it is an integer (``is_integer``) in [``low``, ``high``] (either bound may
+    be None); otherwise one ``error`` line naming ``name``, the bounds and what the number counts
+    (``what``): "m must be an integer >= 1 (drafted tokens per verification); got 0"."""
+    if is_integer(value) and (low is None or value >= low) and (high is None or value <= high):
+        return int(value)
+    if low is not None and high is not None:
+        bound = f" between {low} and {high}"
+    elif low is not None:
+        bound = f" >= {low}"
+    elif high is not None:
+        bound = f" <= {high}"
+    else:
+        bound = ""
+    raise error(f"{name} must be an integer{bound}{f' ({what})' if what else ''}; got {value!r}")

@@ -18,7 +18,8 @@ from .._laws._gate import gated_rule, make_gate
 from .._laws._policies import draft_features, make_draft_policy
 from .._math._logits import RuleLogits
 from .._math._sampling import SamplingSettings, processed_probs
-from .._rules._protocol import BONUS_POLICIES, kind_of
+from .._math._validation import check_int
+from .._rules._protocol import BONUS_POLICIES, Judgement, judgement_of
 from .._rules._registry import as_rule
 from ._hf import OwnClock, cached_model, drain, generate_steps, paused, sample_token
 
@@ -142,7 +143,7 @@ def _block_step(rule, drafted, draft_rows, q_rows, q_raw, draft_raw, sampling, c
 
 def check_chain_rule(rule):
     """Refuse a multi-draft rule: decoding here drafts chains (one draft per position)."""
-    if kind_of(rule) == "multi-draft":
+    if not judgement_of(rule).chain:
         raise ValueError(
             f"{rule.describe()} verifies a tree of k = {rule.draft_count} drafts per position, and real decoding here "
             "runs chains (one draft per position; tree attention is not implemented): decode with its one-draft "
@@ -311,9 +312,14 @@ class _Options:
     policy: object
     gate: object
     fallback: object
-    block_level: bool
+    judgement: Judgement
     need_logits: bool
     drift: bool
+
+    @property
+    def block_level(self) -> bool:
+        """The whole drafted block judged at once (``_block_step``)."""
+        return self.judgement.block
 
 
 def _options(rule, m, sampling, draft, bonus_policy, draft_mode, draft_policy, gate, drift) -> _Options:
@@ -321,8 +327,7 @@ def _options(rule, m, sampling, draft, bonus_policy, draft_mode, draft_policy, g
     the argument, before anything runs."""
     rule = as_rule(rule)
     sampling = sampling or SamplingSettings()
-    if not (isinstance(m, int) and m >= 1):
-        raise ValueError(f"m (drafted tokens per verification) must be an integer >= 1; got {m!r}")
+    check_int(m, "m", 1, what="drafted tokens per verification")
     if bonus_policy not in BONUS_POLICIES:
         raise ValueError(f"bonus_policy must be one of {BONUS_POLICIES}; got {bonus_policy!r}")
     if draft_mode not in DRAFT_MODES:
@@ -342,11 +347,11 @@ def _options(rule, m, sampling, draft, bonus_policy, draft_mode, draft_policy, g
             + ("needs a cost model: it is for the planner; decode with p-min, entropy or accept-prob"
                if policy.needs_cost else "reads the drafter's probabilities; the n-gram drafter has none")
         )  # fmt: skip
-    block_level = kind_of(rule) == "block"
-    if drift and block_level:
+    judgement = judgement_of(rule)
+    if drift and not judgement.token_drift:
         raise ValueError(f"drift=True records the law of each emitted token: {rule.describe()} judges whole blocks, "
                          "whose law at a slot depends on drafts not yet drawn; record it for a token rule")  # fmt: skip
-    if block_level and bonus_policy != "verifier":
+    if judgement.block and bonus_policy != "verifier":
         raise ValueError(
             f"{rule.describe()} judges whole blocks: its bonus token is the verifier's (bonus_policy='verifier')"
         )
@@ -355,7 +360,7 @@ def _options(rule, m, sampling, draft, bonus_policy, draft_mode, draft_policy, g
             f"{rule.describe()} with bonus_policy={bonus_policy!r} needs a draft model with probabilities and "
             "logits; the n-gram drafter has none"
         )
-    return _Options(rule, sampling, bonus_policy, draft_mode, policy, gate, fallback, block_level,
+    return _Options(rule, sampling, bonus_policy, draft_mode, policy, gate, fallback, judgement,
                     bool(rule.needs_logits), bool(drift))  # fmt: skip
 
 

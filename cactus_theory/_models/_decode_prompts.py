@@ -4,19 +4,23 @@ once, runs interleaved in short chunks so both feel the same machine, one JSON L
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
+from dataclasses import dataclass
 
 from .._laws._gate import gated_rule, make_gate
 from .._laws._policies import make_draft_policy
 from .._math._sampling import SamplingSettings
+from .._math._validation import check_int
 from .._rules._registry import as_rule
 from .._util._files import json_lines
+from .._util._options import merged_options
 from ._batch_decode import autoregressive_batch_steps, speculative_batch_steps
 from ._decode import autoregressive_steps, check_chain_rule, speculative_steps
 
-__all__ = ["decode_prompts", "interleave"]
+__all__ = ["DecodeOptions", "decode_prompts", "interleave"]
 
 
 def _record_key(rec):
@@ -85,6 +89,28 @@ def _baseline_record(alone, load, chunks) -> dict:
     return out
 
 
+@dataclass(frozen=True)
+class DecodeOptions:
+    """``decode_prompts``'s settings (each as its keyword of the same name documents it): one record the
+    command line builds from its arguments in one place (``_cli._common.decoding_options``)."""
+
+    m: int = 8
+    settings: object = None
+    max_new_tokens: int = 128
+    seed: int = 0
+    baseline: bool = False
+    bonus_policy: str = "verifier"
+    draft_mode: str = "sampled"
+    draft_policy: object = None
+    chunk_seconds: object = None
+    gate: object = None
+    drift: bool = False
+    batch: int = 1
+
+    def keywords(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
 def decode_prompts(
     verifier,
     draft,
@@ -105,6 +131,7 @@ def decode_prompts(
     gate=None,
     drift=False,
     batch=1,
+    options=None,
 ):
     """Speculative decoding of many prompts with the models loaded once: one record per prompt
     and rule (``rule``: one rule or a list of them).
@@ -133,9 +160,18 @@ def decode_prompts(
     group may be smaller) and ``batch_seconds`` (the group's wall time: its throughput is the
     group's tokens over it), and ``seconds`` is the request's own latency. A rerun decodes a group
     again for a rule that lacks any of its records (writing only the missing ones).
+
+    ``options``: a ``DecodeOptions`` holding every setting above at once (then none of them as a
+    keyword): what the command line passes.
     """
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"batch must be an integer >= 1 (prompts decoded at once); got {batch!r}")
+    given = {"m": m, "settings": settings, "max_new_tokens": max_new_tokens, "seed": seed, "baseline": baseline,
+             "bonus_policy": bonus_policy, "draft_mode": draft_mode, "draft_policy": draft_policy,
+             "chunk_seconds": chunk_seconds, "gate": gate, "drift": drift, "batch": batch}  # fmt: skip
+    if options is not None:
+        chosen = merged_options(DecodeOptions, options, given)
+        (m, settings, max_new_tokens, seed, baseline, bonus_policy, draft_mode, draft_policy, chunk_seconds, gate,
+         drift, batch) = (chosen[k] for k in given)  # fmt: skip
+    check_int(batch, "batch", 1, what="prompts decoded at once")
     from .._data._prompts import prompt_seed
     from .._util._progress import progress_bar
     from ._hf import encode_chat, engine_of, eos_ids

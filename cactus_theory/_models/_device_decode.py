@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import time
 
-from .._rules._protocol import kind_of
 from ._decode import DecodeResult, NgramDrafter, _extend
 from ._hf import OwnClock, engine_of, paused
 from ._slots import to_device
@@ -40,7 +39,7 @@ def device_ready(o, verifier, draft) -> bool:
     verifier's bonus, and no gate, drafting policy, drift record or raw logits."""
     if engine_of(verifier) == "llama.cpp" or isinstance(draft, NgramDrafter) or engine_of(draft) == "llama.cpp":
         return False
-    return (kind_of(o.rule) == "token" and o.bonus_policy == "verifier" and o.policy is None and o.gate is None
+    return (o.judgement.per_token and o.bonus_policy == "verifier" and o.policy is None and o.gate is None
             and not o.drift and not o.need_logits)  # fmt: skip
 
 

@@ -21,6 +21,7 @@ from .._data._dump_session import DumpSession, DumpSummary
 from .._data._prompts import prompt_seed, select_part
 from .._data._trace_format import DEFAULT_TOP_K, SAMPLER, TraceError, stored_metadata
 from .._math._sampling import SamplingSettings
+from .._math._validation import check_int, is_integer
 from .._util._files import json_lines, utc_timestamp
 from ._hf import (
     default_threads,
@@ -165,14 +166,13 @@ def dump_trace(
     """
     settings = settings or SamplingSettings()
     prompt_seed(seed, "")  # the seed is checked before any model is loaded
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1):
-        raise ValueError(f"threads must be an integer >= 1 (torch's threads for the forward passes); got {threads!r}")
-    if limit is not None and not (isinstance(limit, (int, np.integer)) and limit >= 0):
-        raise ValueError(f"limit must be an integer >= 0 (prompts to dump in this run); got {limit!r}")
-    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1):
-        raise ValueError(f"batch must be an integer >= 1 (sequences generated at once); got {batch!r}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1; got {max_new_tokens!r}")
+    if threads is not None:
+        check_int(threads, "threads", 1, what="torch's threads for the forward passes")
+    if limit is not None:
+        check_int(limit, "limit", 0, what="prompts to dump in this run")
+    if batch is not None:
+        check_int(batch, "batch", 1, what="sequences generated at once")
+    check_int(max_new_tokens, "max_new_tokens", 1)
     if part is not None:
         if not (isinstance(part, (tuple, list)) and len(part) == 2):
             raise ValueError(f"part must be (I, N), part I of N; got {part!r}")
@@ -181,7 +181,7 @@ def dump_trace(
         completions = _check_completions(completions, prompts, max_new_tokens)
     if batch is None:  # a resume keeps the trace's batch (its shapes: the same bits as a run straight through)
         recorded = (stored_metadata(out) or {}).get("batch", 1)
-        batch = recorded if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 1 else 1
+        batch = recorded if is_integer(recorded) and recorded >= 1 else 1
 
     options = {"engine": engine, "sequences": int(batch)} if engine != "hf" else {}
     v_model, v_tok, v_info = load_model(verifier, device, dtype, cache=cache, progress=progress, **options)
@@ -220,7 +220,7 @@ def dump_trace(
         # the trace's own thread count and span, so that a resumed dump rounds as the first run did
         for key in ("threads", "attention_span"):
             recorded = session.metadata.get(key)
-            if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 1:
+            if is_integer(recorded) and recorded >= 1:
                 metadata[key] = max(recorded, metadata[key]) if key == "attention_span" else recorded
         for model in (v_model, d_model):
             if engine_of(model) == "llama.cpp":

@@ -29,6 +29,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from .._math._validation import check_int
 from .._util._files import utc_timestamp
 from .._util._paths import cache_root
 
@@ -135,8 +136,7 @@ class LlamaCppModel:
         from ._identity import default_threads
 
         for name, value, low in (("context", context, 8), ("sequences", sequences, 1), ("batch", batch, 1)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
+            check_int(value, name, low)
         lib = _lib()
         self.lib, self.path = lib, str(path)
         self.threads = int(threads) if threads is not None else default_threads()

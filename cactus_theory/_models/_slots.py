@@ -24,7 +24,7 @@ import functools
 import inspect
 import weakref
 
-import numpy as np
+from .._math._validation import check_int
 
 __all__ = ["SlotModel", "SlotSequence", "to_device"]
 
@@ -174,8 +174,7 @@ class SlotModel:
 
     def __init__(self, model, sequences, *, context=256, fixed_span=False, pad_token=0):
         for name, value, low in (("sequences", sequences, 1), ("context", context, 1)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
+            check_int(value, name, low)
         implementation = str(getattr(model.config, "_attn_implementation", None) or "")
         if "flash" in implementation or "flex" in implementation:
             raise ValueError(

@@ -11,7 +11,17 @@ import importlib
 import pkgutil
 
 from .._math._logits import RuleLogits
-from ._protocol import BONUS_POLICIES, RULE_KINDS, BlockLaw, GeneralizedRule, Rule, kind_of
+from ._protocol import (
+    BONUS_POLICIES,
+    JUDGED,
+    RULE_KINDS,
+    BlockLaw,
+    GeneralizedRule,
+    Judgement,
+    Rule,
+    judgement_of,
+    kind_of,
+)
 from ._registry import (
     ENTRY_POINT_GROUP,
     RuleInfo,
@@ -47,7 +57,9 @@ globals().update(rule_exports())
 __all__ = [
     "BONUS_POLICIES",
     "ENTRY_POINT_GROUP",
+    "JUDGED",
     "RULE_KINDS",
+    "Judgement",
     "BlockLaw",
     "GeneralizedRule",
     "Rule",
@@ -56,6 +68,7 @@ __all__ = [
     "RulePluginWarning",
     "as_rule",
     "available_rules",
+    "judgement_of",
     "kind_of",
     "load_plugins",
     "make_rule",

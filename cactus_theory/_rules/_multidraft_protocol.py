@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .._math._validation import host_probabilities
+from .._math._validation import check_int, host_probabilities
 from ._protocol import Rule
 
 __all__ = ["DRAFTINGS", "MultiDraftLaw", "MultiDraftRule", "TopChildVerification", "top_drafts"]
@@ -43,8 +43,7 @@ def _normalised(x):
 
 def top_drafts(draft_probs, k):
     """The k most likely tokens of each row of p (ties: the lower token id first), shape (..., k)."""
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"k (drafts per position) must be an integer >= 1; got {k!r}")
+    check_int(k, "k (drafts per position)", 1)
     return _top(host_probabilities(draft_probs, "draft_probs"), k)
 
 
@@ -55,8 +54,7 @@ def _top(p, k):
 
 
 def _check_k(k):
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"k (drafts per position) must be an integer >= 1; got {k!r}")
+    check_int(k, "k (drafts per position)", 1)
 
 
 def _check_drafting(drafting):

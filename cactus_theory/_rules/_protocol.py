@@ -59,10 +59,13 @@ from ._reference import emitted_bruteforce
 
 __all__ = [
     "BONUS_POLICIES",
+    "JUDGED",
     "RULE_KINDS",
     "BlockLaw",
     "GeneralizedRule",
+    "Judgement",
     "Rule",
+    "judgement_of",
     "kind_of",
     "on_rule_defined",
 ]
@@ -134,6 +137,12 @@ class Rule:
     #: verification; its per-token methods are its one-draft form, ``single()``). The accepted
     #: length of each kind is computed in one place (``_laws._lengths.accepted_lengths``).
     kind: ClassVar[str] = "token"
+    #: What one judgement covers (``JUDGED``): "token", each drafted token in order (token rules,
+    #: and multi-draft rules that judge a node's children); "block", the whole drafted block at once;
+    #: "tree", the whole drafted tree at once (``traversal-tree``). Default: "block" for a block rule,
+    #: "token" otherwise. Every layer asks it through ``judgement_of`` (the one place a rule's kind
+    #: is read).
+    judges: ClassVar[str | None] = None
     #: Parameters that take a grid's values when a spec leaves them out (``make_rules``,
     #: ``--delta``): only those with the grid's meaning, e.g. ("delta",) for a divergence budget.
     grid_parameters: ClassVar[tuple] = ()
@@ -451,8 +460,64 @@ class BlockLaw:
 
 #: The kinds of rule (``Rule.kind``).
 RULE_KINDS = ("token", "block", "multi-draft")
+#: What one judgement of a rule covers (``Rule.judges``).
+JUDGED = ("token", "block", "tree")
 
 
 def kind_of(rule) -> str:
     """A rule's kind (``Rule.kind``); "token" for an object implementing only the four-method protocol."""
     return getattr(rule, "kind", "token")
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What a rule's kind means to every layer that runs it: the laws, the analysis, the simulator,
+    decoding and the checks ask these facts (``judgement_of``), never the kind's name, so a new kind
+    of rule changes this class alone.
+
+    ``kind``: ``Rule.kind``; ``unit``: what one judgement covers (``Rule.judges``)."""
+
+    kind: str
+    unit: str
+
+    @property
+    def per_token(self) -> bool:
+        """Each drafted token judged in turn: per-token laws (acceptance, correction, the emitted law
+        and its drift) are the rule's own, the bonus position may be relaxed, the rows may stay on the
+        device while decoding."""
+        return self.unit == "token" and self.kind == "token"
+
+    @property
+    def block(self) -> bool:
+        """The whole drafted block judged at once (``block_law``; laws per block start)."""
+        return self.unit == "block"
+
+    @property
+    def tree(self) -> bool:
+        """The whole drafted tree judged at once (``tree_survival_for``, Monte Carlo over trees)."""
+        return self.unit == "tree"
+
+    @property
+    def multi_draft(self) -> bool:
+        """Several drafts per position (multi-draft and tree verification)."""
+        return self.kind == "multi-draft"
+
+    @property
+    def chain(self) -> bool:
+        """One draft per position: what real decoding here runs."""
+        return not self.multi_draft
+
+    @property
+    def token_drift(self) -> bool:
+        """A per-token emitted law, so a per-token drift (KL of each emitted token's law): not for a rule
+        that judges whole blocks or trees."""
+        return self.unit == "token"
+
+
+def judgement_of(rule) -> Judgement:
+    """The ``Judgement`` of a rule (or of any object implementing the four-method protocol: a token rule)."""
+    kind = kind_of(rule)
+    unit = getattr(rule, "judges", None) or ("block" if kind == "block" else "token")
+    if kind not in RULE_KINDS or unit not in JUDGED:
+        raise ValueError(f"{type(rule).__name__}: kind {kind!r} / judges {unit!r}: not one of {RULE_KINDS} / {JUDGED}")
+    return Judgement(kind, unit)

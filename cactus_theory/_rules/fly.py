@@ -9,6 +9,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from .._math._validation import check_int
 from ._helpers import NUMPY, SpSOneDraft, block_inputs, emitted_drift, ratio_acceptance, residual
 from ._protocol import BlockLaw, Rule
 
@@ -101,8 +102,7 @@ class FLy(SpSOneDraft, Rule):
                 f"fly threshold (top-k entropy, nats) must be a finite number >= 0; got {self.threshold!r}"
             )
         for field, value in (("window", self.window), ("entropy_top_k", self.entropy_top_k)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"fly {field} must be an integer >= 1; got {value!r}")
+            check_int(value, f"fly {field}", 1)
 
     # -- the block ------------------------------------------------------------------------------
     def _gate(self, q, m):

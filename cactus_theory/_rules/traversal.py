@@ -258,6 +258,7 @@ class TraversalTree(MultiDraftRule):
     drafting: ClassVar[str] = "without-replacement"
     MAX_NODES: ClassVar[int] = 2048
     name: ClassVar[str] = "traversal-tree"
+    judges: ClassVar[str] = "tree"  # the whole drafted tree at once
     reference: ClassVar[str] = (
         'Weng, Hu, Chen, Liu, Mei, Qiu, Tian & Shi, "Traversal Verification for Speculative Tree Decoding", NeurIPS '
         "2025 (arXiv 2505.12398)"

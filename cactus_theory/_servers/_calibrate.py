@@ -33,10 +33,10 @@ import platform
 
 import numpy as np
 
+from .._math._validation import check_int
 from .._util._files import utc_timestamp
-from ._dump import open_server
 from ._http import ServerClient, ServerError, shown
-from ._protocols import detect_protocol
+from ._protocols import detect_protocol, open_server
 
 __all__ = ["calibrate_server", "server_requests"]
 
@@ -140,8 +140,7 @@ def calibrate_server(verifier_url, draft_url, *, batches=(1,), max_block=8, cont
     batches = sorted({1, *batches})  # batch 1 is the model's own fields (and the row cost's reference)
     for name, value, low in (("max_block", max_block, 1), ("context", context, 1), ("repeats", repeats, 1),
                              ("tokens", tokens, 2)):  # fmt: skip
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-            raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
+        check_int(value, name, low)
     opened = []
     for url, what in ((verifier_url, "--server"), (draft_url, "--draft-server")):
         with ServerClient(url, api_key_env=api_key_env, timeout=timeout, retries=retries, what=what) as probe:

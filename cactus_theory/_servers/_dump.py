@@ -2,7 +2,7 @@
 
 The verifier server samples each prompt's continuation and returns, at every generated position,
 its top-K log-probabilities; the draft server is teacher-forced on the verifier's exact token ids
-and returns its top-K log-probabilities at the same positions (``_protocols``). Both rows go into an
+and returns its top-K log-probabilities at the same positions (``_protocol``). Both rows go into an
 ordinary trace: the stored "logits" are the normalised log-probabilities and each row's
 log-sum-exp is 0, so the tail beyond the top-K has the exactly known mass 1 - sum exp(top-K)
 (``tail_known`` true); the analysis is exact for sampling settings with 0 < top_k <= K, as for
@@ -38,60 +38,15 @@ from .._data._dump_session import DumpSession, DumpSummary
 from .._data._prompts import prompt_seed
 from .._data._trace_format import DEFAULT_TOP_K
 from .._math._sampling import SamplingSettings
+from .._math._validation import check_int
 from .._util._files import utc_timestamp
-from ._http import ServerClient, ServerError
-from ._protocols import PROTOCOLS, AlignmentError, detect_protocol, make_protocol
+from ._http import ServerError
+from ._protocols import AlignmentError, compare_tokenizers, open_server
 
-__all__ = ["PROBE_STRINGS", "AlignmentError", "ServerDumpSummary", "compare_tokenizers", "dump_server_trace",
-           "open_server"]  # fmt: skip
-
-#: Strings both servers tokenize before a dump: their ids must agree (ASCII, code, digits, accents,
-#: CJK, emoji, whitespace runs and a chat-template marker).
-PROBE_STRINGS = (
-    "Hello, world! The quick brown fox jumps over the lazy dog.",
-    "def f(x):\n    return x ** 2  # squares\n\n\n",
-    "3.14159 2718281828 1,000,000 -42",
-    "naïve café déjà vu Ünïcödé",
-    "数学 가나다 ✓ 🚀🐱",
-    "<|im_start|>user\n<|im_end|>",
-)
-
+__all__ = ["ServerDumpSummary", "dump_server_trace"]
 
 #: The summary of a server dump: the one summary type of every dump (``DumpSummary``).
 ServerDumpSummary = DumpSummary
-
-
-def open_server(url, *, protocol="auto", api_key_env=None, timeout=600.0, retries=4, tokenizer=None, what="--server",
-                model=None):  # fmt: skip
-    """(client, protocol object) for the server at ``url`` (``protocol`` "auto" asks the server)."""
-    if protocol != "auto" and protocol not in PROTOCOLS:
-        raise ServerError(f"{what}: --protocol must be auto or one of {', '.join(PROTOCOLS)}; got {protocol!r}")
-    client = ServerClient(url, api_key_env=api_key_env, timeout=timeout, retries=retries, what=what)
-    name = detect_protocol(client) if protocol == "auto" else protocol
-    speaker = make_protocol(name, client, tokenizer=tokenizer, model=model)
-    speaker.info()
-    return client, speaker
-
-
-def compare_tokenizers(verifier, draft, probes=PROBE_STRINGS):
-    """Refuse two servers whose tokenizers differ: vocabulary sizes (where both say) and the ids of
-    every probe string (plain tokenization, special tokens parsed). Returns the vocabulary size."""
-    a, b = verifier.info(), draft.info()
-    if a.vocab_size is not None and b.vocab_size is not None and a.vocab_size != b.vocab_size:
-        raise ServerError(
-            f"the verifier's vocabulary has {a.vocab_size} tokens, the draft's {b.vocab_size}: a trace "
-            "needs one shared tokenizer (TLI's VocabularyMap handles drafters of another vocabulary)"
-        )
-    for text in probes:
-        ids_a, ids_b = verifier.probe_tokenize(text), draft.probe_tokenize(text)
-        if ids_a != ids_b:
-            cut = next((i for i, (x, y) in enumerate(zip(ids_a, ids_b, strict=False)) if x != y),
-                       min(len(ids_a), len(ids_b)))  # fmt: skip
-            raise ServerError(
-                f"the two servers tokenize {text[:30]!r} differently (from token {cut}: "
-                f"{ids_a[cut : cut + 3]} vs {ids_b[cut : cut + 3]}): they do not share a tokenizer"
-            )
-    return a.vocab_size if a.vocab_size is not None else b.vocab_size
 
 
 def _identity(info):
@@ -120,10 +75,9 @@ def dump_server_trace(verifier_url, draft_url, prompts, out, *, settings=None, m
     prompt_seed(seed, "")
     for name, value, low in (("max_new_tokens", max_new_tokens, 1), ("top_k", top_k, 1),
                              ("concurrency", concurrency, 1), ("shard_positions", shard_positions, 1)):  # fmt: skip
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-            raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 0):
-        raise ValueError(f"limit must be an integer >= 0 (prompts in this run); got {limit!r}")
+        check_int(value, name, low)
+    if limit is not None:
+        check_int(limit, "limit", 0, what="prompts in this run")
     v_client, verifier = open_server(verifier_url, protocol=protocol, api_key_env=api_key_env, timeout=timeout,
                                      retries=retries, tokenizer=tokenizer, what="--server")  # fmt: skip
     d_client, draft = open_server(

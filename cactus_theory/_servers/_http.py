@@ -33,6 +33,8 @@ import os
 import time
 import urllib.parse
 
+from .._math._validation import check_int
+
 __all__ = ["MAX_BODY_BYTES", "ServerClient", "ServerError", "public_url", "shown"]
 
 #: The largest response body read from a server: the log-probs of a long answer are a few MB.
@@ -141,8 +143,7 @@ class ServerClient:
             bad = isinstance(value, bool) or not isinstance(value, (int, float))
             if bad or not (math.isfinite(value) and value >= low):
                 raise ServerError(f"{name} must be a finite number >= {low}; got {value!r}")
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise ServerError(f"retries must be an integer >= 0; got {retries!r}")
+        check_int(retries, "retries", 0, error=ServerError)
         if timeout == 0:
             raise ServerError("timeout must be > 0 seconds")
         self.url = url.rstrip("/")

@@ -14,7 +14,8 @@ import numpy as np
 from .._analysis._analyze import analyze_trace
 from .._analysis._results import Result, interval
 from .._math._bootstrap import check_resamples
-from .._rules import kind_of, make_rule
+from .._math._validation import check_int, is_integer
+from .._rules import judgement_of, make_rule
 
 __all__ = ["MULTI_DRAFT_METHODS", "MultiDraftComparison", "compare_multi_draft", "multi_draft_methods"]
 
@@ -186,7 +187,7 @@ def _positive_ints(values, name, what):
         out = tuple(values)
     except TypeError:
         raise ValueError(f"{name} must be a list of {what} (integers >= 1); got {values!r}") from None
-    if not out or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in out):
+    if not out or any(not is_integer(v) or v < 1 for v in out):
         raise ValueError(f"{name} must be a non-empty list of {what} (integers >= 1); got {values!r}")
     return tuple(int(v) for v in out)
 
@@ -205,8 +206,7 @@ def compare_multi_draft(trace, ks=tuple(range(1, 9)), ms=(4, 8), *, k_bins=4, n_
     from .._data._traceset import open_traces
 
     start = time.perf_counter()
-    if isinstance(k_bins, bool) or not isinstance(k_bins, (int, np.integer)) or k_bins < 1:
-        raise ValueError(f"k_bins (drafts per position of the per-bin tables) must be an integer >= 1; got {k_bins!r}")
+    check_int(k_bins, "k_bins (drafts per position of the per-bin tables)", 1)
     check_resamples(n_boot)
     ks = _positive_ints(ks, "ks", "drafts per position")
     ms = _positive_ints(ms, "ms", "tree depths m")
@@ -225,7 +225,7 @@ def compare_multi_draft(trace, ks=tuple(range(1, 9)), ms=(4, 8), *, k_bins=4, n_
             raise ValueError(
                 f"methods: {method[0]!r} has the template {method[1]!r}, which gives no rule: {exc}"
             ) from None
-        if "{k}" not in method[1] or kind_of(rule) != "multi-draft":
+        if "{k}" not in method[1] or not judgement_of(rule).multi_draft:
             raise ValueError(f"methods: {method[0]!r} must be a multi-draft rule's spec with {{k}} for its width; got "
                              f"{method[1]!r}")  # fmt: skip
     traces = open_traces(trace if trace is not None else load_trace())

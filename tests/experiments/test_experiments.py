@@ -387,3 +387,32 @@ def test_dump_batch_cpu(models, tmp_path):
     rows = json.loads((tmp_path / "dump_batch_cpu.json").read_text())["rows"]
     assert [r["batch"] for r in rows] == [1, 3] and rows[0]["speedup"] == 1.0
     assert rows[1]["same_tokens"] == 1.0 and rows[1]["max_logit_difference"] < 1e-4  # float32: rounding alone
+
+
+@pytest.mark.llamacpp
+@pytest.mark.models
+def test_quality_referee(models, tmp_path):
+    records = tmp_path / "records" / "r.jsonl"
+    argv = ["--models", models, "--data", str(BENCHMARKS), "--limit", "2", "--batch", "2", "--max-new-tokens", "4",
+            "--rules", "sps,always-accept", "--records", str(records), "--out", str(tmp_path),
+            "--bootstrap", "100"]  # fmt: skip
+    assert script("quality_referee").main([*argv, "--minutes", "30"]) == 0
+    data = json.loads((tmp_path / "quality.json").read_text())
+    assert data["problems"] == {"gsm8k": 2, "humaneval": 2} and data["answers"] == 12
+    page = (tmp_path / "quality.md").read_text()
+    # the page again from the records alone: the same table
+    assert script("quality_referee").main([*argv, "--minutes", "0", "--out", str(tmp_path / "again")]) == 0
+    again = (tmp_path / "again" / "quality.md").read_text()
+    assert page.split("## The paper")[0].split("\n", 3)[3] == again.split("## The paper")[0].split("\n", 3)[3]
+    paper = {(r["benchmark"], r["method"]): r for r in data["paper"]}
+    # the Wilson interval of 1,210 of 1,319 (91.71%) by its closed form
+    p, n, z = 1210 / 1319, 1319, 1.959963984540054
+    centre, half = (
+        (p + z * z / (2 * n)) / (1 + z * z / n),
+        z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n),
+    )
+    row = paper[("GSM8K", "verifier alone")]
+    assert (row["low"], row["high"]) == pytest.approx((100 * (centre - half), 100 * (centre + half)), abs=1e-9)
+    # Cactus δ=1 moved 1.16 points of 1,319 problems (15.3): a paired interval shows it only with at most
+    # (15.3 / 1.96)^2 = 60.9 discordant problems
+    assert paper[("GSM8K", "Cactus δ=1.0")]["max_discordant_to_show"] == 60

@@ -128,3 +128,42 @@ def test_every_public_function_of_the_list_exists_and_the_list_covers_the_protoc
     protocol = {"acceptance", "correction", "acceptance_and_correction", "bonus_distribution", "emitted",
                 "acceptance_all", "logits_exact", "block_law", "surrogate", "multi_acceptance", "verify"}  # fmt: skip
     assert protocol <= names
+
+
+@pytest.mark.parametrize("value", [0, 1, 7, np.int64(3), np.uint8(2)])
+def test_check_int_takes_integers_in_range(value):
+    from cactus_theory._math._validation import check_int
+
+    assert check_int(value, "n", 0, high=7) == int(value) and type(check_int(value, "n", 0)) is int
+
+
+@pytest.mark.parametrize(
+    ("value", "kwargs", "message"),
+    [
+        (True, {"low": 0}, "n must be an integer >= 0; got True"),
+        (np.bool_(True), {"low": 0}, "n must be an integer >= 0; got"),
+        (1.0, {"low": 0}, "n must be an integer >= 0; got 1.0"),
+        ("3", {}, "n must be an integer; got '3'"),
+        (0, {"low": 1, "what": "drafted tokens"}, "n must be an integer >= 1 (drafted tokens); got 0"),
+        (9, {"low": 1, "high": 8}, "n must be an integer between 1 and 8; got 9"),
+        (9, {"high": 8}, "n must be an integer <= 8; got 9"),
+        (None, {"low": 0}, "n must be an integer >= 0; got None"),
+    ],
+)
+def test_check_int_names_the_argument_and_the_bound(value, kwargs, message):
+    from cactus_theory._math._validation import check_int
+
+    low = kwargs.pop("low", None)
+    with pytest.raises(ValueError) as err:
+        check_int(value, "n", low, **kwargs)
+    assert str(err.value).startswith(message)
+
+
+def test_check_int_raises_the_callers_error():
+    from cactus_theory._math._validation import check_int
+
+    class Refused(Exception):
+        pass
+
+    with pytest.raises(Refused, match="retries must be an integer >= 0"):
+        check_int(-1, "retries", 0, error=Refused)

@@ -18,9 +18,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cactus_theory import step_metrics
+from cactus_theory._checks._conformance import _PER_CASE
 from cactus_theory._laws._emitted import block_sums
 from cactus_theory._rules._registry import _REGISTRY
-from cactus_theory.testing import _PER_CASE, CHECKS, check_rule, conformance_rules, make_case, same_rules
+from cactus_theory.testing import CHECKS, check_rule, conformance_rules, make_case, same_rules
 
 RULES = conformance_rules()
 IDS = [r.describe() for r in RULES]

@@ -243,7 +243,7 @@ def test_magic_mtp_recovered_token_laws():
 def test_magic_mtp_is_not_lossless_exactly():
     # the emitted sequence law, enumerated over every draft, tau and recovered token, against the
     # verifier's: Sun et al.'s toy pair (p = (2/3, 1/3), q = (1/3, 2/3) at every position)
-    from cactus_theory._block_checks import _sequence_law
+    from cactus_theory._laws._sequence import _sequence_law
 
     small, big = np.array([[1 / 3, 2 / 3]] * 6), np.array([[2 / 3, 1 / 3]] * 6)
     for spec, lossless in (("block", True), ("magic-mtp", False), ("magic-mtp(recovery=residual)", False)):

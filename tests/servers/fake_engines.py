@@ -249,3 +249,30 @@ def llama_handler(model, *, partial=frozenset(), safe=7, name="toy.gguf"):
         return 404, {"error": {"message": "no"}}
 
     return handle
+
+
+def toyrpc_handler(model, *, name="toy/verifier"):
+    """A handler answering as the made-up "toyrpc" API of ``toy_protocol.py``."""
+
+    def rows(last_tokens, k):
+        out = []
+        for last in last_tokens:
+            lp = model.logprobs(last)
+            out.append([[int(t), float(lp[t])] for t in top(lp, k)])
+        return out
+
+    def handle(method, path, body, headers):
+        if path == "/toy/identify":
+            return 200, {"engine": "toyserve", "version": "0.1", "model": name, "vocab": V}
+        if path == "/toy/tokenize":
+            return 200, {"ids": toy_ids(body["text"], body["chat"])}
+        if path == "/toy/sample":
+            ids = body["ids"]
+            out = model.generate(ids, body["n"], body["seed"])
+            return 200, {"tokens": out, "top": rows([ids[-1], *out[:-1]], body["k"])}
+        if path == "/toy/score":
+            ids, tokens = body["ids"], body["tokens"]
+            return 200, {"top": rows([ids[-1], *tokens[:-1]], body["k"])}
+        return 404, {"detail": "Not Found"}
+
+    return handle

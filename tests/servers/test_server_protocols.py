@@ -246,3 +246,37 @@ def test_the_server_and_the_model_dumps_run_one_session(prompts, tmp_path, monke
     assert sessions == ["dump (server)", "dump"]
     assert type(served) is type(mine) is _dump_session.DumpSummary
     assert (served.written_prompts, mine.written_prompts) == (2, 2)
+
+
+def test_a_protocol_in_one_plugin_file_is_detected_and_dumps(tmp_path):
+    """Adding a protocol is one file: ``toy_protocol.py`` (the page's worked example), given to the command line
+    with --plugin, is offered by --protocol, recognised by detection and dumps a trace whose rows are the toy
+    models' own (run in a fresh interpreter, so no other test sees the protocol registered)."""
+    import pathlib
+    import subprocess
+    import sys
+
+    from fake_engines import toyrpc_handler
+    from locations import HANG_GUARD
+
+    here = pathlib.Path(__file__).resolve().parent
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("hello there\nsome text\n")
+    with FakeServer(toyrpc_handler(VERIFIER)) as v, FakeServer(toyrpc_handler(DRAFT, name="toy/draft")) as d:
+        argv = ["--plugin", str(here / "toy_protocol.py"), "dump", "--server", v.url, "--draft-server", d.url,
+                "--prompts", str(prompts), "--out", str(tmp_path / "t"), "--max-new-tokens", "5", "--top-logits", "4",
+                "--temperature", "1", "--top-k", "8", "--top-p", "1", "--quiet"]  # fmt: skip
+        done = subprocess.run([sys.executable, "-m", "cactus_theory", *argv], capture_output=True, text=True,
+                              timeout=HANG_GUARD)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        helped = subprocess.run([sys.executable, "-m", "cactus_theory", "--plugin", str(here / "toy_protocol.py"),
+                                 "dump", "--help"], capture_output=True, text=True, timeout=HANG_GUARD)  # fmt: skip
+    assert "toyrpc" in helped.stdout
+    trace = load_trace(str(tmp_path / "t"))
+    assert trace.metadata["servers"]["verifier"]["protocol"] == "toyrpc"
+    assert trace.metadata["servers"]["draft"]["engine"] == "toyserve"
+    _check_against_toys(trace, load_prompts(str(prompts)), True, 4)
+    # the protocol is this process's no more than before: a fresh registry holds the built-in ones
+    from cactus_theory.servers import protocol_names
+
+    assert "toyrpc" not in protocol_names() and protocol_names() == ("llama.cpp", "sglang", "openai")

@@ -8,8 +8,8 @@ import importlib.util
 
 import numpy as np
 
-from ._math._logits import RuleLogits
-from ._math._sampling import SamplingSettings, processed_probs
+from .._math._logits import RuleLogits
+from .._math._sampling import SamplingSettings, processed_probs
 
 __all__ = ["make_case"]
 

@@ -1,8 +1,8 @@
 """The conformance checks of rules that judge more than one draft at a time: block rules (lossless by
 enumeration, never below token-wise SpS, their law per block start, their Monte Carlo) and
-multi-draft rules (verify, enumeration, the optimum of their drafting scheme, the one-draft form);
-and the exact law of the first tokens a rule emits (``sequence_law``, ``sequence_tv``). Registered
-in ``testing.CHECKS``."""
+multi-draft rules (verify, enumeration, the optimum of their drafting scheme, the one-draft form),
+against the exact law of the first tokens a rule emits (``_laws._sequence``). Registered in
+``CHECKS`` (``_conformance``)."""
 
 from __future__ import annotations
 
@@ -10,92 +10,11 @@ import dataclasses
 
 import numpy as np
 
-from ._check_tools import _close, _position_rows, _true, make_case
-from ._laws._simulate import simulate
-from ._rules import make_rule
-from ._rules._protocol import kind_of
-
-__all__ = ["sequence_law", "sequence_tv", "sequence_tv_rows", "small_cases"]
-
-
-def sequence_law(rule, draft_probs, target_probs, m, length):
-    """{tokens: probability} of the first ``length`` tokens that speculative decoding with ``rule``
-    emits in a context-free world with rows p (``draft_probs``, (T, V)) and q (``target_probs``,
-    (T, V)) at positions 0..T-1 (blocks of m drafts, each started after the last emitted token;
-    T >= length + m), exactly: every draft, tau and the token after it enumerated at every step
-    through ``block_law`` (V^m drafted blocks a step: small vocabularies only). A lossless rule
-    gives prod_i q_i(y_i)."""
-    return _sequence_law(make_rule(rule) if isinstance(rule, str) else rule, np.asarray(draft_probs, dtype=np.float64),
-                         np.asarray(target_probs, dtype=np.float64), int(m), int(length))  # fmt: skip
-
-
-def small_cases(seeds=(1, 2, 3), positions=8):
-    """The small vocabularies the exact sequence-level checks of the results pages use: [(label,
-    draft_probs, target_probs)], Sun et al.'s toy pair (p = (2/3, 1/3), q = (1/3, 2/3) at every
-    position) and, per seed, position-dependent 3-token rows drawn from a flat Dirichlet."""
-    cases = [("toy pair (Sun et al.)", np.array([[2 / 3, 1 / 3]] * positions), np.array([[1 / 3, 2 / 3]] * positions))]
-    for seed in seeds:
-        rng = np.random.default_rng(seed)
-        cases.append((f"random, seed {seed}", rng.dirichlet(np.ones(3), size=positions),
-                      rng.dirichlet(np.ones(3), size=positions)))  # fmt: skip
-    return cases
-
-
-def sequence_tv_rows(rules, *, ms=(2, 3), length=4, cases=None):
-    """``sequence_tv`` of each rule on each of ``cases`` (default ``small_cases()``) at each m: rows
-    {"case", "m", "length", "tv": {rule: total variation}}, what the results pages print."""
-    rows = []
-    for label, p, q in small_cases() if cases is None else cases:
-        for m in ms:
-            rows.append({"case": label, "m": m, "length": length,
-                         "tv": {rule: sequence_tv(rule, p, q, m, length) for rule in rules}})  # fmt: skip
-    return rows
-
-
-def sequence_tv(rule, draft_probs, target_probs, m, length):
-    """The total variation between ``sequence_law`` and the verifier's law of the first ``length``
-    tokens, prod_i q_i(y_i): 0 for a lossless rule (exact, by enumeration)."""
-    import itertools
-
-    q = np.asarray(target_probs, dtype=np.float64)
-    law = sequence_law(rule, draft_probs, q, m, length)
-    total = 0.0
-    for seq in itertools.product(range(q.shape[-1]), repeat=int(length)):
-        total += abs(law.get(seq, 0.0) - float(np.prod([q[i, y] for i, y in enumerate(seq)])))
-    return 0.5 * total
-
-
-def _sequence_law(rule, p, q, m, length):
-    """``sequence_law`` of a rule object and float64 rows."""
-    import itertools
-
-    vocab = q.shape[-1]
-    memo = {}
-
-    def law_from(s):
-        if s >= length:
-            return {(): 1.0}
-        if s in memo:
-            return memo[s]
-        out = {}
-        for drafts in itertools.product(range(vocab), repeat=m):
-            weight = float(np.prod([p[s + j, x] for j, x in enumerate(drafts)]))
-            if weight == 0.0:
-                continue
-            block = rule.block_law(p[s : s + m][None], q[s : s + m + 1][None], np.array([drafts]))
-            for tau in range(m + 1):
-                p_tau = weight * block.accepted[0, tau]
-                if p_tau == 0.0:
-                    continue
-                for y in np.flatnonzero(block.emitted[0, tau] > 0).tolist():
-                    head = (*drafts[:tau], y)
-                    for tail, p_tail in law_from(s + tau + 1).items():
-                        key = (head + tail)[: length - s]
-                        out[key] = out.get(key, 0.0) + p_tau * block.emitted[0, tau, y] * p_tail
-        memo[s] = out
-        return out
-
-    return law_from(0)
+from .._laws._lengths import stated_law
+from .._laws._sequence import _sequence_law
+from .._laws._simulate import simulate
+from .._rules._protocol import judgement_of
+from ._tools import _close, _position_rows, _true, make_case
 
 
 def check_block_lossless(rule, seed):
@@ -118,9 +37,9 @@ def check_block_lossless(rule, seed):
 
 def check_block_at_least_token(rule, seed):
     """A block rule accepts at least as many drafts as token-wise SpS, at every block start (exact)."""
-    if kind_of(rule) != "block":
+    if not judgement_of(rule).block:
         return "not a block rule"
-    from ._laws._block import block_accepted_length
+    from .._laws._block import block_accepted_length
 
     p, q = _position_rows(seed, 6, 3)
     for m in (1, 2, 3):
@@ -134,9 +53,9 @@ def check_block_survival(rule, seed):
     """A block rule's law of tau per block start (``block_survival_for``: what the planner walks, the steps
     decoding takes) is the one its ``block_law`` gives, every drafted block enumerated here, non-increasing in
     j, and sums to its ``expected_block_lengths_for``."""
-    if kind_of(rule) != "block":
+    if not judgement_of(rule).block:
         return "not a block rule"
-    if not hasattr(rule, "block_survival_for"):
+    if stated_law(rule, "block_survival_for") is None:
         return "states no law per start (block_survival_for): planned over block starts"
     import itertools
 
@@ -168,9 +87,9 @@ def check_block_survival(rule, seed):
 
 def check_block_monte_carlo(rule, seed):
     """Sampling a block rule (``simulate``) gives its exact accepted length (``block_accepted_length``)."""
-    if kind_of(rule) != "block":
+    if not judgement_of(rule).block:
         return "not a block rule"
-    from ._laws._block import block_accepted_length
+    from .._laws._block import block_accepted_length
 
     p, q = _position_rows(seed, 9, 4)
     m = 3
@@ -183,7 +102,7 @@ def check_block_monte_carlo(rule, seed):
 
 
 def _multi(rule):
-    return kind_of(rule) == "multi-draft"
+    return judgement_of(rule).multi_draft
 
 
 def _small_multi(rule):
@@ -254,7 +173,7 @@ def check_multi_below_optimum(rule, seed):
         return "not a multi-draft rule"
     if not rule.lossless:
         return "not lossless"
-    from ._rules import optimal_multi_draft_acceptance
+    from .._rules import optimal_multi_draft_acceptance
 
     small = _small_multi(rule)
     p, q, _ = make_case(seed, int(np.random.default_rng(seed).integers(2, 7)))

@@ -1,0 +1,98 @@
+"""``cactus-theory evaluate``: the quality referee. Its arguments, then the code that runs them."""
+
+from __future__ import annotations
+
+from ._common import (
+    MODEL_MEMORY,
+    _CombinedSpecs,
+    _Formatter,
+    _int_at_least,
+    _model_inputs,
+    _model_options,
+    _progress,
+    _progress_options,
+    _resamples,
+    _rules_epilog,
+    _sampling_options,
+    _settings,
+)
+
+ORDER = 4.5
+
+
+def add_parser(sub):
+    """The subparser of this command."""
+    from .._data._graders import GRADED
+
+    e = sub.add_parser(
+        "evaluate",
+        help="the quality referee: accuracy of rules against the verifier alone on a graded benchmark, paired",
+        epilog=_rules_epilog() + "\n\n" + MODEL_MEMORY,
+        formatter_class=_Formatter,
+    )
+    e.add_argument("--verifier", default=None, help="verifier: Hugging Face id, local directory or .gguf file")
+    e.add_argument("--draft", default=None, help="draft model (as --verifier)")
+    e.add_argument(
+        "--rule",
+        default=None,
+        action=_CombinedSpecs,
+        help="rule spec(s), repeatable; the verifier alone is always decoded too (the reference)",
+    )
+    e.add_argument("--benchmark", choices=GRADED, default="gsm8k", help="the graded benchmark")
+    e.add_argument("--data", default=None, help="the benchmark directory (default: the data directory variable)")
+    e.add_argument("--file", default=None, help="a benchmark file instead (any file of its records; 'choice': "
+                   "JSON Lines with question, choices, answer)")  # fmt: skip
+    e.add_argument("--limit", type=_int_at_least(1), default=20, help="problems (from the first)")
+    e.add_argument("--start", type=_int_at_least(0), default=0, help="the first problem's index in the file")
+    e.add_argument("--samples", type=_int_at_least(1), default=1, help="samples per problem and method")
+    e.add_argument("-m", type=_int_at_least(1), default=8, help="drafted tokens per verification")
+    e.add_argument("--batch", type=_int_at_least(1), default=1, help="problems decoded at once")
+    e.add_argument("--max-new-tokens", type=_int_at_least(1), default=512, help="tokens an answer may have")
+    e.add_argument("--seed", type=_int_at_least(0), default=0, help="each answer's seed comes from it, the problem, "
+                   "the method and the sample")  # fmt: skip
+    e.add_argument("--no-drift", action="store_true", help="do not record each token's KL (faster; needed for "
+                   "block rules)")  # fmt: skip
+    e.add_argument("--out", default=None, help="JSON Lines of records (appended; a rerun resumes)")
+    e.add_argument("--summarize", default=None, metavar="RECORDS", help="only summarise a records file (no model)")
+    e.add_argument("--bootstrap", type=_resamples, default=2000, help="resamples of the paired intervals")
+    _model_options(e)
+    _sampling_options(e)
+    _progress_options(e)
+    e.set_defaults(func=run)
+    return e
+
+
+def run(args) -> int:
+
+    from .._studies._quality import evaluate_rules, quality_markdown, read_records, summarize_records
+
+    if args.summarize:
+        if args.verifier or args.draft or args.rule:
+            raise ValueError("--summarize reads a records file alone: drop --verifier, --draft and --rule")
+        summary = summarize_records(read_records(args.summarize), n_boot=args.bootstrap, seed=args.seed)
+        print(quality_markdown(summary))
+        return 0
+    if not (args.verifier and args.draft and args.rule):
+        raise ValueError("give --verifier, --draft and at least one --rule (or --summarize RECORDS)")
+    from .._analysis._analyze import parse_rules
+    from .._data._graders import load_problems
+    from .._models._hf import load_model
+    from ._common import _check_out
+
+    _check_out(args, [args.file, *_model_inputs(args)], directory=False)
+    rules = parse_rules(args.rule, [1.0])
+    problems = load_problems(args.benchmark, args.data, path=args.file,
+                             limit=args.limit, start=args.start)  # fmt: skip
+    opts = {"cache": not args.no_model_cache, "progress": _progress(args)}
+    if args.engine == "llama.cpp":
+        opts.update(engine="llama.cpp", sequences=args.batch)
+    verifier = load_model(args.verifier, args.device, args.dtype, **opts)
+    draft = load_model(args.draft, args.device, args.dtype, **opts)[0]
+    records = evaluate_rules(verifier, draft, problems, rules, m=args.m, settings=_settings(args),
+                             max_new_tokens=args.max_new_tokens, samples=args.samples, seed=args.seed,
+                             batch=args.batch, out=args.out, progress=_progress(args),
+                             drift=not args.no_drift)  # fmt: skip
+    print(quality_markdown(summarize_records(records, n_boot=args.bootstrap, seed=args.seed)))
+    if args.out:
+        print(f"records in {args.out}")
+    return 0

@@ -1,0 +1,355 @@
+"""The quality referee: what relaxing verification costs in answers. Every problem of a graded benchmark
+is decoded by the verifier alone and by each rule (``samples`` times each, seeded per problem, method and
+sample), graded (``_data._graders``), and each rule is compared with the verifier alone on the same
+problems (``_math._paired``: the paired difference with a bootstrap interval over problems, McNemar's
+exact test at one sample, the problems a +-1 and +-2 point interval would need), beside the drift the
+rule spends on those answers (per emitted token, KL(pi_t || q_t) of the law it emitted the token from,
+and its sum along each answer: ``speculative_generate(drift=True)``).
+
+Records: one JSON line per (problem, method, sample), appended as each batch of problems completes (a
+rerun skips what is there; the file's directory is locked while a run writes; Ctrl-C and SIGTERM keep
+every completed batch). The summary is computed from the records alone (``summarize_records``), so it can
+be recomputed without a model (``cactus-theory evaluate --summarize RECORDS``).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._data._graders import PROGRAM_SECONDS, grade
+from .._data._prompts import prompt_seed
+from .._math._bootstrap import ratio_interval, resample_counts
+from .._math._paired import paired_difference
+from .._math._sampling import SamplingSettings
+from .._math._validation import check_int
+from .._rules._protocol import judgement_of
+from .._rules._registry import as_rule
+from .._util._files import DirectoryLock, LockError, Terminated, json_lines, termination_as_exception
+from .._util._progress import progress_bar
+
+__all__ = ["ALONE", "QualitySummary", "evaluate_rules", "quality_markdown", "read_records", "summarize_records"]
+
+#: The method name of the verifier decoding alone.
+ALONE = "verifier alone"
+#: Fields a record must hold to be summarised.
+_FIELDS = ("id", "benchmark", "method", "sample", "correct", "tokens")
+
+
+def _method_seed(seed, problem_id, method, sample) -> int:
+    """The seed of one (problem, method, sample): from the run's seed and the three (``prompt_seed``)."""
+    return prompt_seed(seed, f"{problem_id}|{method}|{sample}")
+
+
+def read_records(path) -> list:
+    """The records of a JSON Lines file written by ``evaluate_rules`` (each checked for its fields)."""
+    out = []
+    for n, rec in json_lines(path, "a record of cactus-theory evaluate"):
+        if not isinstance(rec, dict) or any(k not in rec for k in _FIELDS):
+            raise ValueError(f"{path}, line {n}: not a record of cactus-theory evaluate (it needs {list(_FIELDS)})")
+        out.append(rec)
+    return out
+
+
+def _setting(m, settings, max_new_tokens, seed, models) -> dict:
+    """What decides every answer of a run besides its (problem, method, sample): records of another
+    setting are never mixed with this run's."""
+    return {"m": int(m), "sampling": settings.as_dict(), "max_new_tokens": int(max_new_tokens), "seed": int(seed),
+            "models": models}  # fmt: skip
+
+
+def _identity(model_or_triple):
+    """(the model, its identity or None) of a ``load_model`` triple or a bare model."""
+    if isinstance(model_or_triple, tuple):
+        return model_or_triple[0], (model_or_triple[2] if len(model_or_triple) > 2 else None)
+    return model_or_triple, None
+
+
+def _drop_torn_tail(path) -> None:
+    """A run killed while appending leaves at most one line without its newline, the last: cut it off
+    (the records before it are whole; the cut one is decoded again)."""
+    with open(path, "rb+") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        if size == 0:
+            return
+        fh.seek(size - 1)
+        if fh.read(1) == b"\n":
+            return
+        back = min(size, 1 << 20)
+        while True:
+            fh.seek(size - back)
+            chunk = fh.read(back)
+            cut = chunk.rfind(b"\n")
+            if cut >= 0 or back == size:
+                fh.truncate(size - back + cut + 1 if cut >= 0 else 0)
+                return
+            back = min(size, back * 2)
+
+
+def evaluate_rules(verifier, draft, problems, rules, *, m=8, settings=None, max_new_tokens=512, samples=1, seed=0,
+                   batch=1, out=None, progress=None, drift=True, timeout=PROGRAM_SECONDS) -> list:  # fmt: skip
+    """Decode and grade ``problems`` (``load_problems``) with the verifier alone and each of ``rules``:
+    the records (dicts: id, benchmark, method, sample, seed, token ids, text, correct, what was
+    extracted, and for a rule its accepted counts and, with ``drift``, token_kl and answer_kl).
+
+    ``verifier``: a (model, tokenizer, identity) triple (``load_model``); ``draft``: a model or its
+    triple. ``m`` drafts a step; ``settings`` the sampling (default: the paper's); ``batch`` problems
+    decoded at once (either engine; at 1 on llama.cpp, ``speculative_generate`` as ``decode`` runs it).
+    The answer of (problem, method, sample) is the same whatever ``batch`` and whatever else the run
+    holds (its own seed; up to llama.cpp's rounding in batches of another shape). ``out``: a JSON Lines
+    file the records are appended to as each batch completes; a rerun with the same settings and models
+    skips the (problem, method, sample) it holds and refuses other settings. ``timeout``: seconds a
+    program under test may run (HumanEval, MBPP)."""
+    from .._models._batch_decode import autoregressive_generate_batch, speculative_generate_batch
+    from .._models._decode import autoregressive_generate, check_chain_rule, speculative_generate
+    from .._models._hf import encode_chat, engine_of, eos_ids
+
+    settings = settings or SamplingSettings()
+    for name, value, low in (("m", m, 1), ("samples", samples, 1), ("batch", batch, 1), ("max_new_tokens",
+                             max_new_tokens, 1)):  # fmt: skip
+        check_int(value, name, low)
+    prompt_seed(seed, "")
+    rules = [as_rule(r) for r in rules]
+    for rule in rules:
+        check_chain_rule(rule)
+        if drift and not judgement_of(rule).token_drift:
+            raise ValueError(f"{rule.describe()} judges whole blocks: its per-token drift is not defined; evaluate it "
+                             "with drift=False (--no-drift)")  # fmt: skip
+    methods = [ALONE, *(r.describe() for r in rules)]
+    if len(set(methods)) != len(methods):
+        raise ValueError(f"the rules must be distinct; got {methods[1:]}")
+    if not problems:
+        raise ValueError("problems: give at least one problem (load_problems)")
+    model, tokenizer = verifier[0], verifier[1]
+    draft, draft_identity = _identity(draft)
+    eos = eos_ids(model, tokenizer)
+    setting = _setting(m, settings, max_new_tokens, seed, {"verifier": _identity(tuple(verifier))[1],
+                                                            "draft": draft_identity})  # fmt: skip
+    one = batch == 1 and engine_of(model) == "llama.cpp"
+    done, lock = {}, None
+    if out is not None:
+        out = str(out)
+        directory = os.path.dirname(os.path.abspath(out))
+        os.makedirs(directory, exist_ok=True)
+        try:
+            lock = DirectoryLock(directory, "evaluate").acquire()
+        except LockError as exc:
+            raise ValueError(str(exc)) from None
+        try:
+            done = _done_records(out, setting)
+        except BaseException:
+            lock.release()
+            raise
+    ids = {p.id: encode_chat(tokenizer, p.prompt.text, f"problem {p.id!r}") for p in problems}
+    units = sum(1 for k in range(samples) for method in methods for p in problems if (p.id, method, k) not in done)
+    bar = progress_bar(total=units, desc="evaluate", unit="answer", enabled=progress)
+    fresh = []
+    sink = open(out, "a", encoding="utf-8") if out is not None else None
+    try:
+        with termination_as_exception():
+            # problems in groups of ``batch``, every method on a group before the next: a stopped run holds
+            # paired answers of every method on the problems it reached
+            for k, start in ((k, s) for k in range(samples) for s in range(0, len(problems), batch)):
+                for method in methods:
+                    group = [p for p in problems[start : start + batch] if (p.id, method, k) not in done]
+                    if not group:
+                        continue
+                    rule = rules[methods.index(method) - 1] if method != ALONE else None
+                    seeds = [_method_seed(seed, p.id, method, k) for p in group]
+                    prompts = [ids[p.id] for p in group]
+                    if one and rule is None:
+                        results = [autoregressive_generate(model, prompts[0], settings, max_new_tokens, seeds[0], eos)]
+                    elif one:
+                        results = [speculative_generate(model, draft, rule, m, settings, max_new_tokens, seeds[0],
+                                                        prompts[0], eos, drift=drift)]  # fmt: skip
+                    elif rule is None:
+                        results = autoregressive_generate_batch(model, prompts, seeds, settings, max_new_tokens, eos)
+                    else:
+                        results = speculative_generate_batch(model, draft, rule, m, prompts, seeds, settings,
+                                                             max_new_tokens, eos, drift=drift)  # fmt: skip
+                    records = [_record(p, method, k, s, res, tokenizer, setting, timeout)
+                               for p, s, res in zip(group, seeds, results, strict=True)]  # fmt: skip
+                    for rec in records:
+                        done[(rec["id"], rec["method"], rec["sample"])] = rec
+                        fresh.append(rec)
+                    if sink is not None:
+                        sink.write("".join(json.dumps(r) + "\n" for r in records))
+                        sink.flush()
+                        os.fsync(sink.fileno())
+                    bar.update(len(group))
+    except (KeyboardInterrupt, Terminated):
+        bar.close()
+        where = f" in {out}: rerun the same command to resume" if out else ""
+        print(f"stopped: {len(fresh)} answer(s) of this run graded and kept{where}", file=sys.stderr, flush=True)
+        raise
+    finally:
+        bar.close()
+        if sink is not None:
+            sink.close()
+        if lock is not None:
+            lock.release()
+    wanted = {(p.id, method, k) for k in range(samples) for method in methods for p in problems}
+    order = {p.id: i for i, p in enumerate(problems)}
+    return [done[key] for key in sorted(wanted, key=lambda x: (x[2], methods.index(x[1]), order[x[0]]))]
+
+
+def _done_records(out, setting) -> dict:
+    """The records ``out`` already holds, by (problem, method, sample), all of this run's ``setting``."""
+    done = {}
+    if os.path.exists(out):
+        _drop_torn_tail(out)
+        for rec in read_records(out):
+            if rec.get("setting") != setting:
+                raise ValueError(f"{out} holds records of another setting or model pair ({rec.get('setting')}; this "
+                                 f"run: {setting}): write to another file")  # fmt: skip
+            done[(rec["id"], rec["method"], rec["sample"])] = rec
+    return done
+
+
+def _record(problem, method, sample, seed, result, tokenizer, setting, timeout) -> dict:
+    text = tokenizer.decode(result.tokens, skip_special_tokens=True)
+    verdict = grade(problem, text, timeout=timeout)
+    rec = {"id": problem.id, "benchmark": problem.benchmark, "method": method, "sample": int(sample), "seed": int(seed),
+           "setting": setting, "token_ids": [int(t) for t in result.tokens], "tokens": len(result.tokens),
+           "text": text, "correct": bool(verdict.correct), "extracted": verdict.extracted,
+           "detail": verdict.detail}  # fmt: skip
+    if verdict.strict is not None:
+        rec["correct_strict"], rec["correct_flexible"] = bool(verdict.strict), bool(verdict.flexible)
+    if method != ALONE:
+        rec["accepted"] = [int(a) for a in result.accepted]
+        rec["drafted"] = [int(d) for d in result.drafted]
+        if result.token_kl is not None:
+            rec["token_kl"] = [float(x) for x in result.token_kl]
+            rec["answer_kl"] = result.answer_kl
+    return rec
+
+
+@dataclass(frozen=True)
+class QualitySummary:
+    """Per benchmark and method: the paired comparison with the verifier alone (``rows``: dicts), and the
+    problems and samples it covers."""
+
+    rows: list
+    problems: dict
+    samples: int
+
+    def table(self) -> str:
+        return quality_markdown(self)
+
+
+def _scores(records, method, problems, key="correct"):
+    """Per problem, the share of its samples of ``method`` graded correct (NaN where it has none)."""
+    by = {}
+    for r in records:
+        if r["method"] == method and key in r:
+            by.setdefault(r["id"], []).append(float(bool(r[key])))
+    return np.array([np.mean(by[p]) if p in by else np.nan for p in problems])
+
+
+def summarize_records(records, *, n_boot=2000, seed=0) -> QualitySummary:
+    """The referee's summary from records alone (``evaluate_rules``'s list, or the path of the JSON Lines
+    file it wrote): per benchmark (and "all", the benchmarks' problems pooled, when there are several),
+    every method's accuracy and, for each rule, its paired difference from the verifier alone on the
+    problems both decoded (interval, McNemar at one sample, problems needed for +-1 and +-2 points), with
+    GSM8K's strict and flexible extractions beside its score, and the drift each rule spent on those
+    answers (KL per emitted token and per answer, intervals over problems)."""
+    if isinstance(records, (str, os.PathLike)):
+        records = read_records(records)
+    if not records:
+        raise ValueError("records: none to summarise")
+    rows, covered, samples = [], {}, 1 + max(int(r["sample"]) for r in records)
+    benches = sorted({r["benchmark"] for r in records})
+    for bench in benches:
+        mine = [r for r in records if r["benchmark"] == bench]
+        covered[bench] = _rows(bench, mine, rows, n_boot, seed)
+    if len(benches) > 1:  # every problem once, its id made unique by its benchmark
+        pooled = [{**r, "id": f"{r['benchmark']}/{r['id']}"} for r in records]
+        covered["all"] = _rows("all", pooled, rows, n_boot, seed)
+    return QualitySummary(rows, covered, samples)
+
+
+def _rows(bench, mine, rows, n_boot, seed) -> int:
+    """Append the rows of one benchmark's records to ``rows``; the problems the verifier alone decoded."""
+    methods = list(dict.fromkeys(r["method"] for r in mine))
+    if ALONE not in methods:
+        raise ValueError(f"records of {bench}: none of the verifier alone, the reference of every comparison")
+    base_ids = {r["id"] for r in mine if r["method"] == ALONE}
+    answers = collections.Counter((r["method"], r["id"]) for r in mine)
+    for method in [ALONE, *(x for x in methods if x != ALONE)]:
+        ids = sorted({r["id"] for r in mine if r["method"] == method} & base_ids)
+        if not ids:
+            continue
+        one = all(answers[(method, i)] == 1 and answers[(ALONE, i)] == 1 for i in ids)
+        score, ref = _scores(mine, method, ids), _scores(mine, ALONE, ids)
+        comparison = paired_difference(ids, score, ref, n_boot=n_boot, seed=seed, single_sample=one)
+        row = {"benchmark": bench, "method": method, "problems": len(ids), "accuracy": comparison.accuracy,
+               "difference": comparison.difference, "low": comparison.low, "high": comparison.high,
+               "mcnemar_p": comparison.mcnemar_p, "discordant": list(comparison.discordant),
+               "needed_1": comparison.needed_1, "needed_2": comparison.needed_2,
+               "verdict": "reference" if method == ALONE else comparison.verdict}  # fmt: skip
+        for key in ("strict", "flexible"):
+            alone = _scores(mine, method, ids, f"correct_{key}")
+            if np.all(np.isfinite(alone)):
+                row[f"accuracy_{key}"] = float(np.mean(alone))
+        if method != ALONE:
+            row.update(_drift(mine, method, ids, n_boot, seed))
+        rows.append(row)
+    return len(base_ids)
+
+
+def _drift(records, method, ids, n_boot, seed) -> dict:
+    """KL per emitted token and per answer of ``method``'s answers (per problem: summed over its samples),
+    with bootstrap intervals over problems; {} when the records hold no drift."""
+    kl, tokens, answers = np.zeros(len(ids)), np.zeros(len(ids)), np.zeros(len(ids))
+    index = {p: i for i, p in enumerate(ids)}
+    seen = False
+    for r in records:
+        if r["method"] == method and r["id"] in index and r.get("token_kl") is not None:
+            i = index[r["id"]]
+            kl[i] += float(np.sum(r["token_kl"]))
+            tokens[i] += len(r["token_kl"])
+            answers[i] += 1
+            seen = True
+    if not seen:
+        return {}
+    counts = resample_counts(ids, n_boot, seed)
+    per_token = ratio_interval(kl, tokens, counts)
+    per_answer = ratio_interval(kl, answers, counts)
+    return {"kl_per_token": per_token[0], "kl_per_token_lo": per_token[1], "kl_per_token_hi": per_token[2],
+            "answer_kl": per_answer[0], "answer_kl_lo": per_answer[1], "answer_kl_hi": per_answer[2]}  # fmt: skip
+
+
+def _pct(x) -> str:
+    return f"{100 * x:.1f}" if np.isfinite(x) else "-"
+
+
+def quality_markdown(summary: QualitySummary) -> str:
+    """The summary as a Markdown table: per benchmark and method, accuracy (GSM8K: the score, then strict /
+    flexible alone), the
+    paired difference from the verifier alone with its 95% interval (points), the verdict, McNemar's p,
+    the problems a +-1 / +-2 point interval would need, and the drift per token and per answer."""
+    lines = ["| benchmark | method | problems | accuracy % | difference, points [95%] | verdict | McNemar p | "
+             "problems for +-1 / +-2 pts | KL / token | KL / answer [95%] |",
+             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in summary.rows:
+        acc = _pct(r["accuracy"])
+        if "accuracy_strict" in r:
+            acc += f" ({_pct(r['accuracy_strict'])} / {_pct(r['accuracy_flexible'])})"
+        if r["method"] == ALONE:
+            diff, verdict, p, need = "-", "reference", "-", "-"
+        else:
+            diff = f"{100 * r['difference']:+.1f} [{100 * r['low']:+.1f}, {100 * r['high']:+.1f}]"
+            verdict = r["verdict"]
+            p = f"{r['mcnemar_p']:.3g}" if r["mcnemar_p"] is not None else "- (K > 1)"
+            need = f"{r['needed_1']:,.0f} / {r['needed_2']:,.0f}" if np.isfinite(r["needed_1"]) else "-"
+        kl = f"{r['kl_per_token']:.4f}" if "kl_per_token" in r else "-"
+        answer = (f"{r['answer_kl']:.3f} [{r['answer_kl_lo']:.3f}, {r['answer_kl_hi']:.3f}]"
+                  if "answer_kl" in r else "-")  # fmt: skip
+        lines.append(f"| {r['benchmark']} | {r['method']} | {r['problems']} | {acc} | {diff} | {verdict} | {p} | "
+                     f"{need} | {kl} | {answer} |")  # fmt: skip
+    return "\n".join(lines)

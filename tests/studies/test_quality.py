@@ -1,0 +1,248 @@
+"""The quality referee: decoding, grading and the paired summary end to end. A fake pair whose rule flips a
+known share of answers (the interval covers it, the drift is the one it spent), resume after kill -9 to
+the same records and summary, the real engine on tiny models (an answer is the same at any batch size and
+is the engine's own decoding with the answer's seed), the command line."""
+
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from fake_referee import FLIP, STATE, TOKEN_KL, choice_file, install, verifier
+from locations import FIXTURES, HANG_GUARD, ROOT, TESTS
+
+from cactus_theory._data._graders import load_problems
+from cactus_theory._data._prompts import prompt_seed
+from cactus_theory._studies._quality import ALONE, evaluate_rules, read_records, summarize_records
+
+RULES = ["sps", "lossy(alpha=0.5)"]
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    install(monkeypatch.setattr)
+    monkeypatch.setitem(STATE, "calls", 0)
+    monkeypatch.setitem(STATE, "block_after", None)
+
+
+def test_a_known_flip_share_is_covered_and_the_drift_is_the_one_spent(tmp_path, fake):
+    problems = load_problems("choice", path=choice_file(tmp_path / "c.jsonl", 160))
+    records = evaluate_rules(verifier(), object(), problems, RULES, m=4, batch=8)
+    assert len(records) == 3 * 160 and [r["method"] for r in records[:1]] == [ALONE]
+    # each answer's verdict is the fake's draw from the answer's own seed
+    seeds = {(r["id"], r["method"]): r["seed"] for r in records}
+    for r in records:
+        assert r["seed"] == prompt_seed(0, f"{r['id']}|{r['method']}|0")
+        expected = r["method"] == ALONE or not np.random.default_rng(seeds[(r["id"], r["method"])]).random() < FLIP
+        assert r["correct"] == expected and r["extracted"] == ("A" if expected else "B")
+    summary = summarize_records(records, n_boot=2000)
+    rows = {r["method"]: r for r in summary.rows}
+    assert rows[ALONE]["accuracy"] == 1.0 and summary.problems == {"choice": 160}
+    for rule in ("sps", "lossy(alpha=0.5)"):
+        row = rows[rule]
+        assert row["low"] <= -FLIP <= row["high"], row  # the interval covers the true loss
+        assert row["high"] < 0 and row["verdict"] == "worse"  # and the loss is detected
+        assert row["mcnemar_p"] < 1e-6 and row["discordant"][0] == 0
+        assert row["kl_per_token"] == pytest.approx(np.mean(TOKEN_KL), abs=1e-12)
+        assert row["answer_kl"] == pytest.approx(sum(TOKEN_KL), abs=1e-12)
+        assert row["answer_kl_lo"] == pytest.approx(sum(TOKEN_KL), abs=1e-12)
+    table = summary.table()
+    assert "| choice | verifier alone | 160 | 100.0 | - | reference |" in table
+    assert f"| {TOKEN_KL[0] / 2 + TOKEN_KL[1] / 2:.4f} |" in table
+
+
+def test_samples_are_averaged_within_a_problem(tmp_path, fake):
+    problems = load_problems("choice", path=choice_file(tmp_path / "c.jsonl", 30))
+    records = evaluate_rules(verifier(), object(), problems, ["sps"], samples=3, batch=5, drift=False)
+    assert len(records) == 2 * 30 * 3 and len({r["seed"] for r in records}) == 180
+    rows = {r["method"]: r for r in summarize_records(records, n_boot=500).rows}
+    per_problem = {}
+    for r in records:
+        if r["method"] == "sps":
+            per_problem.setdefault(r["id"], []).append(r["correct"])
+    assert rows["sps"]["accuracy"] == pytest.approx(np.mean([np.mean(v) for v in per_problem.values()]), abs=1e-12)
+    assert rows["sps"]["mcnemar_p"] is None and "kl_per_token" not in rows["sps"]
+    assert summarize_records(records, n_boot=500).samples == 3
+
+
+def test_a_rerun_skips_what_is_done_and_refuses_other_settings(tmp_path, fake):
+    problems = load_problems("choice", path=choice_file(tmp_path / "c.jsonl", 12))
+    out = tmp_path / "runs" / "records.jsonl"
+    first = evaluate_rules(verifier(), object(), problems[:6], RULES, batch=4, out=out)
+    calls = STATE["calls"]
+    again = evaluate_rules(verifier(), object(), problems[:6], RULES, batch=4, out=out)
+    assert STATE["calls"] == calls and again == first  # nothing decoded again
+    more = evaluate_rules(verifier(), object(), problems, RULES, batch=4, out=out)
+    assert len(more) == 36 and len(read_records(out)) == 36
+    with pytest.raises(ValueError, match="another setting or model pair"):
+        evaluate_rules(verifier(), object(), problems, RULES, m=3, out=out)
+    other = (verifier()[0], verifier()[1], {"name": "another verifier"})
+    with pytest.raises(ValueError, match="another setting or model pair"):
+        evaluate_rules(other, object(), problems, RULES, out=out)
+    # a torn last line (a run killed mid-write) is cut off and decoded again
+    whole = out.read_text()
+    out.write_text(whole + whole.splitlines()[0][:40])
+    assert evaluate_rules(verifier(), object(), problems, RULES, batch=4, out=out) == more
+    assert out.read_text() == whole
+    assert not [f for f in os.listdir(out.parent) if f.endswith(".lock")]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"m": 0}, "m must be an integer >= 1"),
+        ({"samples": 1.5}, "samples must be an integer"),
+        ({"rules": ["sps", "sps"]}, "must be distinct"),
+        ({"rules": ["block"]}, "judges whole blocks"),
+        ({"problems": []}, "at least one problem"),
+    ],
+)
+def test_bad_arguments_are_named(tmp_path, fake, kwargs, message):
+    args = {"problems": load_problems("choice", path=choice_file(tmp_path / "c.jsonl", 2)), "rules": ["sps"]}
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+        evaluate_rules(verifier(), object(), **args)
+
+
+def test_summaries_need_the_reference():
+    with pytest.raises(ValueError, match="none to summarise"):
+        summarize_records([])
+    rec = {"id": "x", "benchmark": "gsm8k", "method": "SpS", "sample": 0, "correct": True, "tokens": 3}
+    with pytest.raises(ValueError, match="none of the verifier alone"):
+        summarize_records([rec])
+
+
+_CHILD = """
+import sys
+sys.path[:0] = [{tests!r}, {root!r}]
+from fake_referee import STATE, install, verifier
+from cactus_theory._data._graders import load_problems
+from cactus_theory._studies._quality import evaluate_rules
+install()
+STATE["block_after"] = {block_after}
+problems = load_problems("choice", path={problems!r})
+evaluate_rules(verifier(), object(), problems, {rules!r}, batch=3, samples=2, out={out!r})
+"""
+
+
+def _child(tmp_path, out, block_after):
+    code = _CHILD.format(tests=str(TESTS), root=str(ROOT), block_after=block_after, rules=RULES,
+                         problems=str(tmp_path / "c.jsonl"), out=str(out))  # fmt: skip
+    return subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE)
+
+
+def _wait_blocked(child):
+    seen = b""
+    while b"BLOCKED" not in seen:
+        chunk = os.read(child.stderr.fileno(), 4096)
+        assert chunk, seen.decode()[-2000:]
+        seen += chunk
+
+
+def test_kill_9_then_resume_gives_the_same_records_and_summary(tmp_path):
+    choice_file(tmp_path / "c.jsonl", 10)
+    out = tmp_path / "killed" / "records.jsonl"
+    for block_after in (0, 2, 7):  # killed before any answer, then twice mid-run
+        child = _child(tmp_path, out, block_after)
+        _wait_blocked(child)
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=HANG_GUARD)
+    assert 0 < len(out.read_text().splitlines()) < 60
+    assert _child(tmp_path, out, None).wait(timeout=HANG_GUARD) == 0
+    clean = tmp_path / "clean" / "records.jsonl"
+    assert _child(tmp_path, clean, None).wait(timeout=HANG_GUARD) == 0
+    killed, straight = read_records(out), read_records(clean)
+    key = lambda r: (r["id"], r["method"], r["sample"])  # noqa: E731
+    assert sorted(killed, key=key) == sorted(straight, key=key) and len(killed) == 60
+    assert summarize_records(killed).rows == summarize_records(straight).rows
+    assert not [f for f in os.listdir(out.parent) if f.endswith(".lock")]
+
+
+# --- the real engine on tiny models ------------------------------------------------------------------
+
+
+@pytest.mark.llamacpp
+@pytest.mark.models
+def test_an_answer_is_the_engines_own_decoding_at_any_batch_size(gguf_pair, tmp_path):
+    from cactus_theory._math._sampling import SamplingSettings
+    from cactus_theory._models._decode import autoregressive_generate, speculative_generate
+    from cactus_theory._models._hf import encode_chat, eos_ids, load_model
+
+    v_path, d_path = gguf_pair
+    settings = SamplingSettings(temperature=1.0, top_k=8, top_p=1.0)
+    problems = load_problems("gsm8k", FIXTURES / "benchmarks")
+    runs = {}
+    for batch in (1, 3):
+        ver = load_model(v_path, engine="llama.cpp", sequences=batch)
+        drf = load_model(d_path, engine="llama.cpp", sequences=batch)
+        runs[batch] = evaluate_rules(ver, drf, problems, ["sps", "cactus(delta=1)"], m=3, settings=settings,
+                                     max_new_tokens=10, batch=batch)  # fmt: skip
+    strip = lambda recs: [{k: v for k, v in r.items() if k not in ("token_kl", "answer_kl")} for r in recs]  # noqa: E731
+    assert strip(runs[1]) == strip(runs[3])
+    ver = load_model(v_path, engine="llama.cpp")
+    drf = load_model(d_path, engine="llama.cpp")[0]
+    eos = eos_ids(ver[0], ver[1])
+    for r in runs[1]:
+        problem = next(p for p in problems if p.id == r["id"])
+        ids = encode_chat(ver[1], problem.prompt.text)
+        if r["method"] == ALONE:
+            own = autoregressive_generate(ver[0], ids, settings, 10, r["seed"], eos)
+        else:
+            own = speculative_generate(ver[0], drf, r["method"], 3,
+                                       settings, 10, r["seed"], ids, eos, drift=True)  # fmt: skip
+            assert r["accepted"] == own.accepted
+            assert r["answer_kl"] == pytest.approx(own.answer_kl, rel=1e-6, abs=1e-12)
+        assert r["token_ids"] == own.tokens
+        assert r["text"] == ver[1].decode(own.tokens, skip_special_tokens=True)
+        assert r["correct"] is False  # a random tiny model does not do arithmetic
+
+
+@pytest.mark.llamacpp
+@pytest.mark.models
+def test_the_command_line_runs_resumes_and_summarises(gguf_pair, tmp_path, capsys):
+    from cactus_theory._cli import main
+
+    v_path, d_path = gguf_pair
+    out = tmp_path / "records.jsonl"
+    argv = ["evaluate", "--verifier", v_path, "--draft", d_path, "--engine", "llama.cpp", "--rule", "sps",
+            "--rule", "cactus(delta=4),lossy(alpha=0.5)", "--benchmark", "humaneval", "--data",
+            str(FIXTURES / "benchmarks"), "--limit", "2", "--max-new-tokens", "6", "-m", "2", "--quiet",
+            "--out", str(out), "--bootstrap", "200"]  # fmt: skip
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    assert "| humaneval | verifier alone | 2 |" in first and "lossy(alpha=0.5)" in first
+    assert len(out.read_text().splitlines()) == 8
+    assert main(argv) == 0 and len(out.read_text().splitlines()) == 8  # nothing decoded again
+    capsys.readouterr()
+    assert main(["evaluate", "--summarize", str(out), "--bootstrap", "200"]) == 0
+    table = capsys.readouterr().out
+    assert table.strip() == first.split("records in")[0].strip()
+    # bad input: one line, exit 2
+    for bad, message in (
+        (["evaluate", "--summarize", str(out), "--rule", "sps"], "--summarize reads a records file alone"),
+        (["evaluate", "--verifier", v_path], "give --verifier, --draft and at least one --rule"),
+        (["evaluate", "--summarize", str(tmp_path / "none.jsonl")], "none.jsonl"),
+        ([*argv[:-4], "--out", v_path], "--out"),
+    ):
+        assert main(bad) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_several_benchmarks_are_also_pooled():
+    def rec(bench, pid, method, correct):
+        return {"id": pid, "benchmark": bench, "method": method, "sample": 0, "correct": correct, "tokens": 1}
+
+    records = [
+        rec("gsm8k", "p0", ALONE, True), rec("gsm8k", "p0", "sps", False),
+        rec("gsm8k", "p1", ALONE, True), rec("gsm8k", "p1", "sps", True),
+        rec("humaneval", "p0", ALONE, False), rec("humaneval", "p0", "sps", False),
+    ]  # fmt: skip
+    summary = summarize_records(records, n_boot=100)
+    rows = {(r["benchmark"], r["method"]): r for r in summary.rows}
+    assert summary.problems == {"gsm8k": 2, "humaneval": 1, "all": 3}  # the same id in two benchmarks: two problems
+    assert rows[("all", "sps")]["accuracy"] == pytest.approx(1 / 3, abs=1e-15)
+    assert rows[("all", "sps")]["difference"] == pytest.approx(-1 / 3, abs=1e-15)
+    assert rows[("all", "sps")]["discordant"] == [0, 1]

@@ -1,6 +1,6 @@
 """Files written the way the package writes them, for scripts and extensions: atomic writes
 (a temporary name, then a rename), CSV text, UTF-8 reading with clear errors, directory locks,
-output locations checked before the work. See ``cactus_theory._io`` for the guarantees."""
+output locations checked before the work. The guarantees: ``cactus_theory._util._files``."""
 
 from ._util._files import (
     DirectoryLock,

@@ -12,8 +12,12 @@ from ._rules import available_rules
 from ._rules._helpers import SpSOneDraft, block_inputs
 from ._rules._protocol import Judgement, judgement_of
 
-_HELPERS = {"SpSOneDraft": SpSOneDraft, "block_inputs": block_inputs, "Judgement": Judgement,
-            "judgement_of": judgement_of}  # fmt: skip
+_HELPERS = {
+    "SpSOneDraft": SpSOneDraft,
+    "block_inputs": block_inputs,
+    "Judgement": Judgement,
+    "judgement_of": judgement_of,
+}
 
 
 def _classes() -> dict:

@@ -48,11 +48,23 @@ def curves(result, cost, sizes, n_boot):
         if row["draft_policy"]:
             continue
         per = row["per_batch"]
-        out.append({
-            "rule": row["rule"], "break_even": row["break_even"], "verdict": row["verdict"],
-            "points": [{"batch": b, "m": per[b]["m"], "speedup": per[b]["speedup"], "lo": per[b]["speedup_lo"],
-                        "hi": per[b]["speedup_hi"]} for b in sorted(per)],
-        })  # fmt: skip
+        out.append(
+            {
+                "rule": row["rule"],
+                "break_even": row["break_even"],
+                "verdict": row["verdict"],
+                "points": [
+                    {
+                        "batch": b,
+                        "m": per[b]["m"],
+                        "speedup": per[b]["speedup"],
+                        "lo": per[b]["speedup_lo"],
+                        "hi": per[b]["speedup_hi"],
+                    }
+                    for b in sorted(per)
+                ],
+            }
+        )
     return out
 
 
@@ -71,8 +83,14 @@ def figure(pairs, measured):
             ax.plot(
                 xs, [p["speedup"] for p in c["points"]], marker="o", ms=3, color=colours[c["rule"]], label=c["rule"]
             )
-            ax.fill_between(xs, [p["lo"] for p in c["points"]], [p["hi"] for p in c["points"]],
-                            color=colours[c["rule"]], alpha=0.15, lw=0)  # fmt: skip
+            ax.fill_between(
+                xs,
+                [p["lo"] for p in c["points"]],
+                [p["hi"] for p in c["points"]],
+                color=colours[c["rule"]],
+                alpha=0.15,
+                lw=0,
+            )
             if c["break_even"] is not None:
                 ax.axvline(c["break_even"], color=colours[c["rule"]], ls=":", lw=1)
         ax.set_xscale("log", base=2)
@@ -82,12 +100,26 @@ def figure(pairs, measured):
         for m in sorted({r["m"] for r in measured if r["rule"] == rule}):
             pts = sorted((r for r in measured if r["rule"] == rule and r["m"] == m), key=lambda r: r["batch"])
             xs = [r["batch"] for r in pts]
-            ax.errorbar(xs, [r["measured"] for r in pts], yerr=[[r["measured"] - r["measured_lo"] for r in pts],
-                        [r["measured_hi"] - r["measured"] for r in pts]], marker="o", ms=3, capsize=2,
-                        color=colours[rule], ls="-" if m == max(r["m"] for r in measured) else "--",
-                        label=f"{rule}, m = {m} (measured)")  # fmt: skip
-            ax.plot(xs, [r["predicted"] for r in pts], marker="x", ms=5, color=colours[rule], ls="none",
-                    label=f"{rule}, m = {m} (predicted)")  # fmt: skip
+            ax.errorbar(
+                xs,
+                [r["measured"] for r in pts],
+                yerr=[[r["measured"] - r["measured_lo"] for r in pts], [r["measured_hi"] - r["measured"] for r in pts]],
+                marker="o",
+                ms=3,
+                capsize=2,
+                color=colours[rule],
+                ls="-" if m == max(r["m"] for r in measured) else "--",
+                label=f"{rule}, m = {m} (measured)",
+            )
+            ax.plot(
+                xs,
+                [r["predicted"] for r in pts],
+                marker="x",
+                ms=5,
+                color=colours[rule],
+                ls="none",
+                label=f"{rule}, m = {m} (predicted)",
+            )
     ax.set_title("this machine, llama.cpp (measured and predicted)", fontsize=9)
     ax.legend(fontsize=6, loc="center", ncol=2)
     for ax in axes:
@@ -121,15 +153,22 @@ def markdown(data, trace, seconds):
         "|---|---|---|---|",
     ]
     for r in data["fit"]["rows"]:
-        lines.append(f"| {r['point']} | {1e3 * r['measured']:.2f} | {1e3 * r['modelled']:.2f} | "
-                     f"{100 * r['error']:+.1f}% |")  # fmt: skip
+        lines.append(
+            f"| {r['point']} | {1e3 * r['measured']:.2f} | {1e3 * r['modelled']:.2f} | {100 * r['error']:+.1f}% |"
+        )
     within = sum(abs(r["error"]) <= 0.10 for r in data["fit"]["rows"])
     lines += ["", f"Within 10%: {within} of {len(data['fit']['rows'])} points.", ""]
     for title, cs in data["pairs"]:
-        lines += [f"## {title}", "", "Throughput speedup over the batch at the best m (per-step; 95% interval from "
-                  "the AL bootstrap); break-even B: the smallest size from which on the best m no longer beats the "
-                  "verifier alone.", "", "| rule | " + " | ".join(f"B = {b}" for b in SIZES) + " | break-even B |",
-                  "|---|" + "---|" * (len(SIZES) + 1)]  # fmt: skip
+        lines += [
+            f"## {title}",
+            "",
+            "Throughput speedup over the batch at the best m (per-step; 95% interval from "
+            "the AL bootstrap); break-even B: the smallest size from which on the best m no longer beats the "
+            "verifier alone.",
+            "",
+            "| rule | " + " | ".join(f"B = {b}" for b in SIZES) + " | break-even B |",
+            "|---|" + "---|" * (len(SIZES) + 1),
+        ]
         for c in cs:
             cells = [f"{p['speedup']:.2f}x (m = {p['m']})" for p in c["points"]]
             lines.append(f"| {c['rule']} | " + " | ".join(cells) + f" | {c['verdict']} |")
@@ -172,11 +211,16 @@ def main(argv=None):
     roofline, fit_rows = fit_to_profiles()
     profile = CostModel.from_profile(DEFAULT_COST_PROFILE)
     pairs = [
-        (f"Shipped measured profile {DEFAULT_COST_PROFILE} (Qwen3-32B verifying, 0.6B drafting, GB200; batch 1 "
-         "measured, larger batches modelled by the fitted roofline)", curves(result, profile, SIZES, args.bootstrap)),
-        (f"Roofline {ROOFLINE} (modelled: Qwen3-32B verifying, 0.6B drafting on one H100, 1,024 tokens of context)",
-         curves(result, CostModel.from_profile(ROOFLINE), SIZES, args.bootstrap)),
-    ]  # fmt: skip
+        (
+            f"Shipped measured profile {DEFAULT_COST_PROFILE} (Qwen3-32B verifying, 0.6B drafting, GB200; batch 1 "
+            "measured, larger batches modelled by the fitted roofline)",
+            curves(result, profile, SIZES, args.bootstrap),
+        ),
+        (
+            f"Roofline {ROOFLINE} (modelled: Qwen3-32B verifying, 0.6B drafting on one H100, 1,024 tokens of context)",
+            curves(result, CostModel.from_profile(ROOFLINE), SIZES, args.bootstrap),
+        ),
+    ]
     settings = {}
     for c in pairs[0][1]:
         for p in c["points"]:
@@ -189,10 +233,15 @@ def main(argv=None):
     command = "python experiments/batch_gpu.py" + (f" --trace {args.trace}" if args.trace else "")
     data = {
         "command": command,
-        "fit": {"efficiency": roofline.efficiency, "overhead": roofline.overhead,
-                "verify_overhead": roofline.verify_overhead, "rows": fit_rows},
-        "pairs": pairs, "requests": requests,
-    }  # fmt: skip
+        "fit": {
+            "efficiency": roofline.efficiency,
+            "overhead": roofline.overhead,
+            "verify_overhead": roofline.verify_overhead,
+            "rows": fit_rows,
+        },
+        "pairs": pairs,
+        "requests": requests,
+    }
     seconds = time.perf_counter() - start
     text = markdown(data, trace, seconds)
     short = [("GB200 profile pair (batch > 1 modelled)", pairs[0][1]), ("H100 roofline pair (modelled)", pairs[1][1])]

@@ -63,8 +63,16 @@ def heldout(args, trace):
 
 def _singletons(records):
     """Records decoded one at a time as batches of one (each its own wall time), for ``batch_throughput``."""
-    return [dict(r, batch=2, batch_ids=[r["id"]], batch_seconds=r["seconds"],
-                 baseline=dict(r["baseline"], batch_seconds=r["baseline"]["seconds"])) for r in records]  # fmt: skip
+    return [
+        dict(
+            r,
+            batch=2,
+            batch_ids=[r["id"]],
+            batch_seconds=r["seconds"],
+            baseline=dict(r["baseline"], batch_seconds=r["baseline"]["seconds"]),
+        )
+        for r in records
+    ]
 
 
 def main(argv=None):
@@ -97,8 +105,14 @@ def main(argv=None):
     prompt_tokens = float(np.mean([len(encode_chat(tokenizer, p.text)) for p in prompts]))
     tasks = sorted({p.task for p in prompts})
     result = analyze_trace(trace, rules, ms=tuple(args.m), n_boot=args.bootstrap, progress=False, tasks=tasks)
-    plans = batch_plan(result, cost, args.batch, prompt_tokens=prompt_tokens, output_tokens=args.max_new_tokens,
-                         allow_untrusted=args.trust_cost)  # fmt: skip
+    plans = batch_plan(
+        result,
+        cost,
+        args.batch,
+        prompt_tokens=prompt_tokens,
+        output_tokens=args.max_new_tokens,
+        allow_untrusted=args.trust_cost,
+    )
     work = tempfile.mkdtemp(prefix="batch-vs-reality-")
     prompt_file = os.path.join(work, "prompts.jsonl")
     with open(prompt_file, "w") as fh:
@@ -109,10 +123,35 @@ def main(argv=None):
     for size in args.batch:
         for m in args.m:
             print(f"decoding at batch {size}, m={m} ...", file=sys.stderr, flush=True)
-            argv_ = [sys.executable, "-m", "cactus_theory", "decode", "--engine", "llama.cpp", "--verifier", verifier,
-                     "--draft", draft, "--prompts", prompt_file, "--field", "text", "--rule", args.rules, "-m", str(m),
-                     "--batch", str(size), "--baseline", "--max-new-tokens", str(args.max_new_tokens), *SAMPLING,
-                     "--quiet", "--out", records]  # fmt: skip
+            argv_ = [
+                sys.executable,
+                "-m",
+                "cactus_theory",
+                "decode",
+                "--engine",
+                "llama.cpp",
+                "--verifier",
+                verifier,
+                "--draft",
+                draft,
+                "--prompts",
+                prompt_file,
+                "--field",
+                "text",
+                "--rule",
+                args.rules,
+                "-m",
+                str(m),
+                "--batch",
+                str(size),
+                "--baseline",
+                "--max-new-tokens",
+                str(args.max_new_tokens),
+                *SAMPLING,
+                "--quiet",
+                "--out",
+                records,
+            ]
             done = subprocess.run(argv_, capture_output=True, text=True)
             if done.returncode != 0:
                 sys.exit(f"decoding failed: {done.stderr[-2000:]}")
@@ -125,16 +164,32 @@ def main(argv=None):
                 got = batch_throughput(sel if size > 1 else _singletons(sel), n_boot=args.bootstrap)
                 pred = next(r for r in plans[size].rows if r["rule"] == label and r["m"] == m and r["task"] == "all")
                 al = sum(sum(r["accepted"]) for r in sel) / sum(len(r["accepted"]) for r in sel)
-                rows.append({"batch": size, "rule": label, "m": m, "measured": got["speedup"],
-                             "measured_lo": got["speedup_lo"], "measured_hi": got["speedup_hi"],
-                             "measured_tokens_per_second": got["tokens_per_second"],
-                             "alone_tokens_per_second": got["alone_tokens_per_second"], "measured_al": al,
-                             "trace_al": pred["al"], "predicted": pred["request_speedup"],
-                             "predicted_lo": pred["request_speedup_lo"], "predicted_hi": pred["request_speedup_hi"],
-                             "error": pred["request_speedup"] / got["speedup"] - 1,
-                             "batches": got["batches"]})  # fmt: skip
-    result_json = {"cost": cost_path, "machine": machine_description(), "prompts": [p.id for p in prompts],
-                   "prompt_tokens": prompt_tokens, "rows": rows}  # fmt: skip
+                rows.append(
+                    {
+                        "batch": size,
+                        "rule": label,
+                        "m": m,
+                        "measured": got["speedup"],
+                        "measured_lo": got["speedup_lo"],
+                        "measured_hi": got["speedup_hi"],
+                        "measured_tokens_per_second": got["tokens_per_second"],
+                        "alone_tokens_per_second": got["alone_tokens_per_second"],
+                        "measured_al": al,
+                        "trace_al": pred["al"],
+                        "predicted": pred["request_speedup"],
+                        "predicted_lo": pred["request_speedup_lo"],
+                        "predicted_hi": pred["request_speedup_hi"],
+                        "error": pred["request_speedup"] / got["speedup"] - 1,
+                        "batches": got["batches"],
+                    }
+                )
+    result_json = {
+        "cost": cost_path,
+        "machine": machine_description(),
+        "prompts": [p.id for p in prompts],
+        "prompt_tokens": prompt_tokens,
+        "rows": rows,
+    }
     text = markdown(result_json, cost, args)
     write_results(args.out, "batch_vs_reality", markdown=text, data=result_json)
     print(text)
@@ -165,8 +220,11 @@ def markdown(r, cost, args):
         )
     within = sum(abs(x["error"]) <= 0.15 for x in r["rows"])
     covered = sum(x["predicted_lo"] <= x["measured"] <= x["predicted_hi"] for x in r["rows"])
-    lines += ["", f"Within 15% of the measurement: {within} of {len(r['rows'])} cells; the measurement inside the "
-              f"predicted interval: {covered} of {len(r['rows'])}."]  # fmt: skip
+    lines += [
+        "",
+        f"Within 15% of the measurement: {within} of {len(r['rows'])} cells; the measurement inside the "
+        f"predicted interval: {covered} of {len(r['rows'])}.",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -419,11 +419,17 @@ def bench_sampling(repeats, vocab):
         ours = processed_probs(x, settings)
         theirs = plain_top_k_top_p(x, settings.temperature, settings.top_k, settings.top_p)
         gap = float((ours - theirs).abs().max())
-        base, mine, ratio = paired_times(lambda x=x: plain_top_k_top_p(x, 0.6, 20, 0.95),
-                                         lambda x=x: processed_probs(x, settings), repeats)  # fmt: skip
-        rows.append((f"sampling step: {n} row(s) of V={vocab:,}, temperature 0.6, top-k 20, top-p 0.95",
-                     f"{ratio:.2f}x the engine's sort-based top-k / top-p", f"ours {mine * 1e3:.2f} ms",
-                     f"engine {base * 1e3:.2f} ms; largest difference of a probability {gap:.1e}"))  # fmt: skip
+        base, mine, ratio = paired_times(
+            lambda x=x: plain_top_k_top_p(x, 0.6, 20, 0.95), lambda x=x: processed_probs(x, settings), repeats
+        )
+        rows.append(
+            (
+                f"sampling step: {n} row(s) of V={vocab:,}, temperature 0.6, top-k 20, top-p 0.95",
+                f"{ratio:.2f}x the engine's sort-based top-k / top-p",
+                f"ours {mine * 1e3:.2f} ms",
+                f"engine {base * 1e3:.2f} ms; largest difference of a probability {gap:.1e}",
+            )
+        )
     return rows
 
 
@@ -503,12 +509,20 @@ def bench_scaling(positions=100_000):
         times = {f"{n} process{'es' if n > 1 else ''}": once(lambda n=n: analysis(processes=n)) for n in (1, 2)}
         # the whole analysis in a fresh process: its peak resident memory (the shards read one at a time, the kept
         # distributions capped at TraceSequence.KEPT_DISTRIBUTIONS_BYTES, the per-sequence sums growing with the trace)
-        code = ("import sys, resource; from cactus_theory import analyze_trace, parse_rules; "
-                "analyze_trace(sys.argv[1], parse_rules('sps,tas,cactus,cactus-exact,mentored', (0.5, 1.0)), "
-                "ms=(4, 8, 20), n_boot=1000, progress=False); "
-                "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")  # fmt: skip
-        peak_rss = int(subprocess.run([sys.executable, "-c", code, big.directory], check=True, capture_output=True,
-                                      text=True).stdout.split()[-1]) / 1024  # fmt: skip
+        code = (
+            "import sys, resource; from cactus_theory import analyze_trace, parse_rules; "
+            "analyze_trace(sys.argv[1], parse_rules('sps,tas,cactus,cactus-exact,mentored', (0.5, 1.0)), "
+            "ms=(4, 8, 20), n_boot=1000, progress=False); "
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+        )
+        peak_rss = (
+            int(
+                subprocess.run(
+                    [sys.executable, "-c", code, big.directory], check=True, capture_output=True, text=True
+                ).stdout.split()[-1]
+            )
+            / 1024
+        )
         for n in (1, 2):
             client, cluster = local_dask_cluster(n)
             times[f"Dask, {n} worker{'s' if n > 1 else ''}"] = once(lambda client=client: analysis(client=client))
@@ -610,8 +624,11 @@ def main(argv=None):
     print("|---|---|---|---|")
     for r in rows:
         print("| " + " | ".join(r) + " |")
-    print(f"\nload: other processes kept {load:.0%} of the cores busy while this ran" if load is not None else
-          "\nload: unknown (no /proc/stat)")  # fmt: skip
+    print(
+        f"\nload: other processes kept {load:.0%} of the cores busy while this ran"
+        if load is not None
+        else "\nload: unknown (no /proc/stat)"
+    )
     if TARGETS:
         print("\n| target | measured | status |")
         print("|---|---|---|")

@@ -92,8 +92,9 @@ def decode_part(args, trace):
             steps += len(full)
             print(f"{spec} {prompt.id}: AL {np.mean(full) if full else float('nan'):.2f} over {len(full)} steps")
         measured[spec] = {"al": accepted / steps if steps else float("nan"), "steps": steps}
-    return predicted_part({"prompts": [p.id for p in prompts], "max_new_tokens": args.max_new_tokens,
-                           "rules": measured}, trace)  # fmt: skip
+    return predicted_part(
+        {"prompts": [p.id for p in prompts], "max_new_tokens": args.max_new_tokens, "rules": measured}, trace
+    )
 
 
 def predicted_part(decoded, trace):

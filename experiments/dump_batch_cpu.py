@@ -38,24 +38,43 @@ def main(argv=None):
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                                      "docs", "results"))  # fmt: skip
+    parser.add_argument(
+        "--out", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "results")
+    )
     args = parser.parse_args(argv)
     sizes = [int(b) for b in args.batch.split(",")]
     half = max(1, args.prompts // 2)
-    prompts = [*load_prompts(benchmark_file("gsm8k", args.data), dataset="gsm8k")[:half],
-               *load_prompts(benchmark_file("humaneval", args.data), dataset="humaneval")[:half]]  # fmt: skip
+    prompts = [
+        *load_prompts(benchmark_file("gsm8k", args.data), dataset="gsm8k")[:half],
+        *load_prompts(benchmark_file("humaneval", args.data), dataset="humaneval")[:half],
+    ]
     settings = SamplingSettings(temperature=0.6, top_k=20, top_p=0.95)
     pair = [os.path.join(args.models, name) for name in (VERIFIER, DRAFT)]
     rows, traces = [], {}
     with tempfile.TemporaryDirectory() as work:
         for size in sizes:
             out = os.path.join(work, f"b{size}")
-            summary = dump_trace(*pair, prompts, out, settings=settings, max_new_tokens=args.max_new_tokens,
-                                 dtype=args.dtype, seed=0, batch=size, progress=False)  # fmt: skip
+            summary = dump_trace(
+                *pair,
+                prompts,
+                out,
+                settings=settings,
+                max_new_tokens=args.max_new_tokens,
+                dtype=args.dtype,
+                seed=0,
+                batch=size,
+                progress=False,
+            )
             traces[size] = {s.id: s for s in Trace(out)}
-            rows.append({"batch": size, "prompts": summary.written_prompts, "positions": summary.written_positions,
-                         "seconds": summary.seconds, "positions_per_second": summary.positions_per_second})  # fmt: skip
+            rows.append(
+                {
+                    "batch": size,
+                    "prompts": summary.written_prompts,
+                    "positions": summary.written_positions,
+                    "seconds": summary.seconds,
+                    "positions_per_second": summary.positions_per_second,
+                }
+            )
             print(f"batch {size}: {summary.positions_per_second:.2f} positions/s", file=sys.stderr, flush=True)
     first = traces[sizes[0]]
     for row in rows:
@@ -66,8 +85,10 @@ def main(argv=None):
         gaps = [float(np.max(np.abs(first[k].topk_logits["target"] - other[k].topk_logits["target"]))) for k in aligned]
         row["max_logit_difference"] = max(gaps, default=float("nan"))
         row["speedup"] = row["positions_per_second"] / rows[0]["positions_per_second"]
-    command = (f"python experiments/dump_batch_cpu.py --data DATA --batch {args.batch} --prompts {args.prompts} "
-               f"--max-new-tokens {args.max_new_tokens}")  # fmt: skip
+    command = (
+        f"python experiments/dump_batch_cpu.py --data DATA --batch {args.batch} --prompts {args.prompts} "
+        f"--max-new-tokens {args.max_new_tokens}"
+    )
     lines = [
         "# The batched dump on the CPU",
         "",
@@ -79,13 +100,22 @@ def main(argv=None):
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        lines.append(f"| {r['batch']} | {r['positions']} | {r['seconds']:.1f} | {r['positions_per_second']:.2f} | "
-                     f"{r['speedup']:.2f}x | {r['same_tokens']:.0%} | {r['max_logit_difference']:.1e} |")  # fmt: skip
-    lines += ["", "The logits of a batch differ from the batch of one's by float32 rounding (the products' shapes "
-              "change their order of summation); a token differs only where a sampling draw falls that close to a "
-              "boundary of the cumulative distribution, and the rest of that prompt's output with it."]  # fmt: skip
-    write_results(args.out, "dump_batch_cpu", markdown="\n".join(lines) + "\n",
-                  data={"command": command, "machine": machine_description(), "rows": rows})  # fmt: skip
+        lines.append(
+            f"| {r['batch']} | {r['positions']} | {r['seconds']:.1f} | {r['positions_per_second']:.2f} | "
+            f"{r['speedup']:.2f}x | {r['same_tokens']:.0%} | {r['max_logit_difference']:.1e} |"
+        )
+    lines += [
+        "",
+        "The logits of a batch differ from the batch of one's by float32 rounding (the products' shapes "
+        "change their order of summation); a token differs only where a sampling draw falls that close to a "
+        "boundary of the cumulative distribution, and the rest of that prompt's output with it.",
+    ]
+    write_results(
+        args.out,
+        "dump_batch_cpu",
+        markdown="\n".join(lines) + "\n",
+        data={"command": command, "machine": machine_description(), "rows": rows},
+    )
     return 0
 
 

@@ -38,12 +38,16 @@ def spec_bench_prompts(data, per_category, skip=0, categories=CATEGORIES):
     prompts = load_prompts(path, dataset="spec_bench")
     with open(path, encoding="utf-8") as fh:
         labels = [json.loads(line)["category"] for line in fh if line.strip()]
-    chosen = {c: [p for p, label in zip(prompts, labels, strict=True) if label == c][skip : skip + per_category]
-              for c in categories}  # fmt: skip
+    chosen = {
+        c: [p for p, label in zip(prompts, labels, strict=True) if label == c][skip : skip + per_category]
+        for c in categories
+    }
     out = []
     for group in zip(*chosen.values(), strict=False):
-        out += [type(p)(id=p.id, task=c, text=p.text, index=p.index, dataset="spec_bench")
-                for c, p in zip(chosen, group, strict=True)]  # fmt: skip
+        out += [
+            type(p)(id=p.id, task=c, text=p.text, index=p.index, dataset="spec_bench")
+            for c, p in zip(chosen, group, strict=True)
+        ]
     return out
 
 

@@ -42,8 +42,13 @@ RULES = (
     "entropy-verify",
     "entropy-verify(alpha=0.4)",
 )
-EXACT_RULES = ("block", "fly(window=1, threshold=0)", "fly(window=2, threshold=0)", "magic-mtp",
-               "magic-mtp(recovery=residual)")  # fmt: skip
+EXACT_RULES = (
+    "block",
+    "fly(window=1, threshold=0)",
+    "fly(window=2, threshold=0)",
+    "magic-mtp",
+    "magic-mtp(recovery=residual)",
+)
 
 
 def exact_part(length=4):
@@ -132,8 +137,10 @@ def markdown(rows, exact, errors, command, trace, seconds):
         gain = (
             "" if "gain" not in r else f"{100 * r['gain']:+.1f}% [{100 * r['gain_lo']:+.1f}, {100 * r['gain_hi']:+.1f}]"
         )
-        lines.append(f"| {r['rule']} | {r['m']} | {r['al']:.3f} [{r['al_lo']:.3f}, {r['al_hi']:.3f}] | {gain} | "
-                     f"{r['kl_per_token']:.4f} | {r['tv_per_token']:.4f} |")  # fmt: skip
+        lines.append(
+            f"| {r['rule']} | {r['m']} | {r['al']:.3f} [{r['al_lo']:.3f}, {r['al_hi']:.3f}] | {gain} | "
+            f"{r['kl_per_token']:.4f} | {r['tv_per_token']:.4f} |"
+        )
     lines += [
         "",
         f"## Exact total variation of the first {exact[0]['length']} tokens from the verifier's law",
@@ -165,8 +172,13 @@ def main(argv=None):
     if list(ms) != [4, 8, 20]:
         command += " --m " + " ".join(map(str, ms))
     data = {"rows": rows, "exact": exact, "monte_carlo_errors": errors, "command": command}
-    write_results(args.out, "engine_rules", markdown=markdown(rows, exact, errors, command, trace, seconds), data=data,
-                  png=figure_png(figure(rows, ms)))  # fmt: skip
+    write_results(
+        args.out,
+        "engine_rules",
+        markdown=markdown(rows, exact, errors, command, trace, seconds),
+        data=data,
+        png=figure_png(figure(rows, ms)),
+    )
     print(markdown(rows, exact, errors, command, trace, seconds))
 
 

@@ -43,11 +43,25 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 SHAPES = {  # Qwen2.5-1.5B's configuration (its published config.json), and a tiny one for the smoke test
-    "full": {"vocab_size": 151_936, "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
-             "num_attention_heads": 12, "num_key_value_heads": 2, "max_position_embeddings": 32768},
-    "small": {"vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
-              "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 1024},
-}  # fmt: skip
+    "full": {
+        "vocab_size": 151_936,
+        "hidden_size": 1536,
+        "intermediate_size": 8960,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 32768,
+    },
+    "small": {
+        "vocab_size": 512,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 1024,
+    },
+}
 
 
 def build_pair(shape, draft_layers, scale, device, dtype, seed=0):
@@ -66,8 +80,12 @@ def build_pair(shape, draft_layers, scale, device, dtype, seed=0):
             layer.self_attn.o_proj.weight.mul_(scale)
             layer.mlp.down_proj.weight.mul_(scale)
     verifier = verifier.to(dtype).eval()
-    small = Qwen2Config(**{**SHAPES[shape], "num_hidden_layers": draft_layers}, tie_word_embeddings=False,
-                        eos_token_id=1, bos_token_id=0)  # fmt: skip
+    small = Qwen2Config(
+        **{**SHAPES[shape], "num_hidden_layers": draft_layers},
+        tie_word_embeddings=False,
+        eos_token_id=1,
+        bos_token_id=0,
+    )
     with torch.device("meta"):
         draft = Qwen2ForCausalLM(small)
     draft.model.embed_tokens = verifier.model.embed_tokens
@@ -125,10 +143,19 @@ def hf_dump(verifier, draft, tokenizer, prompts, batch, new_tokens, k, device):
         input_ids = torch.tensor([[0] * (width - len(x)) + x for x in ids], device=device)
         mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=device)
         with torch.no_grad():
-            out = verifier.generate(input_ids=input_ids, attention_mask=mask, do_sample=True, temperature=s.temperature,
-                                    top_k=s.top_k, top_p=s.top_p, max_new_tokens=new_tokens,
-                                    min_new_tokens=new_tokens, output_logits=True, return_dict_in_generate=True,
-                                    pad_token_id=0)  # fmt: skip
+            out = verifier.generate(
+                input_ids=input_ids,
+                attention_mask=mask,
+                do_sample=True,
+                temperature=s.temperature,
+                top_k=s.top_k,
+                top_p=s.top_p,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                output_logits=True,
+                return_dict_in_generate=True,
+                pad_token_id=0,
+            )
             target = torch.stack(out.logits, 1).float()  # (B, T, V)
             full_mask = torch.cat([mask, torch.ones_like(out.sequences[:, width:])], 1)
             forced = draft(input_ids=out.sequences[:, :-1], attention_mask=full_mask[:, :-1]).logits[:, width - 1 :]
@@ -153,17 +180,38 @@ def part_dump(ctx):
         base = hf_dump(ctx.verifier, ctx.draft, ctx.tokenizer, prompts, batch, ctx.new_tokens, 64, ctx.device)
         sync(ctx.device)
         base_s = time.perf_counter() - start
-        summary = dump_trace((ctx.verifier, ctx.tokenizer), (ctx.draft, ctx.tokenizer), prompts, out,
-                             settings=settings(), max_new_tokens=ctx.new_tokens, device=ctx.device, dtype=ctx.dtype,
-                             batch=batch, progress=False)  # fmt: skip
+        summary = dump_trace(
+            (ctx.verifier, ctx.tokenizer),
+            (ctx.draft, ctx.tokenizer),
+            prompts,
+            out,
+            settings=settings(),
+            max_new_tokens=ctx.new_tokens,
+            device=ctx.device,
+            dtype=ctx.dtype,
+            batch=batch,
+            progress=False,
+        )
         ours = summary.written_positions / summary.seconds
-        rows.append({"batch": batch, "prompts": len(prompts), "positions": summary.written_positions,
-                     "seconds": summary.seconds, "positions_per_second": ours, "hf_positions": base,
-                     "hf_seconds": base_s, "hf_positions_per_second": base / base_s,
-                     "ratio": ours / (base / base_s)})  # fmt: skip
+        rows.append(
+            {
+                "batch": batch,
+                "prompts": len(prompts),
+                "positions": summary.written_positions,
+                "seconds": summary.seconds,
+                "positions_per_second": ours,
+                "hf_positions": base,
+                "hf_seconds": base_s,
+                "hf_positions_per_second": base / base_s,
+                "ratio": ours / (base / base_s),
+            }
+        )
         ctx.traces[batch] = out
-        print(f"dump batch {batch}: {ours:,.0f} positions/s, HF generate + draft forward {base / base_s:,.0f} "
-              f"positions/s: {rows[-1]['ratio']:.2f}x", flush=True)  # fmt: skip
+        print(
+            f"dump batch {batch}: {ours:,.0f} positions/s, HF generate + draft forward {base / base_s:,.0f} "
+            f"positions/s: {rows[-1]['ratio']:.2f}x",
+            flush=True,
+        )
     return rows
 
 
@@ -181,8 +229,9 @@ def part_alone(ctx):
     ids = [encode_chat(ctx.tokenizer, p.text) for p in prompts]
     n = ctx.new_tokens
     autoregressive_generate_batch(ctx.verifier, [ids[0]], [0], s, 4, {1})  # warm-up
-    ctx.verifier.generate(input_ids=torch.tensor([ids[0]], device=ctx.device), do_sample=True, max_new_tokens=4,
-                          pad_token_id=0)  # fmt: skip
+    ctx.verifier.generate(
+        input_ids=torch.tensor([ids[0]], device=ctx.device), do_sample=True, max_new_tokens=4, pad_token_id=0
+    )
     ours, theirs, tokens = 0.0, 0.0, 0
     for i, x in enumerate(ids):
         sync(ctx.device)
@@ -194,15 +243,30 @@ def part_alone(ctx):
         start = time.perf_counter()
         with torch.no_grad():
             n_out = len(got.tokens)
-            ctx.verifier.generate(input_ids=torch.tensor([x], device=ctx.device), do_sample=True,
-                                  temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, max_new_tokens=n_out,
-                                  min_new_tokens=n_out, pad_token_id=0)  # fmt: skip
+            ctx.verifier.generate(
+                input_ids=torch.tensor([x], device=ctx.device),
+                do_sample=True,
+                temperature=s.temperature,
+                top_k=s.top_k,
+                top_p=s.top_p,
+                max_new_tokens=n_out,
+                min_new_tokens=n_out,
+                pad_token_id=0,
+            )
         sync(ctx.device)
         theirs += time.perf_counter() - start
-    row = {"prompts": len(ids), "tokens": tokens, "tokens_per_second": tokens / ours,
-           "generate_tokens_per_second": tokens / theirs, "ratio": theirs / ours}  # fmt: skip
-    print(f"verifier alone: decode {row['tokens_per_second']:.1f} tok/s, model.generate "
-          f"{row['generate_tokens_per_second']:.1f} tok/s: {row['ratio']:.2f}x", flush=True)  # fmt: skip
+    row = {
+        "prompts": len(ids),
+        "tokens": tokens,
+        "tokens_per_second": tokens / ours,
+        "generate_tokens_per_second": tokens / theirs,
+        "ratio": theirs / ours,
+    }
+    print(
+        f"verifier alone: decode {row['tokens_per_second']:.1f} tok/s, model.generate "
+        f"{row['generate_tokens_per_second']:.1f} tok/s: {row['ratio']:.2f}x",
+        flush=True,
+    )
     return [row]
 
 
@@ -223,8 +287,10 @@ def part_bench(ctx):
         for name, value in bench.TARGETS.items():
             if name.startswith(key + " "):
                 targets.append({"target": f"{what} ({name[len(key) + 1 :]})", "measured": value, "met": value <= limit})
-    return {"rows": [{"what": r[0], "validated": r[1], "unvalidated": r[2], "note": r[3]} for r in rows],
-            "targets": targets}  # fmt: skip
+    return {
+        "rows": [{"what": r[0], "validated": r[1], "unvalidated": r[2], "note": r[3]} for r in rows],
+        "targets": targets,
+    }
 
 
 def part_checks(ctx):
@@ -245,8 +311,10 @@ def part_checks(ctx):
     for s in (settings(), type(settings())(temperature=1.0, top_k=0, top_p=0.9)):
         ours = process_rows(logits.to(ctx.device), s)[0].double().cpu()
         worst = max(worst, float((ours - processed_probs(logits.double(), s)).abs().max()))
-    print(f"uniforms on the device equal the CPU's bit for bit: {same}; processed rows off by at most {worst:.1e}",
-          flush=True)  # fmt: skip
+    print(
+        f"uniforms on the device equal the CPU's bit for bit: {same}; processed rows off by at most {worst:.1e}",
+        flush=True,
+    )
     return [{"uniforms_bitwise_equal": same, "processing_max_abs_difference": worst}]
 
 
@@ -260,8 +328,16 @@ def part_plan(ctx):
     verifier = (ctx.verifier, ctx.tokenizer, identity)
     draft = (ctx.draft, ctx.tokenizer, {**identity, "name": f"first-{ctx.draft_layers}-layers"})
     start = time.perf_counter()
-    cost = calibrate_cost(verifier, draft, max_block=max(ctx.ms) + 1, context=ctx.context, repeats=ctx.repeats,
-                          settings=settings(), progress=False, prompt_lengths=ctx.prompt_lengths)  # fmt: skip
+    cost = calibrate_cost(
+        verifier,
+        draft,
+        max_block=max(ctx.ms) + 1,
+        context=ctx.context,
+        repeats=ctx.repeats,
+        settings=settings(),
+        progress=False,
+        prompt_lengths=ctx.prompt_lengths,
+    )
     calibrate_s = time.perf_counter() - start
     spread = max(max(v) / min(v) for v in cost.samples["verify_block"].values())
     rules = parse_rules("sps,cactus", (1.0,))
@@ -271,17 +347,27 @@ def part_plan(ctx):
     result = analyze_trace(trace, rules, ms=ctx.ms, n_boot=1000, progress=False)
     prompts = make_prompts(ctx.plan_prompts, ctx.vocab, 3, "heldout")
     lengths = [len(ctx.tokenizer(p.text)["input_ids"]) for p in prompts]
-    plan = predict_speedup(result, cost, prompt_tokens=float(np.mean(lengths)), output_tokens=ctx.new_tokens,
-                           allow_untrusted=True)  # fmt: skip
+    plan = predict_speedup(
+        result, cost, prompt_tokens=float(np.mean(lengths)), output_tokens=ctx.new_tokens, allow_untrusted=True
+    )
     predicted = {(r["rule"], r["m"]): r for r in plan.rows if r["task"] == "all"}
     rows = []
     rng = np.random.default_rng(0)
     baseline = None
     for m in ctx.ms:
         for rule in rules:
-            recs = decode_prompts(verifier, ctx.draft, rule, prompts, m=m, settings=settings(),
-                                  max_new_tokens=ctx.new_tokens, seed=7, baseline=baseline is None,
-                                  progress=False)  # fmt: skip
+            recs = decode_prompts(
+                verifier,
+                ctx.draft,
+                rule,
+                prompts,
+                m=m,
+                settings=settings(),
+                max_new_tokens=ctx.new_tokens,
+                seed=7,
+                baseline=baseline is None,
+                progress=False,
+            )
             if baseline is None:
                 baseline = {r["id"]: r["baseline"] for r in recs}
             for r in recs:
@@ -295,18 +381,35 @@ def part_plan(ctx):
             steps = sum(len(r["accepted"]) for r in recs)
             al = sum(sum(r["accepted"]) for r in recs) / max(steps, 1)
             p = predicted[(rule.describe(), m)]
-            rows.append({"rule": rule.describe(), "m": m, "measured": measured, "measured_lo": float(lo),
-                         "measured_hi": float(hi), "measured_al": al, "trace_al": p["al"],
-                         "predicted": p["request_speedup"], "predicted_lo": p["request_speedup_lo"],
-                         "predicted_hi": p["request_speedup_hi"],
-                         "error": p["request_speedup"] / measured - 1,
-                         "covered": bool(p["request_speedup_lo"] <= measured <= p["request_speedup_hi"])})  # fmt: skip
-            print(f"{rule.describe()} m={m}: predicted {p['request_speedup']:.2f}x [{p['request_speedup_lo']:.2f}, "
-                  f"{p['request_speedup_hi']:.2f}], measured {measured:.2f}x [{lo:.2f}, {hi:.2f}], AL {al:.2f} / "
-                  f"{p['al']:.2f}", flush=True)  # fmt: skip
-    info = {"calibrate_seconds": calibrate_s, "draft_token_ms": cost.draft_token * 1e3,
-            "verify_ms": {str(k): v * 1e3 for k, v in cost.verify_block.items()}, "largest_spread": spread,
-            "problems": cost.problems()}  # fmt: skip
+            rows.append(
+                {
+                    "rule": rule.describe(),
+                    "m": m,
+                    "measured": measured,
+                    "measured_lo": float(lo),
+                    "measured_hi": float(hi),
+                    "measured_al": al,
+                    "trace_al": p["al"],
+                    "predicted": p["request_speedup"],
+                    "predicted_lo": p["request_speedup_lo"],
+                    "predicted_hi": p["request_speedup_hi"],
+                    "error": p["request_speedup"] / measured - 1,
+                    "covered": bool(p["request_speedup_lo"] <= measured <= p["request_speedup_hi"]),
+                }
+            )
+            print(
+                f"{rule.describe()} m={m}: predicted {p['request_speedup']:.2f}x [{p['request_speedup_lo']:.2f}, "
+                f"{p['request_speedup_hi']:.2f}], measured {measured:.2f}x [{lo:.2f}, {hi:.2f}], AL {al:.2f} / "
+                f"{p['al']:.2f}",
+                flush=True,
+            )
+    info = {
+        "calibrate_seconds": calibrate_s,
+        "draft_token_ms": cost.draft_token * 1e3,
+        "verify_ms": {str(k): v * 1e3 for k, v in cost.verify_block.items()},
+        "largest_spread": spread,
+        "problems": cost.problems(),
+    }
     return {"calibration": info, "rows": rows}
 
 
@@ -329,55 +432,87 @@ def page(results, ctx):
         "",
     ]
     if not env["gpu"]:
-        lines += ["**No GPU was lent to the session that wrote this page: these are the CPU smoke run's figures "
-                  "(tiny shapes), not a GPU's.**", ""]  # fmt: skip
+        lines += [
+            "**No GPU was lent to the session that wrote this page: these are the CPU smoke run's figures "
+            "(tiny shapes), not a GPU's.**",
+            "",
+        ]
     parts = results["parts"]
     if "dump" in parts:
-        lines += ["## The dump", "", "| batch | prompts | positions | ours, positions/s | HF generate(output_logits) + "
-                  "draft forward, positions/s | ratio |", "|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "## The dump",
+            "",
+            "| batch | prompts | positions | ours, positions/s | HF generate(output_logits) + "
+            "draft forward, positions/s | ratio |",
+            "|---|---|---|---|---|---|",
+        ]
         for r in parts["dump"]:
-            lines.append(f"| {r['batch']} | {r['prompts']} | {r['positions']:,} | {r['positions_per_second']:,.0f} | "
-                         f"{r['hf_positions_per_second']:,.0f} | {r['ratio']:.2f}x |")  # fmt: skip
+            lines.append(
+                f"| {r['batch']} | {r['prompts']} | {r['positions']:,} | {r['positions_per_second']:,.0f} | "
+                f"{r['hf_positions_per_second']:,.0f} | {r['ratio']:.2f}x |"
+            )
         lines.append("")
     if "alone" in parts:
         r = parts["alone"][0]
-        lines += ["## The verifier alone", "", f"`decode`'s verifier alone (batch 1, on the device): "
-                  f"{r['tokens_per_second']:.1f} tokens/s; `model.generate` on the same prompts and lengths: "
-                  f"{r['generate_tokens_per_second']:.1f} tokens/s: **{r['ratio']:.2f}x** ({r['tokens']} tokens, "
-                  f"{r['prompts']} prompts).", ""]  # fmt: skip
+        lines += [
+            "## The verifier alone",
+            "",
+            f"`decode`'s verifier alone (batch 1, on the device): "
+            f"{r['tokens_per_second']:.1f} tokens/s; `model.generate` on the same prompts and lengths: "
+            f"{r['generate_tokens_per_second']:.1f} tokens/s: **{r['ratio']:.2f}x** ({r['tokens']} tokens, "
+            f"{r['prompts']} prompts).",
+            "",
+        ]
     if "checks" in parts:
         r = parts["checks"][0]
-        lines += ["## The device's arithmetic", "", "Random streams (`row_uniforms`) on the device equal the CPU's "
-                  f"bit for bit: {'yes' if r['uniforms_bitwise_equal'] else 'NO'}; rows processed on the device "
-                  f"(`process_rows`, with ties at every rank) against `processed_probs` in float64: at most "
-                  f"{r['processing_max_abs_difference']:.1e} apart.", ""]  # fmt: skip
+        lines += [
+            "## The device's arithmetic",
+            "",
+            "Random streams (`row_uniforms`) on the device equal the CPU's "
+            f"bit for bit: {'yes' if r['uniforms_bitwise_equal'] else 'NO'}; rows processed on the device "
+            f"(`process_rows`, with ties at every rank) against `processed_probs` in float64: at most "
+            f"{r['processing_max_abs_difference']:.1e} apart.",
+            "",
+        ]
     if "bench" in parts:
-        lines += ["## The rules (`bench.py --cuda-only` rows)", "", "| what | validated | with validate=False | note |",
-                  "|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "## The rules (`bench.py --cuda-only` rows)",
+            "",
+            "| what | validated | with validate=False | note |",
+            "|---|---|---|---|",
+        ]
         bench = parts["bench"]
         lines += [f"| {r['what']} | {r['validated']} | {r['unvalidated']} | {r['note']} |" for r in bench["rows"]]
         if bench["targets"]:
             lines += ["", "| target | measured | met |", "|---|---|---|"]
-            lines += [f"| {t['target']} | {t['measured']:.2f}x | {'yes' if t['met'] else 'no'} |"
-                      for t in bench["targets"]]  # fmt: skip
+            lines += [
+                f"| {t['target']} | {t['measured']:.2f}x | {'yes' if t['met'] else 'no'} |" for t in bench["targets"]
+            ]
         lines.append("")
     if "plan" in parts:
         cal = parts["plan"]["calibration"]
-        lines += ["## The planner against decoding", "",
-                  f"Calibration ({cal['calibrate_seconds']:.0f} s): a drafted token {cal['draft_token_ms']:.1f} ms, a "
-                  f"verifier block of 1 token {cal['verify_ms']['1']:.1f} ms; the largest spread of one block's timed "
-                  f"repeats (max / min) {cal['largest_spread']:.2f} (every shape warmed up first, the device "
-                  f"synchronised around each timing); problems: {'; '.join(cal['problems']) or 'none'}.", "",
-                  "Predicted from the largest batch's trace; measured by `decode_prompts` on other prompts (another "
-                  "seed), each rule's runs alternating with the verifier alone's; request speedups, prompt processing "
-                  "included, 95% intervals.", "",
-                  "| rule | m | predicted [95%] | measured [95%] | error | covered | AL measured / trace |",
-                  "|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "## The planner against decoding",
+            "",
+            f"Calibration ({cal['calibrate_seconds']:.0f} s): a drafted token {cal['draft_token_ms']:.1f} ms, a "
+            f"verifier block of 1 token {cal['verify_ms']['1']:.1f} ms; the largest spread of one block's timed "
+            f"repeats (max / min) {cal['largest_spread']:.2f} (every shape warmed up first, the device "
+            f"synchronised around each timing); problems: {'; '.join(cal['problems']) or 'none'}.",
+            "",
+            "Predicted from the largest batch's trace; measured by `decode_prompts` on other prompts (another "
+            "seed), each rule's runs alternating with the verifier alone's; request speedups, prompt processing "
+            "included, 95% intervals.",
+            "",
+            "| rule | m | predicted [95%] | measured [95%] | error | covered | AL measured / trace |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for r in parts["plan"]["rows"]:
-            lines.append(f"| {r['rule']} | {r['m']} | {r['predicted']:.2f}x [{r['predicted_lo']:.2f}, "
-                         f"{r['predicted_hi']:.2f}] | {r['measured']:.2f}x [{r['measured_lo']:.2f}, "
-                         f"{r['measured_hi']:.2f}] | {r['error']:+.1%} | {'yes' if r['covered'] else 'no'} | "
-                         f"{r['measured_al']:.2f} / {r['trace_al']:.2f} |")  # fmt: skip
+            lines.append(
+                f"| {r['rule']} | {r['m']} | {r['predicted']:.2f}x [{r['predicted_lo']:.2f}, "
+                f"{r['predicted_hi']:.2f}] | {r['measured']:.2f}x [{r['measured_lo']:.2f}, "
+                f"{r['measured_hi']:.2f}] | {r['error']:+.1%} | {'yes' if r['covered'] else 'no'} | "
+                f"{r['measured_al']:.2f} / {r['trace_al']:.2f} |"
+            )
         lines.append("")
     for name, error in results["errors"].items():
         lines += [f"Part {name} failed: `{error}`", ""]
@@ -406,8 +541,9 @@ class Context:
         self.traces = {}
         shape = "small" if small else "full"
         self.vocab = SHAPES[shape]["vocab_size"]
-        self.verifier, self.draft, self.tokenizer = build_pair(shape, self.draft_layers, self.scale, self.device,
-                                                               getattr(torch, self.dtype))  # fmt: skip
+        self.verifier, self.draft, self.tokenizer = build_pair(
+            shape, self.draft_layers, self.scale, self.device, getattr(torch, self.dtype)
+        )
         self.work = tempfile.mkdtemp(prefix="gpu-check-")
 
     def dump_prompts(self, batch):
@@ -434,11 +570,18 @@ def main(argv=None):
     ctx = Context(args)
     results = {
         "command": "python experiments/gpu_check.py" + ("" if gpu else " --device cpu --small"),
-        "environment": {"gpu": gpu, "device_name": torch.cuda.get_device_name(0) if gpu else "CPU",
-                        "torch": torch.__version__, "transformers": transformers.__version__,
-                        "numpy": np.__version__, "build_seconds": time.perf_counter() - started},
-        "parts": {}, "errors": {}, "seconds": {},
-    }  # fmt: skip
+        "environment": {
+            "gpu": gpu,
+            "device_name": torch.cuda.get_device_name(0) if gpu else "CPU",
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "numpy": np.__version__,
+            "build_seconds": time.perf_counter() - started,
+        },
+        "parts": {},
+        "errors": {},
+        "seconds": {},
+    }
     os.makedirs(args.out, exist_ok=True)
     runners = {"checks": part_checks, "dump": part_dump, "alone": part_alone, "bench": part_bench, "plan": part_plan}
     for name in args.parts.split(","):

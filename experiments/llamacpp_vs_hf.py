@@ -157,9 +157,16 @@ def child_agreement(args):
     for name, other in (("llama.cpp", np.concatenate(rows["llama"])), ("bfloat16", np.concatenate(rows["bf16"]))):
         k, t = kl(f32, other), tv(f32, other)
         top = (np.argmax(f32, axis=-1) == np.argmax(other, axis=-1)).mean()
-        out[name] = {"positions": int(k.size), "kl_mean": float(k.mean()), "kl_p99": float(np.quantile(k, 0.99)),
-                     "kl_max": float(k.max()), "tv_mean": float(t.mean()), "tv_p99": float(np.quantile(t, 0.99)),
-                     "tv_max": float(t.max()), "same_argmax": float(top)}  # fmt: skip
+        out[name] = {
+            "positions": int(k.size),
+            "kl_mean": float(k.mean()),
+            "kl_p99": float(np.quantile(k, 0.99)),
+            "kl_max": float(k.max()),
+            "tv_mean": float(t.mean()),
+            "tv_p99": float(np.quantile(t, 0.99)),
+            "tv_max": float(t.max()),
+            "same_argmax": float(top),
+        }
     print(json.dumps(out))
 
 
@@ -173,8 +180,21 @@ def _run(argv, what):
 
 
 def _child(kind, args, extra=()):
-    argv = [sys.executable, os.path.abspath(__file__), "--child", kind, "--models", args.models, "--dtype", args.dtype,
-            "--repeats", str(args.repeats), "--max-block", str(args.max_block), *extra]  # fmt: skip
+    argv = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--child",
+        kind,
+        "--models",
+        args.models,
+        "--dtype",
+        args.dtype,
+        "--repeats",
+        str(args.repeats),
+        "--max-block",
+        str(args.max_block),
+        *extra,
+    ]
     stdout, _ = _run(argv, f"the {kind} child")
     return json.loads(stdout.strip().splitlines()[-1])
 
@@ -196,8 +216,10 @@ def _al_table(traces, ms, n_boot):
     """AL per engine, rule and m with intervals, and the paired difference over the shared prompts."""
     from cactus_theory import Trace, analyze_trace
 
-    results = {e: analyze_trace(Trace(t), ["sps", "cactus(delta=1)"], ms=ms, n_boot=n_boot, progress=False)
-               for e, t in traces.items()}  # fmt: skip
+    results = {
+        e: analyze_trace(Trace(t), ["sps", "cactus(delta=1)"], ms=ms, n_boot=n_boot, progress=False)
+        for e, t in traces.items()
+    }
     shared = sorted(set.intersection(*({s.id for s in r.sequences} for r in results.values())))
     rows = []
     rng = np.random.default_rng(0)
@@ -214,8 +236,10 @@ def _al_table(traces, ms, n_boot):
                 row[engine] = _bootstrap_al(sums, starts, shared, n_boot)
             (a_s, a_n), (b_s, b_n) = per["llama.cpp"], per["hf"]
             diff = a_s[draws].sum(1) / a_n[draws].sum(1) - b_s[draws].sum(1) / b_n[draws].sum(1)
-            row["difference"] = (float(a_s.sum() / a_n.sum() - b_s.sum() / b_n.sum()),
-                                 *map(float, np.quantile(diff, [0.025, 0.975])))  # fmt: skip
+            row["difference"] = (
+                float(a_s.sum() / a_n.sum() - b_s.sum() / b_n.sum()),
+                *map(float, np.quantile(diff, [0.025, 0.975])),
+            )
             rows.append(row)
     return rows, len(shared)
 
@@ -236,8 +260,18 @@ def _decode_rows(records_path):
             rate = sum(r["tokens"] for r in sel) / sum(r["seconds"] for r in sel)
             alone = sum(r["baseline"]["tokens"] for r in sel) / sum(r["baseline"]["seconds"] for r in sel)
         al = sum(sum(r["accepted"]) for r in sel) / sum(len(r["accepted"]) for r in sel)
-        out.append({"rule": key[0], "m": key[1], "batch": key[2], "prompts": len(sel), "al": al,
-                    "tokens_per_second": rate, "alone_tokens_per_second": alone, "speedup": rate / alone})  # fmt: skip
+        out.append(
+            {
+                "rule": key[0],
+                "m": key[1],
+                "batch": key[2],
+                "prompts": len(sel),
+                "al": al,
+                "tokens_per_second": rate,
+                "alone_tokens_per_second": alone,
+                "speedup": rate / alone,
+            }
+        )
     return out
 
 
@@ -290,41 +324,95 @@ def main(argv=None):
             print(f"dumping a trace on {engine} ...", file=sys.stderr, flush=True)
             traces[engine] = os.path.join(work, f"trace-{engine}")
             extra = ["--dtype", args.dtype] if engine == "hf" else []
-            _, dump_seconds[engine] = _run(_cli("dump", "--engine", engine, *models, *reads, *SAMPLING, *extra,
-                                                "--out", traces[engine]), f"the {engine} dump")  # fmt: skip
+            _, dump_seconds[engine] = _run(
+                _cli("dump", "--engine", engine, *models, *reads, *SAMPLING, *extra, "--out", traces[engine]),
+                f"the {engine} dump",
+            )
         print("agreement ...", file=sys.stderr, flush=True)
         texts = json.dumps({f"{p.task}-{p.id}": p.text for p in prompts})  # the ids the file's records get
-        agreement = _child("agreement", args, ["--private-cache", private, "--trace", traces["llama.cpp"],
-                                               "--texts", texts])  # fmt: skip
+        agreement = _child(
+            "agreement", args, ["--private-cache", private, "--trace", traces["llama.cpp"], "--texts", texts]
+        )
         al_rows, shared = _al_table(traces, (4, 8), args.bootstrap)
         decoding = []
-        decode_reads = ["--prompts", prompt_file, "--field", "text", "--quiet", "--limit", str(args.decode_prompts),
-                        "--max-new-tokens", str(args.max_new_tokens)]  # fmt: skip
+        decode_reads = [
+            "--prompts",
+            prompt_file,
+            "--field",
+            "text",
+            "--quiet",
+            "--limit",
+            str(args.decode_prompts),
+            "--max-new-tokens",
+            str(args.max_new_tokens),
+        ]
         for engine in ("hf", "llama.cpp"):
             records = os.path.join(work, f"decode-{engine}.jsonl")
             extra = ["--dtype", args.dtype] if engine == "hf" else []
             for m in args.m:
                 print(f"decoding on {engine}, m={m} ...", file=sys.stderr, flush=True)
-                _run(_cli("decode", "--engine", engine, *models, *decode_reads, *SAMPLING, *extra, "--rule",
-                          "sps,cactus", "-m", str(m), "--baseline", "--out", records),
-                     f"decoding on {engine}")  # fmt: skip
+                _run(
+                    _cli(
+                        "decode",
+                        "--engine",
+                        engine,
+                        *models,
+                        *decode_reads,
+                        *SAMPLING,
+                        *extra,
+                        "--rule",
+                        "sps,cactus",
+                        "-m",
+                        str(m),
+                        "--baseline",
+                        "--out",
+                        records,
+                    ),
+                    f"decoding on {engine}",
+                )
             if engine == "llama.cpp" and args.batch > 1:
                 best = max(_decode_rows(records), key=lambda r: r["speedup"])["m"]
                 print(f"decoding on {engine}, batch {args.batch} ...", file=sys.stderr, flush=True)
-                _run(_cli("decode", "--engine", engine, *models, *decode_reads, *SAMPLING, "--rule", "sps,cactus",
-                          "-m", str(best), "--batch", str(args.batch), "--baseline", "--out", records),
-                     "batched decoding")  # fmt: skip
+                _run(
+                    _cli(
+                        "decode",
+                        "--engine",
+                        engine,
+                        *models,
+                        *decode_reads,
+                        *SAMPLING,
+                        "--rule",
+                        "sps,cactus",
+                        "-m",
+                        str(best),
+                        "--batch",
+                        str(args.batch),
+                        "--baseline",
+                        "--out",
+                        records,
+                    ),
+                    "batched decoding",
+                )
             decoding += [{"engine": engine, **row} for row in _decode_rows(records)]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result = {
         "machine": machine_description(),
-        "settings": {"prompts": len(prompts), "decode_prompts": args.decode_prompts,
-                     "max_new_tokens": args.max_new_tokens, "hf_dtype": args.dtype, "repeats": args.repeats,
-                     "sampling": "temperature 0.6, top-k 20, top-p 0.95"},
-        "speed": speed, "dump_seconds": dump_seconds, "agreement": agreement, "al": al_rows, "al_prompts": shared,
+        "settings": {
+            "prompts": len(prompts),
+            "decode_prompts": args.decode_prompts,
+            "max_new_tokens": args.max_new_tokens,
+            "hf_dtype": args.dtype,
+            "repeats": args.repeats,
+            "sampling": "temperature 0.6, top-k 20, top-p 0.95",
+        },
+        "speed": speed,
+        "dump_seconds": dump_seconds,
+        "agreement": agreement,
+        "al": al_rows,
+        "al_prompts": shared,
         "decoding": decoding,
-    }  # fmt: skip
+    }
     page = markdown(result)
     write_results(args.out, "llamacpp", markdown=page, data=result)
     print(page)
@@ -349,50 +437,78 @@ def markdown(r) -> str:
     for key in ("verifier first", "verifier second", "draft first", "draft second"):
         a, b = hf["load"][key], ll["load"][key]
         lines.append(f"| load, {key} | {a:.1f} s | {b:.1f} s | {a / b:.1f}x |")
-    lines.append(f"| verifier prefill (128 tokens) | {hf['prefill_tokens_per_second']:.0f} tok/s | "
-                 f"{ll['prefill_tokens_per_second']:.0f} tok/s | "
-                 f"{ll['prefill_tokens_per_second'] / hf['prefill_tokens_per_second']:.1f}x |")  # fmt: skip
+    lines.append(
+        f"| verifier prefill (128 tokens) | {hf['prefill_tokens_per_second']:.0f} tok/s | "
+        f"{ll['prefill_tokens_per_second']:.0f} tok/s | "
+        f"{ll['prefill_tokens_per_second'] / hf['prefill_tokens_per_second']:.1f}x |"
+    )
     for role in ("verifier", "draft"):
         a, b = hf[f"{role}_step"], ll[f"{role}_step"]
         lines.append(f"| {role} decode step | {a * 1e3:.0f} ms | {b * 1e3:.0f} ms | {a / b:.1f}x |")
-    lines.append(f"| peak resident memory (both models) | {hf['peak_rss_gib']:.1f} GiB | "
-                 f"{ll['peak_rss_gib']:.1f} GiB | "
-                 f"{hf['peak_rss_gib'] / ll['peak_rss_gib']:.1f}x |")  # fmt: skip
-    lines.append(f"| dump of {s['prompts']} prompts x {s['max_new_tokens']} tokens | {r['dump_seconds']['hf']:.0f} s | "
-                 f"{r['dump_seconds']['llama.cpp']:.0f} s | "
-                 f"{r['dump_seconds']['hf'] / r['dump_seconds']['llama.cpp']:.1f}x |")  # fmt: skip
-    lines += ["", "**A verify block of m + 1 tokens, as a ratio to one decode step** (verifier):", "",
-              "| m | " + " | ".join(str(m) for m in hf["verify_block"]) + " |",
-              "|---|" + "---|" * len(hf["verify_block"])]  # fmt: skip
+    lines.append(
+        f"| peak resident memory (both models) | {hf['peak_rss_gib']:.1f} GiB | "
+        f"{ll['peak_rss_gib']:.1f} GiB | "
+        f"{hf['peak_rss_gib'] / ll['peak_rss_gib']:.1f}x |"
+    )
+    lines.append(
+        f"| dump of {s['prompts']} prompts x {s['max_new_tokens']} tokens | {r['dump_seconds']['hf']:.0f} s | "
+        f"{r['dump_seconds']['llama.cpp']:.0f} s | "
+        f"{r['dump_seconds']['hf'] / r['dump_seconds']['llama.cpp']:.1f}x |"
+    )
+    lines += [
+        "",
+        "**A verify block of m + 1 tokens, as a ratio to one decode step** (verifier):",
+        "",
+        "| m | " + " | ".join(str(m) for m in hf["verify_block"]) + " |",
+        "|---|" + "---|" * len(hf["verify_block"]),
+    ]
     for name, d in (("HF", hf), ("llama.cpp", ll)):
         lines.append(
             f"| {name} | " + " | ".join(f"{v / d['verifier_step']:.2f}" for v in d["verify_block"].values()) + " |"
         )
-    lines += ["", f"**Agreement** of the verifier's next-token distributions on the llama.cpp trace's "
-              f"{r['agreement']['llama.cpp']['positions']} positions (the same prompts and token prefix), against "
-              "the HF "
-              "path in float32:", "",
-              "| against HF float32 | KL mean | KL p99 | KL max | TV (sampled) mean | TV p99 | TV max | same argmax |",
-              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        f"**Agreement** of the verifier's next-token distributions on the llama.cpp trace's "
+        f"{r['agreement']['llama.cpp']['positions']} positions (the same prompts and token prefix), against "
+        "the HF "
+        "path in float32:",
+        "",
+        "| against HF float32 | KL mean | KL p99 | KL max | TV (sampled) mean | TV p99 | TV max | same argmax |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name in ("bfloat16", "llama.cpp"):
         a = r["agreement"][name]
         label = "HF bfloat16 (rounding alone)" if name == "bfloat16" else "llama.cpp (quantised arithmetic)"
-        lines.append(f"| {label} | {a['kl_mean']:.4f} | {a['kl_p99']:.4f} | {a['kl_max']:.4f} | {a['tv_mean']:.4f} | "
-                     f"{a['tv_p99']:.4f} | {a['tv_max']:.4f} | {a['same_argmax']:.1%} |")  # fmt: skip
-    lines += ["", f"**AL from a trace made by each engine** ({r['al_prompts']} prompts each, the same ones; 95% "
-              "bootstrap intervals, the difference paired by prompt):", "",
-              "| rule | m | HF | llama.cpp | llama.cpp - HF |", "|---|---|---|---|---|"]  # fmt: skip
+        lines.append(
+            f"| {label} | {a['kl_mean']:.4f} | {a['kl_p99']:.4f} | {a['kl_max']:.4f} | {a['tv_mean']:.4f} | "
+            f"{a['tv_p99']:.4f} | {a['tv_max']:.4f} | {a['same_argmax']:.1%} |"
+        )
+    lines += [
+        "",
+        f"**AL from a trace made by each engine** ({r['al_prompts']} prompts each, the same ones; 95% "
+        "bootstrap intervals, the difference paired by prompt):",
+        "",
+        "| rule | m | HF | llama.cpp | llama.cpp - HF |",
+        "|---|---|---|---|---|",
+    ]
     for row in r["al"]:
-        lines.append(f"| {row['rule']} | {row['m']} | {_ci(row['hf'])} | {_ci(row['llama.cpp'])} | "
-                     f"{_ci(row['difference'])} |")  # fmt: skip
-    lines += ["", f"**Real speculative decoding** ({s['decode_prompts']} prompts x up to {s['max_new_tokens']} tokens, "
-              "the verifier alone as baseline on the same engine and batch size):", "",
-              "| engine | batch | rule | m | AL | tok/s | verifier alone tok/s | speedup |",
-              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines.append(
+            f"| {row['rule']} | {row['m']} | {_ci(row['hf'])} | {_ci(row['llama.cpp'])} | {_ci(row['difference'])} |"
+        )
+    lines += [
+        "",
+        f"**Real speculative decoding** ({s['decode_prompts']} prompts x up to {s['max_new_tokens']} tokens, "
+        "the verifier alone as baseline on the same engine and batch size):",
+        "",
+        "| engine | batch | rule | m | AL | tok/s | verifier alone tok/s | speedup |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for row in r["decoding"]:
-        lines.append(f"| {row['engine']} | {row['batch']} | {row['rule']} | {row['m']} | {row['al']:.2f} | "
-                     f"{row['tokens_per_second']:.2f} | {row['alone_tokens_per_second']:.2f} | "
-                     f"{row['speedup']:.2f}x |")  # fmt: skip
+        lines.append(
+            f"| {row['engine']} | {row['batch']} | {row['rule']} | {row['m']} | {row['al']:.2f} | "
+            f"{row['tokens_per_second']:.2f} | {row['alone_tokens_per_second']:.2f} | "
+            f"{row['speedup']:.2f}x |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -77,8 +77,11 @@ def heldout_prompts(args, trace):
     with open(benchmark_file("spec_bench", args.data), encoding="utf-8") as fh:
         categories = [json.loads(line)["category"] for line in fh if line.strip()]
     out = mt[: args.mt_bench]
-    counts = [(c, args.per_category) for c in args.categories] if args.categories else [
-        ("translation", args.translation), ("qa", args.qa)]  # fmt: skip
+    counts = (
+        [(c, args.per_category) for c in args.categories]
+        if args.categories
+        else [("translation", args.translation), ("qa", args.qa)]
+    )
     for category, count in counts:
         chosen = [p for p, c in zip(spec, categories, strict=True) if c == category and p.id not in held][:count]
         out += [type(p)(id=p.id, task=category, text=p.text, index=p.index, dataset="spec_bench") for p in chosen]
@@ -97,9 +100,18 @@ def dump_heldout(args, prompts, settings):
     """A trace of the held-out prompts (seed 1: not the measured runs' samples); resumable."""
     from cactus_theory import dump_trace
 
-    dump_trace(os.path.join(args.models, PAIR[0] + ".gguf"), os.path.join(args.models, PAIR[1] + ".gguf"), prompts,
-               args.heldout_trace, settings=settings, max_new_tokens=args.max_new_tokens, dtype=args.dtype, seed=1,
-               progress=True, engine=args.engine)  # fmt: skip
+    dump_trace(
+        os.path.join(args.models, PAIR[0] + ".gguf"),
+        os.path.join(args.models, PAIR[1] + ".gguf"),
+        prompts,
+        args.heldout_trace,
+        settings=settings,
+        max_new_tokens=args.max_new_tokens,
+        dtype=args.dtype,
+        seed=1,
+        progress=True,
+        engine=args.engine,
+    )
     return args.heldout_trace
 
 
@@ -111,15 +123,21 @@ def predict(trace, cost, rules, prompts, lengths, max_new_tokens, n_boot, trust)
     out = {}
     for task in tasks:
         mean_prompt = float(np.mean([lengths[p.id] for p in prompts if p.task == task]))
-        plan = predict_speedup(result, cost, prompt_tokens=mean_prompt, output_tokens=max_new_tokens,
-                               allow_untrusted=trust)  # fmt: skip
+        plan = predict_speedup(
+            result, cost, prompt_tokens=mean_prompt, output_tokens=max_new_tokens, allow_untrusted=trust
+        )
         source = task if task in have else "all"
         for r in plan.rows:
             if r["task"] == source:
                 out[(r["rule"], r["m"], task)] = dict(r, al_source=source)
     best = {}
-    everything = predict_speedup(result, cost, prompt_tokens=float(np.mean(list(lengths.values()))),
-                                 output_tokens=max_new_tokens, allow_untrusted=trust)  # fmt: skip
+    everything = predict_speedup(
+        result,
+        cost,
+        prompt_tokens=float(np.mean(list(lengths.values()))),
+        output_tokens=max_new_tokens,
+        allow_untrusted=trust,
+    )
     for r in everything.best_m("all"):
         best[r["rule"]] = r["m"]
     return out, best, result
@@ -137,9 +155,19 @@ def measure(args, prompts, rules, best, settings):
     first = True
     for rule in rules:
         label = rule.describe()
-        recs = decode_prompts(verifier, draft, rule, prompts, m=best[label], settings=settings,
-                              max_new_tokens=args.max_new_tokens, seed=0, baseline=first, out=args.records,
-                              progress=True)  # fmt: skip
+        recs = decode_prompts(
+            verifier,
+            draft,
+            rule,
+            prompts,
+            m=best[label],
+            settings=settings,
+            max_new_tokens=args.max_new_tokens,
+            seed=0,
+            baseline=first,
+            out=args.records,
+            progress=True,
+        )
         if first:
             baselines = {r["id"]: r["baseline"] for r in recs}
         for r in recs:
@@ -175,24 +203,36 @@ def compare(cost, predicted, own, records, best, prompts, n_boot=2000):
             pred = predicted[(label, m, task)]
             mine = own.get((label, m, task), {}) if own else {}
             prefill = float(np.sum([t_[1][0] for t_ in times]) / spec.sum())
-            rows.append({
-                "rule": label, "task": task, "m": m, "prompts": len(sel), "measured": float(measured),
-                "measured_lo": float(lo), "measured_hi": float(hi), "measured_al": al, "trace_al": pred["al"],
-                "al_source": pred["al_source"], "predicted": pred["request_speedup"],
-                "predicted_lo": pred["request_speedup_lo"], "predicted_hi": pred["request_speedup_hi"],
-                "error": pred["request_speedup"] / measured - 1,
-                "own_trace_al": mine.get("al", float("nan")),
-                "own_predicted": mine.get("request_speedup", float("nan")),
-                "own_predicted_lo": mine.get("request_speedup_lo", float("nan")),
-                "own_predicted_hi": mine.get("request_speedup_hi", float("nan")),
-                "own_error": mine.get("request_speedup", float("nan")) / measured - 1,
-                "predicted_from_measured_al": float(t["baseline_total"] / t["total"]),
-                "error_cost_only": float(t["baseline_total"] / t["total"] / measured - 1),
-                "measured_prefill_share": prefill, "predicted_prefill_share": pred["prefill_share"],
-                "matched_tokens": n_out,
-                "length_mismatch": sum(decoding_flags(r)["length_mismatch"] for r in sel),
-                "busy": sum(decoding_flags(r)["busy"] for r in sel),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "rule": label,
+                    "task": task,
+                    "m": m,
+                    "prompts": len(sel),
+                    "measured": float(measured),
+                    "measured_lo": float(lo),
+                    "measured_hi": float(hi),
+                    "measured_al": al,
+                    "trace_al": pred["al"],
+                    "al_source": pred["al_source"],
+                    "predicted": pred["request_speedup"],
+                    "predicted_lo": pred["request_speedup_lo"],
+                    "predicted_hi": pred["request_speedup_hi"],
+                    "error": pred["request_speedup"] / measured - 1,
+                    "own_trace_al": mine.get("al", float("nan")),
+                    "own_predicted": mine.get("request_speedup", float("nan")),
+                    "own_predicted_lo": mine.get("request_speedup_lo", float("nan")),
+                    "own_predicted_hi": mine.get("request_speedup_hi", float("nan")),
+                    "own_error": mine.get("request_speedup", float("nan")) / measured - 1,
+                    "predicted_from_measured_al": float(t["baseline_total"] / t["total"]),
+                    "error_cost_only": float(t["baseline_total"] / t["total"] / measured - 1),
+                    "measured_prefill_share": prefill,
+                    "predicted_prefill_share": pred["prefill_share"],
+                    "matched_tokens": n_out,
+                    "length_mismatch": sum(decoding_flags(r)["length_mismatch"] for r in sel),
+                    "busy": sum(decoding_flags(r)["busy"] for r in sel),
+                }
+            )
     return rows
 
 
@@ -277,8 +317,10 @@ def markdown(cost, rows, gpu_cost, gpu_rows, command, prompts, engine="hf"):
         "|---|---|---|---|",
     ]
     for r in gpu_rows:
-        lines.append(f"| {r['rule']} | {r['m']} | {r['al']:.2f} | {r['speedup']:.2f}x [{r['speedup_lo']:.2f}, "
-                     f"{r['speedup_hi']:.2f}] |")  # fmt: skip
+        lines.append(
+            f"| {r['rule']} | {r['m']} | {r['al']:.2f} | {r['speedup']:.2f}x [{r['speedup_lo']:.2f}, "
+            f"{r['speedup_hi']:.2f}] |"
+        )
     lines += [
         "",
         "Hao & Mou report wall-time gains of up to about 1.9x at m = 10 (Qwen3-14B with a 0.6B drafter, vLLM, "
@@ -297,21 +339,33 @@ def figure(rows):
 
     fig, ax = plt.subplots(figsize=(5.5, 5))
     for i, r in enumerate(rows):
-        ax.errorbar(r["measured"], r["predicted"],
-                    xerr=[[r["measured"] - r["measured_lo"]], [r["measured_hi"] - r["measured"]]],
-                    yerr=[[r["predicted"] - r["predicted_lo"]], [r["predicted_hi"] - r["predicted"]]],
-                    marker="o", capsize=3, color=f"C{i % 10}", label=f"{r['rule']}, {r['task']}")  # fmt: skip
+        ax.errorbar(
+            r["measured"],
+            r["predicted"],
+            xerr=[[r["measured"] - r["measured_lo"]], [r["measured_hi"] - r["measured"]]],
+            yerr=[[r["predicted"] - r["predicted_lo"]], [r["predicted_hi"] - r["predicted"]]],
+            marker="o",
+            capsize=3,
+            color=f"C{i % 10}",
+            label=f"{r['rule']}, {r['task']}",
+        )
         if np.isfinite(r.get("own_predicted", np.nan)):
-            ax.errorbar(r["measured"], r["own_predicted"],
-                        yerr=[[r["own_predicted"] - r["own_predicted_lo"]],
-                              [r["own_predicted_hi"] - r["own_predicted"]]],
-                        marker="s", mfc="none", capsize=3, color=f"C{i % 10}")  # fmt: skip
+            ax.errorbar(
+                r["measured"],
+                r["own_predicted"],
+                yerr=[[r["own_predicted"] - r["own_predicted_lo"]], [r["own_predicted_hi"] - r["own_predicted"]]],
+                marker="s",
+                mfc="none",
+                capsize=3,
+                color=f"C{i % 10}",
+            )
     keys = ("measured_lo", "measured_hi", "predicted_lo", "predicted_hi", "own_predicted_lo", "own_predicted_hi")
     values = [r[k] for r in rows for k in keys if np.isfinite(r.get(k, np.nan))]
     lo, hi = min(values) * 0.95, max(values) * 1.05
     ax.plot([lo, hi], [lo, hi], color="black", lw=0.8)
-    ax.fill_between([lo, hi], [lo * 0.85, hi * 0.85], [lo * 1.15, hi * 1.15], color="grey", alpha=0.15,
-                    label="within 15%")  # fmt: skip
+    ax.fill_between(
+        [lo, hi], [lo * 0.85, hi * 0.85], [lo * 1.15, hi * 1.15], color="grey", alpha=0.15, label="within 15%"
+    )
     ax.set_xlabel("measured request speedup (matched lengths)")
     ax.set_ylabel("predicted request speedup (o: embedded trace, □: own trace)")
     ax.legend(fontsize=7)
@@ -378,8 +432,9 @@ def main(argv=None):
     rules = parse_rules(args.rules, (1.0,))
     tokenizer = load_model(os.path.join(args.models, PAIR[0] + ".gguf"), dtype=args.dtype)[1]
     lengths = {p.id: len(encode_chat(tokenizer, p.text)) for p in prompts}
-    predicted, best, _ = predict(trace, cost, rules, prompts, lengths, args.max_new_tokens, args.bootstrap,
-                                 args.trust_cost)  # fmt: skip
+    predicted, best, _ = predict(
+        trace, cost, rules, prompts, lengths, args.max_new_tokens, args.bootstrap, args.trust_cost
+    )
     os.makedirs(os.path.dirname(os.path.abspath(args.records)), exist_ok=True)
     own = None
     if args.heldout_trace:
@@ -389,11 +444,19 @@ def main(argv=None):
     gpu_cost, gpu_rows = gpu_regime(trace, args.bootstrap)
     command = "python experiments/plan_vs_reality.py " + ("--data DATA" if not args.prompts else "--prompts ...")
     if args.categories:
-        command += (f" --engine {args.engine} --categories {','.join(args.categories)} --per-category "
-                    f"{args.per_category} --mt-bench {args.mt_bench} --name {args.name}")  # fmt: skip
+        command += (
+            f" --engine {args.engine} --categories {','.join(args.categories)} --per-category "
+            f"{args.per_category} --mt-bench {args.mt_bench} --name {args.name}"
+        )
     text = markdown(cost, rows, gpu_cost, gpu_rows, command, prompts, args.engine)
-    data = {"cost": json.loads(cost.to_json()), "rows": rows, "gpu_profile": PROFILE, "gpu_rows": gpu_rows,
-            "prompts": [p.id for p in prompts], "machine": machine_description()}  # fmt: skip
+    data = {
+        "cost": json.loads(cost.to_json()),
+        "rows": rows,
+        "gpu_profile": PROFILE,
+        "gpu_rows": gpu_rows,
+        "prompts": [p.id for p in prompts],
+        "machine": machine_description(),
+    }
     write_results(args.out, args.name, markdown=text, data=data, png=figure_png(figure(rows)))
     print(text)
 

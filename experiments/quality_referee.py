@@ -40,11 +40,12 @@ CACHE = os.path.join(os.path.expanduser("~"), ".cache", "cactus_theory")
 #: The paper's Table 1 (Qwen3-14B verifier, Qwen3-0.6B draft, m = 20): accuracy in %, on GSM8K's 1,319 test
 #: problems and GPQA-Diamond's 198 questions, one seeded run each.
 PAPER = {
-    "GSM8K": (1319, {"verifier alone": 91.71, "SpS": 91.89, "TAS": 92.87, "Cactus δ=0.75": 92.15,
-                     "Cactus δ=1.0": 92.87}),
-    "GPQA": (198, {"verifier alone": 40.07, "SpS": 40.91, "TAS": 40.40, "Cactus δ=0.75": 45.46,
-                   "Cactus δ=1.0": 45.46}),
-}  # fmt: skip
+    "GSM8K": (
+        1319,
+        {"verifier alone": 91.71, "SpS": 91.89, "TAS": 92.87, "Cactus δ=0.75": 92.15, "Cactus δ=1.0": 92.87},
+    ),
+    "GPQA": (198, {"verifier alone": 40.07, "SpS": 40.91, "TAS": 40.40, "Cactus δ=0.75": 45.46, "Cactus δ=1.0": 45.46}),
+}
 _Z = 1.959963984540054
 
 
@@ -90,19 +91,26 @@ def paper_rows():
 
 
 def paper_table(rows):
-    lines = ["| benchmark | method | problems | accuracy % [95%] | difference, points | unpaired 95% interval | "
-             "shown by a paired interval only if at most ... problems changed verdict |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| benchmark | method | problems | accuracy % [95%] | difference, points | unpaired 95% interval | "
+        "shown by a paired interval only if at most ... problems changed verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         acc = f"{r['accuracy']:.2f} [{r['low']:.1f}, {r['high']:.1f}]"
         if "difference" not in r:
             lines.append(f"| {r['benchmark']} | {r['method']} | {r['n']:,} | {acc} | - | - | - |")
             continue
         need = r["max_discordant_to_show"]
-        shown = (f"{need} ({100 * need / r['n']:.1f}% of problems; at least {r['min_discordant']} did)"
-                 if need >= r["min_discordant"] else "never")  # fmt: skip
-        lines.append(f"| {r['benchmark']} | {r['method']} | {r['n']:,} | {acc} | {r['difference']:+.2f} | "
-                     f"[{r['unpaired_low']:+.1f}, {r['unpaired_high']:+.1f}] | {shown} |")  # fmt: skip
+        shown = (
+            f"{need} ({100 * need / r['n']:.1f}% of problems; at least {r['min_discordant']} did)"
+            if need >= r["min_discordant"]
+            else "never"
+        )
+        lines.append(
+            f"| {r['benchmark']} | {r['method']} | {r['n']:,} | {acc} | {r['difference']:+.2f} | "
+            f"[{r['unpaired_low']:+.1f}, {r['unpaired_high']:+.1f}] | {shown} |"
+        )
     return "\n".join(lines)
 
 
@@ -149,8 +157,9 @@ def main(argv=None):
     parser.add_argument("--max-new-tokens", type=int, default=512)
     parser.add_argument("--bootstrap", type=int, default=2000)
     parser.add_argument("--records", default=os.path.join(CACHE, "quality", "records.jsonl"))
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                                      "docs", "results"))  # fmt: skip
+    parser.add_argument(
+        "--out", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "results")
+    )
     args = parser.parse_args(argv)
     benches = args.benchmarks.split(",")
     groups = [load_problems(b, args.data, limit=args.limit) for b in benches]
@@ -165,8 +174,10 @@ def main(argv=None):
     summary = summarize_records(args.records, n_boot=args.bootstrap)
     records_count = sum(1 for line in open(args.records, encoding="utf-8") if line.strip())
     paper = paper_rows()
-    command = (f"python experiments/quality_referee.py --data DATA --minutes {args.minutes:g} --batch {args.batch} "
-               f"--max-new-tokens {args.max_new_tokens} --benchmarks {args.benchmarks}")  # fmt: skip
+    command = (
+        f"python experiments/quality_referee.py --data DATA --minutes {args.minutes:g} --batch {args.batch} "
+        f"--max-new-tokens {args.max_new_tokens} --benchmarks {args.benchmarks}"
+    )
     counts = ", ".join(f"{b}: {n}" for b, n in summary.problems.items())
     lines = [
         "# The quality referee on the real pair",
@@ -195,9 +206,19 @@ def main(argv=None):
         "",
         paper_table(paper),
     ]
-    data = {"command": command, "machine": machine_description(), "minutes": spent / 60, "answers": records_count,
-            "problems": summary.problems, "rows": summary.rows, "paper": paper, "rules": rules,
-            "batch": args.batch, "m": args.m, "max_new_tokens": args.max_new_tokens}  # fmt: skip
+    data = {
+        "command": command,
+        "machine": machine_description(),
+        "minutes": spent / 60,
+        "answers": records_count,
+        "problems": summary.problems,
+        "rows": summary.rows,
+        "paper": paper,
+        "rules": rules,
+        "batch": args.batch,
+        "m": args.m,
+        "max_new_tokens": args.max_new_tokens,
+    }
     for path in write_results(args.out, "quality", markdown="\n".join(lines) + "\n", data=data):
         print(f"wrote {path}")
     return 0

@@ -67,8 +67,12 @@ def server(binary, args, log):
 
     port = free_port()
     with open(log, "ab") as fh:
-        proc = subprocess.Popen([binary, *args, "--host", "127.0.0.1", "--port", str(port), "--no-webui", "--metrics"],
-                                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [binary, *args, "--host", "127.0.0.1", "--port", str(port), "--no-webui", "--metrics"],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         while proc.poll() is None:
@@ -135,8 +139,10 @@ def measure(spec, base, B):
     def speed(i):
         return (tok_s[i].sum() / sec_s[i].sum()) / (tok_b[i].sum() / sec_b[i].sum())
 
-    return {name: (float(f(idx)), *bootstrap(idx, f, seed=B)) for name, f in
-            (("acceptance", rate), ("al_per_step", per_step), ("speedup", speed))}  # fmt: skip
+    return {
+        name: (float(f(idx)), *bootstrap(idx, f, seed=B))
+        for name, f in (("acceptance", rate), ("al_per_step", per_step), ("speedup", speed))
+    }
 
 
 def main(argv=None) -> int:
@@ -157,16 +163,29 @@ def main(argv=None) -> int:
     parser.add_argument("--context", type=int, default=256, help="tokens of context while the servers are timed")
     args = parser.parse_args(argv)
     if not args.server_binary:
-        args.server_binary = subprocess.run([sys.executable, os.path.join(HERE, "..", "scripts",
-                                             "build_llama_server.py")], capture_output=True, text=True,
-                                            check=True).stdout.strip()  # fmt: skip
+        args.server_binary = subprocess.run(
+            [sys.executable, os.path.join(HERE, "..", "scripts", "build_llama_server.py")],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     verifier, draft = (os.path.join(args.models, name + ".gguf") for name in PAIR)
     prompts = held_out_prompts(args.data, args.mbpp, args.mt_bench)
     sizes = [int(b) for b in args.parallel.split(",")]
     policy = f"llama.cpp(p_min={args.p_min:g})"
     common = ["-c", str(4096 * max(sizes)), "-t", str(args.threads), "-tb", str(args.threads)]
-    spec_flags = ["-md", draft, "--spec-type", "draft-simple", "--spec-draft-n-max", str(args.n_max),
-                  "--spec-draft-n-min", "0", "--spec-draft-p-min", str(args.p_min)]  # fmt: skip
+    spec_flags = [
+        "-md",
+        draft,
+        "--spec-type",
+        "draft-simple",
+        "--spec-draft-n-max",
+        str(args.n_max),
+        "--spec-draft-n-min",
+        "0",
+        "--spec-draft-p-min",
+        str(args.p_min),
+    ]
     work = tempfile.mkdtemp(prefix="referee-")
     log = os.path.join(work, "servers.log")
     cells, started = [], time.time()
@@ -177,8 +196,16 @@ def main(argv=None) -> int:
         server(args.server_binary, ["-m", draft, *common, "-np", "1"], log) as draft_url,
     ):
         t0 = time.perf_counter()
-        dump_server_trace(base_url, draft_url, prompts, trace_dir, settings=SETTINGS, seed=1, top_k=32,
-                          max_new_tokens=args.max_new_tokens)  # fmt: skip
+        dump_server_trace(
+            base_url,
+            draft_url,
+            prompts,
+            trace_dir,
+            settings=SETTINGS,
+            seed=1,
+            top_k=32,
+            max_new_tokens=args.max_new_tokens,
+        )
         t_dump = time.perf_counter() - t0
     trace = load_trace(trace_dir)
     for B in sizes:
@@ -188,11 +215,24 @@ def main(argv=None) -> int:
             server(args.server_binary, ["-m", draft, *common, *par], log) as draft_url,
             server(args.server_binary, ["-m", verifier, *spec_flags, *common, *par], log) as spec_url,
         ):
-            cost = calibrate_server(base_url, draft_url, batches=sorted({1, B}), max_block=args.n_max + 1,
-                                    repeats=3, prompt_lengths=(64,), context=args.context)  # fmt: skip
+            cost = calibrate_server(
+                base_url,
+                draft_url,
+                batches=sorted({1, B}),
+                max_block=args.n_max + 1,
+                repeats=3,
+                prompt_lengths=(64,),
+                context=args.context,
+            )
             at = cost.at_batch(B)
-            res = analyze_trace(trace, rules=["strict"], ms=[args.n_max], settings=SETTINGS,
-                                draft_mode="greedy", draft_policies=[policy])  # fmt: skip
+            res = analyze_trace(
+                trace,
+                rules=["strict"],
+                ms=[args.n_max],
+                settings=SETTINGS,
+                draft_mode="greedy",
+                draft_policies=[policy],
+            )
             plan = predict_speedup(res, at, allow_untrusted=True)
             key = make_policy_label(policy)
             row = next(r for r in plan.rows if r["task"] == "all" and r.get("draft_policy") == key)
@@ -206,24 +246,33 @@ def main(argv=None) -> int:
             _, speaker = open_server(base_url)
             ids = [speaker.prompt_ids(p.text, chat=True) for p in prompts]
             _, spec_speaker = open_server(spec_url)
-            spec, wall_s, before, after = drive_server(spec_speaker, ids, SETTINGS, args.max_new_tokens,
-                                                       concurrency=B, seed=2)  # fmt: skip
+            spec, wall_s, before, after = drive_server(
+                spec_speaker, ids, SETTINGS, args.max_new_tokens, concurrency=B, seed=2
+            )
             base, wall_b, _, _ = drive_server(speaker, ids, SETTINGS, args.max_new_tokens, concurrency=B, seed=2)
             measured = measure(spec, base, B)
             steps = after.get("spec_decode_num_drafts_total", 0) - before.get("spec_decode_num_drafts_total", 0)
             accepted = sum(r.accepted for r in spec)
             same = sum(a.token_ids == b.token_ids for a, b in zip(spec, base, strict=True))
-            cells.append({
-                "parallel": B, "predicted": predicted, "measured": measured,
-                "server_mean_acceptance_length": 1 + accepted / steps if steps else None,
-                "verification_steps": steps, "requests": len(prompts),
-                "tokens": {"spec": sum(r.tokens for r in spec), "base": sum(r.tokens for r in base)},
-                "same_tokens_with_and_without_draft": int(same),
-                "wall_seconds": {"spec": wall_s, "base": wall_b, "dump": t_dump},
-                "cost": {"draft_token": at.draft_token, "draft_read_token": at.draft_read_token,
-                         "verify_block": at.verify_block},
-                "trace_positions": trace.n_positions,
-            })  # fmt: skip
+            cells.append(
+                {
+                    "parallel": B,
+                    "predicted": predicted,
+                    "measured": measured,
+                    "server_mean_acceptance_length": 1 + accepted / steps if steps else None,
+                    "verification_steps": steps,
+                    "requests": len(prompts),
+                    "tokens": {"spec": sum(r.tokens for r in spec), "base": sum(r.tokens for r in base)},
+                    "same_tokens_with_and_without_draft": int(same),
+                    "wall_seconds": {"spec": wall_s, "base": wall_b, "dump": t_dump},
+                    "cost": {
+                        "draft_token": at.draft_token,
+                        "draft_read_token": at.draft_read_token,
+                        "verify_block": at.verify_block,
+                    },
+                    "trace_positions": trace.n_positions,
+                }
+            )
             print(f"B={B}: predicted {predicted}, measured {measured}", flush=True)
     write(args, cells, prompts, policy, time.time() - started)
     return 0
@@ -241,9 +290,11 @@ def _within(pred, meas, tol=0.15):
 
 def write(args, cells, prompts, policy, seconds):
     os.makedirs(args.out, exist_ok=True)
-    command = (f"python experiments/referee_llama_server.py --data DATA --parallel {args.parallel} --mbpp {args.mbpp} "
-               f"--mt-bench {args.mt_bench} --max-new-tokens {args.max_new_tokens} --n-max {args.n_max} "
-               f"--p-min {args.p_min:g}")  # fmt: skip
+    command = (
+        f"python experiments/referee_llama_server.py --data DATA --parallel {args.parallel} --mbpp {args.mbpp} "
+        f"--mt-bench {args.mt_bench} --max-new-tokens {args.max_new_tokens} --n-max {args.n_max} "
+        f"--p-min {args.p_min:g}"
+    )
     lines = [
         "# The referee: llama-server's own speculative decoding against the planner",
         "",
@@ -264,8 +315,11 @@ def write(args, cells, prompts, policy, seconds):
     within = covers = total = 0
     start = cells[0]["predicted"]["al_per_block_start"]
     for cell in cells:
-        for name, label in (("acceptance", "acceptance rate"), ("al_per_step", "accepted drafts per step"),
-                            ("speedup", "speedup over the verifier alone")):  # fmt: skip
+        for name, label in (
+            ("acceptance", "acceptance rate"),
+            ("al_per_step", "accepted drafts per step"),
+            ("speedup", "speedup over the verifier alone"),
+        ):
             p, m = cell["predicted"][name], cell["measured"][name]
             ok = _within(p[0], m[0])
             cover = p[1] <= m[0] <= p[2]
@@ -291,8 +345,10 @@ def write(args, cells, prompts, policy, seconds):
     ]
     for cell in cells:
         mal = cell["server_mean_acceptance_length"]
-        lines.append(f"| {cell['parallel']} | {mal:.3f} | {cell['same_tokens_with_and_without_draft']} of "
-                     f"{cell['requests']} | {cell['trace_positions']} |")  # fmt: skip
+        lines.append(
+            f"| {cell['parallel']} | {mal:.3f} | {cell['same_tokens_with_and_without_draft']} of "
+            f"{cell['requests']} | {cell['trace_positions']} |"
+        )
     text = "\n".join(lines) + "\n"
     write_results(args.out, "referee_llama_server", markdown=text, data={"command": command, "cells": cells})
     print(text)

@@ -36,8 +36,13 @@ def main(argv=None):
     command = f"python experiments/rules_comparison.py --processes {args.processes} --bootstrap {args.bootstrap}"
     if args.trace:
         command += " --trace " + " ".join(args.trace)
-    for path in write_comparison(comparison, args.out_dir, command=command, seconds=time.perf_counter() - start,
-                                 trace_label=", ".join(args.trace) if args.trace else None):  # fmt: skip
+    for path in write_comparison(
+        comparison,
+        args.out_dir,
+        command=command,
+        seconds=time.perf_counter() - start,
+        trace_label=", ".join(args.trace) if args.trace else None,
+    ):
         print("wrote", path)
 
 

@@ -58,15 +58,27 @@ EXACT_RULES = ("block", "traversal", "hsd", "magic-mtp")
 TREES = ((2, 2), (3, 2), (4, 2), (2, 3), (3, 3))
 #: What the papers report for the same comparison (their models, trees and tasks, not ours).
 PAPER_GAINS = (
-    ("traversal (trees) over token-level tree verification", "+2.2% to +5.7% AL",
-     "Weng et al., NeurIPS 2025 (arXiv 2505.12398): their models, tree shapes and tasks"),
-    ("HSD over token-wise, one sampled chain", "+3.3% to +5.4% tokens per step",
-     "the authors' README: Qwen2.5-0.5B drafting for 14B / 32B / 72B, GSM8K, temperature 1"),
-    ("block verification over token-wise, one chain", "+1.4% to +2.3% tokens per step",
-     "the same README's blockwise row"),
-    ("HSD in EAGLE-3 (EAGLE-3H) over EAGLE-3", "+12.1% tokens per step",
-     "the README: EAGLE-3-LLaMA3.1-8B, its token-level tree verification replaced by HSD over the tree's paths"),
-)  # fmt: skip
+    (
+        "traversal (trees) over token-level tree verification",
+        "+2.2% to +5.7% AL",
+        "Weng et al., NeurIPS 2025 (arXiv 2505.12398): their models, tree shapes and tasks",
+    ),
+    (
+        "HSD over token-wise, one sampled chain",
+        "+3.3% to +5.4% tokens per step",
+        "the authors' README: Qwen2.5-0.5B drafting for 14B / 32B / 72B, GSM8K, temperature 1",
+    ),
+    (
+        "block verification over token-wise, one chain",
+        "+1.4% to +2.3% tokens per step",
+        "the same README's blockwise row",
+    ),
+    (
+        "HSD in EAGLE-3 (EAGLE-3H) over EAGLE-3",
+        "+12.1% tokens per step",
+        "the README: EAGLE-3-LLaMA3.1-8B, its token-level tree verification replaced by HSD over the tree's paths",
+    ),
+)
 
 
 def chain_part(trace, ms, n_boot, draft_mode):
@@ -99,8 +111,9 @@ def tree_part(trace, n_paths, n_boot, seed=0):
         p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
         sequences.append((p / p.sum(-1, keepdims=True), q / q.sum(-1, keepdims=True)))
     ks = sorted({k for k, _ in TREES})
-    acceptance = analyze_trace(trace, [f"rrs(k={k}, replacement=false)" for k in ks], ms=(1,), n_boot=n_boot,
-                               progress=False)  # fmt: skip
+    acceptance = analyze_trace(
+        trace, [f"rrs(k={k}, replacement=false)" for k in ks], ms=(1,), n_boot=n_boot, progress=False
+    )
     of_optimum = {r["rule"]: r["acceptance_of_optimum"] for r in acceptance.rows if r["task"] == "all"}
     rng = np.random.default_rng(seed)
     rows = []
@@ -124,12 +137,19 @@ def tree_part(trace, n_paths, n_boot, seed=0):
         al_t, al_r = sums[:, 1].sum() / sums[:, 0].sum(), sums[:, 2].sum() / sums[:, 0].sum()
         boot = np.random.default_rng(seed + 1).integers(0, len(sums), size=(n_boot, len(sums)))
         ratio = sums[boot, 1].sum(1) / sums[boot, 2].sum(1)
-        rows.append({
-            "k": k, "m": m, "nodes": int(tree[0].size - 1), "traversal_al": al_t, "token_level_al": al_r,
-            "gain": al_t / al_r - 1, "gain_lo": float(np.quantile(ratio, 0.025)) - 1,
-            "gain_hi": float(np.quantile(ratio, 0.975)) - 1,
-            "acceptance_of_optimum": of_optimum[f"rrs(k={k}, replacement=false)"],
-        })  # fmt: skip
+        rows.append(
+            {
+                "k": k,
+                "m": m,
+                "nodes": int(tree[0].size - 1),
+                "traversal_al": al_t,
+                "token_level_al": al_r,
+                "gain": al_t / al_r - 1,
+                "gain_lo": float(np.quantile(ratio, 0.025)) - 1,
+                "gain_hi": float(np.quantile(ratio, 0.975)) - 1,
+                "acceptance_of_optimum": of_optimum[f"rrs(k={k}, replacement=false)"],
+            }
+        )
     return rows
 
 
@@ -141,15 +161,23 @@ def adaptive_part(trace, ms, n_boot):
     """Per-step speedups of SpS and Cactus(delta=1) at fixed m and with the adaptive verify length,
     under the shipped measured GPU profile (the planner's default)."""
     cost = load_cost(cost_profiles()[DEFAULT_COST_PROFILE])
-    result = analyze_trace(trace, ["sps", "cactus(delta=1)"], ms=ms, n_boot=n_boot, progress=False,
-                           draft_policies=["adaptive-verify"], cost=cost)  # fmt: skip
+    result = analyze_trace(
+        trace,
+        ["sps", "cactus(delta=1)"],
+        ms=ms,
+        n_boot=n_boot,
+        progress=False,
+        draft_policies=["adaptive-verify"],
+        cost=cost,
+    )
     plan = predict_speedup(result, cost)
     rows = []
     for r in plan.rows:
         if r["task"] != "all":
             continue
-        rows.append({k: r.get(k) for k in ("rule", "m", "draft_policy", "al", "drafted", "speedup", "speedup_lo",
-                                            "speedup_hi")})  # fmt: skip
+        rows.append(
+            {k: r.get(k) for k in ("rule", "m", "draft_policy", "al", "drafted", "speedup", "speedup_lo", "speedup_hi")}
+        )
     return rows, DEFAULT_COST_PROFILE
 
 
@@ -165,8 +193,10 @@ def figure(chain_rows, tree_rows, ms):
         mine = sorted((r for r in sampled if r["rule"] == rule), key=lambda r: r["m"])
         x = [places[r["m"]] + 0.08 * (j - (len(rules) - 1) / 2) for r in mine]
         y = [100 * r["gain_sps"] for r in mine]
-        err = [[100 * (r["gain_sps"] - r["gain_sps_lo"]) for r in mine], [100 * (r["gain_sps_hi"] - r["gain_sps"])
-                                                                           for r in mine]]  # fmt: skip
+        err = [
+            [100 * (r["gain_sps"] - r["gain_sps_lo"]) for r in mine],
+            [100 * (r["gain_sps_hi"] - r["gain_sps"]) for r in mine],
+        ]
         axes[0].errorbar(x, y, yerr=err, color=colours[rule], marker="o", ms=4, capsize=2, lw=1, label=rule)
     axes[0].axhline(0, color="grey", lw=0.8)
     axes[0].set_xticks(list(places.values()), [f"m = {m}" for m in places])
@@ -176,8 +206,18 @@ def figure(chain_rows, tree_rows, ms):
     labels = [f"k={r['k']}, m={r['m']}" for r in tree_rows]
     y = [100 * r["gain"] for r in tree_rows]
     err = [[100 * (r["gain"] - r["gain_lo"]) for r in tree_rows], [100 * (r["gain_hi"] - r["gain"]) for r in tree_rows]]
-    axes[1].errorbar(range(len(tree_rows)), y, yerr=err, color=colours.get("traversal", "C0"), marker="o", ms=4,
-                     capsize=2, lw=0, elinewidth=1, label="traversal-tree over rrs without replacement")  # fmt: skip
+    axes[1].errorbar(
+        range(len(tree_rows)),
+        y,
+        yerr=err,
+        color=colours.get("traversal", "C0"),
+        marker="o",
+        ms=4,
+        capsize=2,
+        lw=0,
+        elinewidth=1,
+        label="traversal-tree over rrs without replacement",
+    )
     axes[1].axhline(0, color="grey", lw=0.8)
     axes[1].set_xticks(range(len(tree_rows)), labels, fontsize=8)
     axes[1].set_ylabel("tree AL gain, % (paired 95% intervals)")
@@ -212,11 +252,15 @@ def markdown(data, trace, seconds):
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in data["chains"]:
-        over = [_interval(r[f"gain_{b}"], r[f"gain_{b}_lo"], r[f"gain_{b}_hi"]) if f"gain_{b}" in r else ""
-                for b in ("sps", "block")]  # fmt: skip
-        lines.append(f"| {r['draft_mode']} | {r['rule']} | {r['m']} | {r['al']:.3f} [{r['al_lo']:.3f}, "
-                     f"{r['al_hi']:.3f}] | {over[0]} | {over[1]} | {r['kl_per_token']:.4f} | "
-                     f"{r['tv_per_token']:.4f} |")  # fmt: skip
+        over = [
+            _interval(r[f"gain_{b}"], r[f"gain_{b}_lo"], r[f"gain_{b}_hi"]) if f"gain_{b}" in r else ""
+            for b in ("sps", "block")
+        ]
+        lines.append(
+            f"| {r['draft_mode']} | {r['rule']} | {r['m']} | {r['al']:.3f} [{r['al_lo']:.3f}, "
+            f"{r['al_hi']:.3f}] | {over[0]} | {over[1]} | {r['kl_per_token']:.4f} | "
+            f"{r['tv_per_token']:.4f} |"
+        )
     lines += [
         "",
         "## Trees",
@@ -232,8 +276,10 @@ def markdown(data, trace, seconds):
     ]
     for r in data["trees"]:
         gain = _interval(r["gain"], r["gain_lo"], r["gain_hi"])
-        lines.append(f"| {r['k']} | {r['m']} | {r['nodes']} | {r['traversal_al']:.3f} | {r['token_level_al']:.3f} | "
-                     f"{gain} | {r['acceptance_of_optimum']:.3f} |")  # fmt: skip
+        lines.append(
+            f"| {r['k']} | {r['m']} | {r['nodes']} | {r['traversal_al']:.3f} | {r['token_level_al']:.3f} | "
+            f"{gain} | {r['acceptance_of_optimum']:.3f} |"
+        )
     lines += [
         "",
         "## The papers' gains beside these",
@@ -263,8 +309,10 @@ def markdown(data, trace, seconds):
     for r in data["adaptive"]:
         verified = r["m"] if r.get("drafted") is None else r["drafted"]
         speedup = f"{r['speedup']:.3f}x [{r['speedup_lo']:.3f}, {r['speedup_hi']:.3f}]"
-        lines.append(f"| {r['rule']} | {r['m']} | {r.get('draft_policy') or 'fixed'} | {r['al']:.3f} | "
-                     f"{verified:.2f} | {speedup} |")  # fmt: skip
+        lines.append(
+            f"| {r['rule']} | {r['m']} | {r.get('draft_policy') or 'fixed'} | {r['al']:.3f} | "
+            f"{verified:.2f} | {speedup} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -287,8 +335,16 @@ def main(argv=None):
         command += " --m " + " ".join(map(str, ms))
     if args.tree_paths != 16:
         command += f" --tree-paths {args.tree_paths}"
-    data = {"chains": chains, "trees": trees, "exact": exact_part(), "adaptive": adaptive, "profile": profile,
-            "tree_paths": args.tree_paths, "command": command, "paper_gains": PAPER_GAINS}  # fmt: skip
+    data = {
+        "chains": chains,
+        "trees": trees,
+        "exact": exact_part(),
+        "adaptive": adaptive,
+        "profile": profile,
+        "tree_paths": args.tree_paths,
+        "command": command,
+        "paper_gains": PAPER_GAINS,
+    }
     seconds = time.perf_counter() - start
     text = markdown(data, trace, seconds)
     write_results(args.out, "sequence_rules", markdown=text, data=data, png=figure_png(figure(chains, trees, ms)))

@@ -79,8 +79,10 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     mpmath.mp.dps = 50
-    print(f"{'divergence':<11} {'pairs':>6} {'overspent':>9} {'max B/delta (50 digits)':>24} "
-          f"{'feasible 1 float up':>20} {'3 floats up':>11} {'max B/delta in float64':>23}")  # fmt: skip
+    print(
+        f"{'divergence':<11} {'pairs':>6} {'overspent':>9} {'max B/delta (50 digits)':>24} "
+        f"{'feasible 1 float up':>20} {'3 floats up':>11} {'max B/delta in float64':>23}"
+    )
     for name in available_divergences():
         if get_divergence(name).sympy_generator is None:
             continue  # tv: no smooth generator; its gamma is a closed form (q + delta, capped)

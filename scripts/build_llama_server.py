@@ -89,8 +89,18 @@ def works(binary: Path) -> bool:
 
 def fetch_sources(llama_version: str, work: Path, quiet: bool) -> Path:
     """The llama.cpp tree inside the llama-cpp-python sdist of ``llama_version``, unpacked in ``work``."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", "llama-cpp-python",
-           "-d", str(work), f"llama-cpp-python=={llama_version}"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--no-binary",
+        "llama-cpp-python",
+        "-d",
+        str(work),
+        f"llama-cpp-python=={llama_version}",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True)
     archives = sorted(work.glob("llama_cpp_python-*.tar.gz"))
     if not archives:  # pip may have failed preparing metadata after downloading: the archive is what we need
@@ -146,8 +156,11 @@ def main(argv=None) -> int:
     home.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="llama-server-build-", dir=home.parent) as tmp:
         work = Path(tmp)
-        print(f"building llama-server from llama-cpp-python {llama_version}'s llama.cpp (once; cached in {home})",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"building llama-server from llama-cpp-python {llama_version}'s llama.cpp (once; cached in {home})",
+            file=sys.stderr,
+            flush=True,
+        )
         source = fetch_sources(llama_version, work, args.quiet)
         built = build(source, work / "build", flags, args.jobs, args.quiet)
         staged = work / "stage"

@@ -47,14 +47,21 @@ def alone(model, prompts, seeds, settings=None, max_new_tokens=128, eos_ids=()):
     return [DecodeResult(tokens=[RIGHT]) for _ in prompts]
 
 
-def speculative(verifier, draft, rule, m, prompts, seeds, settings=None, max_new_tokens=128, eos_ids=(), drift=False,
-                **options):  # fmt: skip
+def speculative(
+    verifier, draft, rule, m, prompts, seeds, settings=None, max_new_tokens=128, eos_ids=(), drift=False, **options
+):
     _call()
     out = []
     for seed in seeds:
         wrong = np.random.default_rng(seed).random() < FLIP
-        out.append(DecodeResult(tokens=[WRONG if wrong else RIGHT], drafted=[m], accepted=[m - 1],
-                                token_kl=list(TOKEN_KL) if drift else None))  # fmt: skip
+        out.append(
+            DecodeResult(
+                tokens=[WRONG if wrong else RIGHT],
+                drafted=[m],
+                accepted=[m - 1],
+                token_kl=list(TOKEN_KL) if drift else None,
+            )
+        )
     return out
 
 
@@ -74,6 +81,10 @@ def choice_file(path, count):
     """``count`` multiple-choice problems whose answer is A."""
     import json
 
-    path.write_text("".join(json.dumps({"question": f"question {i}?", "choices": ["yes", "no"], "answer": "A"}) + "\n"
-                            for i in range(count)))  # fmt: skip
+    path.write_text(
+        "".join(
+            json.dumps({"question": f"question {i}?", "choices": ["yes", "no"], "answer": "A"}) + "\n"
+            for i in range(count)
+        )
+    )
     return path

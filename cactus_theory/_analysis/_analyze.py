@@ -49,19 +49,26 @@ METRICS = (
 TABLE_COLUMNS = (
     ("m", "drafted tokens per verification step"),
     ("accept", "mean acceptance of one drafted token, over positions"),
-    ("/opt", "accept as a fraction of the largest acceptance a lossless verification of the same drafts reaches "
-             "(1 - TV(p, q) for one draft): above 1 only for a rule that is not lossless"),
+    (
+        "/opt",
+        "accept as a fraction of the largest acceptance a lossless verification of the same drafts reaches "
+        "(1 - TV(p, q) for one draft): above 1 only for a rule that is not lossless",
+    ),
     ("outside", "acceptance of tokens the verifier gives probability 0 (q(n) = 0)"),
-    ("AL", "accepted drafts per verification step (independent positions), with its bootstrap 95% interval over "
-           "sequences"),
+    (
+        "AL",
+        "accepted drafts per verification step (independent positions), with its bootstrap 95% interval over sequences",
+    ),
     ("vLLM MAL", "1 + AL: tokens emitted per step, vLLM's mean acceptance length"),
-    ("KL(pi||q)", "mean KL(pi || q) per position of what the rule emits (pi) from the verifier (q); inf where it "
-                  "emits tokens q excludes"),
-    ("KL/token", "KL(pi || q) of a block of m per token it emits (positions weighted by the chance of reaching "
-                 "them)"),
+    (
+        "KL(pi||q)",
+        "mean KL(pi || q) per position of what the rule emits (pi) from the verifier (q); inf where it "
+        "emits tokens q excludes",
+    ),
+    ("KL/token", "KL(pi || q) of a block of m per token it emits (positions weighted by the chance of reaching them)"),
     ("TV", "mean TV(pi, q) per position"),
     ("dH", "mean entropy change H(pi) - H(q) per position, in nats"),
-)  # fmt: skip
+)
 #: Per-m block metrics: drift per emitted token (bonus position included under the relaxed policy).
 BLOCK_METRICS = ("kl", "tv")
 
@@ -101,8 +108,11 @@ class AnalysisResult(Result):
     def markdown(self) -> str:
         """The text table of every task (all first) in code blocks."""
         tasks = sorted({r["task"] for r in self.rows} - {"all"})
-        tables = "\n\n".join(f"{'all tasks' if t == 'all' else 'task ' + t}:\n\n```\n{self.table(t)}\n```"
-                               for t in ["all", *tasks] if any(r["task"] == t for r in self.rows))  # fmt: skip
+        tables = "\n\n".join(
+            f"{'all tasks' if t == 'all' else 'task ' + t}:\n\n```\n{self.table(t)}\n```"
+            for t in ["all", *tasks]
+            if any(r["task"] == t for r in self.rows)
+        )
         return tables + f"\n\nThe columns:\n\n```\n{self.legend()}\n```"
 
     def figure(self):
@@ -375,14 +385,38 @@ def analyze_trace(
     """
     from .._data._traceset import open_traces
 
-    given = {"ms": ms, "settings": settings, "n_boot": n_boot, "seed": seed, "processes": processes,
-             "bonus_policy": bonus_policy, "tasks": tasks, "draft_mode": draft_mode, "block_paths": block_paths,
-             "draft_policies": draft_policies, "cost": cost, "position_acceptance": position_acceptance,
-             "gate": gate}  # fmt: skip
+    given = {
+        "ms": ms,
+        "settings": settings,
+        "n_boot": n_boot,
+        "seed": seed,
+        "processes": processes,
+        "bonus_policy": bonus_policy,
+        "tasks": tasks,
+        "draft_mode": draft_mode,
+        "block_paths": block_paths,
+        "draft_policies": draft_policies,
+        "cost": cost,
+        "position_acceptance": position_acceptance,
+        "gate": gate,
+    }
     if options is not None:
         chosen = merged_options(AnalysisOptions, options, given)
-        (ms, settings, n_boot, seed, processes, bonus_policy, tasks, draft_mode, block_paths, draft_policies, cost,
-         position_acceptance, gate) = (chosen[k] for k in given)  # fmt: skip
+        (
+            ms,
+            settings,
+            n_boot,
+            seed,
+            processes,
+            bonus_policy,
+            tasks,
+            draft_mode,
+            block_paths,
+            draft_policies,
+            cost,
+            position_acceptance,
+            gate,
+        ) = (chosen[k] for k in given)
     if bonus_policy not in BONUS_POLICIES:
         raise ValueError(f"bonus_policy must be one of {BONUS_POLICIES}; got {bonus_policy!r}")
     if draft_mode not in DRAFT_MODES:
@@ -418,8 +452,10 @@ def analyze_trace(
         raise ValueError(f"{', '.join(wholes)} judge whole blocks: drafting policies are for token rules and trees")
     blocks = [r.describe() for r in rules if judgement_of(r).block]
     if bonus_policy == "relaxed" and blocks:
-        raise ValueError(f"{', '.join(blocks)} judge whole blocks: their bonus token is the verifier's only; "
-                         "analyse them with bonus_policy='verifier'")  # fmt: skip
+        raise ValueError(
+            f"{', '.join(blocks)} judge whole blocks: their bonus token is the verifier's only; "
+            "analyse them with bonus_policy='verifier'"
+        )
     labels = [_rule_label(r) for r in rules]
     if len(set(labels)) != len(labels):
         raise ValueError(f"rules must be distinct; got {labels}")
@@ -427,12 +463,15 @@ def analyze_trace(
     traces = open_traces(trace)
     if settings is None:
         settings = traces.sampling
-    outside = sorted(i for i in (*getattr(gate, "open_ids", ()), *getattr(gate, "close_ids", ()))
-                     if not 0 <= i < traces.vocab_size)  # fmt: skip
+    outside = sorted(
+        i for i in (*getattr(gate, "open_ids", ()), *getattr(gate, "close_ids", ())) if not 0 <= i < traces.vocab_size
+    )
     if outside:
-        raise ValueError(f"gate: token id(s) {', '.join(map(str, outside[:4]))} are outside the trace's vocabulary "
-                         f"(0 to {traces.vocab_size - 1}): the gate would never open or close; give ids of the "
-                         "trace's tokenizer (e.g. those of <think> and </think>)")  # fmt: skip
+        raise ValueError(
+            f"gate: token id(s) {', '.join(map(str, outside[:4]))} are outside the trace's vocabulary "
+            f"(0 to {traces.vocab_size - 1}): the gate would never open or close; give ids of the "
+            "trace's tokenizer (e.g. those of <think> and </think>)"
+        )
     for policy in policies:  # a stop that reads the drafter's top-k needs that many logits stored
         if (
             policy.reads is not None
@@ -463,9 +502,23 @@ def analyze_trace(
     jobs, names, total = [], [], 0
     for name, t, recs in records:
         for i in sorted({r.shard for r in recs if wanted is None or r.task in wanted}):
-            jobs.append(ShardJob(os.path.abspath(t.directory), i, tuple(rules), tuple(ms), settings, bonus_policy,
-                                 wanted, draft_mode, int(block_paths), tuple(policies), cost,
-                                 bool(position_acceptance), gate))  # fmt: skip
+            jobs.append(
+                ShardJob(
+                    os.path.abspath(t.directory),
+                    i,
+                    tuple(rules),
+                    tuple(ms),
+                    settings,
+                    bonus_policy,
+                    wanted,
+                    draft_mode,
+                    int(block_paths),
+                    tuple(policies),
+                    cost,
+                    bool(position_acceptance),
+                    gate,
+                )
+            )
             names.append(name)
             total += t.shard_positions(i)
     with progress_bar(total=total, desc="analyse", unit="pos", enabled=progress) as bar:
@@ -503,15 +556,17 @@ def analyze_trace(
                 for name in traces.names:
                     sel = per_trace[name]
                     if sel:
-                        trace_rows.append(_row(rule, m, "all", name, sel, trace_counts[name], bonus_policy,
-                                               draft_mode))  # fmt: skip
+                        trace_rows.append(_row(rule, m, "all", name, sel, trace_counts[name], bonus_policy, draft_mode))
     if gate is not None:
         held = sum(s.gated for s in sequences)
         positions = sum(s.positions for s in sequences)
         relaxed = [r.describe() for r in rules if not r.lossless]
-        notes = [*notes, f"gated by {gate.describe()}: {', '.join(relaxed) or 'no relaxed rule'} judge(s) only the "
-                         f"{held} of {positions} positions ({held / max(positions, 1):.1%}) where it is open, "
-                         f"{gate.fallback} the others"]  # fmt: skip
+        notes = [
+            *notes,
+            f"gated by {gate.describe()}: {', '.join(relaxed) or 'no relaxed rule'} judge(s) only the "
+            f"{held} of {positions} positions ({held / max(positions, 1):.1%}) where it is open, "
+            f"{gate.fallback} the others",
+        ]
     return AnalysisResult(
         rows=rows,
         sequences=sequences,

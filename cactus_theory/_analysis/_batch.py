@@ -62,8 +62,10 @@ def batch_parts(cost, size):
         )
     a, b = cost.at_batch(lo), cost.at_batch(hi)
     share = (size - lo) / (hi - lo)
-    return ((1 - share) * a.draft_time() + share * b.draft_time(),
-            lambda k: (1 - share) * a.verify(k) + share * b.verify(k))  # fmt: skip
+    return (
+        (1 - share) * a.draft_time() + share * b.draft_time(),
+        lambda k: (1 - share) * a.verify(k) + share * b.verify(k),
+    )
 
 
 def _step_law(accept, m):
@@ -266,8 +268,10 @@ def verify_budget(accepts, top1s, m, cost, size, *, steps=2000, seed=0, visits=N
     accepts = _checked_acceptances(accepts, "accepts")
     top1s = _checked_acceptances(top1s, "top1s")
     if len(top1s) != len(accepts) or any(a.shape != c.shape for a, c in zip(accepts, top1s, strict=False)):
-        raise ValueError("top1s must have one array per request of accepts, each of the same length; got "
-                         f"{[a.size for a in accepts][:4]} and {[c.size for c in top1s][:4]} positions")  # fmt: skip
+        raise ValueError(
+            "top1s must have one array per request of accepts, each of the same length; got "
+            f"{[a.size for a in accepts][:4]} and {[c.size for c in top1s][:4]} positions"
+        )
     m = _checked_draft_length(m)
     size = checked_batch_size(size)
     if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, (int, np.integer)) or steps < 2:
@@ -288,8 +292,11 @@ def verify_budget(accepts, top1s, m, cost, size, *, steps=2000, seed=0, visits=N
         picks = rng.integers(0, survival.shape[0], size=(steps, size))
     else:
         weights = np.concatenate([np.asarray(v, dtype=np.float64) for v in visits])
-        if weights.shape != (survival.shape[0],) or not np.all(np.isfinite(weights) & (weights >= 0)) or not (
-                weights.sum() > 0):  # fmt: skip
+        if (
+            weights.shape != (survival.shape[0],)
+            or not np.all(np.isfinite(weights) & (weights >= 0))
+            or not (weights.sum() > 0)
+        ):
             raise ValueError("visits must hold one array of expected visits >= 0 per request, as long as its accepts")
         picks = rng.choice(weights.size, size=(steps, size), p=weights / weights.sum())
     est, gain = survival[picks], reach[picks]  # (steps, B, m)
@@ -310,8 +317,9 @@ def verify_budget(accepts, top1s, m, cost, size, *, steps=2000, seed=0, visits=N
     whole = np.where(verified == m, gain[..., m - 1], 0.0)
     tokens_fixed = size + gain.sum((-1, -2))
     extra_budget = draft * (1.0 - np.prod(1.0 - whole, -1)) + cost.step_overhead + cost.judge_token * tokens
-    extra_fixed = draft * (1.0 - np.prod(1.0 - gain[..., m - 1], -1)) + cost.step_overhead + (
-        cost.judge_token * tokens_fixed)  # fmt: skip
+    extra_fixed = (
+        draft * (1.0 - np.prod(1.0 - gain[..., m - 1], -1)) + cost.step_overhead + (cost.judge_token * tokens_fixed)
+    )
     seconds_budget = m * draft + np.array([verify(1 + n / size) for n in verified.sum(-1) / 1.0]) + extra_budget
     seconds_fixed = m * draft + verify(m + 1) + extra_fixed
     baseline = size / verify(1)
@@ -330,8 +338,20 @@ def verify_budget(accepts, top1s, m, cost, size, *, steps=2000, seed=0, visits=N
     return budget, fixed, budget_se, fixed_se, verified_mean
 
 
-def batch_requests(traces, settings, cost, sizes, *, n_groups=None, budget_steps=2000, seed=0, progress=False,
-                   tasks=None, draft_mode="sampled", gate=None):  # fmt: skip
+def batch_requests(
+    traces,
+    settings,
+    cost,
+    sizes,
+    *,
+    n_groups=None,
+    budget_steps=2000,
+    seed=0,
+    progress=False,
+    tasks=None,
+    draft_mode="sampled",
+    gate=None,
+):
     """Per rule setting and batch size: the static batch of the trace's requests ending at their own
     times (``simulate_batch``) and the verify budget in a full batch (``verify_budget``), at the
     setting's m. ``settings``: {(rule spec, B): m} (a token or tree rule; block rules judge whole
@@ -352,8 +372,17 @@ def batch_requests(traces, settings, cost, sizes, *, n_groups=None, budget_steps
     token_rules = [r for r in rules if not judgement_of(make_rule(r)).block and not make_rule(r).slot_dependent]
     if not token_rules:
         return []
-    result = analyze_trace(traces, token_rules, ms=(1,), n_boot=0, position_acceptance=True, progress=progress,
-                           tasks=tasks, draft_mode=draft_mode, gate=gate)  # fmt: skip
+    result = analyze_trace(
+        traces,
+        token_rules,
+        ms=(1,),
+        n_boot=0,
+        position_acceptance=True,
+        progress=progress,
+        tasks=tasks,
+        draft_mode=draft_mode,
+        gate=gate,
+    )
     labels = {r: make_rule(r).describe() for r in token_rules}
     sequences = sorted(result.sequences, key=lambda s: (s.trace, s.id))
     several = len(traces.traces) > 1
@@ -374,8 +403,10 @@ def batch_requests(traces, settings, cost, sizes, *, n_groups=None, budget_steps
         tops = [top1[(s.trace, s.id) if several else s.id] for s in sequences]
         groups = n_groups if n_groups is not None else max(4, -(-len(accepts) // size))
         order = np.concatenate([rng.permutation(len(accepts)) for _ in range(-(-groups * size // len(accepts)))])
-        results = [simulate_batch([accepts[i] for i in order[g * size : (g + 1) * size]], m, cost, width=width)
-                   for g in range(groups)]  # fmt: skip
+        results = [
+            simulate_batch([accepts[i] for i in order[g * size : (g + 1) * size]], m, cost, width=width)
+            for g in range(groups)
+        ]
         throughput = [r.throughput_speedup for r in results]
         latency = [r.latency_speedup for r in results]
         # the batch's requests sit where decoding visits them: the steps of fixed blocks of m start there
@@ -383,15 +414,25 @@ def batch_requests(traces, settings, cost, sizes, *, n_groups=None, budget_steps
         for a in accepts:
             first = 1 if a.size - m >= 1 else 0
             visits.append(renewal_visits(a, m, start=first, stop=max(a.size - m, first)))
-        budget, fixed, budget_se, fixed_se, verified = verify_budget(accepts, tops, m, cost, size, steps=budget_steps,
-                                                                     seed=seed, visits=visits)  # fmt: skip
-        rows.append({
-            "rule": labels[spec], "batch": size, "m": m,
-            "throughput_speedup": sum(r.time_alone for r in results) / sum(r.time for r in results),
-            "throughput_speedup_lo": min(throughput), "throughput_speedup_hi": max(throughput),
-            "latency_speedup": float(np.mean(np.concatenate([r.latency_alone / r.latency for r in results]))),
-            "latency_speedup_lo": min(latency), "latency_speedup_hi": max(latency),
-            "budget_speedup": budget, "budget_speedup_se": budget_se, "fixed_speedup": fixed,
-            "fixed_speedup_se": fixed_se, "verified": verified,
-        })  # fmt: skip
+        budget, fixed, budget_se, fixed_se, verified = verify_budget(
+            accepts, tops, m, cost, size, steps=budget_steps, seed=seed, visits=visits
+        )
+        rows.append(
+            {
+                "rule": labels[spec],
+                "batch": size,
+                "m": m,
+                "throughput_speedup": sum(r.time_alone for r in results) / sum(r.time for r in results),
+                "throughput_speedup_lo": min(throughput),
+                "throughput_speedup_hi": max(throughput),
+                "latency_speedup": float(np.mean(np.concatenate([r.latency_alone / r.latency for r in results]))),
+                "latency_speedup_lo": min(latency),
+                "latency_speedup_hi": max(latency),
+                "budget_speedup": budget,
+                "budget_speedup_se": budget_se,
+                "fixed_speedup": fixed,
+                "fixed_speedup_se": fixed_se,
+                "verified": verified,
+            }
+        )
     return rows

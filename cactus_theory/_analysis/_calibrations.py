@@ -76,14 +76,18 @@ def cost_description(cost, trace=None) -> str:
         meta = getattr(trace, "metadata", trace) if trace is not None else None
         if meta is not None and _pair(meta) != _pair(src) and None not in _pair(meta):
             verifier, draft = _pair(meta)
-            text += (f", timings of {src.get('verifier')} verifying and {src.get('draft')} drafting, another pair than "
-                     f"the trace's ({verifier} and {draft}): the trace's acceptance, that pair's costs")  # fmt: skip
+            text += (
+                f", timings of {src.get('verifier')} verifying and {src.get('draft')} drafting, another pair than "
+                f"the trace's ({verifier} and {draft}): the trace's acceptance, that pair's costs"
+            )
         return text
     if kind == "calibration":
         where = f"{src.get('dtype', '?')} on {src.get('device', '?')}, {src.get('created', '')}"
         return f"calibrated on this machine ({where})"
     if kind == "roofline":
-        return (f"a roofline (modelled, not measured) of {src.get('verifier')} verifying and {src.get('draft')} "
-                f"drafting on {src.get('device')} at {src.get('context')} tokens of context, its efficiency and "
-                "overheads fitted to the shipped GB200 profiles")  # fmt: skip
+        return (
+            f"a roofline (modelled, not measured) of {src.get('verifier')} verifying and {src.get('draft')} "
+            f"drafting on {src.get('device')} at {src.get('context')} tokens of context, its efficiency and "
+            "overheads fitted to the shipped GB200 profiles"
+        )
     return "a cost file"

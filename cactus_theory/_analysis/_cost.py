@@ -21,22 +21,15 @@ from ._cost_fields import (
     _isotonic,
     _monotone_curve,
     _positive,
-    _relative_spread,
     _short,
     _size_map,
 )
+from ._cost_trust import timing_monotonicity, timing_notes, timing_problems, timing_spread
 
 __all__ = ["DEFAULT_COST_PROFILE", "CostModel", "cost_profiles", "fit_to_profiles", "load_cost", "roofline_cost"]
 
 COST_FORMAT = "cactus_theory.cost"
 _COST_MAX_BYTES = 1 << 20
-
-#: A calibration is flagged when a repeated timing spreads more than this (relative MAD), ...
-NOISY_SPREAD = 0.15
-#: ... when a bigger verifier block is timed this much below a smaller one (beyond the noise),
-NON_MONOTONE_DROP = 0.05
-#: ... or when other processes kept more than this share of the machine's cores busy while it ran.
-BUSY_LOAD = 0.25
 
 
 @dataclass(frozen=True)
@@ -110,10 +103,12 @@ class CostModel:
         _positive(self.step_overhead, "step_overhead")
         _positive(self.judge_token, "judge_token")
         object.__setattr__(self, "prefill", _checked_prefill(self.prefill))
-        if self.context is not None and (isinstance(self.context, bool) or not isinstance(self.context, int)
-                                         or self.context < 0):  # fmt: skip
-            raise ValueError(f"context must be the context length (tokens) the step costs were timed at; got "
-                             f"{_short(self.context)}")  # fmt: skip
+        if self.context is not None and (
+            isinstance(self.context, bool) or not isinstance(self.context, int) or self.context < 0
+        ):
+            raise ValueError(
+                f"context must be the context length (tokens) the step costs were timed at; got {_short(self.context)}"
+            )
         if not isinstance(self.context_slope, dict) or set(self.context_slope) - {"verify", "draft"}:
             raise ValueError('context_slope must be {"verify": s, "draft": s} (seconds per context token per forward)')
         for key, value in self.context_slope.items():
@@ -125,8 +120,10 @@ class CostModel:
             _positive(value, f"load[{key!r}]")
         if not isinstance(self.source, dict):
             raise ValueError(f"source must be an object (provenance: kind, models, ...); got {_short(self.source)}")
-        blocks = {k: _positive(v, f"verify_block[{k}]")
-                  for k, v in _size_map(self.verify_block, "verify_block", "block sizes").items()}  # fmt: skip
+        blocks = {
+            k: _positive(v, f"verify_block[{k}]")
+            for k, v in _size_map(self.verify_block, "verify_block", "block sizes").items()
+        }
         if 1 not in blocks:
             raise ValueError("verify_block needs k = 1 (one token: the verifier alone decoding)")
         if blocks[1] <= 0:
@@ -194,8 +191,14 @@ class CostModel:
             entry = _batch_scale(self, size, BATCH_CONTEXT)
             how = f"roofline ratio t(B) / t(1) at {BATCH_CONTEXT} tokens of context, fitted to the shipped profiles"
             source = {**self.source, "batch": size, "batch_model": how + " (modelled)"}
-            return replace(self, draft_token=entry["draft_token"], verify_block=entry["verify_block"], samples={},
-                           batch={}, source=source)  # fmt: skip
+            return replace(
+                self,
+                draft_token=entry["draft_token"],
+                verify_block=entry["verify_block"],
+                samples={},
+                batch={},
+                source=source,
+            )
         if size not in self.batch:
             raise ValueError(
                 f"the cost model knows batch sizes {list(self.batch_sizes)}, not {size}: calibrate with "
@@ -205,11 +208,20 @@ class CostModel:
         samples = {**entry["samples"], **({"prefill": self.samples["prefill"]} if "prefill" in self.samples else {})}
         prefill = {role: {n: size * t for n, t in points.items()} for role, points in self.prefill.items()}
         if "prefill" in samples:
-            samples["prefill"] = {role: {n: [size * t for t in ts] for n, ts in points.items()}
-                                  for role, points in samples["prefill"].items()}  # fmt: skip
-        return replace(self, draft_token=entry["draft_token"], verify_block=entry["verify_block"], samples=samples,
-                       prefill=prefill, batch={}, source={**self.source, "batch": size},
-                       draft_read_token=entry.get("draft_read_token"))  # fmt: skip
+            samples["prefill"] = {
+                role: {n: [size * t for t in ts] for n, ts in points.items()}
+                for role, points in samples["prefill"].items()
+            }
+        return replace(
+            self,
+            draft_token=entry["draft_token"],
+            verify_block=entry["verify_block"],
+            samples=samples,
+            prefill=prefill,
+            batch={},
+            source={**self.source, "batch": size},
+            draft_read_token=entry.get("draft_read_token"),
+        )
 
     @property
     def verify_fit(self) -> dict:
@@ -271,8 +283,21 @@ class CostModel:
         ``draft_time``)."""
         return self.draft_time(context) if self.draft_read_token is None else float(self.draft_read_token)
 
-    def step_time(self, m, accepted_length, width=1, *, drafted=None, forwards=None, context=None, all_accepted=0.0,
-                  draft_factor=1.0, verify_factor=1.0, reads=0.0, verify_mix=None):  # fmt: skip
+    def step_time(
+        self,
+        m,
+        accepted_length,
+        width=1,
+        *,
+        drafted=None,
+        forwards=None,
+        context=None,
+        all_accepted=0.0,
+        draft_factor=1.0,
+        verify_factor=1.0,
+        reads=0.0,
+        verify_mix=None,
+    ):
         """Expected seconds of one step drafting m levels that accepts ``accepted_length`` on average.
 
         ``width`` k > 1: a tree of depth m with k candidates per level (a multi-draft rule): the
@@ -307,12 +332,32 @@ class CostModel:
             + (np.asarray(accepted_length) + 1) * self.judge_token
         )
 
-    def speedup(self, m, accepted_length, width=1, *, drafted=None, forwards=None, context=None, all_accepted=0.0,
-                reads=0.0, verify_mix=None):  # fmt: skip
+    def speedup(
+        self,
+        m,
+        accepted_length,
+        width=1,
+        *,
+        drafted=None,
+        forwards=None,
+        context=None,
+        all_accepted=0.0,
+        reads=0.0,
+        verify_mix=None,
+    ):
         """Tokens per second against the verifier alone: (AL + 1) verify(1) / step_time(m).
         Finite, positive, and at most AL + 1 (a step costs at least one verifier token)."""
-        step = self.step_time(m, accepted_length, width, drafted=drafted, forwards=forwards, context=context,
-                              all_accepted=all_accepted, reads=reads, verify_mix=verify_mix)  # fmt: skip
+        step = self.step_time(
+            m,
+            accepted_length,
+            width,
+            drafted=drafted,
+            forwards=forwards,
+            context=context,
+            all_accepted=all_accepted,
+            reads=reads,
+            verify_mix=verify_mix,
+        )
         return (np.asarray(accepted_length) + 1) * self.verify(1, context) / step
 
     # -- whole requests ---------------------------------------------------------------------------
@@ -333,8 +378,20 @@ class CostModel:
             return np.zeros(np.shape(prompt_tokens))[()]
         return _monotone_curve([0, *points], [0.0, *points.values()], prompt_tokens)[()]
 
-    def request_times(self, prompt_tokens, output_tokens, m, accepted_length, width=1, *, drafted=None,
-                      forwards=None, all_accepted=0.0, reads=0.0, verify_mix=None):  # fmt: skip
+    def request_times(
+        self,
+        prompt_tokens,
+        output_tokens,
+        m,
+        accepted_length,
+        width=1,
+        *,
+        drafted=None,
+        forwards=None,
+        all_accepted=0.0,
+        reads=0.0,
+        verify_mix=None,
+    ):
         """Seconds of one whole request, speculative and the verifier alone:
         {"prefill", "decode", "total", "baseline_prefill", "baseline_decode", "baseline_total"}.
 
@@ -345,84 +402,44 @@ class CostModel:
         context = prompt + output / 2
         steps = output / (np.asarray(accepted_length, dtype=float) + 1)
         prefill = self.prefill_time(prompt, "verifier") + self.prefill_time(prompt, "draft")
-        decode = steps * self.step_time(m, accepted_length, width, drafted=drafted, forwards=forwards, context=context,
-                                        all_accepted=all_accepted, reads=reads, verify_mix=verify_mix)  # fmt: skip
+        decode = steps * self.step_time(
+            m,
+            accepted_length,
+            width,
+            drafted=drafted,
+            forwards=forwards,
+            context=context,
+            all_accepted=all_accepted,
+            reads=reads,
+            verify_mix=verify_mix,
+        )
         base_prefill = self.prefill_time(prompt, "verifier")
         base_decode = output * self.verify(1, context)
         return {
-            "prefill": prefill, "decode": decode, "total": prefill + decode,
-            "baseline_prefill": base_prefill, "baseline_decode": base_decode,
+            "prefill": prefill,
+            "decode": decode,
+            "total": prefill + decode,
+            "baseline_prefill": base_prefill,
+            "baseline_decode": base_decode,
             "baseline_total": base_prefill + base_decode,
-        }  # fmt: skip
+        }
 
-    # -- trust --------------------------------------------------------------------------------------
+    # -- trust (``_cost_trust``: what each says) --------------------------------------------------
     def spread(self) -> dict:
         """Relative spread (median absolute deviation / median) of each timed part's repeats."""
-        out = {}
-        if "draft_token" in self.samples:
-            out["draft_token"] = _relative_spread(self.samples["draft_token"])
-        for k, values in self.samples.get("verify_block", {}).items():
-            out[f"verify_block[{k}]"] = _relative_spread(values)
-        for model, per in self.samples.get("prefill", {}).items():
-            for length, values in per.items():
-                out[f"prefill[{model}][{length}]"] = _relative_spread(values)
-        return out
-
-    def _beyond_noise(self, small, big) -> bool:
-        """Whether the bigger block ``big`` timed below the smaller ``small`` beyond the timings' own
-        noise: with repeats, every repeat of ``big`` below every repeat of ``small`` (the two sets
-        do not overlap); without, a drop of more than ``NON_MONOTONE_DROP``."""
-        repeats = self.samples.get("verify_block", {})
-        if small in repeats and big in repeats:
-            return max(repeats[big]) < min(repeats[small])
-        return self.verify_block[big] < self.verify_block[small] * (1 - NON_MONOTONE_DROP)
+        return timing_spread(self)
 
     def monotonicity(self) -> tuple:
-        """(block sizes timed below a smaller block within the repeats' noise, those beyond it): the
-        isotonic fit (``verify_fit``) pools both; only the second make a problem (``problems``)."""
-        within, beyond = [], []
-        best_k, best_t = None, -np.inf
-        for k, t in self.verify_block.items():
-            if best_k is not None and t < best_t:
-                (beyond if self._beyond_noise(best_k, k) else within).append((k, best_k))
-            if t > best_t:
-                best_k, best_t = k, t
-        return within, beyond
+        """(blocks timed below a smaller one within the repeats' noise, those beyond it)."""
+        return timing_monotonicity(self)
 
     def notes(self) -> list:
-        """What a reader of a plan should know about the timings that is not a problem: blocks timed
-        slightly out of order, within their repeats' noise (the isotonic fit pools them)."""
-        within, _ = self.monotonicity()
-        if not within:
-            return []
-        pairs = ", ".join(f"{k} below {k0}" for k, k0 in within[:4]) + (" and more" if len(within) > 4 else "")
-        return [f"verifier blocks timed out of order within the repeats' noise ({pairs} tokens): the model uses the "
-                "non-decreasing (isotonic) fit of the timings"]  # fmt: skip
+        """What a reader of a plan should know about the timings that is not a problem."""
+        return timing_notes(self)
 
     def problems(self) -> list:
-        """Why this cost model's predictions may not hold, in words (empty: none found): a bigger
-        verifier block timed below a smaller one beyond the repeats' noise (``monotonicity``),
-        repeats spreading more than ``NOISY_SPREAD``, a machine busier than ``BUSY_LOAD`` per core
-        while it was timed."""
-        found = []
-        spread = self.spread()
-        for k, k0 in self.monotonicity()[1]:
-            t, t0 = self.verify_block[k], self.verify_block[k0]
-            found.append(
-                f"non-monotone: a verifier block of {k} tokens timed {t:.4g} s, {1 - t / t0:.0%} below the block of "
-                f"{k0} ({t0:.4g} s), beyond the repeats' noise; the model uses the isotonic fit, but the timing is "
-                "suspect"
-            )
-        noisy = [f"{name} ({value:.0%})" for name, value in spread.items() if value > NOISY_SPREAD]
-        if noisy:
-            found.append(f"noisy: repeats spread more than {NOISY_SPREAD:.0%} (median absolute deviation / median) "
-                         f"for {', '.join(noisy[:6])}{' and more' if len(noisy) > 6 else ''}")  # fmt: skip
-        if self.load.get("other", 0.0) > BUSY_LOAD:
-            found.append(
-                f"busy machine: other processes kept {self.load['other']:.0%} of the cores busy while it was timed "
-                f"(above {BUSY_LOAD:.0%}); rerun the calibration on an idle machine"
-            )
-        return found
+        """Why this cost model's predictions may not hold, in words (empty: none found)."""
+        return timing_problems(self)
 
     @property
     def largest_block(self) -> int:
@@ -522,8 +539,10 @@ def _roofline_profile(name):
     for model in (verifier, draft):
         if model not in MODEL_PRESETS:
             presets = ", ".join(MODEL_PRESETS)
-            raise ValueError(f"roofline profile {name!r}: no model preset {model!r}; the presets: {presets} (other "
-                             "models: roofline_cost with their config.json)")  # fmt: skip
+            raise ValueError(
+                f"roofline profile {name!r}: no model preset {model!r}; the presets: {presets} (other "
+                "models: roofline_cost with their config.json)"
+            )
     if device not in DEVICES:
         raise ValueError(f"roofline profile {name!r}: unknown device {device!r}; the devices: {', '.join(DEVICES)}")
     context = 1024
@@ -565,8 +584,17 @@ def fit_to_profiles(device="gb200", profiles=None):
     return Roofline(on, efficiency, overhead, verify_overhead), [dict(r) for r in rows]
 
 
-def roofline_cost(verifier, draft, device="gb200", *, dtype="bfloat16", batches=(1,), context=1024,
-                  ks=(1, 2, 3, 4, 5, 6, 8, 11, 16, 21, 32), roofline=None) -> CostModel:  # fmt: skip
+def roofline_cost(
+    verifier,
+    draft,
+    device="gb200",
+    *,
+    dtype="bfloat16",
+    batches=(1,),
+    context=1024,
+    ks=(1, 2, 3, 4, 5, 6, 8, 11, 16, 21, 32),
+    roofline=None,
+) -> CostModel:
     """A CostModel from the roofline (modelled, not measured): the verifier's block of k tokens and
     one drafted token for each batch size in ``batches`` at ``context`` tokens of cache, on
     ``device`` (a key of ``DEVICES`` or a DeviceSpec), with the efficiency and overheads fitted to
@@ -589,24 +617,39 @@ def roofline_cost(verifier, draft, device="gb200", *, dtype="bfloat16", batches=
     model = Roofline(spec, fitted.efficiency, fitted.overhead, fitted.verify_overhead)
 
     def parts(batch):
-        return {"draft_token": model.time(shapes[1], batch, 1, context),
-                "verify_block": {k: model.time(shapes[0], batch, k, context) for k in ks}}  # fmt: skip
+        return {
+            "draft_token": model.time(shapes[1], batch, 1, context),
+            "verify_block": {k: model.time(shapes[0], batch, k, context) for k in ks},
+        }
 
     base = parts(1)
     source = {
-        "kind": "roofline", "modelled": True, "device": spec.name, "device_source": spec.source,
-        "verifier": shapes[0].name, "draft": shapes[1].name, "dtype": dtype, "context": int(context),
-        "efficiency": model.efficiency, "overhead": model.overhead, "verify_overhead": model.verify_overhead,
+        "kind": "roofline",
+        "modelled": True,
+        "device": spec.name,
+        "device_source": spec.source,
+        "verifier": shapes[0].name,
+        "draft": shapes[1].name,
+        "dtype": dtype,
+        "context": int(context),
+        "efficiency": model.efficiency,
+        "overhead": model.overhead,
+        "verify_overhead": model.verify_overhead,
         "note": "modelled, not measured: max(bytes / bandwidth, FLOPs / peak) / efficiency + overheads, the "
-                "efficiency and overheads fitted to the shipped GB200 vLLM profiles",
-    }  # fmt: skip
+        "efficiency and overheads fitted to the shipped GB200 vLLM profiles",
+    }
     # what at_batch needs to model a batch size not listed here (plain data: the cost file stays JSON)
     source["shapes"] = {"verifier": asdict(shapes[0]), "draft": asdict(shapes[1])}
     source["device_spec"] = asdict(spec)
     source["ks"] = [int(k) for k in ks]
     batch = {int(b): {**parts(int(b)), "samples": {}} for b in sorted(set(batches)) if b > 1}
-    return CostModel(draft_token=base["draft_token"], verify_block=base["verify_block"], source=source,
-                     context=int(context), batch=batch)  # fmt: skip
+    return CostModel(
+        draft_token=base["draft_token"],
+        verify_block=base["verify_block"],
+        source=source,
+        context=int(context),
+        batch=batch,
+    )
 
 
 def _roofline_at(cost, size):
@@ -621,10 +664,18 @@ def _roofline_at(cost, size):
     except (KeyError, TypeError) as exc:
         raise ValueError(f"the roofline cost model's source lacks {exc}: rebuild it with roofline_cost") from None
     context = int(src.get("context", 1024))
-    entry = {"draft_token": model.time(draft, size, 1, context),
-             "verify_block": {int(k): model.time(verifier, size, int(k), context) for k in ks}}  # fmt: skip
-    return replace(cost, draft_token=entry["draft_token"], verify_block=entry["verify_block"], samples={}, batch={},
-                   source={**src, "batch": size})  # fmt: skip
+    entry = {
+        "draft_token": model.time(draft, size, 1, context),
+        "verify_block": {int(k): model.time(verifier, size, int(k), context) for k in ks},
+    }
+    return replace(
+        cost,
+        draft_token=entry["draft_token"],
+        verify_block=entry["verify_block"],
+        samples={},
+        batch={},
+        source={**src, "batch": size},
+    )
 
 
 def _batch_scale(cost, size, context):

@@ -92,15 +92,18 @@ def _per_model(value, name, check, shape):
     if not isinstance(value, dict) or set(value) - {"verifier", "draft"}:
         raise ValueError(f"{name} must be {shape}")
     return {
-        model: {L: check(x, f"{name}[{model!r}][{L}]")
-                for L, x in _size_map(per, f"{name}[{model!r}]", "prompt lengths").items()}
+        model: {
+            L: check(x, f"{name}[{model!r}][{L}]")
+            for L, x in _size_map(per, f"{name}[{model!r}]", "prompt lengths").items()
+        }
         for model, per in value.items()
-    }  # fmt: skip
+    }
 
 
 def _checked_prefill(prefill):
-    return _per_model(prefill, "prefill", _positive,
-                      '{"verifier": {prompt tokens: s}, "draft": {...}} (either may be left out)')  # fmt: skip
+    return _per_model(
+        prefill, "prefill", _positive, '{"verifier": {prompt tokens: s}, "draft": {...}} (either may be left out)'
+    )
 
 
 def _checked_samples(samples):
@@ -123,8 +126,9 @@ def _checked_samples(samples):
         blocks = _size_map(samples["verify_block"], "samples['verify_block']", "block sizes")
         out["verify_block"] = {k: times(v, f"samples['verify_block'][{k}]") for k, v in blocks.items()}
     if "prefill" in samples:
-        out["prefill"] = _per_model(samples["prefill"], "samples['prefill']", times,
-                                    '{"verifier": {L: [...]}, "draft": {L: [...]}}')  # fmt: skip
+        out["prefill"] = _per_model(
+            samples["prefill"], "samples['prefill']", times, '{"verifier": {L: [...]}, "draft": {L: [...]}}'
+        )
     return out
 
 

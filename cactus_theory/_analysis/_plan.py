@@ -1,19 +1,10 @@
-"""From a trace to a decision: a cost model of one speculative-decoding step, the predicted
-wall-time speedup of every rule, delta and m, and the best setting under a drift bound.
+"""From a trace to a decision: the predicted wall-time speedup of every rule, delta and m, and the best
+setting under a drift bound, from an analysis and a cost model (``_cost.CostModel``: the parts of one
+step in seconds and ``CostModel.step_time``, the one step-cost formula; where the parts come from,
+``_cost``). The speedup of a step of m drafts is the tokens it emits in expectation over its time,
+against the verifier alone's one token per ``verify(1)``:
 
-Cost of one step with m drafted tokens (batch size 1, as in ``speculative_generate``)::
-
-    time(m) = m * draft_token + verify(m + 1) + step_overhead + (AL(m) + 1) * judge_token
-
-``draft_token``: one draft forward of one token with its KV cache, the processing of its row
-(temperature, top-k, top-p) and the sampling; ``verify(k)``: one verifier forward of a block of
-k tokens and the processing of its k rows (a function of k: flat on a GPU at batch size 1,
-growing on a CPU); ``step_overhead``: cropping the caches; ``judge_token``: the rule judging one
-drafted token (its acceptance, and the correction when it rejects). A step emits AL(m) + 1
-tokens in expectation (the accepted drafts, then a correction or a bonus token), and the
-verifier alone emits one token per ``verify(1)``, so
-
-    speedup(m) = (AL(m) + 1) * verify(1) / time(m).
+    speedup(m) = (AL(m) + 1) * verify(1) / step_time(m).
 
 Per step means over the steps decoding takes (``renewal_steps``: a step at position t moves to
 t + 1 + A, so where drafts fail decoding takes a step per token): AL(m), the drafted tokens, the
@@ -27,11 +18,6 @@ trees (block verification, traversal trees) have their law per block start over 
 their steps are the mean over block starts, with no extra forward. Whole requests add both
 models' prompt processing and the cost of a growing context (``request_times``). Not captured:
 Python overhead outside the timed parts.
-
-Cost sources: ``calibrate_cost`` (time the forward passes of a real model pair on this machine),
-``CostModel.from_ratio`` (a draft/verifier cost ratio with a flat block cost: a GPU at batch 1),
-or a JSON cost file written by hand from published profiles (``load_cost``; fields in
-``CostModel``).
 """
 
 from __future__ import annotations
@@ -122,8 +108,10 @@ class Plan(Result):
             lines.append(line + f"{r['kl_emitted_target']:>9.4f}")
         if request:
             r0 = next(r for r in self.rows if r["task"] == task)
-            lines.append(f"(requests of {r0['prompt_tokens']:.0f} prompt and {r0['output_tokens']:.0f} output tokens; "
-                         "prefill: the part of the speculative request spent processing the prompt)")  # fmt: skip
+            lines.append(
+                f"(requests of {r0['prompt_tokens']:.0f} prompt and {r0['output_tokens']:.0f} output tokens; "
+                "prefill: the part of the speculative request spent processing the prompt)"
+            )
         far = sorted({r.get("verified_tokens", r["m"] + 1) for r in self.best_m(task) if r.get("verify_extrapolated")})
         if far:
             lines.append(
@@ -165,10 +153,14 @@ class Plan(Result):
         """One sentence: whether the speedups are per step or per whole request (prompt processing
         included), as the cost model allows."""
         if self.key == "request_speedup":
-            return ("Speedups per whole request, prompt processing (prefill) included: the cost model timed it "
-                    "(`request` columns; `per step` is the generation alone).")  # fmt: skip
-        return ("Speedups per verification step (generation alone): the cost model timed no prompt processing, so "
-                "the prompt's time is in none of them and a whole request gains less.")  # fmt: skip
+            return (
+                "Speedups per whole request, prompt processing (prefill) included: the cost model timed it "
+                "(`request` columns; `per step` is the generation alone)."
+            )
+        return (
+            "Speedups per verification step (generation alone): the cost model timed no prompt processing, so "
+            "the prompt's time is in none of them and a whole request gains less."
+        )
 
     def verdict(self, task="all") -> str:
         """One line: the fastest setting within the bound and its speedup (per request when the
@@ -182,8 +174,10 @@ class Plan(Result):
         policy = f" ({best['draft_policy']})" if best.get("draft_policy") else ""
         setting = f"{best['rule']}{policy} at m = {best['m']}: {best[self.key]:.2f}x ({per})"
         if best[self.key] <= 1.0:
-            return (f"no setting within {bound} is faster than the verifier alone (the best, {setting}): run the "
-                    "verifier alone")  # fmt: skip
+            return (
+                f"no setting within {bound} is faster than the verifier alone (the best, {setting}): run the "
+                "verifier alone"
+            )
         edges = []
         rows = [r for r in self.rows if r["task"] == task]
         if best["m"] == max(r["m"] for r in rows) and len({r["m"] for r in rows}) > 1:
@@ -198,9 +192,15 @@ class Plan(Result):
 
     def to_json(self) -> str:
         return json.dumps(
-            {"cost": json.loads(self.cost.to_json()), "max_kl": self.max_kl, "warnings": self.warnings,
-             "rows": self.rows}, indent=1, default=str,
-        )  # fmt: skip
+            {
+                "cost": json.loads(self.cost.to_json()),
+                "max_kl": self.max_kl,
+                "warnings": self.warnings,
+                "rows": self.rows,
+            },
+            indent=1,
+            default=str,
+        )
 
 
 def _request_lengths(analysis, task):
@@ -284,8 +284,9 @@ def predict_speedup(
     if max_kl is not None and not (np.isfinite(max_kl) and max_kl >= 0):
         raise ValueError(f"max_kl must be a number >= 0 (nats per position); got {max_kl!r}")
     for name, value in (("prompt_tokens", prompt_tokens), ("output_tokens", output_tokens)):
-        if value is not None and not (isinstance(value, (int, float, np.integer, np.floating)) and value >= 0
-                                      and np.isfinite(value)):  # fmt: skip
+        if value is not None and not (
+            isinstance(value, (int, float, np.integer, np.floating)) and value >= 0 and np.isfinite(value)
+        ):
             raise ValueError(f"{name} must be a number of tokens >= 0; got {value!r}")
     if not (isinstance(n_draws, (int, np.integer)) and n_draws >= 2):
         raise ValueError(f"n_draws must be an integer >= 2; got {n_draws!r}")
@@ -315,10 +316,16 @@ def predict_speedup(
         reads = float(drafted) if mirrors else 0.0
         row = {**r, "al": analysed["al"], "al_lo": analysed.get("al_lo"), "al_hi": analysed.get("al_hi")}
         row["tokens_per_step"] = r["al"] + 1
-        row["step_time"] = float(cost.step_time(m, r["al"], width, drafted=drafted, forwards=passes, all_accepted=full,
-                                                reads=reads, verify_mix=mix))  # fmt: skip
-        row["speedup"] = float(cost.speedup(m, r["al"], width, drafted=drafted, forwards=passes, all_accepted=full,
-                                            reads=reads, verify_mix=mix))  # fmt: skip
+        row["step_time"] = float(
+            cost.step_time(
+                m, r["al"], width, drafted=drafted, forwards=passes, all_accepted=full, reads=reads, verify_mix=mix
+            )
+        )
+        row["speedup"] = float(
+            cost.speedup(
+                m, r["al"], width, drafted=drafted, forwards=passes, all_accepted=full, reads=reads, verify_mix=mix
+            )
+        )
         # draws: AL from its interval, the timed parts from their repeats
         has_interval = bool(np.isfinite(r.get("al_lo", np.nan)) and np.isfinite(r.get("al_hi", np.nan)))
         se = (r["al_hi"] - r["al_lo"]) / 3.92 if has_interval else 0.0
@@ -328,8 +335,18 @@ def predict_speedup(
         al = np.clip(r["al"] + se * row_rng.standard_normal(n_draws), 0.0, m * 1.0)
         size = m if drafted is None else drafted
         f_block = _timing_factors(cost, width * size + 1, row_rng, n_draws)
-        step = cost.step_time(m, al, width, drafted=drafted, forwards=passes, all_accepted=full, draft_factor=f_draft,
-                              verify_factor=f_block, reads=reads, verify_mix=mix)  # fmt: skip
+        step = cost.step_time(
+            m,
+            al,
+            width,
+            drafted=drafted,
+            forwards=passes,
+            all_accepted=full,
+            draft_factor=f_draft,
+            verify_factor=f_block,
+            reads=reads,
+            verify_mix=mix,
+        )
         draws = (al + 1) * cost.verify(1) * f_one / step
         if has_interval or timed:
             row["speedup_lo"], row["speedup_hi"] = (float(x) for x in np.percentile(draws, [2.5, 97.5]))
@@ -343,17 +360,41 @@ def predict_speedup(
             prompt = prompt_tokens if prompt_tokens is not None else lengths[r["task"]][0]
             output = output_tokens if output_tokens is not None else lengths[r["task"]][1]
             if prompt is not None and output:
-                t = cost.request_times(prompt, output, m, r["al"], width, drafted=drafted, forwards=passes,
-                                       all_accepted=full, reads=reads, verify_mix=mix)  # fmt: skip
-                row.update(prompt_tokens=float(prompt), output_tokens=float(output),
-                           request_seconds=float(t["total"]), baseline_request_seconds=float(t["baseline_total"]),
-                           request_speedup=float(t["baseline_total"] / t["total"]),
-                           prefill_share=float(t["prefill"] / t["total"]))  # fmt: skip
+                t = cost.request_times(
+                    prompt,
+                    output,
+                    m,
+                    r["al"],
+                    width,
+                    drafted=drafted,
+                    forwards=passes,
+                    all_accepted=full,
+                    reads=reads,
+                    verify_mix=mix,
+                )
+                row.update(
+                    prompt_tokens=float(prompt),
+                    output_tokens=float(output),
+                    request_seconds=float(t["total"]),
+                    baseline_request_seconds=float(t["baseline_total"]),
+                    request_speedup=float(t["baseline_total"] / t["total"]),
+                    prefill_share=float(t["prefill"] / t["total"]),
+                )
                 steps = output / (al + 1)
                 context = prompt + output / 2
-                step_c = cost.step_time(m, al, width, drafted=drafted, forwards=passes, context=context,
-                                        all_accepted=full, draft_factor=f_draft, verify_factor=f_block,
-                                        reads=reads, verify_mix=mix)  # fmt: skip
+                step_c = cost.step_time(
+                    m,
+                    al,
+                    width,
+                    drafted=drafted,
+                    forwards=passes,
+                    context=context,
+                    all_accepted=full,
+                    draft_factor=f_draft,
+                    verify_factor=f_block,
+                    reads=reads,
+                    verify_mix=mix,
+                )
                 spec = t["prefill"] + steps * step_c
                 base = t["baseline_prefill"] + output * cost.verify(1, context) * f_one
                 row["request_speedup_lo"], row["request_speedup_hi"] = (
@@ -408,6 +449,15 @@ def break_even(plans: dict, task="all") -> list:
         else:
             even = min(b for b in given if b > pays[-1])  # it loses at this size and every larger one given
             verdict = str(even) if pays == given[: len(pays)] else ",".join(map(str, pays)) + " only"
-        rows.append({"rule": rule, "draft_policy": policy, "per_batch": per, "key": key, "break_even": even,
-                     "pays_at": pays, "verdict": verdict})  # fmt: skip
+        rows.append(
+            {
+                "rule": rule,
+                "draft_policy": policy,
+                "per_batch": per,
+                "key": key,
+                "break_even": even,
+                "pays_at": pays,
+                "verdict": verdict,
+            }
+        )
     return rows

@@ -36,23 +36,93 @@ SETTING_MARKERS = "osD^v<>ph*P"
 #: 48 colours far apart in CIELAB (every pair at least 25 apart, CIE76; lightness 25-78 so none is
 #: lost on white): a greedy farthest-point choice from matplotlib's C0 over a grid of sRGB.
 PALETTE = (
-    "#1f77b4", "#ff0000", "#00d200", "#0000ff", "#ff1eb4", "#695a00", "#00d2b4", "#ffa5b4", "#4b1e96", "#ffa500",
-    "#87001e", "#004b3c", "#b4c300", "#d296ff", "#e100ff", "#00780f", "#c3c396", "#783c69", "#ff005a", "#f0784b",
-    "#0078ff", "#87c3d2", "#87695a", "#87d278", "#784bff", "#d24b78", "#a52d96", "#d2a54b", "#b4b4f0", "#f069ff",
-    "#873c00", "#3c3c4b", "#2d3c87", "#5a9678", "#b40f00", "#ff87d2", "#ff6900", "#3c7887", "#69b41e", "#00c3ff",
-    "#96a53c", "#877896", "#2d4b0f", "#9600b4", "#692d2d", "#00d269", "#7878d2", "#b45a4b",
-)  # fmt: skip
+    "#1f77b4",
+    "#ff0000",
+    "#00d200",
+    "#0000ff",
+    "#ff1eb4",
+    "#695a00",
+    "#00d2b4",
+    "#ffa5b4",
+    "#4b1e96",
+    "#ffa500",
+    "#87001e",
+    "#004b3c",
+    "#b4c300",
+    "#d296ff",
+    "#e100ff",
+    "#00780f",
+    "#c3c396",
+    "#783c69",
+    "#ff005a",
+    "#f0784b",
+    "#0078ff",
+    "#87c3d2",
+    "#87695a",
+    "#87d278",
+    "#784bff",
+    "#d24b78",
+    "#a52d96",
+    "#d2a54b",
+    "#b4b4f0",
+    "#f069ff",
+    "#873c00",
+    "#3c3c4b",
+    "#2d3c87",
+    "#5a9678",
+    "#b40f00",
+    "#ff87d2",
+    "#ff6900",
+    "#3c7887",
+    "#69b41e",
+    "#00c3ff",
+    "#96a53c",
+    "#877896",
+    "#2d4b0f",
+    "#9600b4",
+    "#692d2d",
+    "#00d269",
+    "#7878d2",
+    "#b45a4b",
+)
 #: The built-in rules' colours (indices into PALETTE), fixed by name: the same in every figure,
 #: whatever else is plotted or installed. A new built-in rule takes an unused index here
 #: (tests/analysis/test_figures.py checks every built-in has one and no two share it).
 BUILTIN_COLOURS = {
-    "sps": 0, "cactus": 1, "tas": 2, "cactus-exact": 9, "mentored": 4, "block": 6, "strict": 5, "always-accept": 8,
-    "lossy": 7, "topk": 10, "relaxed-topk": 11, "lenience": 12, "fsd": 13, "rfsd": 14, "interpolation": 15,
-    "ensemble": 16, "scd": 17, "spec-cascade-opt": 18, "spec-cascade-tok3": 19, "synthetic": 20, "rrs": 21,
-    "spectr": 22, "eagle-tree": 23, "sglang-tree": 24, "multi-draft-optimal": 25, "fly": 36, "magic-mtp": 34,
-    "entropy-verify": 38, "hsd": 26, "traversal": 27, "traversal-tree": 28, "sglang-chain": 29,
+    "sps": 0,
+    "cactus": 1,
+    "tas": 2,
+    "cactus-exact": 9,
+    "mentored": 4,
+    "block": 6,
+    "strict": 5,
+    "always-accept": 8,
+    "lossy": 7,
+    "topk": 10,
+    "relaxed-topk": 11,
+    "lenience": 12,
+    "fsd": 13,
+    "rfsd": 14,
+    "interpolation": 15,
+    "ensemble": 16,
+    "scd": 17,
+    "spec-cascade-opt": 18,
+    "spec-cascade-tok3": 19,
+    "synthetic": 20,
+    "rrs": 21,
+    "spectr": 22,
+    "eagle-tree": 23,
+    "sglang-tree": 24,
+    "multi-draft-optimal": 25,
+    "fly": 36,
+    "magic-mtp": 34,
+    "entropy-verify": 38,
+    "hsd": 26,
+    "traversal": 27,
+    "traversal-tree": 28,
+    "sglang-chain": 29,
     "tli": 31,
-}  # fmt: skip
+}
 
 
 def _hex(colour) -> str:
@@ -159,8 +229,17 @@ def plot_rule_front(comparison, m=8, axes=None):
         for family in families:
             fam = [r for r in rows if r["family"] == family]
             for j, r in enumerate(fam):  # a marker per setting of the family, its colour for the family
-                ax.scatter(xs[r["rule"]], r["al"], color=colours[family], marker=SETTING_MARKERS[j % 11],
-                           label=r["rule"], s=28, zorder=3, edgecolors="k", linewidths=0.3)  # fmt: skip
+                ax.scatter(
+                    xs[r["rule"]],
+                    r["al"],
+                    color=colours[family],
+                    marker=SETTING_MARKERS[j % 11],
+                    label=r["rule"],
+                    s=28,
+                    zorder=3,
+                    edgecolors="k",
+                    linewidths=0.3,
+                )
         front = pareto_front([(r["rule"], r["al"], r[key]) for r in rows])
         pts = sorted((xs[r["rule"]], r["al"]) for r in rows if r["rule"] in front)
         ax.step([x for x, _ in pts], [y for _, y in pts], where="post", color="k", lw=1, alpha=0.6, label="front")
@@ -299,9 +378,13 @@ def plot_al_vs_kl(rows, m=None):
     for family, rs in families.items():
         rs = sorted(rs, key=lambda r: r["kl_emitted_target"])
         ax.plot(
-            [r["kl_emitted_target"] for r in rs], [r["al"] for r in rs], marker="o", ms=4, label=family,
+            [r["kl_emitted_target"] for r in rs],
+            [r["al"] for r in rs],
+            marker="o",
+            ms=4,
+            label=family,
             color=colours[family],
-        )  # fmt: skip
+        )
     ax.set_xscale("symlog", linthresh=1e-3)
     ax.set_xlabel("mean KL(pi || q) of the emitted distribution (nats / position)")
     ax.set_ylabel(f"AL, m = {m}")
@@ -341,9 +424,16 @@ def plot_plan(plan, task="all", ax=None, title=None):
         for j, r in enumerate(fam):  # colour: the family; marker: the setting
             label = r["rule"] + (f" [{r['draft_policy']}]" if r.get("draft_policy") else "")
             ax.errorbar(
-                [x_of(r)], [r[key]], yerr=[[r[key] - r[f"{key}_lo"]], [r[f"{key}_hi"] - r[key]]],
-                fmt=SETTING_MARKERS[j % 11], ms=5, capsize=2, color=colours[family], label=label, zorder=3,
-            )  # fmt: skip
+                [x_of(r)],
+                [r[key]],
+                yerr=[[r[key] - r[f"{key}_lo"]], [r[f"{key}_hi"] - r[key]]],
+                fmt=SETTING_MARKERS[j % 11],
+                ms=5,
+                capsize=2,
+                color=colours[family],
+                label=label,
+                zorder=3,
+            )
     front = pareto_front([(r["rule"], r[key], r["kl_emitted_target"]) for r in rows])
     pts = sorted((x_of(r), r[key]) for r in rows if r["rule"] in front)
     ax.step([x for x, _ in pts], [y for _, y in pts], where="post", color="k", lw=1, alpha=0.6, label="front")
@@ -354,10 +444,12 @@ def plot_plan(plan, task="all", ax=None, title=None):
     ax.set_xlim(left=-2.5e-4)  # KL = 0 (lossless rules) inside the frame, no negative tick
     ax.margins(y=0.08)
     ax.set_xlabel("mean KL(pi || q) per position (emitted vs verifier)")
-    ax.set_ylabel("predicted " + ("request " if key == "request_speedup" else "") + "speedup over the verifier alone "
-                  "(best m)")  # fmt: skip
-    ax.set_title(textwrap.fill(title or f"Predicted speedup ({plan.cost.source.get('kind', 'cost model')})", 95),
-                 fontsize=9)  # fmt: skip
+    ax.set_ylabel(
+        "predicted " + ("request " if key == "request_speedup" else "") + "speedup over the verifier alone (best m)"
+    )
+    ax.set_title(
+        textwrap.fill(title or f"Predicted speedup ({plan.cost.source.get('kind', 'cost model')})", 95), fontsize=9
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
@@ -447,8 +539,12 @@ def figure_problems(fig, caption=None, *, tolerance=1.0) -> list:
         per_axes = {0: left.split("Left:", 1)[1], len(fig.axes) - 1: right}
 
     def inside(box):
-        return (box.x0 >= frame.x0 - tolerance and box.y0 >= frame.y0 - tolerance
-                and box.x1 <= frame.x1 + tolerance and box.y1 <= frame.y1 + tolerance)  # fmt: skip
+        return (
+            box.x0 >= frame.x0 - tolerance
+            and box.y0 >= frame.y0 - tolerance
+            and box.x1 <= frame.x1 + tolerance
+            and box.y1 <= frame.y1 + tolerance
+        )
 
     def overlap(a, b):
         return min(a.x1, b.x1) - max(a.x0, b.x0) > tolerance and min(a.y1, b.y1) - max(a.y0, b.y0) > tolerance
@@ -492,8 +588,12 @@ def figure_problems(fig, caption=None, *, tolerance=1.0) -> list:
     for i, ax in enumerate(fig.axes):
         frame_px = ax.get_window_extent(renderer)
         unlisted = set()
-        caps = {id(c) for bar in ax.containers if isinstance(bar, matplotlib.container.ErrorbarContainer)
-                for c in bar.lines[1]}  # fmt: skip
+        caps = {
+            id(c)
+            for bar in ax.containers
+            if isinstance(bar, matplotlib.container.ErrorbarContainer)
+            for c in bar.lines[1]
+        }
         for line in ax.get_lines():
             if not line.get_visible() or line.get_marker() in (None, "None", "", " "):
                 continue
@@ -503,12 +603,18 @@ def figure_problems(fig, caption=None, *, tolerance=1.0) -> list:
                 continue
             at = ax.transData.transform(np.column_stack([xs[finite], ys[finite]]))
             half = line.get_markersize() * fig.dpi / 72 / 2  # the marker's half width in pixels
-            cut = ((at[:, 0] < frame_px.x0 + half) | (at[:, 0] > frame_px.x1 - half)
-                   | (at[:, 1] < frame_px.y0 + half) | (at[:, 1] > frame_px.y1 - half))  # fmt: skip
+            cut = (
+                (at[:, 0] < frame_px.x0 + half)
+                | (at[:, 0] > frame_px.x1 - half)
+                | (at[:, 1] < frame_px.y0 + half)
+                | (at[:, 1] > frame_px.y1 - half)
+            )
             if cut.any():
                 first = np.column_stack([xs[finite], ys[finite]])[cut][0]
-                problems.append(f"axes {i}: {int(cut.sum())} marker(s) of {line.get_label()!r} cut by the axes' "
-                                f"frame (first at ({first[0]:.4g}, {first[1]:.4g}))")  # fmt: skip
+                problems.append(
+                    f"axes {i}: {int(cut.sum())} marker(s) of {line.get_label()!r} cut by the axes' "
+                    f"frame (first at ({first[0]:.4g}, {first[1]:.4g}))"
+                )
             if legend_styles and id(line) not in caps and _style(line) not in legend_styles:
                 unlisted.add(_style(line))
         for collection in ax.collections:
@@ -516,8 +622,9 @@ def figure_problems(fig, caption=None, *, tolerance=1.0) -> list:
                 if _style(collection) not in legend_styles:
                     unlisted.add(_style(collection))
         if unlisted:
-            problems.append(f"axes {i}: {len(unlisted)} marker style(s) drawn that no legend explains "
-                            f"(e.g. {sorted(unlisted)[0]})")  # fmt: skip
+            problems.append(
+                f"axes {i}: {len(unlisted)} marker style(s) drawn that no legend explains (e.g. {sorted(unlisted)[0]})"
+            )
         words = per_axes.get(i, "") if per_axes is not None else (caption or "")
         if "interval" in words.lower():
             draws = any(isinstance(c, matplotlib.container.ErrorbarContainer) for c in ax.containers) or any(

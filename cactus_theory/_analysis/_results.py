@@ -84,8 +84,9 @@ class Result:
         files = {f"{self.name}.md": head + self.markdown() + "\n", f"{self.name}.json": self.to_json()}
         rows = self.records()
         if rows:
-            files[f"{self.name}.csv"] = csv_text([{k: v for k, v in r.items() if not isinstance(v, (list, dict))}
-                                                  for r in rows])  # fmt: skip
+            files[f"{self.name}.csv"] = csv_text(
+                [{k: v for k, v in r.items() if not isinstance(v, (list, dict))} for r in rows]
+            )
         fig = self.figure()
         if fig is not None:
             files[f"{self.name}.png"] = figure_png(fig)

@@ -25,8 +25,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["BATCH_CONTEXT", "DEVICES", "MAX_CONTEXT", "MODEL_PRESETS", "DeviceSpec", "ModelShape", "Roofline", "fit",
-           "preset_of"]  # fmt: skip
+__all__ = [
+    "BATCH_CONTEXT",
+    "DEVICES",
+    "MAX_CONTEXT",
+    "MODEL_PRESETS",
+    "DeviceSpec",
+    "ModelShape",
+    "Roofline",
+    "fit",
+    "preset_of",
+]
 
 
 @dataclass(frozen=True)
@@ -62,21 +71,57 @@ DEVICES = {
 
 #: ``config.json`` fields of the paper's Qwen3 models (Hugging Face Qwen/Qwen3-*), as presets.
 MODEL_PRESETS = {
-    "qwen3-0.6b": {"hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16,
-                   "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 3072, "vocab_size": 151936,
-                   "tie_word_embeddings": True},
-    "qwen3-1.7b": {"hidden_size": 2048, "num_hidden_layers": 28, "num_attention_heads": 16,
-                   "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 6144, "vocab_size": 151936,
-                   "tie_word_embeddings": True},
-    "qwen3-8b": {"hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
-                 "head_dim": 128, "intermediate_size": 12288, "vocab_size": 151936, "tie_word_embeddings": False},
-    "qwen3-14b": {"hidden_size": 5120, "num_hidden_layers": 40, "num_attention_heads": 40,
-                  "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 17408, "vocab_size": 151936,
-                  "tie_word_embeddings": False},
-    "qwen3-32b": {"hidden_size": 5120, "num_hidden_layers": 64, "num_attention_heads": 64,
-                  "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 25600, "vocab_size": 151936,
-                  "tie_word_embeddings": False},
-}  # fmt: skip
+    "qwen3-0.6b": {
+        "hidden_size": 1024,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 3072,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+    },
+    "qwen3-1.7b": {
+        "hidden_size": 2048,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 6144,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+    },
+    "qwen3-8b": {
+        "hidden_size": 4096,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 12288,
+        "vocab_size": 151936,
+        "tie_word_embeddings": False,
+    },
+    "qwen3-14b": {
+        "hidden_size": 5120,
+        "num_hidden_layers": 40,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 17408,
+        "vocab_size": 151936,
+        "tie_word_embeddings": False,
+    },
+    "qwen3-32b": {
+        "hidden_size": 5120,
+        "num_hidden_layers": 64,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 25600,
+        "vocab_size": 151936,
+        "tie_word_embeddings": False,
+    },
+}
 
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8": 1, "fp8": 1}
 #: Bounds of what the roofline takes: a config.json's size (a config is a few kB), each shape field
@@ -133,8 +178,12 @@ class ModelShape:
 
         def whole(key, default=None):
             value = config.get(key, default) if default is not None else config[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or (
-                    value != int(value) or not 1 <= value <= MAX_SHAPE_FIELD):  # fmt: skip
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not np.isfinite(value)
+                or (value != int(value) or not 1 <= value <= MAX_SHAPE_FIELD)
+            ):
                 raise ValueError(f"{key} = {value!r} (a whole number, 1 to {MAX_SHAPE_FIELD:,})")
             return int(value)
 
@@ -252,8 +301,12 @@ def fit(points, device="gb200"):
     _, efficiency, overhead, verify_overhead = best
     fitted = Roofline(spec, efficiency, overhead, verify_overhead)
     rows = tuple(
-        {"point": label, "measured": float(seconds), "modelled": fitted.time(model, 1, tokens, PROFILE_CONTEXT),
-         "error": fitted.time(model, 1, tokens, PROFILE_CONTEXT) / float(seconds) - 1.0}
+        {
+            "point": label,
+            "measured": float(seconds),
+            "modelled": fitted.time(model, 1, tokens, PROFILE_CONTEXT),
+            "error": fitted.time(model, 1, tokens, PROFILE_CONTEXT) / float(seconds) - 1.0,
+        }
         for model, tokens, seconds, label in points
-    )  # fmt: skip
+    )
     return efficiency, overhead, verify_overhead, rows

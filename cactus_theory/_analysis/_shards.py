@@ -153,8 +153,9 @@ def _stack(parts, single):
     """A ``_Rows`` of [(p, q, lg, seed, region, features)]: one sequence as it is (``single``), or several
     stacked (padded to one width; their logits are not kept)."""
     region = None if parts[0][4] is None else np.concatenate([part[4] for part in parts])
-    features = {label: tuple(np.concatenate([part[5][label][i] for part in parts]) for i in range(2))
-                for label in parts[0][5]}  # fmt: skip
+    features = {
+        label: tuple(np.concatenate([part[5][label][i] for part in parts]) for i in range(2)) for label in parts[0][5]
+    }
     if single:
         ((p, q, lg, seed, _, _),) = parts
         return _Rows(p, q, lg, np.array([0, p.shape[0]]), [seed], region, features)
@@ -182,13 +183,26 @@ def _scheme(rule):
 
 def _optima(rows, widths) -> dict:
     """{(k, drafting): per-sequence sums of the optimal acceptance} for ``widths`` {drafting: {k}}."""
-    return {(k, drafting): _per_sequence(value, rows)
-            for drafting, ks in widths.items()
-            for k, (value, _) in optimal_acceptances(rows.p, rows.q, tuple(sorted(ks)), drafting).items()}  # fmt: skip
+    return {
+        (k, drafting): _per_sequence(value, rows)
+        for drafting, ks in widths.items()
+        for k, (value, _) in optimal_acceptances(rows.p, rows.q, tuple(sorted(ks)), drafting).items()
+    }
 
 
-def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, policies=(), cost=None,
-                shared=None, keep=False, gate=None) -> list:  # fmt: skip
+def _rule_stats(
+    rule,
+    rows,
+    ms,
+    bonus_policy,
+    block_paths=1024,
+    optimum=None,
+    policies=(),
+    cost=None,
+    shared=None,
+    keep=False,
+    gate=None,
+) -> list:
     """Per-sequence sums of one rule over a batch of sequences (``RuleStats`` each): per-position
     metrics, and per m the AL and block drift. The AL of every kind of rule comes from
     ``accepted_lengths`` (a block rule's exact or Monte Carlo with ``block_paths`` paths seeded by
@@ -205,9 +219,17 @@ def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, po
     if fallback is not None:  # the rule where the gate is open, the lossless fallback elsewhere
         base = step_metrics(fallback, p, q, validate=False, shared=shared)
         open_ = rows.region
-        sm = dataclasses.replace(sm, **{f.name: np.where(open_ if getattr(sm, f.name).ndim == 1 else open_[:, None],
-                                                         getattr(sm, f.name), getattr(base, f.name))
-                                        for f in dataclasses.fields(sm)})  # fmt: skip
+        sm = dataclasses.replace(
+            sm,
+            **{
+                f.name: np.where(
+                    open_ if getattr(sm, f.name).ndim == 1 else open_[:, None],
+                    getattr(sm, f.name),
+                    getattr(base, f.name),
+                )
+                for f in dataclasses.fields(sm)
+            },
+        )
     sums = {name: _per_sequence(getattr(sm, name), rows) for name in _POSITION_METRICS}
     if logits is not None:
         exact = _per_sequence(rule.logits_exact(p, q, logits=logits), rows)
@@ -220,8 +242,10 @@ def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, po
     top = max(ms)
     slots = rule.slot_dependent
     if slots:  # acceptance and drift per slot of the block (the bonus at slot m)
-        per_slot = [step_metrics(rule.at_slot(j), p, q, logits=logits, validate=shared is None, shared=shared)
-                    for j in range(top + 1)]  # fmt: skip
+        per_slot = [
+            step_metrics(rule.at_slot(j), p, q, logits=logits, validate=shared is None, shared=shared)
+            for j in range(top + 1)
+        ]
         beta_all = np.stack([x.acceptance for x in per_slot])
         drift_all = {"kl": np.stack([x.kl_emitted_target for x in per_slot]), "tv": np.stack([x.tv for x in per_slot])}
     else:
@@ -233,8 +257,11 @@ def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, po
     survival_all, policy_all = {}, {}  # per m (and policy): the batch's stacked inputs of the steps' solve
     for i in range(rows.sequences):
         span = rows.span(i)
-        stats = RuleStats(**{name: float(v[i]) for name, v in sums.items()}, logits_exact=float(exact[i]),
-                          optimal_acceptance=float(optimum[(k, drafting)][i]))  # fmt: skip
+        stats = RuleStats(
+            **{name: float(v[i]) for name, v in sums.items()},
+            logits_exact=float(exact[i]),
+            optimal_acceptance=float(optimum[(k, drafting)][i]),
+        )
         if keep:
             stats.position_acceptance = np.array(sm.acceptance[span])
         beta = beta_all[..., span]
@@ -245,14 +272,14 @@ def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, po
         if whole or fused is None:
             host = rule._host(seq_p, seq_q, None, validate=False)[:2] if judgement.block else (seq_p, seq_q)
             # exact where a start's weights take at most 10,000 values (m <= 3 on a top-20 trace), else Monte Carlo
-            lengths = accepted_lengths(rule, *host, ms, beta=beta, n_paths=block_paths, seed=rows.seeds[i],
-                                       max_support=BLOCK_EXACT_SUPPORT)  # fmt: skip
+            lengths = accepted_lengths(
+                rule, *host, ms, beta=beta, n_paths=block_paths, seed=rows.seeds[i], max_support=BLOCK_EXACT_SUPPORT
+            )
         # a lossy block rule states its own drift per block (``block_drift_for``); a lossless one emits q
         block_drift = None
         drift_law = stated_law(rule, "block_drift_for") if judgement.block else None
         if drift_law is not None:
-            found = drift_law(*host, sorted({min(m, positions) for m in ms}), n_paths=block_paths,
-                                         seed=rows.seeds[i])  # fmt: skip
+            found = drift_law(*host, sorted({min(m, positions) for m in ms}), n_paths=block_paths, seed=rows.seeds[i])
             block_drift = {m: found[min(m, positions)] for m in ms}
         for m in ms:
             starts = max(positions - m + 1, 1)
@@ -260,8 +287,13 @@ def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, po
                 al_sum, drift_sums, by_position = fused[m]
                 if whole:
                     al_sum = float(np.sum(lengths[m].accepted_length))
-                block = BlockStats(starts=starts, al_sum=al_sum, kl_sum=drift_sums[0], tv_sum=drift_sums[1],
-                                   accept_by_position=None if whole else by_position)  # fmt: skip
+                block = BlockStats(
+                    starts=starts,
+                    al_sum=al_sum,
+                    kl_sum=drift_sums[0],
+                    tv_sum=drift_sums[1],
+                    accept_by_position=None if whole else by_position,
+                )
             else:
                 block = BlockStats(starts=starts, al_sum=float(np.sum(lengths[m].accepted_length)))
                 if not whole:  # vLLM's per-position acceptance: P(the first j + 1 drafts accepted), j < m
@@ -276,8 +308,9 @@ def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, po
                     bonus = None
                     if bonus_policy == "relaxed":
                         bonus = values[m] if slots else values
-                    emitted = block_sums(beta[:m] if slots else beta, values[:m] if slots else values, m, bonus,
-                                         per_slot=slots)  # fmt: skip
+                    emitted = block_sums(
+                        beta[:m] if slots else beta, values[:m] if slots else values, m, bonus, per_slot=slots
+                    )
                     setattr(block, f"{name}_sum", float(np.sum(emitted[:starts])))
             if block_drift is not None:
                 block.kl_sum, block.tv_sum = (float(np.sum(v[:starts])) for v in block_drift[m])
@@ -292,13 +325,16 @@ def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, po
                 found = rows.features.get(policy.describe())
                 features = None if found is None else (found[0][span], found[1][span])
                 al_p, drafted, forwards = policy_blocks(policy, seq_p, b_m, m, cost, features)
-                drafted_all, forwards_all = policy_all.setdefault((m, policy.describe()), (
-                    np.zeros(beta_all.shape[-1], dtype=np.int64), np.zeros(beta_all.shape[-1])))  # fmt: skip
+                drafted_all, forwards_all = policy_all.setdefault(
+                    (m, policy.describe()), (np.zeros(beta_all.shape[-1], dtype=np.int64), np.zeros(beta_all.shape[-1]))
+                )
                 drafted_all[span], forwards_all[span] = drafted, forwards
                 stats.blocks[(m, policy.describe())] = BlockStats(
-                    starts=starts, al_sum=float(np.sum(al_p[:starts])), drafted_sum=float(np.sum(drafted[:starts])),
+                    starts=starts,
+                    al_sum=float(np.sum(al_p[:starts])),
+                    drafted_sum=float(np.sum(drafted[:starts])),
                     forwards_sum=float(np.sum(forwards[:starts])),
-                )  # fmt: skip
+                )
             stats.blocks[(m, None)] = block
         out.append(stats)
     for m in ms:  # the steps decoding takes, every sequence of the batch in one solve per setting
@@ -306,8 +342,9 @@ def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, po
         if not whole or m in survival_all:  # (a whole-block rule without its law per start has no steps)
             survival = survival_all.get(m)
             drafted, forwards = fixed_blocks(b_m, rows.offsets, m, survival=survival)
-            steps = renewal_steps_many(None if survival is not None else b_m, rows.offsets, drafted, forwards, m,
-                                       survival=survival)  # fmt: skip
+            steps = renewal_steps_many(
+                None if survival is not None else b_m, rows.offsets, drafted, forwards, m, survival=survival
+            )
             for stats, row in zip(out, steps, strict=True):
                 _set_steps(stats.blocks[(m, None)], row, m)
         for policy in policies:
@@ -321,7 +358,8 @@ def _rule_stats(rule, rows, ms, bonus_policy, block_paths=1024, optimum=None, po
 def _set_steps(block, row, m):
     """``block`` with the sums over the steps decoding takes set from a row of ``renewal_steps_many``."""
     block.steps_sum, block.steps_accepted_sum, block.steps_drafted_sum, block.steps_forwards_sum = (
-        float(x) for x in row[:4])  # fmt: skip
+        float(x) for x in row[:4]
+    )
     block.steps_by_drafted = tuple(float(x) for x in row[4 : 4 + m + 1])
     return block
 
@@ -336,8 +374,10 @@ def _fused_blocks(beta, drift, bonus_policy, ms):
     if out is None:
         return None
     al, vals, pos = out
-    return {m: (float(al[i]), (float(vals[i, 0]), float(vals[i, 1])), tuple(float(x) for x in pos[i, :m]))
-            for i, m in enumerate(sizes)}  # fmt: skip
+    return {
+        m: (float(al[i]), (float(vals[i, 0]), float(vals[i, 1])), tuple(float(x) for x in pos[i, :m]))
+        for i, m in enumerate(sizes)
+    }
 
 
 def shard_statistics(job: ShardJob, threads=None) -> list:
@@ -394,14 +434,30 @@ def shard_statistics(job: ShardJob, threads=None) -> list:
                 widths.setdefault(drafting, set()).add(k)
             optimum, shared = _optima(rows, widths), {}
             for i in chosen:
-                per_rule[labels[i]] += _rule_stats(job.rules[i], rows, job.ms, job.bonus_policy, job.block_paths,
-                                                   optimum, job.policies, job.cost, shared,
-                                                   job.position_acceptance, job.gate)  # fmt: skip
+                per_rule[labels[i]] += _rule_stats(
+                    job.rules[i],
+                    rows,
+                    job.ms,
+                    job.bonus_policy,
+                    job.block_paths,
+                    optimum,
+                    job.policies,
+                    job.cost,
+                    shared,
+                    job.position_acceptance,
+                    job.gate,
+                )
     out = []
     for i, seq in enumerate(kept):
         prompt = seq.meta.get("prompt_tokens")
-        out.append(SequenceStats(id=seq.id, task=seq.task, positions=seq.n_positions,
-                                 rules={label: per_rule[label][i] for label in labels},
-                                 prompt_tokens=prompt if isinstance(prompt, int) else None,
-                                 gated=None if job.gate is None else int(parts[i][4].sum())))  # fmt: skip
+        out.append(
+            SequenceStats(
+                id=seq.id,
+                task=seq.task,
+                positions=seq.n_positions,
+                rules={label: per_rule[label][i] for label in labels},
+                prompt_tokens=prompt if isinstance(prompt, int) else None,
+                gated=None if job.gate is None else int(parts[i][4].sum()),
+            )
+        )
     return out

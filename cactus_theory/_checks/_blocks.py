@@ -127,8 +127,13 @@ def check_multi_verify(rule, seed):
         _close(law.emitted.sum(), 1.0, "verify's emitted law does not sum to 1", rtol=0, atol=1e-12, p=p, q=q)
         for i, x in enumerate(drafts.tolist()):
             if x >= 0:
-                _true(law.emitted[x] >= law.accepted[i] - 1e-12, f"draft {i} accepted more often than emitted",
-                      p=p, q=q, drafts=drafts)  # fmt: skip
+                _true(
+                    law.emitted[x] >= law.accepted[i] - 1e-12,
+                    f"draft {i} accepted more often than emitted",
+                    p=p,
+                    q=q,
+                    drafts=drafts,
+                )
     return None
 
 
@@ -140,12 +145,33 @@ def check_multi_enumeration(rule, seed):
     small = _small_multi(rule)
     p, q, _ = make_case(seed, int(np.random.default_rng(seed).integers(2, 7)), batch=(2,))
     acc, pi, outside = small._enumerate(p, q)
-    _close(small.multi_acceptance(p, q), acc, "multi_acceptance differs from the enumeration over the drafts",
-           rtol=1e-9, atol=1e-12, p=p, q=q)  # fmt: skip
-    _close(small.emitted(p, q), pi, "the emitted law differs from the enumeration over the drafts", rtol=1e-9,
-           atol=1e-12, p=p, q=q)  # fmt: skip
-    _close(small.multi_outside_support(p, q), outside, "multi_outside_support differs from the enumeration",
-           rtol=1e-9, atol=1e-12, p=p, q=q)  # fmt: skip
+    _close(
+        small.multi_acceptance(p, q),
+        acc,
+        "multi_acceptance differs from the enumeration over the drafts",
+        rtol=1e-9,
+        atol=1e-12,
+        p=p,
+        q=q,
+    )
+    _close(
+        small.emitted(p, q),
+        pi,
+        "the emitted law differs from the enumeration over the drafts",
+        rtol=1e-9,
+        atol=1e-12,
+        p=p,
+        q=q,
+    )
+    _close(
+        small.multi_outside_support(p, q),
+        outside,
+        "multi_outside_support differs from the enumeration",
+        rtol=1e-9,
+        atol=1e-12,
+        p=p,
+        q=q,
+    )
     return None
 
 
@@ -181,8 +207,15 @@ def check_multi_below_optimum(rule, seed):
     ours = float(small.multi_acceptance(p, q))
     _true(ours <= bound + 1e-12, f"acceptance {ours} above the lossless optimum {bound}", p=p, q=q)
     closed = float(optimal_multi_draft_acceptance(p, q, small.k, drafting=small.drafting))
-    _close(closed, bound, f"optimal_multi_draft_acceptance (drafting={small.drafting}) differs from the brute force",
-           rtol=0, atol=1e-11, p=p, q=q)  # fmt: skip
+    _close(
+        closed,
+        bound,
+        f"optimal_multi_draft_acceptance (drafting={small.drafting}) differs from the brute force",
+        rtol=0,
+        atol=1e-11,
+        p=p,
+        q=q,
+    )
     return None
 
 
@@ -199,8 +232,16 @@ def check_multi_single_draft(rule, seed):
         a = float(single.acceptance(p, q, token))
         acc += weight * a
         pi += weight * (a * np.eye(len(q))[token] + (1 - a) * np.asarray(single.correction(p, q, token)))
-    _close(one.multi_acceptance(p, q), acc, f"k = 1 differs from {single.describe()}'s acceptance", rtol=1e-9,
-           atol=1e-12, p=p, q=q)  # fmt: skip
-    _close(one.emitted(p, q), pi, f"k = 1 differs from {single.describe()}'s emitted law", rtol=1e-9, atol=1e-12,
-           p=p, q=q)  # fmt: skip
+    _close(
+        one.multi_acceptance(p, q),
+        acc,
+        f"k = 1 differs from {single.describe()}'s acceptance",
+        rtol=1e-9,
+        atol=1e-12,
+        p=p,
+        q=q,
+    )
+    _close(
+        one.emitted(p, q), pi, f"k = 1 differs from {single.describe()}'s emitted law", rtol=1e-9, atol=1e-12, p=p, q=q
+    )
     return None

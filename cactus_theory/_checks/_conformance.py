@@ -80,8 +80,15 @@ def check_sane(rule, seed):
         rows_p, rows_q = _position_rows(seed, 3, vocab)
         law = rule.block_law(rows_p[:2], rows_q, np.array([0, 1]))
         _finite_probabilities(law.accepted, "the block law's accepted lengths", p=rows_p, q=rows_q)
-        _close(law.accepted.sum(-1), 1.0, "the block law's accepted lengths do not sum to 1", rtol=1e-9, atol=0,
-               p=rows_p, q=rows_q)  # fmt: skip
+        _close(
+            law.accepted.sum(-1),
+            1.0,
+            "the block law's accepted lengths do not sum to 1",
+            rtol=1e-9,
+            atol=0,
+            p=rows_p,
+            q=rows_q,
+        )
     return None
 
 
@@ -108,8 +115,9 @@ def check_bonus_laws(rule, seed):
     lg = _logits_for(rule, lg)
     _close(rule.bonus_distribution(p, q), q, "bonus_distribution(policy='verifier') is not q", p=p, q=q)
     relaxed = rule.bonus_distribution(p, q, policy="relaxed", logits=lg)
-    _close(relaxed, emitted_distribution(rule, p, q, logits=lg), "the relaxed bonus law is not the emitted law",
-           p=p, q=q)  # fmt: skip
+    _close(
+        relaxed, emitted_distribution(rule, p, q, logits=lg), "the relaxed bonus law is not the emitted law", p=p, q=q
+    )
 
 
 def check_acceptance_all(rule, seed):
@@ -121,8 +129,16 @@ def check_acceptance_all(rule, seed):
     all_a = rule.acceptance_all(p, q, logits=lg)
     for token in range(vocab):
         n = np.full(3, token)
-        _close(all_a[:, token], rule.acceptance(p, q, n, logits=lg), f"acceptance_all[..., {token}] != acceptance",
-               rtol=1e-13, atol=1e-15, p=p, q=q, n=n)  # fmt: skip
+        _close(
+            all_a[:, token],
+            rule.acceptance(p, q, n, logits=lg),
+            f"acceptance_all[..., {token}] != acceptance",
+            rtol=1e-13,
+            atol=1e-15,
+            p=p,
+            q=q,
+            n=n,
+        )
     _true(all_a[(p == 0) & (q == 0)] == 0, "a token both models exclude is accepted", p=p, q=q)
 
 
@@ -142,8 +158,14 @@ def check_lossless(rule, seed):
     if not rule.lossless:
         return "not lossless"
     p, q, lg = make_case(seed, int(np.random.default_rng(seed).integers(2, 13)), batch=(3,))
-    _close(emitted_distribution(rule, p, q, logits=_logits_for(rule, lg)), q, "a lossless rule does not emit q",
-           atol=1e-12, p=p, q=q)  # fmt: skip
+    _close(
+        emitted_distribution(rule, p, q, logits=_logits_for(rule, lg)),
+        q,
+        "a lossless rule does not emit q",
+        atol=1e-12,
+        p=p,
+        q=q,
+    )
     return None
 
 
@@ -152,10 +174,22 @@ def check_drafter_without_probabilities(rule, seed):
     _, q, lg = make_case(seed, 6)
     lg = _logits_for(rule, lg)
     one_hot = np.eye(6)[2]
-    _close(rule.acceptance(None, q, 2, logits=lg), rule.acceptance(one_hot, q, 2, logits=lg),
-           "acceptance with draft_probs=None differs from one-hot", rtol=1e-15, atol=0, q=q)  # fmt: skip
-    _close(rule.correction(None, q, 2, logits=lg), rule.correction(one_hot, q, 2, logits=lg),
-           "correction with draft_probs=None differs from one-hot", rtol=1e-15, atol=0, q=q)  # fmt: skip
+    _close(
+        rule.acceptance(None, q, 2, logits=lg),
+        rule.acceptance(one_hot, q, 2, logits=lg),
+        "acceptance with draft_probs=None differs from one-hot",
+        rtol=1e-15,
+        atol=0,
+        q=q,
+    )
+    _close(
+        rule.correction(None, q, 2, logits=lg),
+        rule.correction(one_hot, q, 2, logits=lg),
+        "correction with draft_probs=None differs from one-hot",
+        rtol=1e-15,
+        atol=0,
+        q=q,
+    )
 
 
 def check_bad_input(rule, seed):
@@ -171,11 +205,15 @@ def check_bad_input(rule, seed):
         ("drafted_token must lie in [0, 4)", lambda: rule.acceptance(p, q, 4, logits=logits)),
         ("logits must be a RuleLogits", lambda: rule.acceptance(p, q, 0, logits=lg.target)),
         ("draft_probs is None", lambda: rule.acceptance(None, q, None, logits=logits)),
-        ("logits.target contains NaN",
-         lambda: rule.acceptance(p, q, 0, logits=dataclasses.replace(lg, target=np.full(4, np.nan)))),
-        ("logits.target with shape (3,)",
-         lambda: rule.acceptance(p, q, 0, logits=dataclasses.replace(lg, target=np.zeros(3)))),
-    ]  # fmt: skip
+        (
+            "logits.target contains NaN",
+            lambda: rule.acceptance(p, q, 0, logits=dataclasses.replace(lg, target=np.full(4, np.nan))),
+        ),
+        (
+            "logits.target with shape (3,)",
+            lambda: rule.acceptance(p, q, 0, logits=dataclasses.replace(lg, target=np.zeros(3))),
+        ),
+    ]
     if rule.needs_logits:
         cases.append(("logits from before temperature", lambda: rule.acceptance(p, q, 0)))
     for expected, call in cases:
@@ -229,8 +267,12 @@ def check_monte_carlo(rule, seed):
     _true(abs(diff.mean()) < bound, f"accepted lengths average {diff.mean():+.4f} off the exact AL", p=p, q=q)
     seen = sim.drafts > 200
     se = np.sqrt(beta[seen] * (1 - beta[seen]) / sim.drafts[seen]) + 1e-12
-    _true(np.abs(sim.acceptance_rate[seen] - beta[seen]) < 5 * se + 1e-12,
-          "per-position acceptance rates are not binomial around the exact acceptance", p=p, q=q)  # fmt: skip
+    _true(
+        np.abs(sim.acceptance_rate[seen] - beta[seen]) < 5 * se + 1e-12,
+        "per-position acceptance rates are not binomial around the exact acceptance",
+        p=p,
+        q=q,
+    )
     sim_v = simulate(rule0, p, q, m=m, n_runs=3000, seed=seed + 12, logits=logits)
     pv = _chi_square_p_value(sim_v.bonus_counts, q)
     _true(pv > level, f"verifier bonus tokens do not follow q (chi-square p = {pv:.2e})", p=p, q=q)
@@ -249,50 +291,95 @@ def check_numpy_torch_agree(rule, seed):
         p_t, q_t = torch.as_tensor(p, dtype=dtype), torch.as_tensor(q, dtype=dtype)
         p_t, q_t = p_t / p_t.sum(-1, keepdim=True), q_t / q_t.sum(-1, keepdim=True)
         lg_t = RuleLogits(
-            target=torch.as_tensor(lg.target, dtype=dtype), draft=torch.as_tensor(lg.draft, dtype=dtype),
+            target=torch.as_tensor(lg.target, dtype=dtype),
+            draft=torch.as_tensor(lg.draft, dtype=dtype),
             temperature=lg.temperature,
-        )  # fmt: skip
+        )
         p64, q64 = p_t.double().numpy(), q_t.double().numpy()
-        lg64 = RuleLogits(target=lg_t.target.double().numpy(), draft=lg_t.draft.double().numpy(),
-                          temperature=lg.temperature)  # fmt: skip
+        lg64 = RuleLogits(
+            target=lg_t.target.double().numpy(), draft=lg_t.draft.double().numpy(), temperature=lg.temperature
+        )
         for token in range(10):  # every token as the drafted one: where p > q as well as where p <= q
             every = np.full(4, token)
-            _close(rule.acceptance(p_t, q_t, torch.as_tensor(every), logits=lg_t).double().numpy(),
-                   rule.acceptance(p64, q64, every, logits=lg64), f"torch {dtype} acceptance differs from NumPy's",
-                   rtol=tol, atol=tol, p=p, q=q, n=every)  # fmt: skip
+            _close(
+                rule.acceptance(p_t, q_t, torch.as_tensor(every), logits=lg_t).double().numpy(),
+                rule.acceptance(p64, q64, every, logits=lg64),
+                f"torch {dtype} acceptance differs from NumPy's",
+                rtol=tol,
+                atol=tol,
+                p=p,
+                q=q,
+                n=every,
+            )
         p_t, q_t = torch.as_tensor(p, dtype=dtype), torch.as_tensor(q, dtype=dtype)
         p_t, q_t = p_t / p_t.sum(-1, keepdim=True), q_t / q_t.sum(-1, keepdim=True)
         lg_t = RuleLogits(
-            target=torch.as_tensor(lg.target, dtype=dtype), draft=torch.as_tensor(lg.draft, dtype=dtype),
+            target=torch.as_tensor(lg.target, dtype=dtype),
+            draft=torch.as_tensor(lg.draft, dtype=dtype),
             temperature=lg.temperature,
-        )  # fmt: skip
+        )
         a_t = rule.acceptance(p_t, q_t, torch.as_tensor(n), logits=lg_t)
         r_t = rule.correction(p_t, q_t, torch.as_tensor(n), logits=lg_t)
-        _true(isinstance(a_t, torch.Tensor) and a_t.dtype == dtype and r_t.dtype == dtype,
-              f"torch {dtype} in, {type(a_t).__name__} {getattr(a_t, 'dtype', '')} out", p=p, q=q)  # fmt: skip
+        _true(
+            isinstance(a_t, torch.Tensor) and a_t.dtype == dtype and r_t.dtype == dtype,
+            f"torch {dtype} in, {type(a_t).__name__} {getattr(a_t, 'dtype', '')} out",
+            p=p,
+            q=q,
+        )
         p64, q64 = p_t.double().numpy(), q_t.double().numpy()
-        lg64 = RuleLogits(target=lg_t.target.double().numpy(), draft=lg_t.draft.double().numpy(),
-                          temperature=lg.temperature)  # fmt: skip
-        _close(a_t.double().numpy(), rule.acceptance(p64, q64, n, logits=lg64),
-               f"torch {dtype} acceptance differs from NumPy's", rtol=tol, atol=tol, p=p, q=q, n=n)  # fmt: skip
+        lg64 = RuleLogits(
+            target=lg_t.target.double().numpy(), draft=lg_t.draft.double().numpy(), temperature=lg.temperature
+        )
+        _close(
+            a_t.double().numpy(),
+            rule.acceptance(p64, q64, n, logits=lg64),
+            f"torch {dtype} acceptance differs from NumPy's",
+            rtol=tol,
+            atol=tol,
+            p=p,
+            q=q,
+            n=n,
+        )
         r64 = rule.correction(p64, q64, n, logits=lg64)
         if dtype == torch.float64:
-            _close(r_t.double().numpy(), r64, f"torch {dtype} correction differs from NumPy's", rtol=tol, atol=tol,
-                   p=p, q=q, n=n)  # fmt: skip
+            _close(
+                r_t.double().numpy(),
+                r64,
+                f"torch {dtype} correction differs from NumPy's",
+                rtol=tol,
+                atol=tol,
+                p=p,
+                q=q,
+                n=n,
+            )
         else:  # float32: the correction as it enters the emitted law, p(n) (1 - a) r, since where a draft is
             # rare or almost always accepted the residual norm((h - p)+) is a ratio of tiny differences
             a64 = np.asarray(rule.acceptance(p64, q64, n, logits=lg64))[..., None]
             pn = np.take_along_axis(p64, n[:, None], -1)
-            _close(pn * (1 - a_t.double().numpy())[..., None] * r_t.double().numpy(), pn * (1 - a64) * r64,
-                   f"torch {dtype} correction differs from NumPy's (weighted by p(n) (1 - a))", rtol=tol, atol=tol,
-                   p=p, q=q, n=n)  # fmt: skip
+            _close(
+                pn * (1 - a_t.double().numpy())[..., None] * r_t.double().numpy(),
+                pn * (1 - a64) * r64,
+                f"torch {dtype} correction differs from NumPy's (weighted by p(n) (1 - a))",
+                rtol=tol,
+                atol=tol,
+                p=p,
+                q=q,
+                n=n,
+            )
         pi_t = emitted_distribution(rule, p_t, q_t, logits=lg_t)
-        _true(isinstance(pi_t, torch.Tensor) and pi_t.dtype == torch.float64,
-              "the emitted law of torch input is not a float64 tensor", p=p, q=q)  # fmt: skip
+        _true(
+            isinstance(pi_t, torch.Tensor) and pi_t.dtype == torch.float64,
+            "the emitted law of torch input is not a float64 tensor",
+            p=p,
+            q=q,
+        )
     for dtype in (torch.float16, torch.bfloat16):
         p_t, q_t = torch.as_tensor(p).to(dtype), torch.as_tensor(q).to(dtype)
-        lg_t = RuleLogits(target=torch.as_tensor(lg.target).to(dtype), draft=torch.as_tensor(lg.draft).to(dtype),
-                          temperature=lg.temperature)  # fmt: skip
+        lg_t = RuleLogits(
+            target=torch.as_tensor(lg.target).to(dtype),
+            draft=torch.as_tensor(lg.draft).to(dtype),
+            temperature=lg.temperature,
+        )
         idx = torch.as_tensor(n)
         a, r = rule.acceptance(p_t, q_t, idx, logits=lg_t), rule.correction(p_t, q_t, idx, logits=lg_t)
         _true(a.dtype == dtype and r.dtype == dtype, f"{dtype} in, {a.dtype} out", p=p, q=q)

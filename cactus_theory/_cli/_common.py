@@ -116,10 +116,15 @@ def analysis_options(args, **more):
     itself, e.g. a cost model): built here alone, carried whole into ``analyze_trace``."""
     from .._analysis._options import AnalysisOptions
 
-    found = {"ms": getattr(args, "m", None), "n_boot": getattr(args, "bootstrap", None),
-             "processes": getattr(args, "processes", None), "bonus_policy": getattr(args, "bonus_policy", None),
-             "tasks": getattr(args, "task", None), "draft_mode": getattr(args, "draft_mode", None),
-             "gate": _gate(args) if getattr(args, "gate", None) is not None else None}  # fmt: skip
+    found = {
+        "ms": getattr(args, "m", None),
+        "n_boot": getattr(args, "bootstrap", None),
+        "processes": getattr(args, "processes", None),
+        "bonus_policy": getattr(args, "bonus_policy", None),
+        "tasks": getattr(args, "task", None),
+        "draft_mode": getattr(args, "draft_mode", None),
+        "gate": _gate(args) if getattr(args, "gate", None) is not None else None,
+    }
     if getattr(args, "temperature", None) is not None:
         found["settings"] = _settings(args)
     return AnalysisOptions(**{k: v for k, v in {**found, **more}.items() if v is not None})
@@ -130,9 +135,17 @@ def decoding_options(args, **more):
     policy and the gate): built here alone, carried whole into ``decode_prompts``."""
     from .._models._decode_prompts import DecodeOptions
 
-    found = {"m": args.m, "settings": _settings(args), "max_new_tokens": args.max_new_tokens, "seed": args.seed,
-             "baseline": args.baseline, "bonus_policy": args.bonus_policy, "draft_mode": args.draft_mode,
-             "drift": args.drift, "batch": args.batch}  # fmt: skip
+    found = {
+        "m": args.m,
+        "settings": _settings(args),
+        "max_new_tokens": args.max_new_tokens,
+        "seed": args.seed,
+        "baseline": args.baseline,
+        "bonus_policy": args.bonus_policy,
+        "draft_mode": args.draft_mode,
+        "drift": args.drift,
+        "batch": args.batch,
+    }
     return DecodeOptions(**{**found, **more})
 
 
@@ -158,8 +171,11 @@ def _trace_inputs(args):
 
 
 def _model_inputs(args):
-    return [x for x in (getattr(args, "verifier", None), getattr(args, "draft", None)) if x and x != "ngram" and
-            os.path.exists(os.path.expanduser(x))]  # fmt: skip
+    return [
+        x
+        for x in (getattr(args, "verifier", None), getattr(args, "draft", None))
+        if x and x != "ngram" and os.path.exists(os.path.expanduser(x))
+    ]
 
 
 def _traces(args):
@@ -237,9 +253,17 @@ def _prompts_from(args):
 
     prompts = []
     for path in args.prompts:
-        prompts.extend(load_prompts(path, dataset=args.dataset, limit=args.per_file, field=args.field, task=args.task,
-                                    task_field=args.task_field,
-                                    id_field=None if args.id_field.lower() == "none" else args.id_field))  # fmt: skip
+        prompts.extend(
+            load_prompts(
+                path,
+                dataset=args.dataset,
+                limit=args.per_file,
+                field=args.field,
+                task=args.task,
+                task_field=args.task_field,
+                id_field=None if args.id_field.lower() == "none" else args.id_field,
+            )
+        )
     ids = [p.id for p in prompts]
     if len(set(ids)) != len(ids):
         raise ValueError("two prompt files give the same prompt ids: label them with --task, one run per task")
@@ -263,10 +287,15 @@ def _rules_epilog() -> str:
 def _delta_help() -> str:
     from .._rules import available_rules
 
-    takers = [name for name, info in available_rules().items() if "delta" in info.rule_class.grid_parameters
-              and "delta" in info.parameters]  # fmt: skip
-    return (f"divergence budgets of the rules that take one and set none ({', '.join(takers)}); other rules "
-            "keep their own parameters")  # fmt: skip
+    takers = [
+        name
+        for name, info in available_rules().items()
+        if "delta" in info.rule_class.grid_parameters and "delta" in info.parameters
+    ]
+    return (
+        f"divergence budgets of the rules that take one and set none ({', '.join(takers)}); other rules "
+        "keep their own parameters"
+    )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -292,8 +321,12 @@ class _CombinedSpecs(argparse.Action):
 
 
 def _rules_option(parser, default="sps,tas,cactus,cactus-exact,mentored"):
-    parser.add_argument("--rules", default=default, action=_CombinedSpecs,
-                        help="rule specs (see below); repeated, the lists are combined")  # fmt: skip
+    parser.add_argument(
+        "--rules",
+        default=default,
+        action=_CombinedSpecs,
+        help="rule specs (see below); repeated, the lists are combined",
+    )
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -378,8 +411,12 @@ def _model_options(parser):
         "quantised kernels (pip install -e '.[llamacpp]'; --dtype and --no-model-cache do not apply)",
     )
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16", "float16"),
-                        help="model dtype (float32: twice the memory, the exact reference)")  # fmt: skip
+    parser.add_argument(
+        "--dtype",
+        default="bfloat16",
+        choices=("float32", "bfloat16", "float16"),
+        help="model dtype (float32: twice the memory, the exact reference)",
+    )
     parser.add_argument(
         "--no-model-cache",
         action="store_true",

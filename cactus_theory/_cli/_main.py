@@ -19,8 +19,11 @@ __all__ = ["build_parser", "commands", "main"]
 def commands() -> list:
     """The command modules of this package, in their ``ORDER`` (the order ``--help`` lists them)."""
     package, here = __name__.rpartition(".")[0], os.path.dirname(os.path.abspath(__file__))
-    found = [importlib.import_module(f"{package}.{info.name}") for info in pkgutil.iter_modules([here])
-             if not info.name.startswith("_")]  # fmt: skip
+    found = [
+        importlib.import_module(f"{package}.{info.name}")
+        for info in pkgutil.iter_modules([here])
+        if not info.name.startswith("_")
+    ]
     return sorted(found, key=lambda m: (getattr(m, "ORDER", 100), m.__name__))
 
 

@@ -29,9 +29,12 @@ ORDER = 3
 
 def add_parser(sub):
     """The subparser of this command."""
-    a = _trace_command(sub, "analyze", "acceptance, AL and emitted drift of rules on a trace",
-                       "trace directories or glob patterns, analysed as one set (default: the embedded "
-                       "trace)")  # fmt: skip
+    a = _trace_command(
+        sub,
+        "analyze",
+        "acceptance, AL and emitted drift of rules on a trace",
+        "trace directories or glob patterns, analysed as one set (default: the embedded trace)",
+    )
     _rules_option(a)
     a.add_argument("--delta", type=_floats, default=[0.25, 0.5, 1.0, 2.0], help=_delta_help())
     a.add_argument("--m", type=_ints, default=[4, 8, 20], help="drafted tokens per verification")

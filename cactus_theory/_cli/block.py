@@ -36,5 +36,4 @@ def add_parser(sub):
 def run(args) -> int:
     from .._studies._block_study import compare_block_verification
 
-    return _run_study(args, compare_block_verification, ms=tuple(args.m), n_boot=args.bootstrap,
-                      block_paths=args.paths)  # fmt: skip
+    return _run_study(args, compare_block_verification, ms=tuple(args.m), n_boot=args.bootstrap, block_paths=args.paths)

@@ -38,10 +38,10 @@ def add_parser(sub):
         "draft's per token and per token read in a block, each server's prompt processing (docs: Traces from servers)",
         "the verifier's llama-server",
     )
-    group.add_argument("--timeout", type=_positive_float, default=600.0,
-                       help="seconds a request to a server may take in all")  # fmt: skip
-    group.add_argument("--retries", type=_int_at_least(0), default=4,
-                       help="retries on 429 / 503 / dropped connections")  # fmt: skip
+    group.add_argument(
+        "--timeout", type=_positive_float, default=600.0, help="seconds a request to a server may take in all"
+    )
+    group.add_argument("--retries", type=_int_at_least(0), default=4, help="retries on 429 / 503 / dropped connections")
     _model_options(cb)
     _sampling_options(cb)
     cb.add_argument(
@@ -90,17 +90,28 @@ def _run_servers(args) -> int:
     out = args.out
     if out is not None:
         _check_out(args, [], directory=False)
-    cost = calibrate_server(args.server, args.draft_server, batches=sorted({1, *args.batch}), max_block=args.max_block,
-                            context=args.context, repeats=args.repeats, prompt_lengths=args.prompt_lengths,
-                            api_key_env=args.api_key_env, timeout=args.timeout, retries=args.retries,
-                            progress=_progress(args))  # fmt: skip
+    cost = calibrate_server(
+        args.server,
+        args.draft_server,
+        batches=sorted({1, *args.batch}),
+        max_block=args.max_block,
+        context=args.context,
+        repeats=args.repeats,
+        prompt_lengths=args.prompt_lengths,
+        api_key_env=args.api_key_env,
+        timeout=args.timeout,
+        retries=args.retries,
+        progress=_progress(args),
+    )
     if out is None:
         names = [str(cost.source[r].get("model") or "server").rsplit("/", 1)[-1] for r in ("verifier", "draft")]
         out = check_output(default_cost_path(names[0], names[1], "server", "http"), directory=False)
     cost.save(out)
-    print(f"verifier step {cost.verify_block[1] * 1e3:.1f} ms, block of {max(cost.verify_block)} "
-          f"{cost.verify_block[max(cost.verify_block)] * 1e3:.1f} ms; draft step {cost.draft_token * 1e3:.1f} ms, a "
-          f"token read in a block {cost.draft_read_token * 1e3:.2f} ms (the servers' own timings)")  # fmt: skip
+    print(
+        f"verifier step {cost.verify_block[1] * 1e3:.1f} ms, block of {max(cost.verify_block)} "
+        f"{cost.verify_block[max(cost.verify_block)] * 1e3:.1f} ms; draft step {cost.draft_token * 1e3:.1f} ms, a "
+        f"token read in a block {cost.draft_read_token * 1e3:.2f} ms (the servers' own timings)"
+    )
     return _finish(cost, out)
 
 
@@ -110,8 +121,10 @@ def _finish(cost, out) -> int:
     top = max(blocks)
     for size, entry in cost.batch.items():
         b1, bt = entry["verify_block"][1], entry["verify_block"][top]
-        print(f"batch {size}: a draft step {entry['draft_token'] * 1e3:.1f} ms, a verifier step {b1 * 1e3:.1f} ms "
-              f"({b1 / blocks[1]:.2f}x batch 1), of {top} tokens each {bt * 1e3:.1f} ms")  # fmt: skip
+        print(
+            f"batch {size}: a draft step {entry['draft_token'] * 1e3:.1f} ms, a verifier step {b1 * 1e3:.1f} ms "
+            f"({b1 / blocks[1]:.2f}x batch 1), of {top} tokens each {bt * 1e3:.1f} ms"
+        )
     for problem in cost.problems():
         print(f"warning: {problem}")
     print(f"wrote {out}")
@@ -139,18 +152,30 @@ def run(args) -> int:
         default_cost_path(verifier[2]["name"], draft[2]["name"], dtype, args.device), directory=False
     )  # the default is known only once the models are: checked before the timing
     cost = calibrate_cost(
-        verifier, draft, max_block=args.max_block, context=args.context, repeats=args.repeats, settings=_settings(args),
-        progress=progress, prompt_lengths=args.prompt_lengths, second_context=args.second_context, batch=args.batch,
-    )  # fmt: skip
+        verifier,
+        draft,
+        max_block=args.max_block,
+        context=args.context,
+        repeats=args.repeats,
+        settings=_settings(args),
+        progress=progress,
+        prompt_lengths=args.prompt_lengths,
+        second_context=args.second_context,
+        batch=args.batch,
+    )
     cost.save(out)
     blocks = cost.verify_block
     top = max(blocks)
-    print(f"draft token {cost.draft_token * 1e3:.1f} ms; verifier block of 1: {blocks[1] * 1e3:.1f} ms, of {top}: "
-          f"{blocks[top] * 1e3:.1f} ms ({blocks[top] / blocks[1]:.2f}x one token); step overhead "
-          f"{cost.step_overhead * 1e3:.2f} ms; judging a token {cost.judge_token * 1e3:.2f} ms")  # fmt: skip
+    print(
+        f"draft token {cost.draft_token * 1e3:.1f} ms; verifier block of 1: {blocks[1] * 1e3:.1f} ms, of {top}: "
+        f"{blocks[top] * 1e3:.1f} ms ({blocks[top] / blocks[1]:.2f}x one token); step overhead "
+        f"{cost.step_overhead * 1e3:.2f} ms; judging a token {cost.judge_token * 1e3:.2f} ms"
+    )
     print(f"draft / verifier cost ratio: {cost.draft_token / blocks[1]:.3f}")
     for name, per in cost.prefill.items():
         print(f"{name} prefill: " + ", ".join(f"{n} tokens {s:.2f} s" for n, s in per.items()))
-    print(f"context slope per 1,000 tokens: verify {cost.context_slope['verify'] * 1e6:.1f} ms, draft "
-          f"{cost.context_slope['draft'] * 1e6:.1f} ms")  # fmt: skip
+    print(
+        f"context slope per 1,000 tokens: verify {cost.context_slope['verify'] * 1e6:.1f} ms, draft "
+        f"{cost.context_slope['draft'] * 1e6:.1f} ms"
+    )
     return _finish(cost, out)

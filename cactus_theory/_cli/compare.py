@@ -45,8 +45,9 @@ def run(args) -> int:
     comparison = compare_rules(traces, n_boot=args.bootstrap, processes=args.processes, progress=_progress(args))
     command = _command_line(args)
     label = ", ".join(args.trace) if args.trace else None
-    paths = write_comparison(comparison, args.out, command=command, seconds=time.perf_counter() - start,
-                             trace_label=label)  # fmt: skip
+    paths = write_comparison(
+        comparison, args.out, command=command, seconds=time.perf_counter() - start, trace_label=label
+    )
     with open(paths[0], encoding="utf-8") as fh:
         print(fh.read())
     for path in paths:

@@ -104,12 +104,16 @@ def run(args) -> int:
         check_chain_rule(rule)  # before loading any model
         gated_rule(gate, rule)
         if args.drift and not judgement_of(rule).token_drift:
-            raise ValueError(f"--drift records the law of each emitted token: {rule.describe()} judges whole blocks; "
-                             "drop it or --drift")  # fmt: skip
+            raise ValueError(
+                f"--drift records the law of each emitted token: {rule.describe()} judges whole blocks; "
+                "drop it or --drift"
+            )
     policy = make_draft_policy(args.draft_policy)
     if policy is not None and policy.needs_cost:
-        raise ValueError(f"--draft-policy {policy.kind} needs a cost model: it is for 'plan'; decode with p-min(...), "
-                         "entropy(...) or accept-prob(...)")  # fmt: skip
+        raise ValueError(
+            f"--draft-policy {policy.kind} needs a cost model: it is for 'plan'; decode with p-min(...), "
+            "entropy(...) or accept-prob(...)"
+        )
     if args.prompt is not None:
         prompts = [Prompt(id="prompt-0", task=args.task or "prompt", text=args.prompt, index=0)]
     else:
@@ -145,16 +149,22 @@ def run(args) -> int:
             continue
         print(decoding_summary(mine, seed=args.seed))
     if args.drift:
-        print("\ndrift of whole answers: sum over the answer of KL(pi_t || q_t), mean over prompts [95% interval]; "
-              "KL per emitted token")  # fmt: skip
+        print(
+            "\ndrift of whole answers: sum over the answer of KL(pi_t || q_t), mean over prompts [95% interval]; "
+            "KL per emitted token"
+        )
         for row in answer_drift(records, seed=args.seed):
-            print(f"  {row['rule']:<28} {row['task']:<12} {row['prompts']:>4} prompts  answer KL "
-                  f"{row['answer_kl']:.4f} {interval(row['answer_kl_lo'], row['answer_kl_hi'], '.4f')}  over "
-                  f"{row['tokens']:.1f} tokens  KL/token {row['kl_per_token']:.5f} "
-                  f"{interval(row['kl_per_token_lo'], row['kl_per_token_hi'], '.5f')}")  # fmt: skip
+            print(
+                f"  {row['rule']:<28} {row['task']:<12} {row['prompts']:>4} prompts  answer KL "
+                f"{row['answer_kl']:.4f} {interval(row['answer_kl_lo'], row['answer_kl_hi'], '.4f')}  over "
+                f"{row['tokens']:.1f} tokens  KL/token {row['kl_per_token']:.5f} "
+                f"{interval(row['kl_per_token_lo'], row['kl_per_token_hi'], '.5f')}"
+            )
     if args.baseline and len(rules) > 1:
-        print("\n(one verifier-alone baseline per prompt, shared by every rule; each prompt's runs alternated in "
-              "chunks of about 0.25 s)")  # fmt: skip
+        print(
+            "\n(one verifier-alone baseline per prompt, shared by every rule; each prompt's runs alternated in "
+            "chunks of about 0.25 s)"
+        )
     if args.out and args.prompt is None:
         print(f"records in {args.out}")
     return 0

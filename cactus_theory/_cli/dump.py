@@ -51,10 +51,17 @@ def add_parser(sub):
     s.add_argument(
         "--draft-api-key-env", default=None, metavar="NAME", help="the draft server's key (default: the same)"
     )
-    s.add_argument("--prompt-format", choices=("chat", "raw"), default="chat",
-                   help="chat: the verifier server's chat template around each prompt; raw: the text")  # fmt: skip
-    s.add_argument("--tokenizer", default=None, help="a Hugging Face tokenizer for servers without a tokenize "
-                   "endpoint (SGLang): prompt ids and chat template")  # fmt: skip
+    s.add_argument(
+        "--prompt-format",
+        choices=("chat", "raw"),
+        default="chat",
+        help="chat: the verifier server's chat template around each prompt; raw: the text",
+    )
+    s.add_argument(
+        "--tokenizer",
+        default=None,
+        help="a Hugging Face tokenizer for servers without a tokenize endpoint (SGLang): prompt ids and chat template",
+    )
     s.add_argument("--vocab-size", type=_int_at_least(2), default=None, help="where the servers do not state it")
     _prompt_file_options(d)
     d.add_argument("--out", required=True, help="trace directory (resumed if it exists)")
@@ -107,8 +114,9 @@ def _run_servers(args) -> int:
     if args.verifier or args.draft:
         raise ValueError("give either --server / --draft-server or --verifier / --draft, not both")
     if not args.draft_server:
-        raise ValueError("--server needs --draft-server: the draft model's server (teacher-forced on the verifier's "
-                         "tokens)")  # fmt: skip
+        raise ValueError(
+            "--server needs --draft-server: the draft model's server (teacher-forced on the verifier's tokens)"
+        )
     for flag in ("completions", "part"):
         if getattr(args, flag):
             raise ValueError(f"--{flag} is for models loaded here, not for --server")
@@ -117,16 +125,32 @@ def _run_servers(args) -> int:
     _check_out(args, [*args.prompts])
     prompts = _prompts_from(args)
     summary = dump_server_trace(
-        args.server, args.draft_server, prompts, args.out, settings=_settings(args),
-        max_new_tokens=args.max_new_tokens, seed=args.seed, top_k=args.top_logits, limit=args.limit,
-        concurrency=args.concurrency, protocol=args.protocol, draft_protocol=args.draft_protocol,
-        api_key_env=args.api_key_env, draft_api_key_env=args.draft_api_key_env or args.api_key_env,
-        timeout=args.timeout, retries=args.retries, chat=args.prompt_format == "chat",
-        tokenizer=prompt_ids_with(args.tokenizer) if args.tokenizer else None, vocab_size=args.vocab_size,
-        shard_positions=args.shard_positions, progress=_progress(args),
-    )  # fmt: skip
-    print(f"wrote {summary.written_positions} positions to {args.out}"
-          + (f" ({len(summary.refused)} sequence(s) refused as misaligned)" if summary.refused else ""))  # fmt: skip
+        args.server,
+        args.draft_server,
+        prompts,
+        args.out,
+        settings=_settings(args),
+        max_new_tokens=args.max_new_tokens,
+        seed=args.seed,
+        top_k=args.top_logits,
+        limit=args.limit,
+        concurrency=args.concurrency,
+        protocol=args.protocol,
+        draft_protocol=args.draft_protocol,
+        api_key_env=args.api_key_env,
+        draft_api_key_env=args.draft_api_key_env or args.api_key_env,
+        timeout=args.timeout,
+        retries=args.retries,
+        chat=args.prompt_format == "chat",
+        tokenizer=prompt_ids_with(args.tokenizer) if args.tokenizer else None,
+        vocab_size=args.vocab_size,
+        shard_positions=args.shard_positions,
+        progress=_progress(args),
+    )
+    print(
+        f"wrote {summary.written_positions} positions to {args.out}"
+        + (f" ({len(summary.refused)} sequence(s) refused as misaligned)" if summary.refused else "")
+    )
     return 0
 
 

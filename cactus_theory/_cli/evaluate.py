@@ -40,18 +40,26 @@ def add_parser(sub):
     )
     e.add_argument("--benchmark", choices=GRADED, default="gsm8k", help="the graded benchmark")
     e.add_argument("--data", default=None, help="the benchmark directory (default: the data directory variable)")
-    e.add_argument("--file", default=None, help="a benchmark file instead (any file of its records; 'choice': "
-                   "JSON Lines with question, choices, answer)")  # fmt: skip
+    e.add_argument(
+        "--file",
+        default=None,
+        help="a benchmark file instead (any file of its records; 'choice': JSON Lines with question, choices, answer)",
+    )
     e.add_argument("--limit", type=_int_at_least(1), default=20, help="problems (from the first)")
     e.add_argument("--start", type=_int_at_least(0), default=0, help="the first problem's index in the file")
     e.add_argument("--samples", type=_int_at_least(1), default=1, help="samples per problem and method")
     e.add_argument("-m", type=_int_at_least(1), default=8, help="drafted tokens per verification")
     e.add_argument("--batch", type=_int_at_least(1), default=1, help="problems decoded at once")
     e.add_argument("--max-new-tokens", type=_int_at_least(1), default=512, help="tokens an answer may have")
-    e.add_argument("--seed", type=_int_at_least(0), default=0, help="each answer's seed comes from it, the problem, "
-                   "the method and the sample")  # fmt: skip
-    e.add_argument("--no-drift", action="store_true", help="do not record each token's KL (faster; needed for "
-                   "block rules)")  # fmt: skip
+    e.add_argument(
+        "--seed",
+        type=_int_at_least(0),
+        default=0,
+        help="each answer's seed comes from it, the problem, the method and the sample",
+    )
+    e.add_argument(
+        "--no-drift", action="store_true", help="do not record each token's KL (faster; needed for block rules)"
+    )
     e.add_argument("--out", default=None, help="JSON Lines of records (appended; a rerun resumes)")
     e.add_argument("--summarize", default=None, metavar="RECORDS", help="only summarise a records file (no model)")
     e.add_argument("--bootstrap", type=_resamples, default=2000, help="resamples of the paired intervals")
@@ -81,17 +89,27 @@ def run(args) -> int:
 
     _check_out(args, [args.file, *_model_inputs(args)], directory=False)
     rules = parse_rules(args.rule, [1.0])
-    problems = load_problems(args.benchmark, args.data, path=args.file,
-                             limit=args.limit, start=args.start)  # fmt: skip
+    problems = load_problems(args.benchmark, args.data, path=args.file, limit=args.limit, start=args.start)
     opts = {"cache": not args.no_model_cache, "progress": _progress(args)}
     if args.engine == "llama.cpp":
         opts.update(engine="llama.cpp", sequences=args.batch)
     verifier = load_model(args.verifier, args.device, args.dtype, **opts)
     draft = load_model(args.draft, args.device, args.dtype, **opts)[0]
-    records = evaluate_rules(verifier, draft, problems, rules, m=args.m, settings=_settings(args),
-                             max_new_tokens=args.max_new_tokens, samples=args.samples, seed=args.seed,
-                             batch=args.batch, out=args.out, progress=_progress(args),
-                             drift=not args.no_drift)  # fmt: skip
+    records = evaluate_rules(
+        verifier,
+        draft,
+        problems,
+        rules,
+        m=args.m,
+        settings=_settings(args),
+        max_new_tokens=args.max_new_tokens,
+        samples=args.samples,
+        seed=args.seed,
+        batch=args.batch,
+        out=args.out,
+        progress=_progress(args),
+        drift=not args.no_drift,
+    )
     print(quality_markdown(summarize_records(records, n_boot=args.bootstrap, seed=args.seed)))
     if args.out:
         print(f"records in {args.out}")

@@ -33,8 +33,9 @@ ORDER = 6
 
 def add_parser(sub):
     """The subparser of this command."""
-    pl = _trace_command(sub, "plan", "predicted wall-time speedup of every rule, delta and m on a trace, and the best "
-                        "setting")  # fmt: skip
+    pl = _trace_command(
+        sub, "plan", "predicted wall-time speedup of every rule, delta and m on a trace, and the best setting"
+    )
     costs = pl.add_mutually_exclusive_group()
     costs.add_argument("--cost", default=None, help="cost file from 'calibrate' (or written by hand)")
     costs.add_argument(
@@ -102,15 +103,24 @@ def _print_batches(args, result, cost):
     from .._analysis._plan import batch_plan, break_even
     from .._analysis._results import interval
 
-    plans = batch_plan(result, cost, args.batch, max_kl=args.max_kl, allow_untrusted=args.trust_cost,
-                       prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens)  # fmt: skip
+    plans = batch_plan(
+        result,
+        cost,
+        args.batch,
+        max_kl=args.max_kl,
+        allow_untrusted=args.trust_cost,
+        prompt_tokens=args.prompt_tokens,
+        output_tokens=args.output_tokens,
+    )
     sizes = sorted(plans)
     best = break_even(plans, "all")  # the best m of each rule over the tasks asked: the settings of the static rows
     for task in _tasks_to_show(next(iter(plans.values())).rows):
         rows = break_even(plans, task)
         what = "request" if rows and rows[0]["key"] == "request_speedup" else "per-step"
-        print(f"\n{'all tasks' if task == 'all' else 'task ' + task}: {what} throughput speedup over the batch at its "
-              "best m, against the verifier alone at the same batch size [95% interval]")  # fmt: skip
+        print(
+            f"\n{'all tasks' if task == 'all' else 'task ' + task}: {what} throughput speedup over the batch at its "
+            "best m, against the verifier alone at the same batch size [95% interval]"
+        )
         print(f"{'rule':<34} " + " ".join(f"{'B=' + str(b):>26}" for b in sizes) + f" {'break-even B':>13}")
         for row in rows:
             label = row["rule"] if not row["draft_policy"] else f"{row['rule']} [{row['draft_policy']}]"
@@ -131,25 +141,40 @@ def _print_requests(args, cost, rows):
     each rule's best m per batch size (``batch_requests``)."""
     from .._analysis._batch import batch_requests
 
-    settings = {(row["rule"], b): r["m"] for row in rows if not row["draft_policy"]
-                for b, r in row["per_batch"].items()}  # fmt: skip
-    found = batch_requests(_traces(args), settings, cost, sorted({b for _, b in settings}), seed=0, tasks=args.task,
-                           draft_mode=args.draft_mode, gate=_gate(args))  # fmt: skip
+    settings = {
+        (row["rule"], b): r["m"] for row in rows if not row["draft_policy"] for b, r in row["per_batch"].items()
+    }
+    found = batch_requests(
+        _traces(args),
+        settings,
+        cost,
+        sorted({b for _, b in settings}),
+        seed=0,
+        tasks=args.task,
+        draft_mode=args.draft_mode,
+        gate=_gate(args),
+    )
     if not found:
         return
     scope = "all tasks" if not args.task else "tasks " + ", ".join(sorted(set(args.task)))
-    print(f"\n{scope}, per-step speedups at each rule's best m: static batches of the trace's requests, each "
-          "leaving when done (throughput and mean per-request latency, exact; [min, max] over the batches), and a "
-          "full batch (continuous batching) verifying every draft or a verify budget that may draft nothing "
-          "(+- Monte Carlo standard error)")  # fmt: skip
-    print(f"{'rule':<24} {'B':>4} {'m':>3} {'static throughput':>24} {'latency':>24} {'full, every draft':>18} "
-          f"{'full, budget':>15} {'verified':>9}")  # fmt: skip
+    print(
+        f"\n{scope}, per-step speedups at each rule's best m: static batches of the trace's requests, each "
+        "leaving when done (throughput and mean per-request latency, exact; [min, max] over the batches), and a "
+        "full batch (continuous batching) verifying every draft or a verify budget that may draft nothing "
+        "(+- Monte Carlo standard error)"
+    )
+    print(
+        f"{'rule':<24} {'B':>4} {'m':>3} {'static throughput':>24} {'latency':>24} {'full, every draft':>18} "
+        f"{'full, budget':>15} {'verified':>9}"
+    )
     for r in found:
-        print(f"{r['rule']:<24} {r['batch']:>4} {r['m']:>3} "
-              f"{r['throughput_speedup']:>6.2f}x [{r['throughput_speedup_lo']:.2f}, {r['throughput_speedup_hi']:.2f}]"
-              f"{'':>4}{r['latency_speedup']:>6.2f}x [{r['latency_speedup_lo']:.2f}, {r['latency_speedup_hi']:.2f}]"
-              f"{'':>4}{r['fixed_speedup']:>8.3f}x+-{r['fixed_speedup_se']:.3f} "
-              f"{r['budget_speedup']:>7.3f}x+-{r['budget_speedup_se']:.3f} {r['verified']:>9.2f}")  # fmt: skip
+        print(
+            f"{r['rule']:<24} {r['batch']:>4} {r['m']:>3} "
+            f"{r['throughput_speedup']:>6.2f}x [{r['throughput_speedup_lo']:.2f}, {r['throughput_speedup_hi']:.2f}]"
+            f"{'':>4}{r['latency_speedup']:>6.2f}x [{r['latency_speedup_lo']:.2f}, {r['latency_speedup_hi']:.2f}]"
+            f"{'':>4}{r['fixed_speedup']:>8.3f}x+-{r['fixed_speedup_se']:.3f} "
+            f"{r['budget_speedup']:>7.3f}x+-{r['budget_speedup_se']:.3f} {r['verified']:>9.2f}"
+        )
 
 
 def run(args) -> int:
@@ -189,22 +214,33 @@ def run(args) -> int:
             where = f"in {found} (the newest calibration of the trace's model pair in the cache)"
         else:
             cost = CostModel.from_profile(DEFAULT_COST_PROFILE)
-            chosen = ("the default: no calibration of the trace's model pair in the cache; 'cactus-theory calibrate' "
-                      "times this machine, --cost reads a cost file")  # fmt: skip
+            chosen = (
+                "the default: no calibration of the trace's model pair in the cache; 'cactus-theory calibrate' "
+                "times this machine, --cost reads a cost file"
+            )
     problems = cost.problems()
     if problems and not args.trust_cost:
-        raise ValueError(f"the cost model{' ' + where if where else ''} cannot be trusted as it is: "
-                         + "; ".join(problems) + ". Re-measure it on an idle machine (cactus-theory calibrate, with "
-                         "the same models and --out that file), give another with --cost, or plan anyway with "
-                         "--trust-cost")  # fmt: skip
+        raise ValueError(
+            f"the cost model{' ' + where if where else ''} cannot be trusted as it is: "
+            + "; ".join(problems)
+            + ". Re-measure it on an idle machine (cactus-theory calibrate, with "
+            "the same models and --out that file), give another with --cost, or plan anyway with "
+            "--trust-cost"
+        )
     for size in args.batch or ():
         cost.at_batch(size)  # a batch size the cost model did not time is refused before the analysis
     _check_out(args, [*_trace_inputs(args), args.cost])
     traces = traces if traces is not None else _traces(args)
     options = analysis_options(args, draft_policies=policies, cost=cost)
     result = analyze_trace(traces, parse_rules(args.rules, args.delta), progress=_progress(args), options=options)
-    plan = predict_speedup(result, cost, max_kl=args.max_kl, allow_untrusted=args.trust_cost,
-                           prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens)  # fmt: skip
+    plan = predict_speedup(
+        result,
+        cost,
+        max_kl=args.max_kl,
+        allow_untrusted=args.trust_cost,
+        prompt_tokens=args.prompt_tokens,
+        output_tokens=args.output_tokens,
+    )
     ratio = plan.cost.draft_token / plan.cost.verify_block[1]
     print(_analysed(traces, result))
     print(f"cost: {cost_description(plan.cost, traces)}; draft / verifier token cost {ratio:.3f}")

@@ -37,5 +37,6 @@ def run(args) -> int:
             print(result.table(m))
             print()
 
-    return _run_study(args, compare_multi_draft, show, ks=tuple(args.k), ms=tuple(args.m), k_bins=args.bins_k,
-                      n_boot=args.bootstrap)  # fmt: skip
+    return _run_study(
+        args, compare_multi_draft, show, ks=tuple(args.k), ms=tuple(args.m), k_bins=args.bins_k, n_boot=args.bootstrap
+    )

@@ -57,11 +57,28 @@ class DumpSession:
     (``TraceWriter``), the callables in ``on_stop`` run (close clients), and a note says what the
     trace holds and how to resume. ``what`` names the dump in the progress bar."""
 
-    def __init__(self, out, prompts, vocab, *, top_k, metadata, limit=None, shard_positions=2048, store_full=False,
-                 progress=None, what="dump", on_stop=()):  # fmt: skip
+    def __init__(
+        self,
+        out,
+        prompts,
+        vocab,
+        *,
+        top_k,
+        metadata,
+        limit=None,
+        shard_positions=2048,
+        store_full=False,
+        progress=None,
+        what="dump",
+        on_stop=(),
+    ):
         self.out, self.prompts, self.vocab = str(out), list(prompts), vocab
-        self._writer_args = {"top_k": top_k, "metadata": metadata, "shard_positions": shard_positions,
-                             "store_full": store_full}  # fmt: skip
+        self._writer_args = {
+            "top_k": top_k,
+            "metadata": metadata,
+            "shard_positions": shard_positions,
+            "store_full": store_full,
+        }
         self.limit, self.progress, self.what, self.on_stop = limit, progress, what, list(on_stop)
         self.writer = None
         self.todo = []
@@ -85,8 +102,10 @@ class DumpSession:
         done = self.writer.done_ids
         self.done_before = sum(1 for p in self.prompts if p.id in done)
         if self.done_before:
-            _note(f"resuming {self.out}: {self.done_before} of {len(self.prompts)} prompts done, "
-                  f"{self.writer.positions_held:,} positions in the trace")  # fmt: skip
+            _note(
+                f"resuming {self.out}: {self.done_before} of {len(self.prompts)} prompts done, "
+                f"{self.writer.positions_held:,} positions in the trace"
+            )
         self.todo = [p for p in self.prompts if p.id not in done][: self.limit]
         self._bar = progress_bar(total=len(self.todo), desc=self.what, unit="prompt", enabled=self.progress)
         return self
@@ -113,8 +132,9 @@ class DumpSession:
         self._bar.update(1)
         seconds = max(time.perf_counter() - self._start, 1e-9)
         extra = {"refused": len(self.refused)} if self.refused else {}
-        self._bar.set_postfix(positions=self.written_positions, pos_s=f"{self.written_positions / seconds:.1f}",
-                              **extra)  # fmt: skip
+        self._bar.set_postfix(
+            positions=self.written_positions, pos_s=f"{self.written_positions / seconds:.1f}", **extra
+        )
 
     def __exit__(self, exc_type, exc, tb):
         interrupted = exc_type is not None and issubclass(exc_type, (KeyboardInterrupt, Terminated))
@@ -129,16 +149,26 @@ class DumpSession:
             self._signals.__exit__(exc_type, exc, tb)
         held = len(self.writer.done_ids), self.writer.positions_held
         if interrupted:
-            _note(f"stopped after {self.written_prompts} prompt(s) of this run ({self.written_positions:,} positions); "
-                  f"{self.done_before + self.written_prompts} of {len(self.prompts)} prompts are in {self.out} "
-                  f"({held[1]:,} positions): rerun the same command to resume")  # fmt: skip
+            _note(
+                f"stopped after {self.written_prompts} prompt(s) of this run ({self.written_positions:,} positions); "
+                f"{self.done_before + self.written_prompts} of {len(self.prompts)} prompts are in {self.out} "
+                f"({held[1]:,} positions): rerun the same command to resume"
+            )
         if exc_type is not None:
             return False
-        self.summary = DumpSummary(self.written_prompts, self.written_positions, list(self.refused), held[0], held[1],
-                                   time.perf_counter() - self._start)  # fmt: skip
+        self.summary = DumpSummary(
+            self.written_prompts,
+            self.written_positions,
+            list(self.refused),
+            held[0],
+            held[1],
+            time.perf_counter() - self._start,
+        )
         s = self.summary
-        _note(f"this run: {s.written_prompts} prompt(s), {s.written_positions:,} positions "
-              f"({s.positions_per_second:.1f} positions/s)"
-              + (f", {len(s.refused)} refused ({', '.join(s.refused[:5])})" if s.refused else "")
-              + f"; the trace holds {s.trace_prompts} prompts, {s.trace_positions:,} positions")  # fmt: skip
+        _note(
+            f"this run: {s.written_prompts} prompt(s), {s.written_positions:,} positions "
+            f"({s.positions_per_second:.1f} positions/s)"
+            + (f", {len(s.refused)} refused ({', '.join(s.refused[:5])})" if s.refused else "")
+            + f"; the trace holds {s.trace_prompts} prompts, {s.trace_positions:,} positions"
+        )
         return False

@@ -188,8 +188,10 @@ def load_problems(benchmark, data=None, *, path=None, limit=None, start=0) -> li
         raise ValueError(f"benchmark must be one of {', '.join(GRADED)}; got {benchmark!r}")
     if path is None:
         if benchmark == "choice":
-            raise ValueError("benchmark 'choice' reads the file you give (path=...): JSON Lines with 'question', "
-                             "'choices' and 'answer' (a letter)")  # fmt: skip
+            raise ValueError(
+                "benchmark 'choice' reads the file you give (path=...): JSON Lines with 'question', "
+                "'choices' and 'answer' (a letter)"
+            )
         path = benchmark_file(benchmark, data)
     path = str(path)
     if not os.path.isfile(path):

@@ -242,8 +242,10 @@ def _record_label(record, field, what, where, fix):
         raise ValueError(f"{where}: the {what} field {field!r} must be a non-empty string or integer; got {value!r}")
     label = str(value).strip()
     if len(label) > 100 or any(c in label for c in "/\\\n\r\t") or label != _unicode(label, where):
-        raise ValueError(f"{where}: the {what} {label[:40]!r} is not a label (at most 100 characters, no slashes or "
-                         f"line breaks){fix}")  # fmt: skip
+        raise ValueError(
+            f"{where}: the {what} {label[:40]!r} is not a label (at most 100 characters, no slashes or "
+            f"line breaks){fix}"
+        )
     return label
 
 
@@ -344,8 +346,10 @@ def load_prompts(
         seen = set()
         for own_id in (r[3] for r in records if r[3] is not None):
             if own_id in seen:
-                raise ValueError(f"{path}: two records have the id {own_id!r} ({id_field!r}); ids must be distinct "
-                                 "(or pass --id-field none to number the records)")  # fmt: skip
+                raise ValueError(
+                    f"{path}: two records have the id {own_id!r} ({id_field!r}); ids must be distinct "
+                    "(or pass --id-field none to number the records)"
+                )
             seen.add(own_id)
     out = []
     for i, text, *own in records:

@@ -85,6 +85,7 @@ def block_accepted_length(
         raise ValueError(f"draft_probs and target_probs must be (positions, vocabulary); got shape {p.shape}")
     if p.shape[0] < m:
         raise ValueError(f"a block of m = {m} drafts needs at least {m} positions; got {p.shape[0]}")
-    result = accepted_lengths(rule, p, q, [int(m)], logits=lg, method=method, n_paths=n_paths, seed=seed,
-                              max_support=max_support)[int(m)]  # fmt: skip
+    result = accepted_lengths(
+        rule, p, q, [int(m)], logits=lg, method=method, n_paths=n_paths, seed=seed, max_support=max_support
+    )[int(m)]
     return result if full_output else result.accepted_length

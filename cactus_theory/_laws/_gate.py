@@ -70,8 +70,7 @@ class RegionGate:
         ids = ";".join
         start = ", start=inside" if self.start_inside else ""
         fallback = "" if self.fallback == "sps" else f", fallback={self.fallback}"
-        return (f"region(open={ids(map(str, self.open_ids))}, close={ids(map(str, self.close_ids))}{start}"
-                f"{fallback})")  # fmt: skip
+        return f"region(open={ids(map(str, self.open_ids))}, close={ids(map(str, self.close_ids))}{start}{fallback})"
 
     def inside_after(self, tokens, inside=None) -> bool:
         """The state after ``tokens``, from ``inside`` (default ``start_inside``)."""

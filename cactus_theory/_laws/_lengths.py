@@ -55,8 +55,14 @@ def acceptance_rates(rule, p, q, slots, *, logits=None, metrics=None):
 #: The laws a rule may state beyond the protocol, looked up here alone (``stated_law``): per block start
 #: (block rules), per tree root (whole-tree rules), a block rule's drift per block, and the depths a
 #: whole-tree rule can judge.
-OPTIONAL_LAWS = ("block_survival_for", "expected_block_lengths_for", "tree_survival_for", "expected_tree_lengths_for",
-                 "block_drift_for", "check_depths")  # fmt: skip
+OPTIONAL_LAWS = (
+    "block_survival_for",
+    "expected_block_lengths_for",
+    "tree_survival_for",
+    "expected_tree_lengths_for",
+    "block_drift_for",
+    "check_depths",
+)
 
 
 def stated_law(rule, law, refines=None):
@@ -75,8 +81,9 @@ def stated_law(rule, law, refines=None):
     return method if owner is not None and (refined is None or issubclass(owner, refined)) else None
 
 
-def accepted_lengths(rule, p, q, ms, *, beta=None, logits=None, method="auto", n_paths=1024, seed=0,
-                     max_support=1_000_000) -> dict:  # fmt: skip
+def accepted_lengths(
+    rule, p, q, ms, *, beta=None, logits=None, method="auto", n_paths=1024, seed=0, max_support=1_000_000
+) -> dict:
     """{m: ``BlockLength``} of ``rule`` on validated float64 rows (T, V), for each m: per block
     start whose window fits (T - m + 1 of them; one, the whole sequence, for m > T), the expected
     accepted drafts under independent positions.
@@ -98,8 +105,9 @@ def accepted_lengths(rule, p, q, ms, *, beta=None, logits=None, method="auto", n
         if survival is not None:
             found = survival(p, q, sizes, method=method, n_paths=int(n_paths), seed=seed, max_support=max_support)
         else:  # a block rule that states only its mean per start
-            means = rule.expected_block_lengths_for(p, q, sizes, method=method, n_paths=int(n_paths), seed=seed,
-                                                    max_support=max_support)  # fmt: skip
+            means = rule.expected_block_lengths_for(
+                p, q, sizes, method=method, n_paths=int(n_paths), seed=seed, max_support=max_support
+            )
             found = {m: (*v, None) for m, v in means.items()}
         return {
             m: BlockLength(values, errors, used, int(n_paths) if used == "monte-carlo" else 0, survival)
@@ -111,8 +119,9 @@ def accepted_lengths(rule, p, q, ms, *, beta=None, logits=None, method="auto", n
         if survival is not None:
             found = survival(p, q, sorted(set(ms)), n_paths=int(n_paths), seed=seed, acceptance=beta)
         else:
-            means = rule.expected_tree_lengths_for(p, q, sorted(set(ms)), n_paths=int(n_paths), seed=seed,
-                                                   acceptance=beta)  # fmt: skip
+            means = rule.expected_tree_lengths_for(
+                p, q, sorted(set(ms)), n_paths=int(n_paths), seed=seed, acceptance=beta
+            )
             found = {m: (*v, None) for m, v in means.items()}
         return {m: BlockLength(found[m][1], found[m][2], found[m][0], int(n_paths), found[m][3]) for m in ms}
     if beta is None:

@@ -69,18 +69,26 @@ __all__ = [
     "renewal_steps",
     "renewal_steps_many",
     "renewal_visits",
-]  # fmt: skip
+]
 
 DRAFT_POLICIES = ("fixed", "p-min", "entropy", "accept-prob", "cost-optimal", "adaptive-verify", "llama.cpp")
 #: What llama.cpp's draft-simple reads to stop a block: the drafter's top-10 at temperature 1.
 LLAMA_DRAFT_READS = SamplingSettings(temperature=1.0, top_k=10, top_p=1.0)
 #: The sweep ``plan --draft-policy auto`` compares (each policy at a few thresholds).
 AUTO_POLICIES = (
-    "p-min(0.2)", "p-min(0.4)", "p-min(0.6)", "p-min(0.8)",
-    "entropy(0.5)", "entropy(1)", "entropy(2)",
-    "accept-prob(0.1)", "accept-prob(0.3)", "accept-prob(0.5)",
-    "cost-optimal", "adaptive-verify",
-)  # fmt: skip
+    "p-min(0.2)",
+    "p-min(0.4)",
+    "p-min(0.6)",
+    "p-min(0.8)",
+    "entropy(0.5)",
+    "entropy(1)",
+    "entropy(2)",
+    "accept-prob(0.1)",
+    "accept-prob(0.3)",
+    "accept-prob(0.5)",
+    "cost-optimal",
+    "adaptive-verify",
+)
 
 
 @dataclass(frozen=True)
@@ -187,8 +195,10 @@ def make_draft_policy(spec) -> DraftPolicy | None:
     for i, part in enumerate(parts):
         key, sep, text = part.partition("=")
         if not sep and i >= len(names):
-            raise ValueError(f"draft policy {spec!r}: {kind} takes at most {len(names)} value(s) ({', '.join(names)}); "
-                             f"got {len(parts)}")  # fmt: skip
+            raise ValueError(
+                f"draft policy {spec!r}: {kind} takes at most {len(names)} value(s) ({', '.join(names)}); "
+                f"got {len(parts)}"
+            )
         key, text = (key.strip(), text.strip()) if sep else (names[i], part)
         if key not in names:
             raise ValueError(f"draft policy {spec!r}: {key!r} is not a parameter of {kind} (its: {', '.join(names)})")
@@ -203,8 +213,10 @@ def make_draft_policy(spec) -> DraftPolicy | None:
     if kind == "llama.cpp":
         n_min = values.get("n_min", 0.0)
         if n_min != int(n_min) or not 0 <= n_min <= MAX_N_MIN:
-            raise ValueError(f"draft policy {spec!r}: n_min must be a whole number of drafts in [0, {MAX_N_MIN}] (a "
-                             f"block shorter than it is dropped); got {text_of(n_min)}")  # fmt: skip
+            raise ValueError(
+                f"draft policy {spec!r}: n_min must be a whole number of drafts in [0, {MAX_N_MIN}] (a "
+                f"block shorter than it is dropped); got {text_of(n_min)}"
+            )
         policy = DraftPolicy(kind, values.get("p_min", 0.0), int(n_min))
     else:
         policy = DraftPolicy(kind, values.get("threshold"))

@@ -19,8 +19,13 @@ def sequence_law(rule, draft_probs, target_probs, m, length):
     T >= length + m), exactly: every draft, tau and the token after it enumerated at every step
     through ``block_law`` (V^m drafted blocks a step: small vocabularies only). A lossless rule
     gives prod_i q_i(y_i)."""
-    return _sequence_law(make_rule(rule) if isinstance(rule, str) else rule, np.asarray(draft_probs, dtype=np.float64),
-                         np.asarray(target_probs, dtype=np.float64), int(m), int(length))  # fmt: skip
+    return _sequence_law(
+        make_rule(rule) if isinstance(rule, str) else rule,
+        np.asarray(draft_probs, dtype=np.float64),
+        np.asarray(target_probs, dtype=np.float64),
+        int(m),
+        int(length),
+    )
 
 
 def small_cases(seeds=(1, 2, 3), positions=8):
@@ -30,8 +35,13 @@ def small_cases(seeds=(1, 2, 3), positions=8):
     cases = [("toy pair (Sun et al.)", np.array([[2 / 3, 1 / 3]] * positions), np.array([[1 / 3, 2 / 3]] * positions))]
     for seed in seeds:
         rng = np.random.default_rng(seed)
-        cases.append((f"random, seed {seed}", rng.dirichlet(np.ones(3), size=positions),
-                      rng.dirichlet(np.ones(3), size=positions)))  # fmt: skip
+        cases.append(
+            (
+                f"random, seed {seed}",
+                rng.dirichlet(np.ones(3), size=positions),
+                rng.dirichlet(np.ones(3), size=positions),
+            )
+        )
     return cases
 
 
@@ -41,8 +51,14 @@ def sequence_tv_rows(rules, *, ms=(2, 3), length=4, cases=None):
     rows = []
     for label, p, q in small_cases() if cases is None else cases:
         for m in ms:
-            rows.append({"case": label, "m": m, "length": length,
-                         "tv": {rule: sequence_tv(rule, p, q, m, length) for rule in rules}})  # fmt: skip
+            rows.append(
+                {
+                    "case": label,
+                    "m": m,
+                    "length": length,
+                    "tv": {rule: sequence_tv(rule, p, q, m, length) for rule in rules},
+                }
+            )
     return rows
 
 

@@ -261,8 +261,14 @@ def block_weights_exact(p, q, starts, top, max_support):
         return None
     out = np.zeros((int(starts), int(top)))
     lengths = np.zeros(int(starts), dtype=np.int64)
-    _block_weights_jit(np.ascontiguousarray(p, dtype=np.float64), np.ascontiguousarray(q, dtype=np.float64), int(top),
-                       int(max_support), out, lengths)  # fmt: skip
+    _block_weights_jit(
+        np.ascontiguousarray(p, dtype=np.float64),
+        np.ascontiguousarray(q, dtype=np.float64),
+        int(top),
+        int(max_support),
+        out,
+        lengths,
+    )
     return out, lengths
 
 
@@ -356,8 +362,13 @@ def rrs_without_replacement_rows(p, q, k, max_cells):
     if _rrs_rows_jit is None:
         return None
     out = np.empty(p.shape[0])
-    _rrs_rows_jit(np.ascontiguousarray(p, dtype=np.float64), np.ascontiguousarray(q, dtype=np.float64), int(k),
-                  int(max_cells), out)  # fmt: skip
+    _rrs_rows_jit(
+        np.ascontiguousarray(p, dtype=np.float64),
+        np.ascontiguousarray(q, dtype=np.float64),
+        int(k),
+        int(max_cells),
+        out,
+    )
     return out
 
 
@@ -427,9 +438,16 @@ def renewal_rows(beta, survival, drafted, forwards, offsets, m):
     b = np.zeros((1, 1)) if use else np.ascontiguousarray(np.atleast_2d(beta), dtype=np.float64)
     sv = np.ascontiguousarray(survival, dtype=np.float64) if use else np.zeros((1, 1))
     out = np.empty((len(offsets) - 1, 4 + int(m) + 1))
-    _renewal_jit(b, sv, use, np.ascontiguousarray(drafted, dtype=np.int64),
-                 np.ascontiguousarray(forwards, dtype=np.float64), np.ascontiguousarray(offsets, dtype=np.int64),
-                 int(m), out)  # fmt: skip
+    _renewal_jit(
+        b,
+        sv,
+        use,
+        np.ascontiguousarray(drafted, dtype=np.int64),
+        np.ascontiguousarray(forwards, dtype=np.float64),
+        np.ascontiguousarray(offsets, dtype=np.int64),
+        int(m),
+        out,
+    )
     return out
 
 

@@ -85,8 +85,9 @@ def paired_difference(ids, scores, reference, *, n_boot=2000, seed=0, single_sam
     a, b = (np.asarray(x, dtype=np.float64) for x in (scores, reference))
     ids = [str(i) for i in ids]
     if a.shape != b.shape or a.ndim != 1 or a.size != len(ids):
-        raise ValueError(f"scores, reference and ids must be one value per problem; got {a.shape}, {b.shape} and "
-                         f"{len(ids)} ids")  # fmt: skip
+        raise ValueError(
+            f"scores, reference and ids must be one value per problem; got {a.shape}, {b.shape} and {len(ids)} ids"
+        )
     if a.size == 0:
         raise ValueError("no problems to compare")
     if not (np.all((a >= 0) & (a <= 1)) and np.all((b >= 0) & (b <= 1))):
@@ -101,5 +102,15 @@ def paired_difference(ids, scores, reference, *, n_boot=2000, seed=0, single_sam
         single_sample = bool(np.all(np.isin(a, (0.0, 1.0))) and np.all(np.isin(b, (0.0, 1.0))))
     only_a, only_b = int(np.sum((a == 1) & (b == 0))), int(np.sum((a == 0) & (b == 1)))
     p = mcnemar_exact(only_a, only_b) if single_sample else None
-    return PairedComparison(int(a.size), float(a.mean()), float(b.mean()), float(d.mean()), low, high, p,
-                            (only_a, only_b), problems_needed(d, 0.01), problems_needed(d, 0.02))  # fmt: skip
+    return PairedComparison(
+        int(a.size),
+        float(a.mean()),
+        float(b.mean()),
+        float(d.mean()),
+        low,
+        high,
+        p,
+        (only_a, only_b),
+        problems_needed(d, 0.01),
+        problems_needed(d, 0.02),
+    )

@@ -57,8 +57,9 @@ class VocabularyMap:
             or not isinstance(self.target_size, (int, np.integer))
             or (self.target_size < 1)
         ):
-            raise ValueError(f"target_size (the verifier's vocabulary size) must be an integer >= 1; got "
-                             f"{self.target_size!r}")  # fmt: skip
+            raise ValueError(
+                f"target_size (the verifier's vocabulary size) must be an integer >= 1; got {self.target_size!r}"
+            )
         if ((ids < -1) | (ids >= self.target_size)).any():
             raise ValueError(f"draft_to_target ids must lie in [-1, {self.target_size}) (-1: not shared)")
         shared = ids[ids >= 0]
@@ -91,18 +92,23 @@ class VocabularyMap:
                     pairs = [(tok, i) for i, tok in enumerate(vocab)]
                 except TypeError:
                     raise ValueError(f"{name} must be a sequence of token strings or a dict token -> id") from None
-            if not pairs or not all(isinstance(t, str) and isinstance(i, (int, np.integer)) and not isinstance(i, bool)
-                                    for t, i in pairs):  # fmt: skip
+            if not pairs or not all(
+                isinstance(t, str) and isinstance(i, (int, np.integer)) and not isinstance(i, bool) for t, i in pairs
+            ):
                 raise ValueError(f"{name} must map token strings to integer ids (non-empty)")
             bad = [(t, int(i)) for t, i in pairs if not 0 <= i < MAX_VOCABULARY]
             if bad:
-                raise ValueError(f"{name}: token {bad[0][0]!r} has id {bad[0][1]}; ids are 0 to {MAX_VOCABULARY - 1:,} "
-                                 "(a tokenizer's ids count from 0)")  # fmt: skip
+                raise ValueError(
+                    f"{name}: token {bad[0][0]!r} has id {bad[0][1]}; ids are 0 to {MAX_VOCABULARY - 1:,} "
+                    "(a tokenizer's ids count from 0)"
+                )
             seen: dict = {}
             for tok, i in pairs:
                 if int(i) in seen:
-                    raise ValueError(f"{name}: tokens {seen[int(i)]!r} and {tok!r} share id {int(i)}; a vocabulary has "
-                                     "one token per id")  # fmt: skip
+                    raise ValueError(
+                        f"{name}: tokens {seen[int(i)]!r} and {tok!r} share id {int(i)}; a vocabulary has "
+                        "one token per id"
+                    )
                 seen[int(i)] = tok
             return pairs
 

@@ -28,8 +28,12 @@ def _sequences(model, count, prompts_ids, extra):
     return SlotModel(model, count, context=max(len(x) for x in prompts_ids) + extra)
 
 
-__all__ = ["autoregressive_batch_steps", "autoregressive_generate_batch", "speculative_batch_steps",
-           "speculative_generate_batch"]  # fmt: skip
+__all__ = [
+    "autoregressive_batch_steps",
+    "autoregressive_generate_batch",
+    "speculative_batch_steps",
+    "speculative_generate_batch",
+]
 
 
 def _check_batch(models, prompts_ids, seeds):
@@ -40,8 +44,10 @@ def _check_batch(models, prompts_ids, seeds):
     if len(engines) > 1:
         raise ValueError(f"the verifier and the draft run on different engines ({sorted(engines)}): load both on one")
     if not prompts_ids or len(prompts_ids) != len(seeds):
-        raise ValueError(f"give one seed per prompt, and at least one prompt; got {len(prompts_ids)} prompt(s) and "
-                         f"{len(seeds)} seed(s)")  # fmt: skip
+        raise ValueError(
+            f"give one seed per prompt, and at least one prompt; got {len(prompts_ids)} prompt(s) and "
+            f"{len(seeds)} seed(s)"
+        )
     if any(len(ids) < 1 for ids in prompts_ids):
         raise ValueError("every prompt's ids must hold at least one token")
 
@@ -64,9 +70,23 @@ class _Row:
     confidence: float = 1.0
 
 
-def speculative_batch_steps(verifier, draft, rule, m, prompts_ids, seeds, sampling=None, max_new_tokens=128,
-                            eos_ids=(), *, bonus_policy="verifier", draft_mode="sampled", draft_policy=None, gate=None,
-                            drift=False):  # fmt: skip
+def speculative_batch_steps(
+    verifier,
+    draft,
+    rule,
+    m,
+    prompts_ids,
+    seeds,
+    sampling=None,
+    max_new_tokens=128,
+    eos_ids=(),
+    *,
+    bonus_policy="verifier",
+    draft_mode="sampled",
+    draft_policy=None,
+    gate=None,
+    drift=False,
+):
     """Speculative decoding of B prompts at once, as a generator of steps (``interleave`` alternates
     it with other runs); its value is one ``DecodeResult`` per prompt. On the Hugging Face engine,
     where the options allow (``device_ready``: a token rule, the verifier's bonus, no gate, drafting
@@ -92,21 +112,26 @@ def speculative_batch_steps(verifier, draft, rule, m, prompts_ids, seeds, sampli
     while it ran. Options as in ``speculative_generate``."""
     import torch
 
-    _check_batch([("verifier", verifier)] + ([] if isinstance(draft, NgramDrafter) else [("draft", draft)]),
-                 prompts_ids, seeds)  # fmt: skip
+    _check_batch(
+        [("verifier", verifier)] + ([] if isinstance(draft, NgramDrafter) else [("draft", draft)]), prompts_ids, seeds
+    )
     o = _options(rule, m, sampling, draft, bonus_policy, draft_mode, draft_policy, gate, drift)
     if device_ready(o, verifier, draft):
-        return (yield from device_speculative_steps(verifier, draft, o, m, prompts_ids, seeds, max_new_tokens,
-                                                    eos_ids))  # fmt: skip
+        return (yield from device_speculative_steps(verifier, draft, o, m, prompts_ids, seeds, max_new_tokens, eos_ids))
     ngram = isinstance(draft, NgramDrafter)
     verifier = _sequences(verifier, len(prompts_ids), prompts_ids, max_new_tokens + m + 2)
     draft = draft if ngram else _sequences(draft, len(prompts_ids), prompts_ids, max_new_tokens + m + 2)
     rows = [
-        _Row(context=list(ids), result=DecodeResult(tokens=[], token_kl=[] if drift else None),
-             gen=torch.Generator().manual_seed(int(seed)), coin=np.random.default_rng(int(seed)),
-             ver=verifier.sequence(), drf=None if ngram else draft.sequence())
+        _Row(
+            context=list(ids),
+            result=DecodeResult(tokens=[], token_kl=[] if drift else None),
+            gen=torch.Generator().manual_seed(int(seed)),
+            coin=np.random.default_rng(int(seed)),
+            ver=verifier.sequence(),
+            drf=None if ngram else draft.sequence(),
+        )
         for ids, seed in zip(prompts_ids, seeds, strict=True)
-    ]  # fmt: skip
+    ]
     clock = OwnClock()
     verifier.evaluate([(r.ver, r.context[:-1], "last") for r in rows])
     if not ngram:
@@ -146,8 +171,11 @@ def speculative_batch_steps(verifier, draft, rule, m, prompts_ids, seeds, sampli
             def draft_after(token, r=r):
                 return _draft_row(draft.evaluate([(r.drf, [token], "all")])[0][-1], o, r.gen)
 
-            steps.append(_judge(o, r.result.tokens, r.drafted, r.draft_rows, r.draft_raw, q_raw, r.coin, r.gen,
-                                eos_ids, draft_after))  # fmt: skip
+            steps.append(
+                _judge(
+                    o, r.result.tokens, r.drafted, r.draft_rows, r.draft_raw, q_raw, r.coin, r.gen, eos_ids, draft_after
+                )
+            )
         feeds = []  # the draft caches that lack d_m (all m accepted) get it in one evaluation
         for r, (n_acc, _, _) in zip(active, steps, strict=True):
             keep = len(r.context) + n_acc
@@ -180,12 +208,16 @@ def speculative_batch_steps(verifier, draft, rule, m, prompts_ids, seeds, sampli
     return [r.result for r in rows]
 
 
-def speculative_generate_batch(verifier, draft, rule, m, prompts_ids, seeds, sampling=None, max_new_tokens=128,
-                               eos_ids=(), **options):  # fmt: skip
+def speculative_generate_batch(
+    verifier, draft, rule, m, prompts_ids, seeds, sampling=None, max_new_tokens=128, eos_ids=(), **options
+):
     """Speculative decoding of B prompts at once: one ``DecodeResult`` per prompt
     (``speculative_batch_steps`` run to its end; options as there)."""
-    return drain(speculative_batch_steps(verifier, draft, rule, m, prompts_ids, seeds, sampling, max_new_tokens,
-                                         eos_ids, **options))  # fmt: skip
+    return drain(
+        speculative_batch_steps(
+            verifier, draft, rule, m, prompts_ids, seeds, sampling, max_new_tokens, eos_ids, **options
+        )
+    )
 
 
 def autoregressive_generate_batch(model, prompts_ids, seeds, sampling=None, max_new_tokens=128, eos_ids=()):
@@ -209,8 +241,7 @@ def autoregressive_batch_steps(model, prompts_ids, seeds, sampling=None, max_new
     seqs = [model.sequence() for _ in prompts_ids]
     gens = [torch.Generator().manual_seed(int(seed)) for seed in seeds]
     results = [DecodeResult(tokens=[]) for _ in prompts_ids]
-    logits = [x[-1] for x in model.evaluate([(q, list(ids), "last") for q, ids in zip(seqs, prompts_ids,
-                                                                                        strict=True)])]  # fmt: skip
+    logits = [x[-1] for x in model.evaluate([(q, list(ids), "last") for q, ids in zip(seqs, prompts_ids, strict=True)])]
     for res in results:
         res.prefill_seconds = clock.elapsed()
     yield from paused(clock)

@@ -86,8 +86,12 @@ class _HostParts:
         return float(np.median(_timings(lambda: _rule_step(SpS(), p_row, q_row, drafted, None, coin, gen), repeats)))
 
     def batch(self, size, ids):
-        return self.v_model, self.d_model, [self.v_model.sequence() for _ in range(size)], \
-            [self.d_model.sequence() for _ in range(size)]  # fmt: skip
+        return (
+            self.v_model,
+            self.d_model,
+            [self.v_model.sequence() for _ in range(size)],
+            [self.d_model.sequence() for _ in range(size)],
+        )
 
     def batch_draft(self, model, seqs, token, gen):
         from .._math._sampling import processed_probs
@@ -165,9 +169,12 @@ class _DeviceParts:
         out = [bad.reshape(rows, k).any(1).to(torch.int64)]
         if k > 1:  # the k - 1 drafts judged against rows that stand in for the drafter's (the verifier's next)
             drafted = ids[:, 1:]
-            a, c = SpS().acceptance_and_correction(q[:, 1:].reshape(rows * (k - 1), -1),
-                                                   q[:, :-1].reshape(rows * (k - 1), -1), drafted.reshape(-1),
-                                                   validate=False)  # fmt: skip
+            a, c = SpS().acceptance_and_correction(
+                q[:, 1:].reshape(rows * (k - 1), -1),
+                q[:, :-1].reshape(rows * (k - 1), -1),
+                drafted.reshape(-1),
+                validate=False,
+            )
             coins = row_uniforms(seeds, seeds[:, None] + torch.arange(k - 1, device=model.device)[None, :])
             out.append((coins < a.reshape(rows, k - 1)).to(torch.int64).sum(1))
             out.append(sample_rows(c.reshape(rows, k - 1, -1)[:, 0], row_uniforms(seeds, seeds)))

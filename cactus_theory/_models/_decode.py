@@ -141,14 +141,18 @@ def _block_step(rule, drafted, draft_rows, q_rows, q_raw, draft_raw, sampling, c
     return tau, [*drafted[:tau], token]
 
 
+#: Why a multi-draft rule is refused here.
+CHAINS_ONLY = (
+    "{rule} verifies a tree of k = {k} drafts per position, and real decoding here runs chains (one draft per "
+    "position; tree attention is not implemented): decode with its one-draft form, or predict the tree from a "
+    "trace (analyze / plan)"
+)
+
+
 def check_chain_rule(rule):
     """Refuse a multi-draft rule: decoding here drafts chains (one draft per position)."""
     if not judgement_of(rule).chain:
-        raise ValueError(
-            f"{rule.describe()} verifies a tree of k = {rule.draft_count} drafts per position, and real decoding here "
-            "runs chains (one draft per position; tree attention is not implemented): decode with its one-draft "
-            "form, or predict the tree from a trace (analyze / plan)"
-        )
+        raise ValueError(CHAINS_ONLY.format(rule=rule.describe(), k=rule.draft_count))
 
 
 def autoregressive_steps(model, prompt_ids, sampling=None, max_new_tokens=128, seed=0, eos_ids=()):
@@ -160,8 +164,13 @@ def autoregressive_steps(model, prompt_ids, sampling=None, max_new_tokens=128, s
     tokens, _, seconds, timing = yield from generate_steps(
         model, prompt_ids, sampling or SamplingSettings(), max_new_tokens, gen, set(eos_ids)
     )
-    return DecodeResult(tokens=tokens, verify_seconds=seconds, total_seconds=seconds, prefill_seconds=timing["prefill"],
-                        token_seconds=timing["token_seconds"])  # fmt: skip
+    return DecodeResult(
+        tokens=tokens,
+        verify_seconds=seconds,
+        total_seconds=seconds,
+        prefill_seconds=timing["prefill"],
+        token_seconds=timing["token_seconds"],
+    )
 
 
 def autoregressive_generate(model, prompt_ids, sampling=None, max_new_tokens=128, seed=0, eos_ids=()):
@@ -169,9 +178,23 @@ def autoregressive_generate(model, prompt_ids, sampling=None, max_new_tokens=128
     return drain(autoregressive_steps(model, prompt_ids, sampling, max_new_tokens, seed, eos_ids))
 
 
-def speculative_generate(verifier, draft, rule, m, sampling=None, max_new_tokens=128, seed=0, prompt_ids=(), eos_ids=(),
-                         *, bonus_policy="verifier", draft_mode="sampled", draft_policy=None, gate=None,
-                         drift=False):  # fmt: skip
+def speculative_generate(
+    verifier,
+    draft,
+    rule,
+    m,
+    sampling=None,
+    max_new_tokens=128,
+    seed=0,
+    prompt_ids=(),
+    eos_ids=(),
+    *,
+    bonus_policy="verifier",
+    draft_mode="sampled",
+    draft_policy=None,
+    gate=None,
+    drift=False,
+):
     """Speculative decoding of ``prompt_ids`` with ``rule``; ``draft`` is a causal LM or an ``NgramDrafter``.
 
     Per step: draft m tokens (sampling from the processed draft distribution p), verify them in
@@ -208,8 +231,9 @@ def speculative_generate(verifier, draft, rule, m, sampling=None, max_new_tokens
         "gate": gate,
         "drift": drift,
     }
-    return drain(speculative_steps(verifier, draft, rule, m, sampling, max_new_tokens, seed, prompt_ids, eos_ids,
-                                   **options))  # fmt: skip
+    return drain(
+        speculative_steps(verifier, draft, rule, m, sampling, max_new_tokens, seed, prompt_ids, eos_ids, **options)
+    )
 
 
 def speculative_steps(
@@ -279,8 +303,9 @@ def speculative_steps(
         t1 = time.perf_counter()
         q_raw = ver.feed([context[-1], *drafted])
         t2 = time.perf_counter()
-        n_acc, emitted, kls = _judge(o, result.tokens, drafted, draft_rows, draft_raw, q_raw, coin, gen, eos_ids,
-                                     draft_after)  # fmt: skip
+        n_acc, emitted, kls = _judge(
+            o, result.tokens, drafted, draft_rows, draft_raw, q_raw, coin, gen, eos_ids, draft_after
+        )
         t3 = time.perf_counter()
         result.drafted.append(len(drafted))
         result.accepted.append(n_acc)
@@ -332,7 +357,9 @@ def _options(rule, m, sampling, draft, bonus_policy, draft_mode, draft_policy, g
         raise ValueError(f"bonus_policy must be one of {BONUS_POLICIES}; got {bonus_policy!r}")
     if draft_mode not in DRAFT_MODES:
         raise ValueError(f"draft_mode must be one of {DRAFT_MODES}; got {draft_mode!r}")
-    check_chain_rule(rule)
+    judgement = judgement_of(rule)  # what the rule judges, asked once: every step reads it from the options
+    if not judgement.chain:
+        raise ValueError(CHAINS_ONLY.format(rule=rule.describe(), k=rule.draft_count))
     gate = make_gate(gate)
     fallback = gated_rule(gate, rule)  # None: not gated (no gate, or a lossless rule)
     policy = make_draft_policy(draft_policy)
@@ -344,13 +371,17 @@ def _options(rule, m, sampling, draft, bonus_policy, draft_mode, draft_policy, g
     if policy is not None and (policy.needs_cost or isinstance(draft, NgramDrafter)):
         raise ValueError(
             f"draft policy {policy.describe()} "
-            + ("needs a cost model: it is for the planner; decode with p-min, entropy or accept-prob"
-               if policy.needs_cost else "reads the drafter's probabilities; the n-gram drafter has none")
-        )  # fmt: skip
-    judgement = judgement_of(rule)
+            + (
+                "needs a cost model: it is for the planner; decode with p-min, entropy or accept-prob"
+                if policy.needs_cost
+                else "reads the drafter's probabilities; the n-gram drafter has none"
+            )
+        )
     if drift and not judgement.token_drift:
-        raise ValueError(f"drift=True records the law of each emitted token: {rule.describe()} judges whole blocks, "
-                         "whose law at a slot depends on drafts not yet drawn; record it for a token rule")  # fmt: skip
+        raise ValueError(
+            f"drift=True records the law of each emitted token: {rule.describe()} judges whole blocks, "
+            "whose law at a slot depends on drafts not yet drawn; record it for a token rule"
+        )
     if judgement.block and bonus_policy != "verifier":
         raise ValueError(
             f"{rule.describe()} judges whole blocks: its bonus token is the verifier's (bonus_policy='verifier')"
@@ -360,8 +391,18 @@ def _options(rule, m, sampling, draft, bonus_policy, draft_mode, draft_policy, g
             f"{rule.describe()} with bonus_policy={bonus_policy!r} needs a draft model with probabilities and "
             "logits; the n-gram drafter has none"
         )
-    return _Options(rule, sampling, bonus_policy, draft_mode, policy, gate, fallback, judgement,
-                    bool(rule.needs_logits), bool(drift))  # fmt: skip
+    return _Options(
+        rule,
+        sampling,
+        bonus_policy,
+        draft_mode,
+        policy,
+        gate,
+        fallback,
+        judgement,
+        bool(rule.needs_logits),
+        bool(drift),
+    )
 
 
 def _draft_row(raw, o, gen):

@@ -25,8 +25,19 @@ __all__ = ["DecodeOptions", "decode_prompts", "interleave"]
 
 def _record_key(rec):
     draft_mode = rec.get("draft_mode", "sampled")  # records written before draft modes existed sampled
-    return (rec["id"], rec["rule"], rec["m"], rec["seed"], rec["bonus_policy"], rec["baseline"] is not None, draft_mode,
-            rec.get("draft_policy"), rec.get("gate"), rec.get("token_kl") is not None, rec.get("batch", 1))  # fmt: skip
+    return (
+        rec["id"],
+        rec["rule"],
+        rec["m"],
+        rec["seed"],
+        rec["bonus_policy"],
+        rec["baseline"] is not None,
+        draft_mode,
+        rec.get("draft_policy"),
+        rec.get("gate"),
+        rec.get("token_kl") is not None,
+        rec.get("batch", 1),
+    )
 
 
 #: Seconds of its own compute each run gets before the next takes the machine (``interleave``).
@@ -69,8 +80,9 @@ def interleave(runs, chunk_seconds=None):
                 wall[i] += after[0] - before[0]
     cores = os.cpu_count() or 1
     # /proc counts in clock ticks (10 ms): over chunks that short the share is clipped to [0, 1]
-    loads = [float(min(o / (w * cores), 1.0)) if k and w > 0 else None
-             for o, w, k in zip(other, wall, known, strict=True)]  # fmt: skip
+    loads = [
+        float(min(o / (w * cores), 1.0)) if k and w > 0 else None for o, w, k in zip(other, wall, known, strict=True)
+    ]
     return values, loads, chunks
 
 
@@ -164,13 +176,36 @@ def decode_prompts(
     ``options``: a ``DecodeOptions`` holding every setting above at once (then none of them as a
     keyword): what the command line passes.
     """
-    given = {"m": m, "settings": settings, "max_new_tokens": max_new_tokens, "seed": seed, "baseline": baseline,
-             "bonus_policy": bonus_policy, "draft_mode": draft_mode, "draft_policy": draft_policy,
-             "chunk_seconds": chunk_seconds, "gate": gate, "drift": drift, "batch": batch}  # fmt: skip
+    given = {
+        "m": m,
+        "settings": settings,
+        "max_new_tokens": max_new_tokens,
+        "seed": seed,
+        "baseline": baseline,
+        "bonus_policy": bonus_policy,
+        "draft_mode": draft_mode,
+        "draft_policy": draft_policy,
+        "chunk_seconds": chunk_seconds,
+        "gate": gate,
+        "drift": drift,
+        "batch": batch,
+    }
     if options is not None:
         chosen = merged_options(DecodeOptions, options, given)
-        (m, settings, max_new_tokens, seed, baseline, bonus_policy, draft_mode, draft_policy, chunk_seconds, gate,
-         drift, batch) = (chosen[k] for k in given)  # fmt: skip
+        (
+            m,
+            settings,
+            max_new_tokens,
+            seed,
+            baseline,
+            bonus_policy,
+            draft_mode,
+            draft_policy,
+            chunk_seconds,
+            gate,
+            drift,
+            batch,
+        ) = (chosen[k] for k in given)
     check_int(batch, "batch", 1, what="prompts decoded at once")
     from .._data._prompts import prompt_seed
     from .._util._progress import progress_bar
@@ -207,30 +242,62 @@ def decode_prompts(
         bar = progress_bar(total=len(prompts), desc="decode", unit="prompt", enabled=progress)
         for start in range(0, len(prompts), batch):
             group = list(prompts[start : start + batch])
-            keys = [[(prompt.id, label, m, seed, bonus_policy, bool(baseline), draft_mode, policy_label, gate_label,
-                      bool(drift), batch) for label in labels] for prompt in group]  # fmt: skip
+            keys = [
+                [
+                    (
+                        prompt.id,
+                        label,
+                        m,
+                        seed,
+                        bonus_policy,
+                        bool(baseline),
+                        draft_mode,
+                        policy_label,
+                        gate_label,
+                        bool(drift),
+                        batch,
+                    )
+                    for label in labels
+                ]
+                for prompt in group
+            ]
             todo = [i for i in range(len(rules)) if any(k[i] not in done for k in keys)]
             fresh = {}
             if todo:
                 ids = [encode_chat(tokenizer, p.text, f"prompt {p.id!r}") for p in group]
                 seeds = [prompt_seed(seed, p.id) for p in group]
-                shared = [next((done[k]["baseline"] for k in row if k in done), None) if baseline else None
-                          for row in keys]  # fmt: skip
-                options = {"bonus_policy": bonus_policy, "draft_mode": draft_mode, "draft_policy": policy,
-                           "gate": gate, "drift": drift}  # fmt: skip
+                shared = [
+                    next((done[k]["baseline"] for k in row if k in done), None) if baseline else None for row in keys
+                ]
+                options = {
+                    "bonus_policy": bonus_policy,
+                    "draft_mode": draft_mode,
+                    "draft_policy": policy,
+                    "gate": gate,
+                    "drift": drift,
+                }
                 one = batch == 1 and engine_of(model) == "llama.cpp"  # the Hugging Face engine: batched, on its device
                 if one:
-                    runs = [speculative_steps(model, draft, rules[i], m, settings, max_new_tokens, seeds[0], ids[0],
-                                              eos, **options) for i in todo]  # fmt: skip
+                    runs = [
+                        speculative_steps(
+                            model, draft, rules[i], m, settings, max_new_tokens, seeds[0], ids[0], eos, **options
+                        )
+                        for i in todo
+                    ]
                 else:
-                    runs = [speculative_batch_steps(model, draft, rules[i], m, ids, seeds, settings, max_new_tokens,
-                                                    eos, **options) for i in todo]  # fmt: skip
+                    runs = [
+                        speculative_batch_steps(
+                            model, draft, rules[i], m, ids, seeds, settings, max_new_tokens, eos, **options
+                        )
+                        for i in todo
+                    ]
                 alone = baseline and any(x is None for x in shared)
                 if alone:
-                    runs.append(autoregressive_steps(model, ids[0], settings, max_new_tokens, seeds[0], eos)
-                                if one else
-                                autoregressive_batch_steps(model, ids, seeds, settings, max_new_tokens,
-                                                           eos))  # fmt: skip
+                    runs.append(
+                        autoregressive_steps(model, ids[0], settings, max_new_tokens, seeds[0], eos)
+                        if one
+                        else autoregressive_batch_steps(model, ids, seeds, settings, max_new_tokens, eos)
+                    )
                 values, loads, chunks = interleave(runs, INTERLEAVE_SECONDS if chunk_seconds is None else chunk_seconds)
                 values = [v if isinstance(v, list) else [v] for v in values]
                 if alone:
@@ -244,13 +311,35 @@ def decode_prompts(
                     for b, (prompt, res) in enumerate(zip(group, values[j], strict=True)):
                         if keys[b][i] in done:
                             continue
-                        rec = _decode_record(prompt, labels[i], m, seed, bonus_policy, draft_mode, policy_label,
-                                             gate_label, ids[b], tokenizer, res)  # fmt: skip
-                        rec.update({"chunks": chunks[j], "interleaved_with": len(runs) - 1,
-                                    "baseline": shared[b] if baseline else None})  # fmt: skip
+                        rec = _decode_record(
+                            prompt,
+                            labels[i],
+                            m,
+                            seed,
+                            bonus_policy,
+                            draft_mode,
+                            policy_label,
+                            gate_label,
+                            ids[b],
+                            tokenizer,
+                            res,
+                        )
+                        rec.update(
+                            {
+                                "chunks": chunks[j],
+                                "interleaved_with": len(runs) - 1,
+                                "baseline": shared[b] if baseline else None,
+                            }
+                        )
                         if batch > 1:  # the batch's size and wall time: its throughput is their tokens over it
-                            rec.update({"batch": batch, "batch_size": len(group), "batch_seconds": batch_seconds,
-                                        "batch_ids": [p.id for p in group]})  # fmt: skip
+                            rec.update(
+                                {
+                                    "batch": batch,
+                                    "batch_size": len(group),
+                                    "batch_seconds": batch_seconds,
+                                    "batch_ids": [p.id for p in group],
+                                }
+                            )
                         if loads[j] is not None:
                             rec["other_load"] = loads[j]  # the share of the cores other processes used in its chunks
                         if drift:

@@ -61,8 +61,11 @@ def matched_times(rec):
     n = min(rec["tokens"], base["tokens"])
     if n == 0:
         return None
-    return (n, (rec["prefill_seconds"], rec["token_seconds"][n - 1]),
-            (base["prefill_seconds"], base["token_seconds"][n - 1]))  # fmt: skip
+    return (
+        n,
+        (rec["prefill_seconds"], rec["token_seconds"][n - 1]),
+        (base["prefill_seconds"], base["token_seconds"][n - 1]),
+    )
 
 
 def decoding_summary(records, seed=0, n_boot=1000) -> str:
@@ -113,12 +116,16 @@ def decoding_summary(records, seed=0, n_boot=1000) -> str:
     for r in records:
         flags = decoding_flags(r)
         if flags["length_mismatch"]:
-            notes.append(f"{r['id']}: {r['tokens']} tokens speculative, {r['baseline']['tokens']} alone (outputs of "
-                         "different lengths: compare the matched columns)")  # fmt: skip
+            notes.append(
+                f"{r['id']}: {r['tokens']} tokens speculative, {r['baseline']['tokens']} alone (outputs of "
+                "different lengths: compare the matched columns)"
+            )
         if flags["busy"]:
             load = max(r.get("other_load") or 0.0, (r.get("baseline") or {}).get("other_load") or 0.0)
-            notes.append(f"{r['id']}: other processes kept {load:.0%} of the cores busy while it (or its baseline) "
-                         "ran: its timings are suspect")  # fmt: skip
+            notes.append(
+                f"{r['id']}: other processes kept {load:.0%} of the cores busy while it (or its baseline) "
+                "ran: its timings are suspect"
+            )
     if notes:
         lines += ["", "flagged:", *(f"  {n}" for n in notes)]
     return "\n".join(lines)
@@ -143,8 +150,14 @@ def batch_throughput(records, seed=0, n_boot=1000):
         b_seconds = np.array([g[0]["baseline"]["batch_seconds"] for g in groups.values()], dtype=float)
         counts = resample_counts([str(k) for k in groups], n_boot, seed)
         value, lo, hi = _speedup_interval((tokens, seconds, b_tokens, b_seconds), counts)
-        out.update({"alone_tokens_per_second": float(b_tokens.sum() / b_seconds.sum()), "speedup": value,
-                    "speedup_lo": lo, "speedup_hi": hi})  # fmt: skip
+        out.update(
+            {
+                "alone_tokens_per_second": float(b_tokens.sum() / b_seconds.sum()),
+                "speedup": value,
+                "speedup_lo": lo,
+                "speedup_hi": hi,
+            }
+        )
     return out
 
 
@@ -153,11 +166,15 @@ def _throughput_lines(records, seed, n_boot):
     if got is None:
         return []
     sizes = sorted({r["batch"] for r in records if r.get("batch", 1) > 1})
-    line = (f"throughput at batch {'/'.join(map(str, sizes))} ({got['batches']} batches): "
-            f"{got['tokens_per_second']:.2f} tok/s")  # fmt: skip
+    line = (
+        f"throughput at batch {'/'.join(map(str, sizes))} ({got['batches']} batches): "
+        f"{got['tokens_per_second']:.2f} tok/s"
+    )
     if "speedup" in got:
-        line += (f"; the verifier alone at the same batch size {got['alone_tokens_per_second']:.2f} tok/s: "
-                 f"{got['speedup']:.2f}x {_cell(got['speedup'], got['speedup_lo'], got['speedup_hi'], 0)}")  # fmt: skip
+        line += (
+            f"; the verifier alone at the same batch size {got['alone_tokens_per_second']:.2f} tok/s: "
+            f"{got['speedup']:.2f}x {_cell(got['speedup'], got['speedup_lo'], got['speedup_hi'], 0)}"
+        )
     return ["", line + " (the table's tok/s and speedups are per request: tokens over each request's own latency)"]
 
 
@@ -176,9 +193,11 @@ def answer_drift(records, n_boot=1000, seed=0) -> list:
         values = np.asarray(r["token_kl"], dtype=np.float64)
         if values.ndim != 1 or not np.all(np.isfinite(values) & (values >= 0)):
             bad = values.ravel()[~(np.isfinite(values.ravel()) & (values.ravel() >= 0))][:1]
-            raise ValueError(f"records: prompt {r.get('id')!r} ({r.get('rule')}) has a token_kl that is not a list of "
-                             f"KLs >= 0 (got {bad[0] if bad.size else values.shape!r}): a KL is finite and never "
-                             "negative; decode again with drift=True")  # fmt: skip
+            raise ValueError(
+                f"records: prompt {r.get('id')!r} ({r.get('rule')}) has a token_kl that is not a list of "
+                f"KLs >= 0 (got {bad[0] if bad.size else values.shape!r}): a KL is finite and never "
+                "negative; decode again with drift=True"
+            )
     rows = []
     for rule in dict.fromkeys(r["rule"] for r in with_kl):
         mine = [r for r in with_kl if r["rule"] == rule]
@@ -189,8 +208,18 @@ def answer_drift(records, n_boot=1000, seed=0) -> list:
             counts = resample_counts([r["id"] for r in sel], n_boot, seed)  # None: one prompt, no interval
             mean, lo, hi = ratio_interval(kl, np.ones(kl.size), counts)
             per, per_lo, per_hi = ratio_interval(kl, tokens, counts)
-            rows.append({"rule": rule, "task": task, "prompts": len(sel), "answer_kl": float(mean),
-                         "answer_kl_lo": float(lo), "answer_kl_hi": float(hi), "tokens": float(tokens.mean()),
-                         "kl_per_token": float(per), "kl_per_token_lo": float(per_lo),
-                         "kl_per_token_hi": float(per_hi)})  # fmt: skip
+            rows.append(
+                {
+                    "rule": rule,
+                    "task": task,
+                    "prompts": len(sel),
+                    "answer_kl": float(mean),
+                    "answer_kl_lo": float(lo),
+                    "answer_kl_hi": float(hi),
+                    "tokens": float(tokens.mean()),
+                    "kl_per_token": float(per),
+                    "kl_per_token_lo": float(per_lo),
+                    "kl_per_token_hi": float(per_hi),
+                }
+            )
     return rows

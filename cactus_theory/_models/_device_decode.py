@@ -39,8 +39,14 @@ def device_ready(o, verifier, draft) -> bool:
     verifier's bonus, and no gate, drafting policy, drift record or raw logits."""
     if engine_of(verifier) == "llama.cpp" or isinstance(draft, NgramDrafter) or engine_of(draft) == "llama.cpp":
         return False
-    return (o.judgement.per_token and o.bonus_policy == "verifier" and o.policy is None and o.gate is None
-            and not o.drift and not o.need_logits)  # fmt: skip
+    return (
+        o.judgement.per_token
+        and o.bonus_policy == "verifier"
+        and o.policy is None
+        and o.gate is None
+        and not o.drift
+        and not o.need_logits
+    )
 
 
 def _slots(model, count, prompts_ids, max_new_tokens, m=0):
@@ -102,8 +108,9 @@ def device_autoregressive_steps(model, prompts_ids, seeds, sampling, max_new_tok
 
 def _refuse_bad(flag, role):
     if flag:
-        raise ValueError(f"the {role}'s logits contain NaN or mask every token (overflow in float16?): decode in "
-                         "float32 or bfloat16")  # fmt: skip
+        raise ValueError(
+            f"the {role}'s logits contain NaN or mask every token (overflow in float16?): decode in float32 or bfloat16"
+        )
 
 
 class _Request:
@@ -125,8 +132,10 @@ def device_speculative_steps(verifier, draft, o, m, prompts_ids, seeds, max_new_
     v_slots = _slots(verifier, len(prompts_ids), prompts_ids, max_new_tokens, m)
     d_slots = _slots(draft, len(prompts_ids), prompts_ids, max_new_tokens, m)
     device = v_slots.device
-    reqs = [_Request(ids, seed, v_slots.sequence(), d_slots.sequence()) for ids, seed in zip(prompts_ids, seeds,
-                                                                                              strict=True)]  # fmt: skip
+    reqs = [
+        _Request(ids, seed, v_slots.sequence(), d_slots.sequence())
+        for ids, seed in zip(prompts_ids, seeds, strict=True)
+    ]
     clock = OwnClock()
     heads = [r.context[:-1] for r in reqs]
     for slots, attr in ((v_slots, "ver"), (d_slots, "drf")):
@@ -180,8 +189,9 @@ def device_speculative_steps(verifier, draft, o, m, prompts_ids, seeds, max_new_
         if min(budgets) < width:  # each row's q at its drafted places: aligned back to the left
             take = (torch.arange(width + 1, device=device)[None, :] + shift[:, None]).clamp_(max=width)
             q = q.gather(1, take[:, :, None].expand(-1, -1, q.shape[-1]))
-        tau, final, flags, settle = _judge_block(o.rule, torch.stack(p_rows, 1), q, drafted, budgets, seeds_t, base,
-                                                 row_uniforms, sample_rows, device)  # fmt: skip
+        tau, final, flags, settle = _judge_block(
+            o.rule, torch.stack(p_rows, 1), q, drafted, budgets, seeds_t, base, row_uniforms, sample_rows, device
+        )
         bad = bad_q.reshape(len(active), width + 1).any(1) | bad_draft
         parts = [drafted, tau[:, None], final[:, None], bad.to(torch.int64)[:, None]]
         if flags is not None:  # the rule's own repairs, read with the step's copy
@@ -245,18 +255,22 @@ def _judge_block(rule, p, q, drafted, budgets, seeds, base, row_uniforms, sample
     rows, width, vocab = p.shape
     pending = Pending()
     if rule.slot_dependent:
-        parts = [rule.at_slot(j).acceptance_and_correction(p[:, j], q[:, j], drafted[:, j], validate=False,
-                                                           pending=pending) for j in range(width)]  # fmt: skip
+        parts = [
+            rule.at_slot(j).acceptance_and_correction(p[:, j], q[:, j], drafted[:, j], validate=False, pending=pending)
+            for j in range(width)
+        ]
         accept = torch.stack([a for a, _ in parts], 1)
         correction = torch.stack([c for _, c in parts], 1)
     else:
-        a, c = rule.acceptance_and_correction(p.reshape(-1, vocab), q[:, :width].reshape(-1, vocab),
-                                              drafted.reshape(-1), validate=False, pending=pending)  # fmt: skip
+        a, c = rule.acceptance_and_correction(
+            p.reshape(-1, vocab), q[:, :width].reshape(-1, vocab), drafted.reshape(-1), validate=False, pending=pending
+        )
         accept, correction = a.reshape(rows, width), c.reshape(rows, width, vocab)
     coins = row_uniforms(seeds, base[:, None] + _COIN + torch.arange(width, device=device)[None, :])
     valid = torch.arange(width, device=device)[None, :] < to_device(torch, budgets, device)[:, None]
-    stop = torch.cat([~(coins < accept.to(torch.float64)) | ~valid, torch.ones((rows, 1), dtype=torch.bool,
-                                                                                device=device)], 1)  # fmt: skip
+    stop = torch.cat(
+        [~(coins < accept.to(torch.float64)) | ~valid, torch.ones((rows, 1), dtype=torch.bool, device=device)], 1
+    )
     tau = stop.to(torch.int8).argmax(1)
     rejected = tau < to_device(torch, budgets, device)
     at = tau.clamp(max=width - 1)

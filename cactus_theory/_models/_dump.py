@@ -215,8 +215,17 @@ def dump_trace(
     if part is not None:
         metadata["part"] = f"{int(part[0])}/{int(part[1])}"
     eos = eos_ids(v_model, v_tok)
-    with DumpSession(out, prompts, vocab, top_k=top_k, metadata=metadata, limit=limit, store_full=store_full,
-                     shard_positions=shard_positions, progress=progress) as session:  # fmt: skip
+    with DumpSession(
+        out,
+        prompts,
+        vocab,
+        top_k=top_k,
+        metadata=metadata,
+        limit=limit,
+        store_full=store_full,
+        shard_positions=shard_positions,
+        progress=progress,
+    ) as session:
         # the trace's own thread count and span, so that a resumed dump rounds as the first run did
         for key in ("threads", "attention_span"):
             recorded = session.metadata.get(key)
@@ -230,8 +239,21 @@ def dump_trace(
                 _dump_teacher_forced(session, v_model, d_model, ids, completions, vocab, top_k, store_full)
             else:
                 todo = {p.id for p in session.todo}
-                _dump_sampled(session, prompts, todo, ids, (v_model, d_model), settings, max_new_tokens, seed, eos,
-                              top_k, store_full, int(batch), metadata["attention_span"])  # fmt: skip
+                _dump_sampled(
+                    session,
+                    prompts,
+                    todo,
+                    ids,
+                    (v_model, d_model),
+                    settings,
+                    max_new_tokens,
+                    seed,
+                    eos,
+                    top_k,
+                    store_full,
+                    int(batch),
+                    metadata["attention_span"],
+                )
     return session.summary
 
 
@@ -273,8 +295,9 @@ def _dump_teacher_forced(session, v_model, d_model, ids, completions, vocab, k, 
             packed.append(_pack(rows, k).cpu().numpy())
             if store_full:
                 full[role] = rows.float().cpu().numpy()
-        session.add(prompt, np.asarray(tokens), _compressed(packed, k, prompt), full or None,
-                    _meta(prompt, ids[prompt.id]))  # fmt: skip
+        session.add(
+            prompt, np.asarray(tokens), _compressed(packed, k, prompt), full or None, _meta(prompt, ids[prompt.id])
+        )
 
 
 def _forced_rows(model, prompt_ids, tokens):
@@ -295,8 +318,10 @@ def _compressed(packed, k, prompt):
     out = {}
     for role, block in zip(("target", "draft"), packed, strict=True):
         if block[:, 2 * k + 1].any():
-            raise TraceError(f"the {role} model's logits contain NaN for prompt {prompt.id!r} (overflow in float16?): "
-                             "dump in float32 or bfloat16")  # fmt: skip
+            raise TraceError(
+                f"the {role} model's logits contain NaN for prompt {prompt.id!r} (overflow in float16?): "
+                "dump in float32 or bfloat16"
+            )
         out[role] = _host_rows(block, k)
     return out
 
@@ -360,8 +385,7 @@ class _Live:
         self.tokens, self.rows, self.full = [], [], []
 
 
-def _dump_sampled(session, prompts, todo, ids, models, settings, max_new_tokens, seed, eos, k, store_full, batch,
-                  span):  # fmt: skip
+def _dump_sampled(session, prompts, todo, ids, models, settings, max_new_tokens, seed, eos, k, store_full, batch, span):
     """Generate every prompt of ``todo`` ``batch`` at a time (see ``dump_trace``) into ``session``.
 
     The schedule is that of a run straight through: groups of ``prefill_group(batch)`` prompts in
@@ -402,8 +426,23 @@ def _dump_sampled(session, prompts, todo, ids, models, settings, max_new_tokens,
                     for q in pair:
                         q.close()
         if live:
-            _step(session, live, rows, engines, device, settings, eos, max_new_tokens, k, width, store_full, ids,
-                  process_rows, row_uniforms, sample_rows)  # fmt: skip
+            _step(
+                session,
+                live,
+                rows,
+                engines,
+                device,
+                settings,
+                eos,
+                max_new_tokens,
+                k,
+                width,
+                store_full,
+                ids,
+                process_rows,
+                row_uniforms,
+                sample_rows,
+            )
         for slot in list(resting):
             resting[slot][1] -= 1
             if resting[slot][1] <= 0:
@@ -411,8 +450,23 @@ def _dump_sampled(session, prompts, todo, ids, models, settings, max_new_tokens,
                     q.close()
 
 
-def _step(session, live, rows, engines, device, settings, eos, max_new_tokens, k, width, store_full, ids,
-          process_rows, row_uniforms, sample_rows):  # fmt: skip
+def _step(
+    session,
+    live,
+    rows,
+    engines,
+    device,
+    settings,
+    eos,
+    max_new_tokens,
+    k,
+    width,
+    store_full,
+    ids,
+    process_rows,
+    row_uniforms,
+    sample_rows,
+):
     """One step of every live sequence: sample its token, store its rows, feed the token to both models."""
     import torch
 
@@ -460,7 +514,12 @@ def _finish(session, seq, ids, k, width, store_full):
     full = None
     if store_full:
         full = {"target": np.stack([f[0] for f in seq.full]), "draft": np.stack([f[1] for f in seq.full])}
-    session.add(seq.prompt, np.asarray(seq.tokens), _compressed(packed, k, seq.prompt), full,
-                _meta(seq.prompt, ids[seq.prompt.id]))  # fmt: skip
+    session.add(
+        seq.prompt,
+        np.asarray(seq.tokens),
+        _compressed(packed, k, seq.prompt),
+        full,
+        _meta(seq.prompt, ids[seq.prompt.id]),
+    )
     for q in seq.seqs:
         q.close()

@@ -248,8 +248,12 @@ def _load_gguf(path, tdtype, cache, progress=None):
     if not cache:
         return _from_pretrained(directory, tdtype, gguf_file=name)
     model, tokenizer = _from_pretrained(directory, torch.float32, gguf_file=name)
-    write_cache_entry(root, digest, lambda staging: _save_dequantised(model, tokenizer, staging),
-                      json.dumps({"gguf": name, "created": utc_timestamp()}))  # fmt: skip
+    write_cache_entry(
+        root,
+        digest,
+        lambda staging: _save_dequantised(model, tokenizer, staging),
+        json.dumps({"gguf": name, "created": utc_timestamp()}),
+    )
     return model.to(tdtype), tokenizer
 
 

@@ -131,8 +131,7 @@ class LlamaCppModel:
 
     engine = "llama.cpp"
 
-    def __init__(self, path, *, threads=None, context=DEFAULT_CONTEXT, sequences=8, batch=DEFAULT_BATCH,
-                 device="cpu"):  # fmt: skip
+    def __init__(self, path, *, threads=None, context=DEFAULT_CONTEXT, sequences=8, batch=DEFAULT_BATCH, device="cpu"):
         from ._identity import default_threads
 
         for name, value, low in (("context", context, 8), ("sequences", sequences, 1), ("batch", batch, 1)):
@@ -277,12 +276,16 @@ def load_tokenizer(path, progress=None):
         if os.path.exists(os.path.join(cached, "COMPLETE")):
             return AutoTokenizer.from_pretrained(cached)
     if progress is not False:
-        print(f"reading the tokenizer of {os.path.basename(path)} (once; cached for later loads)", file=sys.stderr,
-              flush=True)  # fmt: skip
+        print(
+            f"reading the tokenizer of {os.path.basename(path)} (once; cached for later loads)",
+            file=sys.stderr,
+            flush=True,
+        )
     directory, name = os.path.split(os.path.abspath(path))
     tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
-    write_cache_entry(os.path.join(cache_root(), "tokenizers"), digest, tokenizer.save_pretrained,
-                      f"{name} {utc_timestamp()}\n")  # fmt: skip
+    write_cache_entry(
+        os.path.join(cache_root(), "tokenizers"), digest, tokenizer.save_pretrained, f"{name} {utc_timestamp()}\n"
+    )
     return tokenizer
 
 
@@ -292,8 +295,10 @@ def load_llamacpp(spec, device="cpu", *, progress=None, threads=None, context=DE
     from ._identity import file_entry, model_identity, source_of_gguf
 
     if isinstance(spec, tuple) or not str(spec).endswith(".gguf"):
-        raise ValueError(f"engine 'llama.cpp' runs GGUF files: give a .gguf path (got {str(spec)[:80]!r}); "
-                         "Hugging Face ids and directories run on engine 'hf'")  # fmt: skip
+        raise ValueError(
+            f"engine 'llama.cpp' runs GGUF files: give a .gguf path (got {str(spec)[:80]!r}); "
+            "Hugging Face ids and directories run on engine 'hf'"
+        )
     path = os.path.expanduser(str(spec))
     if not os.path.isfile(path):
         raise ValueError(f"GGUF file {path!r} does not exist (experiments/fetch_models.py builds the Qwen pair)")

@@ -210,8 +210,10 @@ class SlotModel:
     def sequence(self) -> SlotSequence:
         """A fresh slot (an empty cache): the lowest free one; a ValueError when all are in use."""
         if not self._free:
-            raise ValueError(f"all {self.sequences} sequences of this model are in use: make the SlotModel with more "
-                             "sequences, or close some")  # fmt: skip
+            raise ValueError(
+                f"all {self.sequences} sequences of this model are in use: make the SlotModel with more "
+                "sequences, or close some"
+            )
         slot = min(self._free)
         self._free.remove(slot)
         self._lengths[slot] = 0
@@ -226,8 +228,10 @@ class SlotModel:
         if length <= self.capacity:
             return
         if self.fixed_span and self._keys:
-            raise ValueError(f"a slot needs {length} tokens, more than the fixed span of {self.capacity}: make the "
-                             "SlotModel with context >= the longest prompt plus the tokens it generates")  # fmt: skip
+            raise ValueError(
+                f"a slot needs {length} tokens, more than the fixed span of {self.capacity}: make the "
+                "SlotModel with context >= the longest prompt plus the tokens it generates"
+            )
         grown = max(int(length), 2 * self.capacity)
         for store in (self._keys, self._values):
             for i, old in enumerate(store):
@@ -277,8 +281,11 @@ class SlotModel:
         needed = max(a + c for a, c in zip(lengths, counts, strict=True))
         self.reserve(needed)
         span = self.capacity if self.fixed_span else max(needed, 1)
-        packed = to_device(torch, [[a - (width - c) for a, c in zip(lengths, counts, strict=True)],
-                                   [width - c for c in counts], list(slots)], self.device)  # fmt: skip
+        packed = to_device(
+            torch,
+            [[a - (width - c) for a, c in zip(lengths, counts, strict=True)], [width - c for c in counts], list(slots)],
+            self.device,
+        )
         column = torch.arange(width, device=self.device)
         real = column[None, :] >= packed[1][:, None]
         positions = torch.where(real, packed[0][:, None] + column[None, :], 0)
@@ -286,8 +293,13 @@ class SlotModel:
         visible = torch.arange(span, device=self.device)[None, None, :] <= positions[:, :, None]
         mask = torch.where(visible, 0.0, torch.finfo(self.dtype).min).to(self.dtype)[:, None]
         every = all_slots and list(slots) == list(range(self.sequences))
-        kwargs = {"input_ids": input_ids, "attention_mask": mask, "position_ids": positions, "use_cache": True,
-                  self._cache_kw: self._cache}  # fmt: skip
+        kwargs = {
+            "input_ids": input_ids,
+            "attention_mask": mask,
+            "position_ids": positions,
+            "use_cache": True,
+            self._cache_kw: self._cache,
+        }
         if self._keep_kw is not None and want == "last":
             kwargs[self._keep_kw] = 1
         self._step = (packed[2][:, None, None], where[:, None, :], span, every)
@@ -320,14 +332,20 @@ class SlotModel:
             return out
         width = max(counts[i] for i in live)
         if all(not hasattr(requests[i][1], "to") for i in live):  # lists: one copy to the device
-            ids = to_device(torch, [[self.pad_token] * (width - counts[i]) + [int(t) for t in requests[i][1]]
-                                    for i in live], self.device)  # fmt: skip
+            ids = to_device(
+                torch,
+                [[self.pad_token] * (width - counts[i]) + [int(t) for t in requests[i][1]] for i in live],
+                self.device,
+            )
         else:
             ids = torch.full((len(live), width), self.pad_token, dtype=torch.int64, device=self.device)
             for r, i in enumerate(live):
                 tokens = requests[i][1]
-                ids[r, width - counts[i] :] = tokens.to(self.device) if hasattr(tokens, "to") else to_device(
-                    torch, [int(t) for t in tokens], self.device)  # fmt: skip
+                ids[r, width - counts[i] :] = (
+                    tokens.to(self.device)
+                    if hasattr(tokens, "to")
+                    else to_device(torch, [int(t) for t in tokens], self.device)
+                )
         wants = "all" if any(requests[i][2] == "all" for i in live) else "last"
         slots = [requests[i][0].slot for i in live]
         logits = self.forward_rows(slots, ids, [counts[i] for i in live], wants)

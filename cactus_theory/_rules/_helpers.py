@@ -90,8 +90,9 @@ def checked_logits(b, logits, shape):
     return dataclasses.replace(logits, **changes)
 
 
-def prepare(draft_probs, target_probs, drafted_token=None, *, atol=NORMALISATION_ATOL, validate=True, pending=None,
-            promote=True):  # fmt: skip
+def prepare(
+    draft_probs, target_probs, drafted_token=None, *, atol=NORMALISATION_ATOL, validate=True, pending=None, promote=True
+):
     """Validate and align inputs: returns (backend, p, q, n, reference for the output dtype).
 
     p and q are promoted (float16 / bfloat16 -> float32; ``promote=False`` keeps the input's dtype,
@@ -102,15 +103,21 @@ def prepare(draft_probs, target_probs, drafted_token=None, *, atol=NORMALISATION
     caller settles it, at the end of its call.
     """
     b = namespace(draft_probs, target_probs, drafted_token if not isinstance(drafted_token, int) else None)
-    q_in = (check_distribution(target_probs, "target_probs", atol, backend=b, pending=pending) if validate
-            else b.asarray(target_probs))  # fmt: skip
+    q_in = (
+        check_distribution(target_probs, "target_probs", atol, backend=b, pending=pending)
+        if validate
+        else b.asarray(target_probs)
+    )
     shape = b.shape(q_in)
     vocab = shape[-1]
     q = b.promote(q_in) if promote else q_in
     n = None
     if drafted_token is not None:
-        n = (check_token(drafted_token, vocab, "drafted_token", b, pending=pending) if validate
-             else b.asarray(drafted_token))  # fmt: skip
+        n = (
+            check_token(drafted_token, vocab, "drafted_token", b, pending=pending)
+            if validate
+            else b.asarray(drafted_token)
+        )
         try:
             n = b.broadcast_to(n, shape[:-1])
         except (ValueError, RuntimeError):
@@ -122,8 +129,11 @@ def prepare(draft_probs, target_probs, drafted_token=None, *, atol=NORMALISATION
             raise ValueError("draft_probs is None (a drafter without probabilities) needs drafted_token")
         p = b.put_last(q * 0.0, n, 1.0)
     else:
-        p_in = (check_distribution(draft_probs, "draft_probs", atol, backend=b, pending=pending) if validate
-                else b.asarray(draft_probs))  # fmt: skip
+        p_in = (
+            check_distribution(draft_probs, "draft_probs", atol, backend=b, pending=pending)
+            if validate
+            else b.asarray(draft_probs)
+        )
         if b.shape(p_in)[-1] != vocab:
             raise ValueError(
                 f"draft_probs and target_probs must share one vocabulary (last axis); "
@@ -290,8 +300,11 @@ def enumerated_block_survival(rule, p, q, m, max_support):
         rows = q[t : t + m + 1]
         if rows.shape[0] == m:  # the last start has no bonus row: tau does not read it
             rows = np.concatenate([rows, rows[-1:]])
-        law = rule.block_law(np.broadcast_to(p[t : t + m], (count, m, p.shape[1])),
-                             np.broadcast_to(rows, (count, m + 1, q.shape[1])), paths)  # fmt: skip
+        law = rule.block_law(
+            np.broadcast_to(p[t : t + m], (count, m, p.shape[1])),
+            np.broadcast_to(rows, (count, m + 1, q.shape[1])),
+            paths,
+        )
         beyond = np.flip(np.cumsum(np.flip(np.asarray(law.accepted, dtype=np.float64), -1), -1), -1)
         out.append(weight @ beyond[:, 1:])
     return np.array(out, dtype=np.float64).reshape(-1, m)

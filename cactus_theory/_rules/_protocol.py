@@ -175,8 +175,14 @@ class Rule:
         return self
 
     def _prepare(self, draft_probs, target_probs, drafted_token, logits, validate, pending=None):
-        b, p, q, n, ref = prepare(draft_probs, target_probs, drafted_token, validate=validate, pending=pending,
-                                  promote=not self.keeps_input_precision)  # fmt: skip
+        b, p, q, n, ref = prepare(
+            draft_probs,
+            target_probs,
+            drafted_token,
+            validate=validate,
+            pending=pending,
+            promote=not self.keeps_input_precision,
+        )
         lg = prepare_logits(b, logits, b.shape(q), self.needs_logits, self.describe())
         return b, p, q, n, lg, ref
 
@@ -227,8 +233,9 @@ class Rule:
         pending.settle()  # a repair acts on the correction in its working dtype
         return b.cast(out, ref)
 
-    def acceptance_and_correction(self, draft_probs, target_probs, drafted_token, *, logits=None, validate=True,
-                                  pending=None):  # fmt: skip
+    def acceptance_and_correction(
+        self, draft_probs, target_probs, drafted_token, *, logits=None, validate=True, pending=None
+    ):
         """(``acceptance``, ``correction``) with the inputs checked once: what a serving engine
         needs at each drafted position. Same values as the two calls.
 
@@ -347,8 +354,9 @@ class Rule:
         for j in range(m):
             part = slot_logits(lg, j, q.ndim)
             rule = self.at_slot(j)
-            a, r = rule.acceptance_and_correction(p[..., j, :], q[..., j, :], tokens[..., j], logits=part,
-                                                  validate=False)  # fmt: skip
+            a, r = rule.acceptance_and_correction(
+                p[..., j, :], q[..., j, :], tokens[..., j], logits=part, validate=False
+            )
             accept[..., j] = np.asarray(a, dtype=np.float64)
             emitted[..., j, :] = np.asarray(r, dtype=np.float64)
         emitted[..., m, :] = q[..., m, :]

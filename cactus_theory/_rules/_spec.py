@@ -140,8 +140,9 @@ def kind_of_hint(hint) -> str:
     words = []
     for option in options:
         origin = typing.get_origin(option) or option
-        word = {float: "a number", int: "an integer", bool: "true or false", str: "a string",
-                type(None): "none"}.get(origin)  # fmt: skip
+        word = {float: "a number", int: "an integer", bool: "true or false", str: "a string", type(None): "none"}.get(
+            origin
+        )
         if origin is tuple:
             word = "a list of numbers such as [0.9; 0.6]"
         words.append(word or str(option))

@@ -174,8 +174,10 @@ class BlockVerification(SpSOneDraft, Rule):
                 table, counts = compiled
                 exact = [table[t, : counts[t]].tolist() for t in range(first)]
             else:
-                exact = [_exact_expected_weights(p[t : t + top], q[t : t + top], min(top, positions - t), max_support)
-                         for t in range(first)]  # fmt: skip
+                exact = [
+                    _exact_expected_weights(p[t : t + top], q[t : t + top], min(top, positions - t), max_support)
+                    for t in range(first)
+                ]
         for m in ms:
             starts = positions - m + 1
             if method in ("auto", "exact"):

@@ -221,14 +221,16 @@ class Cactus(GeneralizedRule):
         delta computed there with the NumPy path's operations in its order (the same float64 bits,
         nothing read back to the host); the exact and safe forms, and an infinite delta, on the host."""
         div = get_divergence(self.divergence)
-        if (b.name == "torch" and self.bonus == "taylor" and div.f_second_at_one is not None
-                and np.isfinite(self.delta)):  # fmt: skip
+        if b.name == "torch" and self.bonus == "taylor" and div.f_second_at_one is not None and np.isfinite(self.delta):
             q = qn.to(b.torch.float64)
             inc = (1.0 - q) * q
             inc = (inc * (2.0 * np.float64(self.delta) / div.f_second_at_one)).sqrt_()
             return b.torch.clamp(inc.add_(q), max=1.0)
-        return b.asarray(np.asarray(self.gamma(b.to_numpy(qn)), dtype=np.float64), like=qn, dtype=b.torch.float64
-                         if b.name == "torch" else np.float64)  # fmt: skip
+        return b.asarray(
+            np.asarray(self.gamma(b.to_numpy(qn)), dtype=np.float64),
+            like=qn,
+            dtype=b.torch.float64 if b.name == "torch" else np.float64,
+        )
 
     def _surrogate(self, b, p, q, n, lg):
         return surrogate_core(b, q, n, self._gamma_on(b, b.take_last(q, n)))

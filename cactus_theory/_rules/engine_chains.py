@@ -64,5 +64,12 @@ class TokenLevelIntersection(SpS):
     }
     comparison: ClassVar[tuple] = ()
     same_law_as: ClassVar[tuple] = (
-        "sps", "sglang-chain", "block", "traversal", "hsd", "fly", "magic-mtp", "entropy-verify",
-    )  # fmt: skip
+        "sps",
+        "sglang-chain",
+        "block",
+        "traversal",
+        "hsd",
+        "fly",
+        "magic-mtp",
+        "entropy-verify",
+    )

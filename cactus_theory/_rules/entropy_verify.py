@@ -75,8 +75,9 @@ class EntropyVerify(GeneralizedRule):
         if not (isinstance(self.epsilon, (int, float, np.floating)) and 0 <= self.epsilon < 1e-3):
             raise ValueError(f"entropy-verify epsilon must lie in [0, 1e-3); got {self.epsilon!r}")
         if self.entropy_of not in ENTROPY_SOURCES:
-            raise ValueError(f"entropy-verify entropy_of must be one of {', '.join(ENTROPY_SOURCES)}; got "
-                             f"{self.entropy_of!r}")  # fmt: skip
+            raise ValueError(
+                f"entropy-verify entropy_of must be one of {', '.join(ENTROPY_SOURCES)}; got {self.entropy_of!r}"
+            )
 
     @property
     def lossless(self) -> bool:  # type: ignore[override]

@@ -96,8 +96,11 @@ class FLy(SpSOneDraft, Rule):
     same_law_as: ClassVar[tuple] = ("sps", "block")
 
     def __post_init__(self):
-        if not (isinstance(self.threshold, (int, float, np.floating)) and np.isfinite(self.threshold)
-                and self.threshold >= 0):  # fmt: skip
+        if not (
+            isinstance(self.threshold, (int, float, np.floating))
+            and np.isfinite(self.threshold)
+            and self.threshold >= 0
+        ):
             raise ValueError(
                 f"fly threshold (top-k entropy, nats) must be a finite number >= 0; got {self.threshold!r}"
             )

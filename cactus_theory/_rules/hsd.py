@@ -130,8 +130,10 @@ class HierarchicalSpeculativeDecoding(SpSOneDraft, Rule):
         E[tau | drafts]. ``"exact"``: every drafted block of a start enumerated (at most
         ``max_support``), each with its exact law (``block_law``): small vocabularies only."""
         if method == "exact":
-            return {m: ("exact", enumerated_block_lengths(self, p, q, m, max_support), np.zeros(p.shape[0] - m + 1))
-                    for m in ms}  # fmt: skip
+            return {
+                m: ("exact", enumerated_block_lengths(self, p, q, m, max_support), np.zeros(p.shape[0] - m + 1))
+                for m in ms
+            }
         found = self.block_survival_for(p, q, ms, method=method, n_paths=n_paths, seed=seed, max_support=max_support)
         return {m: found[m][:3] for m in ms}
 

@@ -150,8 +150,7 @@ class MagicMTP(SpSOneDraft, Rule):
         read the same samples)."""
         import hashlib
 
-        key = (hashlib.blake2b(p.tobytes() + q.tobytes(), digest_size=16).digest(), p.shape, tuple(ms), n_paths,
-               seed)  # fmt: skip
+        key = (hashlib.blake2b(p.tobytes() + q.tobytes(), digest_size=16).digest(), p.shape, tuple(ms), n_paths, seed)
         cache = _MC_CACHE.setdefault(self, {})
         if key in cache:
             return cache[key]
@@ -164,8 +163,16 @@ class MagicMTP(SpSOneDraft, Rule):
         log_u = np.log(rng.random((positions, n_paths)))
         prefix = np.concatenate([np.zeros((1, n_paths)), np.cumsum(log_u, 0)])  # sums of log u over positions
         rest = residual(NUMPY, q, p)
-        found = {m: (np.zeros(positions - m + 1), np.zeros(positions - m + 1), np.zeros(positions - m + 1),
-                     np.zeros(positions - m + 1), np.zeros((positions - m + 1, m))) for m in ms}  # fmt: skip
+        found = {
+            m: (
+                np.zeros(positions - m + 1),
+                np.zeros(positions - m + 1),
+                np.zeros(positions - m + 1),
+                np.zeros(positions - m + 1),
+                np.zeros((positions - m + 1, m)),
+            )
+            for m in ms
+        }
         for first in range(0, positions - min(ms) + 1, self.CHUNK):
             block = np.arange(first, min(first + self.CHUNK, positions - min(ms) + 1))
             index = np.minimum(block[:, None] + np.arange(top)[None, :], positions - 1)  # (B, top)

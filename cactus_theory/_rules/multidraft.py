@@ -78,10 +78,12 @@ def _rrs_without_replacement(rule, p, q, rows):
         if state.size * used.size > rule.MAX_CELLS:
             if len(rows) > 1:
                 half = len(rows) // 2
-                return np.concatenate([
-                    _rrs_without_replacement(rule, p, q, rows[:half]),
-                    _rrs_without_replacement(rule, p, q, rows[half:]),
-                ])  # fmt: skip
+                return np.concatenate(
+                    [
+                        _rrs_without_replacement(rule, p, q, rows[:half]),
+                        _rrs_without_replacement(rule, p, q, rows[half:]),
+                    ]
+                )
             return np.array([np.nan])
         if state.size == 0:
             break
@@ -438,8 +440,14 @@ def _optimal_coupling(rule, p_bytes, q_bytes):
         a_ub[i, e] = 1.0
         a_ub[len(tuples) + y, e] = 1.0
     tight = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
-    res = linprog(-np.ones(len(edges)), A_ub=a_ub, b_ub=np.concatenate([probs, q]), bounds=(0, None), method="highs",
-                  options=tight)  # fmt: skip
+    res = linprog(
+        -np.ones(len(edges)),
+        A_ub=a_ub,
+        b_ub=np.concatenate([probs, q]),
+        bounds=(0, None),
+        method="highs",
+        options=tight,
+    )
     if res.status != 0:  # pragma: no cover - HiGHS solves these bounded problems
         raise RuntimeError(f"the optimal coupling's linear program failed: {res.message}")
     flow = np.maximum(res.x, 0.0)

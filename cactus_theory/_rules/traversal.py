@@ -218,8 +218,7 @@ class TraversalVerification(SpSOneDraft, Rule):
         lead, m, vocab = tokens.shape[:-1], tokens.shape[-1], q.shape[-1]
         flat = tokens.reshape(-1, m)
         nodes = np.concatenate([np.zeros((flat.shape[0], 1), dtype=np.int64), flat], axis=1)
-        stop, law = traverse(full_tree(1, m), nodes, p.reshape(-1, m, vocab), q.reshape(-1, m + 1, vocab),
-                             emitted=True)  # fmt: skip
+        stop, law = traverse(full_tree(1, m), nodes, p.reshape(-1, m, vocab), q.reshape(-1, m + 1, vocab), emitted=True)
         # on a chain node i sits at depth i
         return BlockLaw(accepted=stop.reshape(*lead, m + 1), emitted=law.reshape(*lead, m + 1, vocab))
 
@@ -227,15 +226,17 @@ class TraversalVerification(SpSOneDraft, Rule):
         """Block verification's (the same law): ``BlockVerification.expected_block_lengths_for``."""
         from .block import BlockVerification
 
-        return BlockVerification().expected_block_lengths_for(p, q, ms, method=method, n_paths=n_paths, seed=seed,
-                                                              max_support=max_support)  # fmt: skip
+        return BlockVerification().expected_block_lengths_for(
+            p, q, ms, method=method, n_paths=n_paths, seed=seed, max_support=max_support
+        )
 
     def block_survival_for(self, p, q, ms, *, method="auto", n_paths=1024, seed=0, max_support=1_000_000):
         """Block verification's (the same law): ``BlockVerification.block_survival_for``."""
         from .block import BlockVerification
 
-        return BlockVerification().block_survival_for(p, q, ms, method=method, n_paths=n_paths, seed=seed,
-                                                      max_support=max_support)  # fmt: skip
+        return BlockVerification().block_survival_for(
+            p, q, ms, method=method, n_paths=n_paths, seed=seed, max_support=max_support
+        )
 
 
 @dataclass(frozen=True)

@@ -40,8 +40,10 @@ from ._protocols import detect_protocol, open_server
 
 __all__ = ["calibrate_server", "server_requests"]
 
-FILLER = ("The quick brown fox jumps over the lazy dog while the five boxing wizards jump quickly. "
-          "Pack my box with five dozen liquor jugs; how vexingly quick daft zebras jump. ")  # fmt: skip
+FILLER = (
+    "The quick brown fox jumps over the lazy dog while the five boxing wizards jump quickly. "
+    "Pack my box with five dozen liquor jugs; how vexingly quick daft zebras jump. "
+)
 
 
 def _ids(speaker, n, salt=0):
@@ -61,8 +63,10 @@ def server_requests(speaker, bodies, endpoint="/completion"):
 def _timings(answer, where):
     timings = answer.get("timings") if isinstance(answer, dict) else None
     if not isinstance(timings, dict):
-        raise ServerError(f"{where}: the server reports no timings: calibrate --server needs llama-server's "
-                          "(vLLM and SGLang: use a shipped profile or the roofline, docs: plan)")  # fmt: skip
+        raise ServerError(
+            f"{where}: the server reports no timings: calibrate --server needs llama-server's "
+            "(vLLM and SGLang: use a shipped profile or the roofline, docs: plan)"
+        )
     return timings
 
 
@@ -77,15 +81,27 @@ def _ms(timings, field, where):
         raise ServerError(f"{where}: timings.{field} is {shown(repr(value))[:40]}, not a number of milliseconds")
     low, high = TIMING_RANGE_MS
     if not low <= value <= high:
-        raise ServerError(f"{where}: timings.{field} = {value:g} ms lies outside what a machine measures "
-                          f"({low:g} to {high:g} ms): refusing to build a cost model from it")  # fmt: skip
+        raise ServerError(
+            f"{where}: timings.{field} = {value:g} ms lies outside what a machine measures "
+            f"({low:g} to {high:g} ms): refusing to build a cost model from it"
+        )
     return float(value)
 
 
 def _decode_ms(speaker, batch, tokens, context, repeat):
-    bodies = [{"prompt": _ids(speaker, context, salt=repeat * batch + i), "n_predict": tokens, "ignore_eos": True,
-               "cache_prompt": False, "temperature": 0.0, "samplers": ["top_k"], "top_k": 1, "id_slot": i}
-              for i in range(batch)]  # fmt: skip
+    bodies = [
+        {
+            "prompt": _ids(speaker, context, salt=repeat * batch + i),
+            "n_predict": tokens,
+            "ignore_eos": True,
+            "cache_prompt": False,
+            "temperature": 0.0,
+            "samplers": ["top_k"],
+            "top_k": 1,
+            "id_slot": i,
+        }
+        for i in range(batch)
+    ]
     where = f"{speaker.client.what} {speaker.client.public}/completion"
     return [_ms(_timings(a, where), "predicted_per_token_ms", where) for a in server_requests(speaker, bodies)]
 
@@ -94,23 +110,40 @@ def _block_ms(speaker, batch, k, context, repeat):
     prefixes = [_ids(speaker, context, salt=1000 + repeat * batch + i) for i in range(batch)]
     warm = [{"prompt": pre, "n_predict": 0, "cache_prompt": True, "id_slot": i} for i, pre in enumerate(prefixes)]
     server_requests(speaker, warm)
-    bodies = [{"prompt": pre + _ids(speaker, k, salt=5000 + repeat), "n_predict": 1, "cache_prompt": True,
-               "temperature": 0.0, "samplers": ["top_k"], "top_k": 1, "id_slot": i}
-              for i, pre in enumerate(prefixes)]  # fmt: skip
+    bodies = [
+        {
+            "prompt": pre + _ids(speaker, k, salt=5000 + repeat),
+            "n_predict": 1,
+            "cache_prompt": True,
+            "temperature": 0.0,
+            "samplers": ["top_k"],
+            "top_k": 1,
+            "id_slot": i,
+        }
+        for i, pre in enumerate(prefixes)
+    ]
     where = f"{speaker.client.what} {speaker.client.public}/completion"
     out = []
     for answer in server_requests(speaker, bodies):
         t = _timings(answer, where)
         if t.get("prompt_n") != k:
-            raise ServerError(f"{where}: the server processed {t.get('prompt_n')} new tokens, not {k}: is its prompt "
-                              "cache on (--cache-reuse) and --parallel at least the batch?")  # fmt: skip
+            raise ServerError(
+                f"{where}: the server processed {t.get('prompt_n')} new tokens, not {k}: is its prompt "
+                "cache on (--cache-reuse) and --parallel at least the batch?"
+            )
         out.append(_ms(t, "prompt_ms", where))
     return out
 
 
 def _prefill_ms(speaker, length, repeat):
-    body = {"prompt": _ids(speaker, length, salt=9000 + repeat), "n_predict": 1, "cache_prompt": False,
-            "temperature": 0.0, "samplers": ["top_k"], "top_k": 1}  # fmt: skip
+    body = {
+        "prompt": _ids(speaker, length, salt=9000 + repeat),
+        "n_predict": 1,
+        "cache_prompt": False,
+        "temperature": 0.0,
+        "samplers": ["top_k"],
+        "top_k": 1,
+    }
     where = f"{speaker.client.what} {speaker.client.public}/completion"
     return _ms(_timings(speaker.client.post("/completion", body), where), "prompt_ms", where)
 
@@ -126,9 +159,21 @@ def _row_share(info) -> float:
     return min(vocab * embd / params, 0.5)
 
 
-def calibrate_server(verifier_url, draft_url, *, batches=(1,), max_block=8, context=256, repeats=5, tokens=32,
-                     prompt_lengths=(32, 128, 512), api_key_env=None, timeout=600.0, retries=4,
-                     progress=None):  # fmt: skip
+def calibrate_server(
+    verifier_url,
+    draft_url,
+    *,
+    batches=(1,),
+    max_block=8,
+    context=256,
+    repeats=5,
+    tokens=32,
+    prompt_lengths=(32, 128, 512),
+    api_key_env=None,
+    timeout=600.0,
+    retries=4,
+    progress=None,
+):
     """A ``CostModel`` of two llama-servers' own step times (see the module docstring). ``timeout``:
     seconds a request may take in all; ``retries``: further attempts after a 429, 503 or dropped
     connection."""
@@ -138,27 +183,36 @@ def calibrate_server(verifier_url, draft_url, *, batches=(1,), max_block=8, cont
     if not batches or batches[0] < 1:
         raise ValueError(f"batches must be integers >= 1; got {batches}")
     batches = sorted({1, *batches})  # batch 1 is the model's own fields (and the row cost's reference)
-    for name, value, low in (("max_block", max_block, 1), ("context", context, 1), ("repeats", repeats, 1),
-                             ("tokens", tokens, 2)):  # fmt: skip
+    for name, value, low in (
+        ("max_block", max_block, 1),
+        ("context", context, 1),
+        ("repeats", repeats, 1),
+        ("tokens", tokens, 2),
+    ):
         check_int(value, name, low)
     opened = []
     for url, what in ((verifier_url, "--server"), (draft_url, "--draft-server")):
         with ServerClient(url, api_key_env=api_key_env, timeout=timeout, retries=retries, what=what) as probe:
             kind = detect_protocol(probe)
         if kind != "llama.cpp":
-            raise ServerError(f"{what} {probe.public} speaks {kind}: only llama.cpp's llama-server reports the step "
-                              "timings this needs; time the models on their machine with cactus-theory calibrate "
-                              "--verifier MODEL --draft MODEL, or plan with a measured GPU profile or a roofline "
-                              "(plan --cost-profile; docs: plan)")  # fmt: skip
-        opened.append(open_server(url, protocol="llama.cpp", api_key_env=api_key_env, timeout=timeout,
-                                  retries=retries, what=what))  # fmt: skip
+            raise ServerError(
+                f"{what} {probe.public} speaks {kind}: only llama.cpp's llama-server reports the step "
+                "timings this needs; time the models on their machine with cactus-theory calibrate "
+                "--verifier MODEL --draft MODEL, or plan with a measured GPU profile or a roofline "
+                "(plan --cost-profile; docs: plan)"
+            )
+        opened.append(
+            open_server(url, protocol="llama.cpp", api_key_env=api_key_env, timeout=timeout, retries=retries, what=what)
+        )
     (v_client, verifier), (d_client, draft) = opened
     try:
         for speaker in (verifier, draft):
             slots = speaker.info().slots
             if isinstance(slots, int) and slots < batches[-1]:
-                raise ServerError(f"{speaker.client.what} {speaker.client.public} has {slots} slot(s): start it with "
-                                  f"--parallel {batches[-1]} to time a batch of {batches[-1]}")  # fmt: skip
+                raise ServerError(
+                    f"{speaker.client.what} {speaker.client.public} has {slots} slot(s): start it with "
+                    f"--parallel {batches[-1]} to time a batch of {batches[-1]}"
+                )
         share = _row_share(verifier.info())
         parts, samples = {}, {}
         decode_one = None
@@ -169,8 +223,10 @@ def calibrate_server(verifier_url, draft_url, *, batches=(1,), max_block=8, cont
             if b == 1:
                 decode_one = float(np.median(decode))
                 sizes = sorted({1, max(2, max_block // 2), max(2, max_block)})
-                reads = {k: float(np.median([x for r in range(repeats) for x in _block_ms(draft, 1, k, context, r)]))
-                         for k in sizes}  # fmt: skip
+                reads = {
+                    k: float(np.median([x for r in range(repeats) for x in _block_ms(draft, 1, k, context, r)]))
+                    for k in sizes
+                }
                 slope = max(float(np.polyfit(sizes, [reads[k] for k in sizes], 1)[0]) / 1e3, 1e-9)
             blocks = {1: decode}
             for k in range(2, max_block + 1):
@@ -180,13 +236,18 @@ def calibrate_server(verifier_url, draft_url, *, batches=(1,), max_block=8, cont
                 rows = (b * k - 1) * share * decode_one
                 blocks[k] = [x + rows for x in pp]
             seconds = {k: [x / 1e3 for x in v] for k, v in blocks.items()}
-            parts[b] = {"draft_token": float(np.median(drafted)) / 1e3,
-                        "verify_block": {k: float(np.median(v)) for k, v in seconds.items()},
-                        "draft_read_token": b * slope}  # fmt: skip
+            parts[b] = {
+                "draft_token": float(np.median(drafted)) / 1e3,
+                "verify_block": {k: float(np.median(v)) for k, v in seconds.items()},
+                "draft_read_token": b * slope,
+            }
             samples[b] = {"draft_token": [x / 1e3 for x in drafted], "verify_block": seconds}
             if progress:
-                print(f"batch {b}: a verifier step {parts[b]['verify_block'][1] * 1e3:.1f} ms, a draft step "
-                      f"{parts[b]['draft_token'] * 1e3:.1f} ms", flush=True)  # fmt: skip
+                print(
+                    f"batch {b}: a verifier step {parts[b]['verify_block'][1] * 1e3:.1f} ms, a draft step "
+                    f"{parts[b]['draft_token'] * 1e3:.1f} ms",
+                    flush=True,
+                )
         prefill, prefill_samples = {}, {}
         for role, speaker in (("verifier", verifier), ("draft", draft)):
             per = {n: [_prefill_ms(speaker, n, r) / 1e3 for r in range(repeats)] for n in prompt_lengths}
@@ -195,21 +256,25 @@ def calibrate_server(verifier_url, draft_url, *, batches=(1,), max_block=8, cont
         source = {
             "kind": "server",
             "method": "llama-server's own timings over HTTP (predicted_per_token_ms; prompt_ms of k tokens after a "
-                      f"cached prefix, plus k - 1 rows' unembedding modelled as {share:.3f} of a decode step)",
+            f"cached prefix, plus k - 1 rows' unembedding modelled as {share:.3f} of a decode step)",
             "verifier": verifier.info().as_dict(),
             "draft": draft.info().as_dict(),
             "client_machine": platform.machine(),
             "created": utc_timestamp(),
             "context": int(context),
             "row_share": share,
-        }  # fmt: skip
+        }
         first = parts[1]
         return CostModel(
-            draft_token=first["draft_token"], verify_block=first["verify_block"], source=source, prefill=prefill,
+            draft_token=first["draft_token"],
+            verify_block=first["verify_block"],
+            source=source,
+            prefill=prefill,
             draft_read_token=first["draft_read_token"],
-            context=int(context), samples={**samples[1], "prefill": prefill_samples},
+            context=int(context),
+            samples={**samples[1], "prefill": prefill_samples},
             batch={b: {**parts[b], "samples": samples[b]} for b in batches if b > 1},
-        )  # fmt: skip
+        )
     finally:
         v_client.close()
         d_client.close()

@@ -57,10 +57,30 @@ def _identity(info):
     return {"server": out}
 
 
-def dump_server_trace(verifier_url, draft_url, prompts, out, *, settings=None, max_new_tokens=128, seed=0,
-                      top_k=DEFAULT_TOP_K, limit=None, concurrency=1, protocol="auto", draft_protocol=None,
-                      api_key_env=None, draft_api_key_env=None, timeout=600.0, retries=4, chat=True, tokenizer=None,
-                      vocab_size=None, shard_positions=2048, progress=None) -> DumpSummary:  # fmt: skip
+def dump_server_trace(
+    verifier_url,
+    draft_url,
+    prompts,
+    out,
+    *,
+    settings=None,
+    max_new_tokens=128,
+    seed=0,
+    top_k=DEFAULT_TOP_K,
+    limit=None,
+    concurrency=1,
+    protocol="auto",
+    draft_protocol=None,
+    api_key_env=None,
+    draft_api_key_env=None,
+    timeout=600.0,
+    retries=4,
+    chat=True,
+    tokenizer=None,
+    vocab_size=None,
+    shard_positions=2048,
+    progress=None,
+) -> DumpSummary:
     """Dump a trace of ``prompts`` (``Prompt`` objects) from two servers into ``out``; resumable.
 
     ``verifier_url`` generates (``settings``, at most ``max_new_tokens``, seeded per prompt by
@@ -73,13 +93,24 @@ def dump_server_trace(verifier_url, draft_url, prompts, out, *, settings=None, m
     """
     settings = settings or SamplingSettings()
     prompt_seed(seed, "")
-    for name, value, low in (("max_new_tokens", max_new_tokens, 1), ("top_k", top_k, 1),
-                             ("concurrency", concurrency, 1), ("shard_positions", shard_positions, 1)):  # fmt: skip
+    for name, value, low in (
+        ("max_new_tokens", max_new_tokens, 1),
+        ("top_k", top_k, 1),
+        ("concurrency", concurrency, 1),
+        ("shard_positions", shard_positions, 1),
+    ):
         check_int(value, name, low)
     if limit is not None:
         check_int(limit, "limit", 0, what="prompts in this run")
-    v_client, verifier = open_server(verifier_url, protocol=protocol, api_key_env=api_key_env, timeout=timeout,
-                                     retries=retries, tokenizer=tokenizer, what="--server")  # fmt: skip
+    v_client, verifier = open_server(
+        verifier_url,
+        protocol=protocol,
+        api_key_env=api_key_env,
+        timeout=timeout,
+        retries=retries,
+        tokenizer=tokenizer,
+        what="--server",
+    )
     d_client, draft = open_server(
         draft_url,
         protocol=draft_protocol or protocol,
@@ -114,8 +145,24 @@ def dump_server_trace(verifier_url, draft_url, prompts, out, *, settings=None, m
             "logprobs": "normalised log-probabilities of the raw logits (temperature 1, before samplers); lse = 0",
             "created": utc_timestamp(),
         }
-        return _run(prompts, out, verifier, draft, clients, metadata, vocab, settings, max_new_tokens, seed, top_k,
-                    limit, concurrency, chat, shard_positions, progress)  # fmt: skip
+        return _run(
+            prompts,
+            out,
+            verifier,
+            draft,
+            clients,
+            metadata,
+            vocab,
+            settings,
+            max_new_tokens,
+            seed,
+            top_k,
+            limit,
+            concurrency,
+            chat,
+            shard_positions,
+            progress,
+        )
     finally:
         for client in clients:
             client.close()
@@ -139,15 +186,42 @@ def _one(prompt, verifier, draft, settings, max_new_tokens, seed, k, chat):
     return prompt, ids, gen, rows
 
 
-def _run(prompts, out, verifier, draft, clients, metadata, vocab, settings, max_new_tokens, seed, k, limit,
-         concurrency, chat, shard_positions, progress):  # fmt: skip
+def _run(
+    prompts,
+    out,
+    verifier,
+    draft,
+    clients,
+    metadata,
+    vocab,
+    settings,
+    max_new_tokens,
+    seed,
+    k,
+    limit,
+    concurrency,
+    chat,
+    shard_positions,
+    progress,
+):
     stop = [client.close for client in clients]  # in-flight requests end now; what completed is written
-    with DumpSession(out, prompts, vocab, top_k=k, metadata=metadata, limit=limit, shard_positions=shard_positions,
-                     progress=progress, what="dump (server)", on_stop=stop) as session:  # fmt: skip
+    with DumpSession(
+        out,
+        prompts,
+        vocab,
+        top_k=k,
+        metadata=metadata,
+        limit=limit,
+        shard_positions=shard_positions,
+        progress=progress,
+        what="dump (server)",
+        on_stop=stop,
+    ) as session:
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=int(concurrency), thread_name_prefix="dump")
         try:
-            futures = [pool.submit(_one, p, verifier, draft, settings, max_new_tokens, seed, k, chat)
-                       for p in session.todo]  # fmt: skip
+            futures = [
+                pool.submit(_one, p, verifier, draft, settings, max_new_tokens, seed, k, chat) for p in session.todo
+            ]
             for future in futures:  # in prompt order: the trace is the same at any concurrency
                 prompt, ids, gen, rows = future.result()
                 if isinstance(gen, AlignmentError):

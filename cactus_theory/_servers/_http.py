@@ -73,15 +73,19 @@ def check_url(url, what="--server") -> str:
         raise ServerError(f"{what} must be a URL such as http://127.0.0.1:8080; got {url!r}")
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ServerError(f"{what} must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:8080; got "
-                          f"{public_url(url) if parts.hostname else shown(url)!r}")  # fmt: skip
+        raise ServerError(
+            f"{what} must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:8080; got "
+            f"{public_url(url) if parts.hostname else shown(url)!r}"
+        )
     try:
         port = _port(parts)
     except ServerError as exc:
         raise ServerError(f"{what}: {exc}") from None
     if port == 0:
-        raise ServerError(f"{what} {public_url(url)}: port 0 is no server's port; give the port the server listens "
-                          "on (llama-server's default is 8080)")  # fmt: skip
+        raise ServerError(
+            f"{what} {public_url(url)}: port 0 is no server's port; give the port the server listens "
+            "on (llama-server's default is 8080)"
+        )
     return url
 
 
@@ -95,8 +99,13 @@ def _forms(secret: str) -> list:
     URL-encoded."""
     if not secret:
         return []
-    forms = {secret, repr(secret)[1:-1], json.dumps(secret)[1:-1], urllib.parse.quote(secret, safe=""),
-             urllib.parse.quote_plus(secret)}  # fmt: skip
+    forms = {
+        secret,
+        repr(secret)[1:-1],
+        json.dumps(secret)[1:-1],
+        urllib.parse.quote(secret, safe=""),
+        urllib.parse.quote_plus(secret),
+    }
     return sorted((f for f in forms if f), key=len, reverse=True)
 
 
@@ -132,8 +141,9 @@ class ServerClient:
         The first wait and the longest one, in seconds.
     """
 
-    def __init__(self, url, *, api_key_env=None, timeout=600.0, retries=4, backoff=0.5, max_backoff=30.0,
-                 what="--server"):  # fmt: skip
+    def __init__(
+        self, url, *, api_key_env=None, timeout=600.0, retries=4, backoff=0.5, max_backoff=30.0, what="--server"
+    ):
         try:
             import httpx
         except ImportError:
@@ -160,8 +170,10 @@ class ServerClient:
             if not key:
                 raise ServerError(f"--api-key-env {api_key_env}: that environment variable is empty or not set")
             if not key.isprintable():
-                raise ServerError(f"--api-key-env {api_key_env}: the key holds control characters (a line end "
-                                  "inside it?); an API key is one line of printable characters")  # fmt: skip
+                raise ServerError(
+                    f"--api-key-env {api_key_env}: the key holds control characters (a line end "
+                    "inside it?); an API key is one line of printable characters"
+                )
             self._key = key
             headers["Authorization"] = f"Bearer {key}"
         parts = urllib.parse.urlsplit(url)
@@ -216,8 +228,15 @@ class ServerClient:
                     f"did not complete its answer within --timeout {self.timeout:g} s "
                     "(it kept sending, slowly); give a longer --timeout if it is only slow",
                 )
-            except (httpx.ConnectError, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError,
-                    httpx.ReadTimeout, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:  # fmt: skip
+            except (
+                httpx.ConnectError,
+                httpx.ReadError,
+                httpx.WriteError,
+                httpx.RemoteProtocolError,
+                httpx.ReadTimeout,
+                httpx.ConnectTimeout,
+                httpx.PoolTimeout,
+            ) as exc:
                 kind = "did not answer in time" if isinstance(exc, httpx.TimeoutException) else "could not be reached"
                 last = self._fail(endpoint, f"{kind} ({type(exc).__name__}: {exc}); is the server running there?")
             else:
@@ -277,8 +296,9 @@ class ServerClient:
         except _Deadline:
             raise self._fail(endpoint, f"did not complete its answer within --timeout {self.timeout:g} s") from None
         except httpx.HTTPError as exc:
-            raise self._fail(endpoint, f"could not be reached ({type(exc).__name__}: {exc}); is the server running "
-                                       "there?") from None  # fmt: skip
+            raise self._fail(
+                endpoint, f"could not be reached ({type(exc).__name__}: {exc}); is the server running there?"
+            ) from None
         try:
             body = strict_json(text)
         except ValueError:

@@ -49,8 +49,10 @@ class LlamaCppNative(ServerProtocol):
     def _read_info(self):
         status, props = self.client.probe("/props")
         if status != 200 or not isinstance(props, dict):
-            raise ServerError(f"{self.client.what} {self.client.public}: GET /props answered {status}: not a "
-                              "llama-server (or give --protocol)")  # fmt: skip
+            raise ServerError(
+                f"{self.client.what} {self.client.public}: GET /props answered {status}: not a "
+                "llama-server (or give --protocol)"
+            )
         _, models = self.client.probe("/v1/models")
         model, vocab, extra = None, None, {}
         where = f"{self.client.what} {self.client.public}"
@@ -70,10 +72,17 @@ class LlamaCppNative(ServerProtocol):
             extra["model_file"] = str(path).replace("\\", "/").rsplit("/", 1)[-1]  # the file's name, not its path
         if settings.get("speculative") is not None:
             extra["speculative"] = bool(settings.get("speculative"))
-        return ServerInfo(url=self.client.public, protocol=self.name, engine="llama.cpp",
-                          version=props.get("build_info"), model=model or extra.get("model_file"),
-                          vocab_size=vocab if isinstance(vocab, int) else None,
-                          slots=props.get("total_slots"), context=settings.get("n_ctx"), extra=extra)  # fmt: skip
+        return ServerInfo(
+            url=self.client.public,
+            protocol=self.name,
+            engine="llama.cpp",
+            version=props.get("build_info"),
+            model=model or extra.get("model_file"),
+            vocab_size=vocab if isinstance(vocab, int) else None,
+            slots=props.get("total_slots"),
+            context=settings.get("n_ctx"),
+            extra=extra,
+        )
 
     def prompt_ids(self, text, chat=True, special=True):
         if chat:
@@ -90,10 +99,23 @@ class LlamaCppNative(ServerProtocol):
         return [token_id(t, self.vocab, "/tokenize") for t in ids]
 
     def _completion_body(self, prompt_ids, k):
-        return {"prompt": list(map(int, prompt_ids)), "n_probs": int(k), "post_sampling_probs": False,
-                "return_tokens": True, "verbose": self.openai, "cache_prompt": False, "stream": False, "min_p": 0.0,
-                "typical_p": 1.0, "repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
-                "dry_multiplier": 0.0, "xtc_probability": 0.0, "mirostat": 0}  # fmt: skip
+        return {
+            "prompt": list(map(int, prompt_ids)),
+            "n_probs": int(k),
+            "post_sampling_probs": False,
+            "return_tokens": True,
+            "verbose": self.openai,
+            "cache_prompt": False,
+            "stream": False,
+            "min_p": 0.0,
+            "typical_p": 1.0,
+            "repeat_penalty": 1.0,
+            "presence_penalty": 0.0,
+            "frequency_penalty": 0.0,
+            "dry_multiplier": 0.0,
+            "xtc_probability": 0.0,
+            "mirostat": 0,
+        }
 
     def _post(self, body):
         if self.openai:  # the OpenAI endpoint's names for the model and the length; llama.cpp's fields pass through
@@ -127,8 +149,9 @@ class LlamaCppNative(ServerProtocol):
         listed, rows = [], []
         for i, pos in enumerate(probs):
             if not isinstance(pos, dict) or "id" not in pos or not isinstance(pos.get("top_logprobs"), list):
-                raise ServerError(f"{where}, position {i}: expected {{id, logprob, top_logprobs}} (post_sampling_probs "
-                                  "must be off)")  # fmt: skip
+                raise ServerError(
+                    f"{where}, position {i}: expected {{id, logprob, top_logprobs}} (post_sampling_probs must be off)"
+                )
             listed.append(token_id(pos["id"], self.vocab, f"{where}, position {i}"))
             rows.append([(e.get("id"), e.get("logprob")) for e in pos["top_logprobs"] if isinstance(e, dict)])
         if not isinstance(native, list) or not native:
@@ -164,8 +187,17 @@ class LlamaCppNative(ServerProtocol):
             if entry is not None:
                 continue
             body = self._completion_body([*prompt_ids, *tokens[:i]], k)
-            body.update({"n_predict": 1, "grammar": f"root ::= <[{self._safe_token()}]>", "temperature": 0.0,
-                         "top_k": 1, "top_p": 1.0, "samplers": ["top_k"], "seed": 0})  # fmt: skip
+            body.update(
+                {
+                    "n_predict": 1,
+                    "grammar": f"root ::= <[{self._safe_token()}]>",
+                    "temperature": 0.0,
+                    "top_k": 1,
+                    "top_p": 1.0,
+                    "samplers": ["top_k"],
+                    "seed": 0,
+                }
+            )
             _, again, _, _ = self._parse(self._post(body), k, f"{where} (position {i})")
             if not again or again[0] is None:
                 raise ServerError(f"{where}: the server gave no log-probs for position {i}, even alone")
@@ -215,9 +247,18 @@ class LlamaCppNative(ServerProtocol):
             if ends and end == len(tokens):
                 forced = [*forced[:-1], safe]
             body = self._completion_body([*prompt_ids, *tokens[:start]], k)
-            body.update({"n_predict": len(forced), "temperature": 0.0, "top_k": 1, "top_p": 1.0,
-                         "samplers": ["top_k"], "seed": 0, "ignore_eos": False,
-                         "grammar": "root ::= " + " ".join(f"<[{t}]>" for t in forced)})  # fmt: skip
+            body.update(
+                {
+                    "n_predict": len(forced),
+                    "temperature": 0.0,
+                    "top_k": 1,
+                    "top_p": 1.0,
+                    "samplers": ["top_k"],
+                    "seed": 0,
+                    "ignore_eos": False,
+                    "grammar": "root ::= " + " ".join(f"<[{t}]>" for t in forced),
+                }
+            )
             got, rows, _, _ = self._parse(self._post(body), k, where)
             if got != forced:
                 pairs = zip(got, forced, strict=False)

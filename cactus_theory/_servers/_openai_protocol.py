@@ -42,12 +42,16 @@ class OpenAICompletions(ServerProtocol):
     def _read_info(self):
         status, models = self.client.probe("/v1/models")
         if status != 200 or not isinstance(models, dict) or not models.get("data"):
-            raise ServerError(f"{self.client.what} {self.client.public}: GET /v1/models answered {status} without a "
-                              "model list: not an OpenAI-compatible server")  # fmt: skip
+            raise ServerError(
+                f"{self.client.what} {self.client.public}: GET /v1/models answered {status} without a "
+                "model list: not an OpenAI-compatible server"
+            )
         data = models["data"]
         if not isinstance(data, list):
-            raise ServerError(f"{self.client.what} {self.client.public}/v1/models: data is {shown(repr(data))[:40]}, "
-                              "not a list of models")  # fmt: skip
+            raise ServerError(
+                f"{self.client.what} {self.client.public}/v1/models: data is {shown(repr(data))[:40]}, "
+                "not a list of models"
+            )
         first = json_object(data[0], f"{self.client.what} {self.client.public}/v1/models", "data[0]")
         self._model = self._model or first.get("id")
         owner = str(first.get("owned_by", ""))
@@ -56,15 +60,30 @@ class OpenAICompletions(ServerProtocol):
             self._llama = LlamaCppNative(self.client, model=self._model, openai=True)
             base = self._llama.info()
             self.flavour = "llama.cpp"
-            return ServerInfo(url=base.url, protocol=self.name, engine="llama.cpp", version=base.version,
-                              model=self._model, vocab_size=base.vocab_size, slots=base.slots, context=base.context,
-                              extra=base.extra)  # fmt: skip
+            return ServerInfo(
+                url=base.url,
+                protocol=self.name,
+                engine="llama.cpp",
+                version=base.version,
+                model=self._model,
+                vocab_size=base.vocab_size,
+                slots=base.slots,
+                context=base.context,
+                extra=base.extra,
+            )
         version_status, version = self.client.probe("/version")
         self.flavour = "vllm" if owner == "vllm" or (version_status == 200 and isinstance(version, dict)) else "openai"
-        return ServerInfo(url=self.client.public, protocol=self.name, engine=self.flavour,
-                          version=version.get("version") if isinstance(version, dict) else None, model=self._model,
-                          vocab_size=None, max_logprobs=None,
-                          context=first.get("max_model_len"), extra={"owned_by": owner} if owner else {})  # fmt: skip
+        return ServerInfo(
+            url=self.client.public,
+            protocol=self.name,
+            engine=self.flavour,
+            version=version.get("version") if isinstance(version, dict) else None,
+            model=self._model,
+            vocab_size=None,
+            max_logprobs=None,
+            context=first.get("max_model_len"),
+            extra={"owned_by": owner} if owner else {},
+        )
 
     def prompt_ids(self, text, chat=True, special=True):
         self.info()
@@ -75,8 +94,11 @@ class OpenAICompletions(ServerProtocol):
         if self.flavour != "vllm":
             return self._local_ids(text, chat)
         if chat:
-            payload = {"model": self._model, "messages": [{"role": "user", "content": text}],
-                       "add_generation_prompt": True}  # fmt: skip
+            payload = {
+                "model": self._model,
+                "messages": [{"role": "user", "content": text}],
+                "add_generation_prompt": True,
+            }
         else:
             payload = {"model": self._model, "prompt": text, "add_special_tokens": special}
         body = self.client.post("/tokenize", payload)
@@ -89,9 +111,17 @@ class OpenAICompletions(ServerProtocol):
         self.info()
         if self.flavour == "llama.cpp":
             return self._llama.generate(prompt_ids, settings, max_new_tokens, seed, k)
-        body = {"model": self._model, "prompt": list(map(int, prompt_ids)), "max_tokens": int(max_new_tokens),
-                "stream": False, "logprobs": int(k), "return_tokens_as_token_ids": True, "return_token_ids": True,
-                "seed": int(seed) % 2**31, **sampling_fields(settings)}  # fmt: skip
+        body = {
+            "model": self._model,
+            "prompt": list(map(int, prompt_ids)),
+            "max_tokens": int(max_new_tokens),
+            "stream": False,
+            "logprobs": int(k),
+            "return_tokens_as_token_ids": True,
+            "return_token_ids": True,
+            "seed": int(seed) % 2**31,
+            **sampling_fields(settings),
+        }
         where = f"{self.client.what} {self.client.public}/v1/completions"
         tokens, entries, finish = self._parse_openai(self.client.post("/v1/completions", body), where)
         values, ids = rows_from_entries(entries, k, self.vocab, where)
@@ -105,8 +135,9 @@ class OpenAICompletions(ServerProtocol):
             raise ServerError(f"{where}: no choices in the answer")
         logprobs = choice.get("logprobs")
         if not isinstance(logprobs, dict) or not isinstance(logprobs.get("top_logprobs"), list):
-            raise ServerError(f"{where}: the server returned no log-probs (logprobs=K must be allowed: vLLM's "
-                              "--max-logprobs)")  # fmt: skip
+            raise ServerError(
+                f"{where}: the server returned no log-probs (logprobs=K must be allowed: vLLM's --max-logprobs)"
+            )
         names = logprobs.get("tokens") or []
         tokens = [token_id(t, self.vocab, f"{where}, token {i}") for i, t in enumerate(names)]
         ids = choice.get("token_ids")
@@ -125,8 +156,14 @@ class OpenAICompletions(ServerProtocol):
         self.info()
         if self.flavour == "llama.cpp":
             return self._llama.score(prompt_ids, tokens, k, ends, partial)
-        body = {"model": self._model, "prompt": [*map(int, prompt_ids), *map(int, tokens)], "max_tokens": 1,
-                "stream": False, "prompt_logprobs": int(k), "temperature": 0.0}  # fmt: skip
+        body = {
+            "model": self._model,
+            "prompt": [*map(int, prompt_ids), *map(int, tokens)],
+            "max_tokens": 1,
+            "stream": False,
+            "prompt_logprobs": int(k),
+            "temperature": 0.0,
+        }
         where = f"{self.client.what} {self.client.public}/v1/completions (prompt_logprobs)"
         answer = self.client.post("/v1/completions", body)
         choice = (answer.get("choices") or [None])[0] if isinstance(answer, dict) else None

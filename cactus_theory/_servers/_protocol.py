@@ -34,8 +34,19 @@ import numpy as np
 from .._math._validation import is_integer
 from ._http import ServerClient, ServerError, shown
 
-__all__ = ["AlignmentError", "Generation", "ServerInfo", "ServerProtocol", "detect_protocol", "json_object",
-           "make_protocol", "protocol_names", "rows_from_entries", "sampling_fields", "token_id"]  # fmt: skip
+__all__ = [
+    "AlignmentError",
+    "Generation",
+    "ServerInfo",
+    "ServerProtocol",
+    "detect_protocol",
+    "json_object",
+    "make_protocol",
+    "protocol_names",
+    "rows_from_entries",
+    "sampling_fields",
+    "token_id",
+]
 
 #: The largest mass a row of log-probs may claim above 1 (float32 rounding of a normalised row).
 MASS_TOLERANCE = 1e-4
@@ -61,8 +72,14 @@ class ServerInfo:
     extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        out = {"url": self.url, "protocol": self.protocol, "engine": self.engine, "version": self.version,
-               "model": self.model, "vocab_size": self.vocab_size}  # fmt: skip
+        out = {
+            "url": self.url,
+            "protocol": self.protocol,
+            "engine": self.engine,
+            "version": self.version,
+            "model": self.model,
+            "vocab_size": self.vocab_size,
+        }
         for key in ("max_logprobs", "slots", "context"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
@@ -101,8 +118,9 @@ def token_id(value, vocab, where):
     elif isinstance(value, str) and value.lstrip("-").isdigit():
         value = int(value)
     if not is_integer(value):
-        raise ServerError(f"{where}: expected a token id, got {str(value)[:40]!r} (vLLM: ask for "
-                          "return_tokens_as_token_ids)")  # fmt: skip
+        raise ServerError(
+            f"{where}: expected a token id, got {str(value)[:40]!r} (vLLM: ask for return_tokens_as_token_ids)"
+        )
     if value < 0 or (vocab is not None and value >= vocab):
         raise ServerError(f"{where}: token id {value} lies outside the vocabulary [0, {vocab})")
     return value
@@ -118,8 +136,10 @@ def rows_from_entries(entries, k, vocab, where):
         here = f"{where}, position {i}"
         if entry is None or len(entry) < k:
             got = 0 if entry is None else len(entry)
-            raise ServerError(f"{here}: the server returned {got} log-probs, fewer than K = {k} (lower --top-logits, "
-                              "or raise the server's limit)")  # fmt: skip
+            raise ServerError(
+                f"{here}: the server returned {got} log-probs, fewer than K = {k} (lower --top-logits, "
+                "or raise the server's limit)"
+            )
         pairs = {}
         for tok, lp in entry:
             tok = token_id(tok, vocab, here)
@@ -127,8 +147,10 @@ def rows_from_entries(entries, k, vocab, where):
             if math.isnan(lp) or lp == math.inf:
                 raise ServerError(f"{here}: log-prob {lp} of token {tok} is not a number a distribution can have")
             if lp > MASS_TOLERANCE:
-                raise ServerError(f"{here}: log-prob {lp:.6g} of token {tok} is above 0: these are not normalised "
-                                  "log-probabilities (raw logits or scores?)")  # fmt: skip
+                raise ServerError(
+                    f"{here}: log-prob {lp:.6g} of token {tok} is above 0: these are not normalised "
+                    "log-probabilities (raw logits or scores?)"
+                )
             if tok in pairs and pairs[tok] != lp:
                 raise ServerError(f"{here}: token {tok} is listed twice with different log-probs")
             pairs[tok] = lp
@@ -141,11 +163,14 @@ def rows_from_entries(entries, k, vocab, where):
         floor = -math.log(vocab) - MASS_TOLERANCE if vocab else -math.inf
         if mass == 0 or best[0][1] < floor:  # a distribution's likeliest token holds at least 1 / V
             lack = "no mass" if mass == 0 else "less than 1 / V"
-            raise ServerError(f"{here}: the likeliest token's log-prob is {best[0][1]:.6g} (every listed token has "
-                              f"{lack}): not a normalised distribution")  # fmt: skip
+            raise ServerError(
+                f"{here}: the likeliest token's log-prob is {best[0][1]:.6g} (every listed token has "
+                f"{lack}): not a normalised distribution"
+            )
         if mass > 1 + MASS_TOLERANCE:
-            raise ServerError(f"{here}: the top-{k} probabilities add up to {mass:.6f} > 1: not one normalised "
-                              "distribution")  # fmt: skip
+            raise ServerError(
+                f"{here}: the top-{k} probabilities add up to {mass:.6f} > 1: not one normalised distribution"
+            )
     return values, ids
 
 
@@ -163,8 +188,10 @@ def _shape_checked(method, name):
             return method(self, *args, **kwargs)
         except (AttributeError, TypeError, KeyError, IndexError) as exc:
             client = self.client
-            raise ServerError(f"{client.what} {client.public}: answered JSON of an unexpected shape ({name}: "
-                              f"{shown(exc)[:80]}): is it the kind of server --protocol says?") from None  # fmt: skip
+            raise ServerError(
+                f"{client.what} {client.public}: answered JSON of an unexpected shape ({name}: "
+                f"{shown(exc)[:80]}): is it the kind of server --protocol says?"
+            ) from None
 
     return checked
 
@@ -248,8 +275,10 @@ class ServerProtocol(abc.ABC):
     def _local_ids(self, text, chat):
         """The prompt's ids from the local tokenizer (a callable (text, chat) -> ids), or a ServerError."""
         if self.tokenizer is None:
-            raise ServerError(f"{self.client.what} {self.client.public}: this server has no tokenize endpoint: give "
-                              "--tokenizer (the model's Hugging Face tokenizer) for the prompts' ids")  # fmt: skip
+            raise ServerError(
+                f"{self.client.what} {self.client.public}: this server has no tokenize endpoint: give "
+                "--tokenizer (the model's Hugging Face tokenizer) for the prompts' ids"
+            )
         return [token_id(t, self.vocab, "--tokenizer") for t in self.tokenizer(text, chat)]
 
     def probe_tokenize(self, text) -> list:
@@ -275,11 +304,16 @@ def protocol_names() -> tuple:
     return tuple(c.name for c in sorted(_REGISTERED.values(), key=lambda c: (c.detect_order, c.name)))
 
 
-def make_protocol(name, client, *, tokenizer=None, model=None) -> ServerProtocol:
-    """The protocol ``name`` speaking to ``client``."""
+def protocol_class(name):
+    """The registered protocol class ``name``."""
     if name not in _REGISTERED:
         raise ServerError(f"--protocol must be one of {', '.join(protocol_names())} (or auto); got {name!r}")
-    return _REGISTERED[name](client, tokenizer=tokenizer, model=model)
+    return _REGISTERED[name]
+
+
+def make_protocol(name, client, *, tokenizer=None, model=None) -> ServerProtocol:
+    """The protocol ``name`` speaking to ``client``."""
+    return protocol_class(name)(client, tokenizer=tokenizer, model=model)
 
 
 def detect_protocol(client) -> str:
@@ -287,5 +321,7 @@ def detect_protocol(client) -> str:
     for name in protocol_names():
         if _REGISTERED[name].detects(client):
             return name
-    raise ServerError(f"{client.what} {client.public}: speaks none of the protocols {', '.join(protocol_names())} "
-                      "(none recognised it): give --protocol, or check the URL")  # fmt: skip
+    raise ServerError(
+        f"{client.what} {client.public}: speaks none of the protocols {', '.join(protocol_names())} "
+        "(none recognised it): give --protocol, or check the URL"
+    )

@@ -9,8 +9,15 @@ from . import _llamacpp_protocol, _openai_protocol, _sglang_protocol  # noqa: F4
 from ._http import ServerClient, ServerError
 from ._protocol import AlignmentError, detect_protocol, make_protocol, protocol_names
 
-__all__ = ["PROBE_STRINGS", "AlignmentError", "compare_tokenizers", "detect_protocol", "make_protocol", "open_server",
-           "protocol_names"]  # fmt: skip
+__all__ = [
+    "PROBE_STRINGS",
+    "AlignmentError",
+    "compare_tokenizers",
+    "detect_protocol",
+    "make_protocol",
+    "open_server",
+    "protocol_names",
+]
 
 #: Strings both servers tokenize before a dump: their ids must agree (ASCII, code, digits, accents,
 #: CJK, emoji, whitespace runs and a chat-template marker).
@@ -24,8 +31,9 @@ PROBE_STRINGS = (
 )
 
 
-def open_server(url, *, protocol="auto", api_key_env=None, timeout=600.0, retries=4, tokenizer=None, what="--server",
-                model=None):  # fmt: skip
+def open_server(
+    url, *, protocol="auto", api_key_env=None, timeout=600.0, retries=4, tokenizer=None, what="--server", model=None
+):
     """(client, protocol object) for the server at ``url`` (``protocol`` "auto" asks the server)."""
     if protocol != "auto" and protocol not in protocol_names():
         raise ServerError(f"{what}: --protocol must be auto or one of {', '.join(protocol_names())}; got {protocol!r}")
@@ -48,8 +56,9 @@ def compare_tokenizers(verifier, draft, probes=PROBE_STRINGS):
     for text in probes:
         ids_a, ids_b = verifier.probe_tokenize(text), draft.probe_tokenize(text)
         if ids_a != ids_b:
-            cut = next((i for i, (x, y) in enumerate(zip(ids_a, ids_b, strict=False)) if x != y),
-                       min(len(ids_a), len(ids_b)))  # fmt: skip
+            cut = next(
+                (i for i, (x, y) in enumerate(zip(ids_a, ids_b, strict=False)) if x != y), min(len(ids_a), len(ids_b))
+            )
             raise ServerError(
                 f"the two servers tokenize {text[:30]!r} differently (from token {cut}: "
                 f"{ids_a[cut : cut + 3]} vs {ids_b[cut : cut + 3]}): they do not share a tokenizer"

@@ -69,18 +69,34 @@ def drive_server(speaker, prompts, settings, max_new_tokens, *, concurrency=1, s
     client = speaker.client
 
     def one(i):
-        body = {"prompt": list(map(int, prompts[i])), "n_predict": int(max_new_tokens), "cache_prompt": False,
-                "return_tokens": True, "stream": False, "seed": prompt_seed(seed, str(i)) % 2**32,
-                "temperature": float(settings.temperature), "top_k": int(settings.top_k),
-                "top_p": float(settings.top_p), "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0,
-                "samplers": ["top_k", "temperature", "top_p"]}  # fmt: skip
+        body = {
+            "prompt": list(map(int, prompts[i])),
+            "n_predict": int(max_new_tokens),
+            "cache_prompt": False,
+            "return_tokens": True,
+            "stream": False,
+            "seed": prompt_seed(seed, str(i)) % 2**32,
+            "temperature": float(settings.temperature),
+            "top_k": int(settings.top_k),
+            "top_p": float(settings.top_p),
+            "min_p": 0.0,
+            "typical_p": 1.0,
+            "repeat_penalty": 1.0,
+            "samplers": ["top_k", "temperature", "top_p"],
+        }
         answer = client.post("/completion", body)
         t = answer.get("timings") if isinstance(answer, dict) else None
         if not isinstance(t, dict):
             raise ServerError(f"{client.what} {client.public}/completion: no timings in the answer")
-        return RequestRecord(i, int(t.get("predicted_n", 0)), float(t.get("predicted_ms", 0.0)) / 1e3,
-                             float(t.get("prompt_ms", 0.0)) / 1e3, int(t.get("draft_n", 0)),
-                             int(t.get("draft_n_accepted", 0)), tuple(answer.get("tokens") or ()))  # fmt: skip
+        return RequestRecord(
+            i,
+            int(t.get("predicted_n", 0)),
+            float(t.get("predicted_ms", 0.0)) / 1e3,
+            float(t.get("prompt_ms", 0.0)) / 1e3,
+            int(t.get("draft_n", 0)),
+            int(t.get("draft_n_accepted", 0)),
+            tuple(answer.get("tokens") or ()),
+        )
 
     before = spec_counters(client)
     start = time.perf_counter()

@@ -40,13 +40,19 @@ class SGLangGenerate(ServerProtocol):
         if status != 200 or not isinstance(info, dict):
             status, info = self.client.probe("/model_info")
         if status != 200 or not isinstance(info, dict):
-            raise ServerError(f"{self.client.what} {self.client.public}: GET /get_model_info answered {status}: not "
-                              "an SGLang server")  # fmt: skip
+            raise ServerError(
+                f"{self.client.what} {self.client.public}: GET /get_model_info answered {status}: not an SGLang server"
+            )
         _, server = self.client.probe("/get_server_info")
         version = server.get("version") if isinstance(server, dict) else None
-        return ServerInfo(url=self.client.public, protocol=self.name, engine="sglang", version=version,
-                          model=info.get("model_path"), vocab_size=info.get("vocab_size")
-                          if isinstance(info.get("vocab_size"), int) else None)  # fmt: skip
+        return ServerInfo(
+            url=self.client.public,
+            protocol=self.name,
+            engine="sglang",
+            version=version,
+            model=info.get("model_path"),
+            vocab_size=info.get("vocab_size") if isinstance(info.get("vocab_size"), int) else None,
+        )
 
     def prompt_ids(self, text, chat=True, special=True):
         if self.tokenizer is None:
@@ -54,9 +60,15 @@ class SGLangGenerate(ServerProtocol):
         return self.tokenizer(text, chat)
 
     def _call(self, input_ids, max_new_tokens, k, sampling, start):
-        body = {"input_ids": list(map(int, input_ids)), "sampling_params": {"max_new_tokens": int(max_new_tokens),
-                **sampling}, "return_logprob": True, "top_logprobs_num": int(k), "logprob_start_len": int(start),
-                "return_text_in_logprobs": False, "stream": False}  # fmt: skip
+        body = {
+            "input_ids": list(map(int, input_ids)),
+            "sampling_params": {"max_new_tokens": int(max_new_tokens), **sampling},
+            "return_logprob": True,
+            "top_logprobs_num": int(k),
+            "logprob_start_len": int(start),
+            "return_text_in_logprobs": False,
+            "stream": False,
+        }
         answer = self.client.post("/generate", body)
         if isinstance(answer, list):
             answer = answer[0] if answer else None

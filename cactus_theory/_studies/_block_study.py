@@ -131,9 +131,14 @@ def compare_block_verification(trace, ms=tuple(range(1, 21)), n_boot=1000, block
     for mode in ("sampled", "greedy"):
         start = time.perf_counter()
         result = analyze_trace(
-            trace, list(BLOCK_COMPARISON_RULES), ms=ms, n_boot=n_boot, draft_mode=mode, progress=progress,
+            trace,
+            list(BLOCK_COMPARISON_RULES),
+            ms=ms,
+            n_boot=n_boot,
+            draft_mode=mode,
+            progress=progress,
             block_paths=block_paths,
-        )  # fmt: skip
+        )
         rows[mode] = [r for r in result.rows if r["task"] == "all"]
         gain[mode] = {m: result.al_ratio("block", "sps", m, n_boot) for m in result.ms}
         seconds[mode] = time.perf_counter() - start

@@ -59,8 +59,13 @@ def read_records(path) -> list:
 def _setting(m, settings, max_new_tokens, seed, models) -> dict:
     """What decides every answer of a run besides its (problem, method, sample): records of another
     setting are never mixed with this run's."""
-    return {"m": int(m), "sampling": settings.as_dict(), "max_new_tokens": int(max_new_tokens), "seed": int(seed),
-            "models": models}  # fmt: skip
+    return {
+        "m": int(m),
+        "sampling": settings.as_dict(),
+        "max_new_tokens": int(max_new_tokens),
+        "seed": int(seed),
+        "models": models,
+    }
 
 
 def _identity(model_or_triple):
@@ -91,8 +96,23 @@ def _drop_torn_tail(path) -> None:
             back = min(size, back * 2)
 
 
-def evaluate_rules(verifier, draft, problems, rules, *, m=8, settings=None, max_new_tokens=512, samples=1, seed=0,
-                   batch=1, out=None, progress=None, drift=True, timeout=PROGRAM_SECONDS) -> list:  # fmt: skip
+def evaluate_rules(
+    verifier,
+    draft,
+    problems,
+    rules,
+    *,
+    m=8,
+    settings=None,
+    max_new_tokens=512,
+    samples=1,
+    seed=0,
+    batch=1,
+    out=None,
+    progress=None,
+    drift=True,
+    timeout=PROGRAM_SECONDS,
+) -> list:
     """Decode and grade ``problems`` (``load_problems``) with the verifier alone and each of ``rules``:
     the records (dicts: id, benchmark, method, sample, seed, token ids, text, correct, what was
     extracted, and for a rule its accepted counts and, with ``drift``, token_kl and answer_kl).
@@ -110,16 +130,22 @@ def evaluate_rules(verifier, draft, problems, rules, *, m=8, settings=None, max_
     from .._models._hf import encode_chat, engine_of, eos_ids
 
     settings = settings or SamplingSettings()
-    for name, value, low in (("m", m, 1), ("samples", samples, 1), ("batch", batch, 1), ("max_new_tokens",
-                             max_new_tokens, 1)):  # fmt: skip
+    for name, value, low in (
+        ("m", m, 1),
+        ("samples", samples, 1),
+        ("batch", batch, 1),
+        ("max_new_tokens", max_new_tokens, 1),
+    ):
         check_int(value, name, low)
     prompt_seed(seed, "")
     rules = [as_rule(r) for r in rules]
     for rule in rules:
         check_chain_rule(rule)
         if drift and not judgement_of(rule).token_drift:
-            raise ValueError(f"{rule.describe()} judges whole blocks: its per-token drift is not defined; evaluate it "
-                             "with drift=False (--no-drift)")  # fmt: skip
+            raise ValueError(
+                f"{rule.describe()} judges whole blocks: its per-token drift is not defined; evaluate it "
+                "with drift=False (--no-drift)"
+            )
     methods = [ALONE, *(r.describe() for r in rules)]
     if len(set(methods)) != len(methods):
         raise ValueError(f"the rules must be distinct; got {methods[1:]}")
@@ -128,8 +154,9 @@ def evaluate_rules(verifier, draft, problems, rules, *, m=8, settings=None, max_
     model, tokenizer = verifier[0], verifier[1]
     draft, draft_identity = _identity(draft)
     eos = eos_ids(model, tokenizer)
-    setting = _setting(m, settings, max_new_tokens, seed, {"verifier": _identity(tuple(verifier))[1],
-                                                            "draft": draft_identity})  # fmt: skip
+    setting = _setting(
+        m, settings, max_new_tokens, seed, {"verifier": _identity(tuple(verifier))[1], "draft": draft_identity}
+    )
     one = batch == 1 and engine_of(model) == "llama.cpp"
     done, lock = {}, None
     if out is not None:
@@ -165,15 +192,21 @@ def evaluate_rules(verifier, draft, problems, rules, *, m=8, settings=None, max_
                     if one and rule is None:
                         results = [autoregressive_generate(model, prompts[0], settings, max_new_tokens, seeds[0], eos)]
                     elif one:
-                        results = [speculative_generate(model, draft, rule, m, settings, max_new_tokens, seeds[0],
-                                                        prompts[0], eos, drift=drift)]  # fmt: skip
+                        results = [
+                            speculative_generate(
+                                model, draft, rule, m, settings, max_new_tokens, seeds[0], prompts[0], eos, drift=drift
+                            )
+                        ]
                     elif rule is None:
                         results = autoregressive_generate_batch(model, prompts, seeds, settings, max_new_tokens, eos)
                     else:
-                        results = speculative_generate_batch(model, draft, rule, m, prompts, seeds, settings,
-                                                             max_new_tokens, eos, drift=drift)  # fmt: skip
-                    records = [_record(p, method, k, s, res, tokenizer, setting, timeout)
-                               for p, s, res in zip(group, seeds, results, strict=True)]  # fmt: skip
+                        results = speculative_generate_batch(
+                            model, draft, rule, m, prompts, seeds, settings, max_new_tokens, eos, drift=drift
+                        )
+                    records = [
+                        _record(p, method, k, s, res, tokenizer, setting, timeout)
+                        for p, s, res in zip(group, seeds, results, strict=True)
+                    ]
                     for rec in records:
                         done[(rec["id"], rec["method"], rec["sample"])] = rec
                         fresh.append(rec)
@@ -205,8 +238,10 @@ def _done_records(out, setting) -> dict:
         _drop_torn_tail(out)
         for rec in read_records(out):
             if rec.get("setting") != setting:
-                raise ValueError(f"{out} holds records of another setting or model pair ({rec.get('setting')}; this "
-                                 f"run: {setting}): write to another file")  # fmt: skip
+                raise ValueError(
+                    f"{out} holds records of another setting or model pair ({rec.get('setting')}; this "
+                    f"run: {setting}): write to another file"
+                )
             done[(rec["id"], rec["method"], rec["sample"])] = rec
     return done
 
@@ -214,10 +249,20 @@ def _done_records(out, setting) -> dict:
 def _record(problem, method, sample, seed, result, tokenizer, setting, timeout) -> dict:
     text = tokenizer.decode(result.tokens, skip_special_tokens=True)
     verdict = grade(problem, text, timeout=timeout)
-    rec = {"id": problem.id, "benchmark": problem.benchmark, "method": method, "sample": int(sample), "seed": int(seed),
-           "setting": setting, "token_ids": [int(t) for t in result.tokens], "tokens": len(result.tokens),
-           "text": text, "correct": bool(verdict.correct), "extracted": verdict.extracted,
-           "detail": verdict.detail}  # fmt: skip
+    rec = {
+        "id": problem.id,
+        "benchmark": problem.benchmark,
+        "method": method,
+        "sample": int(sample),
+        "seed": int(seed),
+        "setting": setting,
+        "token_ids": [int(t) for t in result.tokens],
+        "tokens": len(result.tokens),
+        "text": text,
+        "correct": bool(verdict.correct),
+        "extracted": verdict.extracted,
+        "detail": verdict.detail,
+    }
     if verdict.strict is not None:
         rec["correct_strict"], rec["correct_flexible"] = bool(verdict.strict), bool(verdict.flexible)
     if method != ALONE:
@@ -287,11 +332,20 @@ def _rows(bench, mine, rows, n_boot, seed) -> int:
         one = all(answers[(method, i)] == 1 and answers[(ALONE, i)] == 1 for i in ids)
         score, ref = _scores(mine, method, ids), _scores(mine, ALONE, ids)
         comparison = paired_difference(ids, score, ref, n_boot=n_boot, seed=seed, single_sample=one)
-        row = {"benchmark": bench, "method": method, "problems": len(ids), "accuracy": comparison.accuracy,
-               "difference": comparison.difference, "low": comparison.low, "high": comparison.high,
-               "mcnemar_p": comparison.mcnemar_p, "discordant": list(comparison.discordant),
-               "needed_1": comparison.needed_1, "needed_2": comparison.needed_2,
-               "verdict": "reference" if method == ALONE else comparison.verdict}  # fmt: skip
+        row = {
+            "benchmark": bench,
+            "method": method,
+            "problems": len(ids),
+            "accuracy": comparison.accuracy,
+            "difference": comparison.difference,
+            "low": comparison.low,
+            "high": comparison.high,
+            "mcnemar_p": comparison.mcnemar_p,
+            "discordant": list(comparison.discordant),
+            "needed_1": comparison.needed_1,
+            "needed_2": comparison.needed_2,
+            "verdict": "reference" if method == ALONE else comparison.verdict,
+        }
         for key in ("strict", "flexible"):
             alone = _scores(mine, method, ids, f"correct_{key}")
             if np.all(np.isfinite(alone)):
@@ -320,8 +374,14 @@ def _drift(records, method, ids, n_boot, seed) -> dict:
     counts = resample_counts(ids, n_boot, seed)
     per_token = ratio_interval(kl, tokens, counts)
     per_answer = ratio_interval(kl, answers, counts)
-    return {"kl_per_token": per_token[0], "kl_per_token_lo": per_token[1], "kl_per_token_hi": per_token[2],
-            "answer_kl": per_answer[0], "answer_kl_lo": per_answer[1], "answer_kl_hi": per_answer[2]}  # fmt: skip
+    return {
+        "kl_per_token": per_token[0],
+        "kl_per_token_lo": per_token[1],
+        "kl_per_token_hi": per_token[2],
+        "answer_kl": per_answer[0],
+        "answer_kl_lo": per_answer[1],
+        "answer_kl_hi": per_answer[2],
+    }
 
 
 def _pct(x) -> str:
@@ -333,9 +393,11 @@ def quality_markdown(summary: QualitySummary) -> str:
     flexible alone), the
     paired difference from the verifier alone with its 95% interval (points), the verdict, McNemar's p,
     the problems a +-1 / +-2 point interval would need, and the drift per token and per answer."""
-    lines = ["| benchmark | method | problems | accuracy % | difference, points [95%] | verdict | McNemar p | "
-             "problems for +-1 / +-2 pts | KL / token | KL / answer [95%] |",
-             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| benchmark | method | problems | accuracy % | difference, points [95%] | verdict | McNemar p | "
+        "problems for +-1 / +-2 pts | KL / token | KL / answer [95%] |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in summary.rows:
         acc = _pct(r["accuracy"])
         if "accuracy_strict" in r:
@@ -348,8 +410,9 @@ def quality_markdown(summary: QualitySummary) -> str:
             p = f"{r['mcnemar_p']:.3g}" if r["mcnemar_p"] is not None else "- (K > 1)"
             need = f"{r['needed_1']:,.0f} / {r['needed_2']:,.0f}" if np.isfinite(r["needed_1"]) else "-"
         kl = f"{r['kl_per_token']:.4f}" if "kl_per_token" in r else "-"
-        answer = (f"{r['answer_kl']:.3f} [{r['answer_kl_lo']:.3f}, {r['answer_kl_hi']:.3f}]"
-                  if "answer_kl" in r else "-")  # fmt: skip
-        lines.append(f"| {r['benchmark']} | {r['method']} | {r['problems']} | {acc} | {diff} | {verdict} | {p} | "
-                     f"{need} | {kl} | {answer} |")  # fmt: skip
+        answer = f"{r['answer_kl']:.3f} [{r['answer_kl_lo']:.3f}, {r['answer_kl_hi']:.3f}]" if "answer_kl" in r else "-"
+        lines.append(
+            f"| {r['benchmark']} | {r['method']} | {r['problems']} | {acc} | {diff} | {verdict} | {p} | "
+            f"{need} | {kl} | {answer} |"
+        )
     return "\n".join(lines)

@@ -135,8 +135,9 @@ def sequence_section(trace, progress=None, ms=SEQUENCE_MS, n_boot=None, block_pa
     from .._laws._sequence import sequence_tv_rows, small_cases
 
     n_boot = REPORT_RESAMPLES if n_boot is None else n_boot
-    result = analyze_trace(trace, ["sps", "block", "hsd"], ms=ms, n_boot=n_boot, block_paths=block_paths,
-                           progress=progress)  # fmt: skip
+    result = analyze_trace(
+        trace, ["sps", "block", "hsd"], ms=ms, n_boot=n_boot, block_paths=block_paths, progress=progress
+    )
     lines = [
         "Traversal Verification of a chain has block verification's law (its leaf-to-root walk is Sun et al.'s "
         "algorithm run backwards; the tests compare the two laws), so its AL is the block section's. HSD as its "
@@ -154,8 +155,10 @@ def sequence_section(trace, progress=None, ms=SEQUENCE_MS, n_boot=None, block_pa
         for base in ("sps", "block"):
             ratio, lo, hi = result.al_ratio("hsd", base, m, n_boot=n_boot)
             cells.append(f"{100 * ratio:+.1f}% {interval(100 * lo, 100 * hi, '+.1f')}")
-        lines.append(f"| {m} | {r['al']:.3f} {interval(r['al_lo'], r['al_hi'], '.3f')} | {cells[0]} | {cells[1]} | "
-                     f"{r['kl_per_token']:.4f} | {r['tv_per_token']:.4f} |")  # fmt: skip
+        lines.append(
+            f"| {m} | {r['al']:.3f} {interval(r['al_lo'], r['al_hi'], '.3f')} | {cells[0]} | {cells[1]} | "
+            f"{r['kl_per_token']:.4f} | {r['tv_per_token']:.4f} |"
+        )
     cases = small_cases(seeds=(1, 2))
     rules = ("block", "traversal", "hsd")
     lines += [
@@ -259,8 +262,9 @@ def _start_side_sections(trace, deltas):
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_exit_with_parent,
-                               initargs=(os.getpid(),))  # fmt: skip
+    pool = ProcessPoolExecutor(
+        1, mp_context=multiprocessing.get_context("spawn"), initializer=_exit_with_parent, initargs=(os.getpid(),)
+    )
     with _sigint_ignored():  # the process starts deaf to Ctrl-C (inherited through exec): the report handles it
         future = pool.submit(_side_sections, trace, deltas)
     future.pool = pool

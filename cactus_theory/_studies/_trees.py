@@ -157,8 +157,9 @@ class MultiDraftComparison(Result):
                 [r["acceptance"] - r["acceptance_lo"] for r in rs],
                 [r["acceptance_hi"] - r["acceptance"] for r in rs],
             ]
-            axes[0].errorbar(ks, [r["acceptance"] for r in rs], yerr=spread, marker="o", ms=3, capsize=2, label=name,
-                             **style)  # fmt: skip
+            axes[0].errorbar(
+                ks, [r["acceptance"] for r in rs], yerr=spread, marker="o", ms=3, capsize=2, label=name, **style
+            )
             errors = [[r["al"] - r["al_lo"] for r in rs], [r["al_hi"] - r["al"] for r in rs]]
             axes[1].errorbar(ks, [r["al"] for r in rs], yerr=errors, marker="o", ms=3, capsize=2, label=name, **style)
         axes[0].set_ylabel("acceptance per position (some draft accepted)")
@@ -175,10 +176,16 @@ def _bins(values, edges, per_method):
     out = []
     for lo, hi in itertools.pairwise(edges):
         inside = (values >= lo) & (values < hi)
-        out.append({
-            "lo": float(lo), "hi": float(min(hi, 1.0) if edges is TOP1_BINS else hi), "positions": int(inside.sum()),
-            "acceptance": {n: float(a[inside].mean()) if inside.any() else float("nan") for n, a in per_method.items()},
-        })  # fmt: skip
+        out.append(
+            {
+                "lo": float(lo),
+                "hi": float(min(hi, 1.0) if edges is TOP1_BINS else hi),
+                "positions": int(inside.sum()),
+                "acceptance": {
+                    n: float(a[inside].mean()) if inside.any() else float("nan") for n, a in per_method.items()
+                },
+            }
+        )
     return out
 
 
@@ -192,8 +199,9 @@ def _positive_ints(values, name, what):
     return tuple(int(v) for v in out)
 
 
-def compare_multi_draft(trace, ks=tuple(range(1, 9)), ms=(4, 8), *, k_bins=4, n_boot=1000, methods=None,
-                        progress=None) -> MultiDraftComparison:  # fmt: skip
+def compare_multi_draft(
+    trace, ks=tuple(range(1, 9)), ms=(4, 8), *, k_bins=4, n_boot=1000, methods=None, progress=None
+) -> MultiDraftComparison:
     """Each multi-draft method's acceptance and tree AL on ``trace`` for each k in ``ks`` and depth
     m in ``ms``, against the optimum of its own drafting scheme (k i.i.d. drafts, k drafts without
     replacement, the top-k of p), with bootstrap intervals over sequences
@@ -226,14 +234,21 @@ def compare_multi_draft(trace, ks=tuple(range(1, 9)), ms=(4, 8), *, k_bins=4, n_
                 f"methods: {method[0]!r} has the template {method[1]!r}, which gives no rule: {exc}"
             ) from None
         if "{k}" not in method[1] or not judgement_of(rule).multi_draft:
-            raise ValueError(f"methods: {method[0]!r} must be a multi-draft rule's spec with {{k}} for its width; got "
-                             f"{method[1]!r}")  # fmt: skip
+            raise ValueError(
+                f"methods: {method[0]!r} must be a multi-draft rule's spec with {{k}} for its width; got {method[1]!r}"
+            )
     traces = open_traces(trace if trace is not None else load_trace())
     specs = {(name, k): make_rule(template.format(k=k)).describe() for name, template, _ in methods for k in ks}
     binned = {name: make_rule(template.format(k=k_bins)).describe() for name, template, _ in methods}
     # one pass: the table's rules and the bins' (at k_bins), each position's acceptance kept for the bins
-    result = analyze_trace(traces, list(dict.fromkeys([*specs.values(), *binned.values()])), ms=tuple(ms),
-                           n_boot=n_boot, progress=progress, position_acceptance=True)  # fmt: skip
+    result = analyze_trace(
+        traces,
+        list(dict.fromkeys([*specs.values(), *binned.values()])),
+        ms=tuple(ms),
+        n_boot=n_boot,
+        progress=progress,
+        position_acceptance=True,
+    )
     by_rule = {(r["rule"], r["m"]): r for r in result.rows if r["task"] == "all"}
     ms = result.ms  # an m longer than every sequence is analysed as the longest
     rows = []
@@ -241,15 +256,26 @@ def compare_multi_draft(trace, ks=tuple(range(1, 9)), ms=(4, 8), *, k_bins=4, n_
         for k in ks:
             for m in ms:
                 r = by_rule[(specs[(name, k)], m)]
-                rows.append({
-                    "method": name, "rule": r["rule"], "children": children, "k": k, "m": m,
-                    "acceptance": r["acceptance"], "acceptance_lo": r["acceptance_lo"],
-                    "acceptance_hi": r["acceptance_hi"], "optimal_acceptance": r["optimal_acceptance"],
-                    "acceptance_of_optimum": r["acceptance_of_optimum"],
-                    "acceptance_of_optimum_lo": r["acceptance_of_optimum_lo"],
-                    "acceptance_of_optimum_hi": r["acceptance_of_optimum_hi"],
-                    "al": r["al"], "al_lo": r["al_lo"], "al_hi": r["al_hi"], "verified_tokens": r["verified_tokens"],
-                })  # fmt: skip
+                rows.append(
+                    {
+                        "method": name,
+                        "rule": r["rule"],
+                        "children": children,
+                        "k": k,
+                        "m": m,
+                        "acceptance": r["acceptance"],
+                        "acceptance_lo": r["acceptance_lo"],
+                        "acceptance_hi": r["acceptance_hi"],
+                        "optimal_acceptance": r["optimal_acceptance"],
+                        "acceptance_of_optimum": r["acceptance_of_optimum"],
+                        "acceptance_of_optimum_lo": r["acceptance_of_optimum_lo"],
+                        "acceptance_of_optimum_hi": r["acceptance_of_optimum_hi"],
+                        "al": r["al"],
+                        "al_lo": r["al_lo"],
+                        "al_hi": r["al_hi"],
+                        "verified_tokens": r["verified_tokens"],
+                    }
+                )
     settings = traces.sampling
     order = {s.id: s for s in result.sequences}  # one trace here (a set's ids may repeat: by trace too)
     per_method = {name: [] for name, _, _ in methods}

@@ -68,8 +68,7 @@ class RulesComparison(Result):
         return [dict(r) for r in self.rows]
 
     def as_dict(self) -> dict:
-        return {"rows": self.rows, "settings": self.settings, "positions": self.positions,
-                "sequences": self.sequences}  # fmt: skip
+        return {"rows": self.rows, "settings": self.settings, "positions": self.positions, "sequences": self.sequences}
 
     def table(self, m=8) -> str:
         """AL(m), acceptance and drift per rule setting, fixed-width."""
@@ -77,8 +76,10 @@ class RulesComparison(Result):
         for r in self.rows:
             if r["m"] == m:
                 ci = interval(r["al_lo"], r["al_hi"], ".2f")
-                lines.append(f"{r['rule']:<40} {r['bonus_policy']:>8} {r['acceptance']:>7.4f} {r['al']:>6.2f} "
-                             f"{ci:>15} {_fmt(r['kl_emitted_target']):>10} {r['tv']:>7.4f}")  # fmt: skip
+                lines.append(
+                    f"{r['rule']:<40} {r['bonus_policy']:>8} {r['acceptance']:>7.4f} {r['al']:>6.2f} "
+                    f"{ci:>15} {_fmt(r['kl_emitted_target']):>10} {r['tv']:>7.4f}"
+                )
         return "\n".join(lines)
 
     def markdown(self) -> str:
@@ -114,9 +115,14 @@ def compare_rules(trace=None, entries=None, ms=(4, 8, 20), n_boot=1000, processe
         if not chosen:
             continue
         result = analyze_trace(
-            trace, [s for _, s in chosen], ms=ms, n_boot=n_boot, processes=processes, progress=progress,
+            trace,
+            [s for _, s in chosen],
+            ms=ms,
+            n_boot=n_boot,
+            processes=processes,
+            progress=progress,
             bonus_policy=policy,
-        )  # fmt: skip
+        )
         settings = result.settings
         labels = {make_rule(spec).describe(): label for label, spec in chosen}
         rows += [{**row, "grid_label": labels[row["rule"]]} for row in result.rows if row["task"] == "all"]

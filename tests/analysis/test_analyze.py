@@ -73,8 +73,9 @@ def test_an_m_longer_than_every_sequence_is_analysed_as_that_length_and_said(tmp
     assert big.ms == (4, 80) and any("m = 1000000 is longer than the longest sequence (80" in n for n in big.notes)
     for a, b in zip(big.rows, exact.rows, strict=True):
         assert a["m"] == b["m"] and a["al"] == b["al"] and a["kl_per_token"] == b["kl_per_token"]
-    assert main(["analyze", str(tmp_path / "t"), "--m", "1000000", "--rules", "sps", "--bootstrap", "0",
-                 "--quiet"]) == 0  # fmt: skip
+    assert (
+        main(["analyze", str(tmp_path / "t"), "--m", "1000000", "--rules", "sps", "--bootstrap", "0", "--quiet"]) == 0
+    )
     assert "analysed as m = 80" in capsys.readouterr().out
 
 
@@ -107,11 +108,18 @@ def test_llama_servers_policy_needs_the_drafters_top_10_stored(tmp_path):
     rng = np.random.default_rng(0)
     target = rng.normal(size=(40, 30))
     for k in (5, 12):
-        trace_from_arrays(tmp_path / f"k{k}", target + rng.normal(size=target.shape), target, rng.integers(0, 30, 40),
-                          sequence_lengths=[20, 20], top_k=k,
-                          metadata={"sampling": SamplingSettings(1.0, 5, 1.0).as_dict()})  # fmt: skip
+        trace_from_arrays(
+            tmp_path / f"k{k}",
+            target + rng.normal(size=target.shape),
+            target,
+            rng.integers(0, 30, 40),
+            sequence_lengths=[20, 20],
+            top_k=k,
+            metadata={"sampling": SamplingSettings(1.0, 5, 1.0).as_dict()},
+        )
     with pytest.raises(ValueError, match=r"reads the drafter's top-10, .* stores K = 5 .* --top-logits 10 or more"):
         analyze_trace(tmp_path / "k5", ["sps"], ms=(2,), draft_policies=["llama.cpp(0.5)"], n_boot=0, progress=False)
-    result = analyze_trace(tmp_path / "k12", ["sps"], ms=(2,), draft_policies=["llama.cpp(0.5)"], n_boot=0,
-                           progress=False)  # fmt: skip
+    result = analyze_trace(
+        tmp_path / "k12", ["sps"], ms=(2,), draft_policies=["llama.cpp(0.5)"], n_boot=0, progress=False
+    )
     assert any(r.get("draft_policy") for r in result.rows)

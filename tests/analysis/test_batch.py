@@ -86,9 +86,11 @@ def test_verify_budget_by_brute_force():
     rng = np.random.default_rng(3)
     accepts = [rng.uniform(0.2, 1.0, size=10) for _ in range(4)]
     tops = [rng.uniform(0.2, 1.0, size=10) for _ in range(4)]
-    cost = CostModel(draft_token=0.05, verify_block={1: 1.0, 2: 1.1, 3: 1.3, 4: 1.6},
-                     batch={2: {"draft_token": 0.06, "verify_block": {1: 1.1, 2: 1.3, 3: 1.6, 4: 2.0},
-                                "samples": {}}})  # fmt: skip
+    cost = CostModel(
+        draft_token=0.05,
+        verify_block={1: 1.0, 2: 1.1, 3: 1.3, 4: 1.6},
+        batch={2: {"draft_token": 0.06, "verify_block": {1: 1.1, 2: 1.3, 3: 1.6, 4: 2.0}, "samples": {}}},
+    )
     m, size = 3, 2
     budget, fixed, _, _, verified = verify_budget(accepts, tops, m, cost, size, steps=300, seed=5)
     # the same seeded batch states, decided by brute force over every split of the drafts
@@ -148,8 +150,16 @@ def test_model_shapes_match_the_published_sizes_and_a_hand_forward():
     sizes = {"qwen3-0.6b": 0.596e9, "qwen3-8b": 8.19e9, "qwen3-32b": 32.76e9}  # Qwen3 model cards (total)
     for name, want in sizes.items():
         assert abs(ModelShape.from_config(name).parameters / want - 1) < 0.005
-    shape = ModelShape.from_config({"hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2,
-                                    "num_key_value_heads": 1, "intermediate_size": 16, "vocab_size": 10})  # fmt: skip
+    shape = ModelShape.from_config(
+        {
+            "hidden_size": 8,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "intermediate_size": 16,
+            "vocab_size": 10,
+        }
+    )
     head_dim = 4
     attention = 8 * head_dim * (2 * 2 + 2 * 1)
     matmul = 2 * (attention + 3 * 8 * 16) + 10 * 8
@@ -160,8 +170,13 @@ def test_model_shapes_match_the_published_sizes_and_a_hand_forward():
     assert flops == 2 * matmul * 3 * 2 + 4 * 3 * 2 * 7 * 2 * 2 * head_dim
     t = Roofline(DEVICES["h100"], 0.5, 0.001, 0.002).time(shape, 3, 2, 5)
     assert t == pytest.approx(max(moved / 3.35e12, flops / 989e12) / 0.5 + 0.003, rel=1e-15)
-    zero_layers = {"hidden_size": 8, "num_hidden_layers": 0, "num_attention_heads": 1, "intermediate_size": 1,
-                   "vocab_size": 1}  # fmt: skip
+    zero_layers = {
+        "hidden_size": 8,
+        "num_hidden_layers": 0,
+        "num_attention_heads": 1,
+        "intermediate_size": 1,
+        "vocab_size": 1,
+    }
     for bad in ({"hidden_size": 8}, "no-such-model", zero_layers):
         with pytest.raises(ValueError):
             ModelShape.from_config(bad)
@@ -190,10 +205,27 @@ def test_roofline_fit_and_profiles():
 
 def test_plan_batch_prints_the_break_even_batch_with_the_default_profile(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "cactus_theory", "plan", "--batch", "1,32,512", "--rules", "sps", "--m", "2,8",
-         "--bootstrap", "0", "--quiet", "--out", str(tmp_path / "plan")],
-        capture_output=True, text=True, timeout=HANG_GUARD,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "cactus_theory",
+            "plan",
+            "--batch",
+            "1,32,512",
+            "--rules",
+            "sps",
+            "--m",
+            "2,8",
+            "--bootstrap",
+            "0",
+            "--quiet",
+            "--out",
+            str(tmp_path / "plan"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD,
+    )
     assert out.returncode == 0, out.stderr
     assert "break-even B" in out.stdout and "static batches" in out.stdout
     assert "modelled from it by a roofline" in out.stdout or DEFAULT_COST_PROFILE in out.stdout
@@ -249,15 +281,32 @@ def test_the_static_batch_table_answers_for_the_tasks_draft_mode_and_gate_asked(
         alone += len(beta) * 1.0  # the verifier alone: one verify(1) = 1 per token
         spec += _expected_steps(beta, m) * (m * 0.2 + 1.0)  # a step: m drafts and a flat verifier block
         spec += _expected_steps(beta, m, whole=True) * 0.2  # and a draft forward after a fully accepted block
-    (row,) = batch_requests(open_traces(trace), {(rule, 1): m}, cost, [1], tasks=tasks, draft_mode=mode,
-                            gate=None if gate is None else gate)  # fmt: skip
+    (row,) = batch_requests(
+        open_traces(trace), {(rule, 1): m}, cost, [1], tasks=tasks, draft_mode=mode, gate=None if gate is None else gate
+    )
     assert row["throughput_speedup"] == pytest.approx(alone / spec, rel=1e-9)
     # the plain run differs: a test of the options that the plain run could not pass
     (plain,) = batch_requests(open_traces(trace), {(rule, 1): m}, cost, [1])
     assert abs(plain["throughput_speedup"] - row["throughput_speedup"]) > 1e-3
     # and the CLI prints these rows for the same options
-    argv = ["plan", "--rules", rule, "--m", str(m), "--batch", "1", "--cost-ratio", "0.2", "--bootstrap", "0",
-            "--quiet", "--task", tasks[0], "--draft-mode", mode]  # fmt: skip
+    argv = [
+        "plan",
+        "--rules",
+        rule,
+        "--m",
+        str(m),
+        "--batch",
+        "1",
+        "--cost-ratio",
+        "0.2",
+        "--bootstrap",
+        "0",
+        "--quiet",
+        "--task",
+        tasks[0],
+        "--draft-mode",
+        mode,
+    ]
     if gate is not None:
         argv += ["--gate", "279:13"]
     assert main(argv) == 0
@@ -307,8 +356,13 @@ def test_the_roofline_refuses_configs_and_contexts_it_cannot_model(tmp_path):
     big.write_text(json.dumps({"padding": "x" * (2 << 20)}))
     with pytest.raises(ValueError, match=r"a config\.json is a few kB"):
         ModelShape.from_config(str(big))
-    fields = {"hidden_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 8, "intermediate_size": 2048,
-              "vocab_size": 1000}  # fmt: skip
+    fields = {
+        "hidden_size": 1024,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 8,
+        "intermediate_size": 2048,
+        "vocab_size": 1000,
+    }
     assert ModelShape.from_config(fields).hidden == 1024
     for value in (float("inf"), 1e300, -5, 2.5, "wide", True):
         with pytest.raises(ValueError, match="hidden_size"):
@@ -335,8 +389,11 @@ def test_at_one_request_the_batch_module_costs_a_step_as_the_planner_does():
 
     trace = load_trace()
     cost = CostModel.from_profile(DEFAULT_COST_PROFILE)
-    (planned,) = [r for r in predict_speedup(analyze_trace(trace, ["sps"], ms=(4,), n_boot=0, progress=False),
-                                             cost).rows if r["task"] == "all"]  # fmt: skip
+    (planned,) = [
+        r
+        for r in predict_speedup(analyze_trace(trace, ["sps"], ms=(4,), n_boot=0, progress=False), cost).rows
+        if r["task"] == "all"
+    ]
     (row,) = batch_requests(open_traces(trace), {("sps", 1): 4}, cost, [1])
     assert abs(row["fixed_speedup"] - planned["speedup"]) < 3 * row["fixed_speedup_se"]
     assert abs(row["fixed_speedup"] - planned["speedup"]) < 0.01

@@ -84,8 +84,9 @@ def test_a_huge_cost_file_is_refused_without_reading_it(tmp_path):
 
 def test_a_cost_file_with_zero_timings_is_refused(tmp_path):
     path = tmp_path / "c.json"
-    path.write_text(json.dumps({"draft_token": 0.01, "verify_block": {"1": 0.03},
-                                "samples": {"verify_block": {"1": [0, 0, 1]}}}))  # fmt: skip
+    path.write_text(
+        json.dumps({"draft_token": 0.01, "verify_block": {"1": 0.03}, "samples": {"verify_block": {"1": [0, 0, 1]}}})
+    )
     with pytest.raises(ValueError, match=r"samples\['verify_block'\]\[1\] holds a timing of 0 seconds"):
         load_cost(path)
 

@@ -72,9 +72,18 @@ def report_figures(tmp_path_factory):
 
 
 def test_the_report_writes_the_figures_this_test_expects(report_figures):
-    assert {"acceptance_al_vs_delta.png", "al_vs_kl.png", "al_vs_delta_by_task.png", "rules_front.png",
-            "block_verification.png", "multi_draft.png", "plan_gpu_profile.png", "emitted_kl_vs_delta.png",
-            "entropy_change.png", "gamma_forms.png"} <= set(report_figures)  # fmt: skip
+    assert {
+        "acceptance_al_vs_delta.png",
+        "al_vs_kl.png",
+        "al_vs_delta_by_task.png",
+        "rules_front.png",
+        "block_verification.png",
+        "multi_draft.png",
+        "plan_gpu_profile.png",
+        "emitted_kl_vs_delta.png",
+        "entropy_change.png",
+        "gamma_forms.png",
+    } <= set(report_figures)
 
 
 @pytest.mark.parametrize(
@@ -266,8 +275,13 @@ def test_family_colours_are_one_per_family_and_plan_labels_do_not_overlap():
     assert family_colour("cactus") == family_colour("cactus") != family_colour("sps")
     names = sorted(__import__("cactus_theory").available_rules())
     assert len({family_colour(n) for n in names}) == len(names)
-    result = analyze_trace(load_trace(), parse_rules("sps,tas,cactus,cactus-exact,mentored", (0.25, 0.5, 1, 2)),
-                           ms=(2, 4, 8, 12, 20), n_boot=100, tasks=["gsm8k"])  # fmt: skip
+    result = analyze_trace(
+        load_trace(),
+        parse_rules("sps,tas,cactus,cactus-exact,mentored", (0.25, 0.5, 1, 2)),
+        ms=(2, 4, 8, 12, 20),
+        n_boot=100,
+        tasks=["gsm8k"],
+    )
     fig = plot_plan(predict_speedup(result, 0.05))
     fig.canvas.draw()
     ax = fig.axes[0]

@@ -12,8 +12,15 @@ from cactus_theory._models._decode_prompts import DecodeOptions
 def test_the_record_and_the_keywords_give_the_same_rows(tmp_path):
     trace = random_trace(tmp_path / "t", 1, ["a", "b", "c"])
     settings = SamplingSettings(temperature=0.8, top_k=8, top_p=0.9)
-    keywords = {"ms": (2, 3), "settings": settings, "n_boot": 200, "seed": 4, "bonus_policy": "relaxed",
-                "tasks": ["code"], "draft_mode": "greedy"}  # fmt: skip
+    keywords = {
+        "ms": (2, 3),
+        "settings": settings,
+        "n_boot": 200,
+        "seed": 4,
+        "bonus_policy": "relaxed",
+        "tasks": ["code"],
+        "draft_mode": "greedy",
+    }
     by_keywords = analyze_trace(trace, ["sps", "cactus(delta=1)"], progress=False, **keywords)
     by_record = analyze_trace(trace, ["sps", "cactus(delta=1)"], progress=False, options=AnalysisOptions(**keywords))
     assert by_record.rows == by_keywords.rows and by_record.rows
@@ -34,8 +41,15 @@ def test_decode_options_hold_every_keyword_of_decode_prompts():
 
     from cactus_theory import decode_prompts
 
-    takes = set(inspect.signature(decode_prompts).parameters) - {"verifier", "draft", "rule", "prompts", "out",
-                                                                  "progress", "options"}  # fmt: skip
+    takes = set(inspect.signature(decode_prompts).parameters) - {
+        "verifier",
+        "draft",
+        "rule",
+        "prompts",
+        "out",
+        "progress",
+        "options",
+    }
     assert takes == set(DecodeOptions().keywords())
     analysed = set(inspect.signature(analyze_trace).parameters) - {"trace", "rules", "progress", "client", "options"}
     assert analysed == set(AnalysisOptions().keywords())

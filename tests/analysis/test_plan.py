@@ -201,9 +201,18 @@ def test_plan_without_a_cost_uses_the_pairs_newest_calibration_and_says_which(tm
     costs.mkdir(parents=True)
 
     def cost_file(name, created, verifier, draft_token):
-        data = {"draft_token": draft_token, "verify_block": {"1": 1.0, "4": 1.2, "9": 1.5},
-                "source": {"kind": "calibration", "created": created, "verifier": verifier, "draft": meta["draft"],
-                           "device": "cpu", "dtype": "bfloat16"}}  # fmt: skip
+        data = {
+            "draft_token": draft_token,
+            "verify_block": {"1": 1.0, "4": 1.2, "9": 1.5},
+            "source": {
+                "kind": "calibration",
+                "created": created,
+                "verifier": verifier,
+                "draft": meta["draft"],
+                "device": "cpu",
+                "dtype": "bfloat16",
+            },
+        }
         (costs / name).write_text(json.dumps(data))
 
     other = dict(meta["verifier"], files={"x.gguf": {"sha256": "0" * 64, "bytes": 1}})
@@ -228,10 +237,14 @@ def _batched_cost():
     """Batch 1 as a cheap-draft GPU; at batch 4 drafting costs almost a verifier step and blocks
     grow with their size (a compute-bound regime): speculation pays at 1 and not at 4."""
     return CostModel(
-        draft_token=0.1, verify_block={1: 1.0, 9: 1.2}, prefill={"verifier": {100: 2.0}, "draft": {100: 0.5}},
-        batch={4: {"draft_token": 0.8, "verify_block": {1: 2.0, 9: 9.0}}, 2: {"draft_token": 0.3,
-               "verify_block": {1: 1.2, 9: 2.5}}},
-    )  # fmt: skip
+        draft_token=0.1,
+        verify_block={1: 1.0, 9: 1.2},
+        prefill={"verifier": {100: 2.0}, "draft": {100: 0.5}},
+        batch={
+            4: {"draft_token": 0.8, "verify_block": {1: 2.0, 9: 9.0}},
+            2: {"draft_token": 0.3, "verify_block": {1: 1.2, 9: 2.5}},
+        },
+    )
 
 
 def test_a_cost_model_at_a_batch_size_uses_that_batchs_parts_and_round_trips(tmp_path):
@@ -246,10 +259,12 @@ def test_a_cost_model_at_a_batch_size_uses_that_batchs_parts_and_round_trips(tmp
     cost.save(tmp_path / "c.json")
     again = load_cost(tmp_path / "c.json")
     assert again.batch == cost.batch and again.at_batch(2).verify(9) == 2.5
-    for bad, match in (({1: {"draft_token": 1, "verify_block": {1: 1}}}, ">= 2"),
-                       ({2: {"draft_token": -1, "verify_block": {1: 1}}}, r"batch\[2\]"),
-                       ({2: {"draft_token": 1, "verify_block": {2: 1}}}, "k = 1"),
-                       ({2: {"draft": 1}}, r"batch\[2\] must be")):  # fmt: skip
+    for bad, match in (
+        ({1: {"draft_token": 1, "verify_block": {1: 1}}}, ">= 2"),
+        ({2: {"draft_token": -1, "verify_block": {1: 1}}}, r"batch\[2\]"),
+        ({2: {"draft_token": 1, "verify_block": {2: 1}}}, "k = 1"),
+        ({2: {"draft": 1}}, r"batch\[2\] must be"),
+    ):
         with pytest.raises(ValueError, match=match):
             CostModel(draft_token=0.1, verify_block={1: 1.0}, batch=bad)
 
@@ -269,8 +284,13 @@ def test_batch_plans_give_the_throughput_closed_form_and_the_break_even_batch(tm
         for row in (r for r in plan.rows if r["task"] == "all"):
             m = row["m"]
             steps, accepted, forwards, mix = _steps_by_hand(beta, 60, m)
-            verify = sum(w * float(np.interp(L + 1, [1, 9], [c.verify_block[1], c.verify_block[9]]))
-                         for L, w in enumerate(mix)) / steps  # fmt: skip
+            verify = (
+                sum(
+                    w * float(np.interp(L + 1, [1, 9], [c.verify_block[1], c.verify_block[9]]))
+                    for L, w in enumerate(mix)
+                )
+                / steps
+            )
             want = (accepted / steps + 1) * c.verify_block[1] / (forwards / steps * c.draft_token + verify)  # per step
             assert row["speedup"] == pytest.approx(want, rel=1e-9)
     rows = break_even(batch_plan(result, cost, [1, 2, 4], prompt_tokens=100, output_tokens=60))
@@ -286,8 +306,23 @@ def test_batch_plans_give_the_throughput_closed_form_and_the_break_even_batch(tm
 def test_cli_plan_prints_the_break_even_batch_and_refuses_an_untimed_size(tmp_path, capsys):
     _constant_trace(tmp_path / "t", *_pair(2))
     _batched_cost().save(tmp_path / "cost.json")
-    argv = ["plan", str(tmp_path / "t"), "--cost", str(tmp_path / "cost.json"), "--rules", "sps", "--m", "1,2,4",
-            "--bootstrap", "100", "--quiet", "--prompt-tokens", "100", "--output-tokens", "60"]  # fmt: skip
+    argv = [
+        "plan",
+        str(tmp_path / "t"),
+        "--cost",
+        str(tmp_path / "cost.json"),
+        "--rules",
+        "sps",
+        "--m",
+        "1,2,4",
+        "--bootstrap",
+        "100",
+        "--quiet",
+        "--prompt-tokens",
+        "100",
+        "--output-tokens",
+        "60",
+    ]
     assert main([*argv, "--batch", "1,2,4"]) == 0
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("sps ") and "m=" in x)
@@ -299,8 +334,11 @@ def test_cli_plan_prints_the_break_even_batch_and_refuses_an_untimed_size(tmp_pa
 def _two_sizes_cost(path):
     """A hand-made cost file where speculation loses at batch 1 (drafts cost as much as a verifier token) and pays
     at batch 2 (drafts nearly free, a flat verifier block)."""
-    cost = CostModel(draft_token=1.0, verify_block={1: 1.0, 3: 3.0},
-                     batch={2: {"draft_token": 0.01, "verify_block": {1: 1.0, 3: 1.0}, "samples": {}}})  # fmt: skip
+    cost = CostModel(
+        draft_token=1.0,
+        verify_block={1: 1.0, 3: 3.0},
+        batch={2: {"draft_token": 0.01, "verify_block": {1: 1.0, 3: 1.0}, "samples": {}}},
+    )
     cost.save(path)
     return cost
 
@@ -318,8 +356,13 @@ def test_break_even_says_where_a_rule_pays_when_it_pays_only_at_larger_batches(t
     assert speedups[1] < 1 < speedups[2]
     assert row["pays_at"] == [2] and row["break_even"] is None and row["verdict"] == "2 only"
     # a rule that pays up to a size, at none, at every size, or only at some: each verdict
-    cases = {(1.2, 1.1, 0.9): ("4", 4), (0.9, 0.8, 0.7): ("< 1", 1), (1.5, 1.4, 1.3): ("> 4", None),
-             (0.9, 1.2, 0.8): ("2 only", 4), (0.9, 1.2, 1.3): ("2,4 only", None)}  # fmt: skip
+    cases = {
+        (1.2, 1.1, 0.9): ("4", 4),
+        (0.9, 0.8, 0.7): ("< 1", 1),
+        (1.5, 1.4, 1.3): ("> 4", None),
+        (0.9, 1.2, 0.8): ("2 only", 4),
+        (0.9, 1.2, 1.3): ("2,4 only", None),
+    }
     for speeds, want in cases.items():
         plans = {}
         for size, value in zip((1, 2, 4), speeds, strict=True):
@@ -329,8 +372,21 @@ def test_break_even_says_where_a_rule_pays_when_it_pays_only_at_larger_batches(t
         assert (found["verdict"], found["break_even"]) == want
     with pytest.raises(ValueError, match="plans must be"):
         break_even({})
-    argv = ["plan", str(tmp_path / "t"), "--cost", str(tmp_path / "cost.json"), "--rules", "sps", "--m", "2",
-            "--batch", "1,2", "--bootstrap", "0", "--quiet"]  # fmt: skip
+    argv = [
+        "plan",
+        str(tmp_path / "t"),
+        "--cost",
+        str(tmp_path / "cost.json"),
+        "--rules",
+        "sps",
+        "--m",
+        "2",
+        "--batch",
+        "1,2",
+        "--bootstrap",
+        "0",
+        "--quiet",
+    ]
     assert main(argv) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("sps ") and "m=2" in x)
     assert line.split()[-2:] == ["2", "only"]
@@ -360,8 +416,25 @@ def test_batch_sizes_are_whole_numbers_up_to_the_maximum(tmp_path, capsys):
     assert 5 not in roof.batch
     times = [roof.at_batch(b).verify(5) for b in (4, 5, 6)]
     assert times[0] < times[1] < times[2]
-    assert main(["plan", "--cost-profile", "roofline:qwen3-32b:qwen3-0.6b:h100", "--batch", "5", "--rules", "sps",
-                 "--m", "2", "--bootstrap", "0", "--quiet"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "plan",
+                "--cost-profile",
+                "roofline:qwen3-32b:qwen3-0.6b:h100",
+                "--batch",
+                "5",
+                "--rules",
+                "sps",
+                "--m",
+                "2",
+                "--bootstrap",
+                "0",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert "B=5" in capsys.readouterr().out
 
 
@@ -374,16 +447,26 @@ def test_a_noisy_calibration_in_the_cache_is_named_after_the_arguments_are_check
     from cactus_theory._analysis._calibrations import cost_directory
 
     meta = load_trace().metadata
-    noisy = CostModel(draft_token=0.1, verify_block={1: 1.0, 5: 1.5},
-                      samples={"draft_token": [0.1, 0.2, 0.05, 0.3], "verify_block": {1: [1.0, 1.0], 5: [1.5, 1.5]}},
-                      source={"kind": "calibration", "verifier": meta.get("verifier"), "draft": meta.get("draft"),
-                              "created": "2026-01-01"})  # fmt: skip
+    noisy = CostModel(
+        draft_token=0.1,
+        verify_block={1: 1.0, 5: 1.5},
+        samples={"draft_token": [0.1, 0.2, 0.05, 0.3], "verify_block": {1: [1.0, 1.0], 5: [1.5, 1.5]}},
+        source={
+            "kind": "calibration",
+            "verifier": meta.get("verifier"),
+            "draft": meta.get("draft"),
+            "created": "2026-01-01",
+        },
+    )
     assert noisy.problems()
     os.makedirs(cost_directory(), exist_ok=True)
     path = os.path.join(cost_directory(), "noisy.json")
     noisy.save(path)
-    for bad, said in ((["--draft-policy", "p-min(7)"], "probability in [0, 1]"), (["--gate", "7"], "--gate"),
-                      (["--batch", "5000"], "--batch")):  # fmt: skip
+    for bad, said in (
+        (["--draft-policy", "p-min(7)"], "probability in [0, 1]"),
+        (["--gate", "7"], "--gate"),
+        (["--batch", "5000"], "--batch"),
+    ):
         assert main(["plan", "--rules", "sps", "--m", "2", "--quiet", *bad]) == 2
         err = capsys.readouterr().err
         assert said in err and "cannot be trusted" not in err

@@ -13,8 +13,13 @@ from cactus_theory._util._machine import other_load
 
 
 def test_request_times_are_prefill_plus_steps():
-    cost = CostModel(draft_token=0.1, verify_block={1: 1.0, 5: 1.4}, step_overhead=0.05, judge_token=0.01,
-                     prefill={"verifier": {100: 2.0, 400: 5.0}, "draft": {100: 0.5}})  # fmt: skip
+    cost = CostModel(
+        draft_token=0.1,
+        verify_block={1: 1.0, 5: 1.4},
+        step_overhead=0.05,
+        judge_token=0.01,
+        prefill={"verifier": {100: 2.0, 400: 5.0}, "draft": {100: 0.5}},
+    )
     assert cost.prefill_time(50) == pytest.approx(1.0)  # through (0, 0)
     assert cost.prefill_time(250) == pytest.approx(3.5)
     assert cost.prefill_time(700) == pytest.approx(8.0)  # the last slope, 1 s per 100 tokens
@@ -43,8 +48,16 @@ def test_the_issues_calibration_is_flagged_and_refused_unless_trusted():
     cost = CostModel(draft_token=0.5, verify_block={1: 1.0, 5: 2.98, 9: 2.29, 13: 7.23})
     (problem,) = cost.problems()
     assert "non-monotone" in problem and "9 tokens" in problem and "23%" in problem
-    analysis = type("A", (), {"rows": [{"rule": "sps", "m": 8, "task": "all", "al": 4.0, "al_lo": 3.5,
-                                        "al_hi": 4.5, "kl_emitted_target": 0.0}], "sequences": []})()  # fmt: skip
+    analysis = type(
+        "A",
+        (),
+        {
+            "rows": [
+                {"rule": "sps", "m": 8, "task": "all", "al": 4.0, "al_lo": 3.5, "al_hi": 4.5, "kl_emitted_target": 0.0}
+            ],
+            "sequences": [],
+        },
+    )()
     with pytest.raises(ValueError, match=r"cannot be trusted.*--trust-cost"):
         predict_speedup(analysis, cost)
     plan = predict_speedup(analysis, cost, allow_untrusted=True)
@@ -67,9 +80,11 @@ def test_intervals_combine_al_and_timing_spread():
     assert r["speedup_lo"] == pytest.approx(r["speedup"]) == pytest.approx(r["speedup_hi"])  # nothing uncertain
     assert r["interval"] == "AL"
     spread = [0.8, 0.9, 1.0, 1.1, 1.2]
-    timed = CostModel(draft_token=0.1, verify_block={1: 1.0, 5: 1.5},
-                      samples={"draft_token": [0.1 * s for s in spread],
-                               "verify_block": {1: spread, 5: [1.5 * s for s in spread]}})  # fmt: skip
+    timed = CostModel(
+        draft_token=0.1,
+        verify_block={1: 1.0, 5: 1.5},
+        samples={"draft_token": [0.1 * s for s in spread], "verify_block": {1: spread, 5: [1.5 * s for s in spread]}},
+    )
     r = predict_speedup(analysis, timed, allow_untrusted=True).rows[0]
     assert r["interval"] == "AL + timing" and r["speedup_lo"] < r["speedup"] < r["speedup_hi"]
     # the interval holds the speedups of the extreme repeats: the slow verifier token with the fast block, ...
@@ -82,8 +97,9 @@ def test_request_speedups_use_the_traces_prompt_and_output_lengths(tmp_path):
     cost = CostModel(
         draft_token=0.1, verify_block={1: 1.0, 5: 1.3}, prefill={"verifier": {64: 3.0}, "draft": {64: 1.0}}
     )
-    result = analyze_trace(None or __import__("cactus_theory").load_trace(), ["sps"], ms=(4,), n_boot=100,
-                           tasks=["gsm8k"])  # fmt: skip
+    result = analyze_trace(
+        None or __import__("cactus_theory").load_trace(), ["sps"], ms=(4,), n_boot=100, tasks=["gsm8k"]
+    )
     plan = predict_speedup(result, cost)
     r = next(r for r in plan.rows if r["task"] == "all")
     seqs = result.sequences
@@ -113,8 +129,9 @@ def test_request_speedups_use_the_traces_prompt_and_output_lengths(tmp_path):
             here[4 + length] = 1.0
             here[1] = law @ np.arange(length + 1)
             memo[t] = here + sum(law[a] * memo[t + 1 + a] for a in range(length + 1))
-        steps, accepted, drafted, forwards = (x + y for x, y in zip((steps, accepted, drafted, forwards), memo[1][:4],
-                                                                    strict=True))  # fmt: skip
+        steps, accepted, drafted, forwards = (
+            x + y for x, y in zip((steps, accepted, drafted, forwards), memo[1][:4], strict=True)
+        )
         mix += memo[1][4:]
     assert r["al_step"] == pytest.approx(accepted / steps, rel=1e-9)
     assert r["drafted"] == pytest.approx(drafted / steps, rel=1e-9)
@@ -123,8 +140,9 @@ def test_request_speedups_use_the_traces_prompt_and_output_lengths(tmp_path):
     blocks = sum(w * float(cost.verify(L + 1)) for L, w in enumerate(mix / steps))
     assert r["step_time"] == pytest.approx(forwards / steps * 0.1 + blocks, rel=1e-9)
     assert r["tokens_per_step"] == pytest.approx(accepted / steps + 1, rel=1e-9)
-    t = cost.request_times(prompt, out, 4, r["al_step"], drafted=r["drafted"], forwards=r["draft_forwards"],
-                           verify_mix=r["verify_mix"])  # fmt: skip
+    t = cost.request_times(
+        prompt, out, 4, r["al_step"], drafted=r["drafted"], forwards=r["draft_forwards"], verify_mix=r["verify_mix"]
+    )
     assert r["request_speedup"] == pytest.approx(t["baseline_total"] / t["total"])
     assert r["prefill_share"] == pytest.approx(t["prefill"] / t["total"])
     assert r["request_speedup"] < r["speedup"]  # the prefill, paid by both models, dilutes the gain
@@ -149,11 +167,21 @@ def test_the_shipped_profiles_are_the_published_numbers():
 
 def _record(id_, tokens, base_tokens, prefill=1.0, step=0.5, base_step=1.0, other=0.0):
     return {
-        "id": id_, "task": "t", "tokens": tokens, "seconds": prefill + step * tokens, "accepted": [1] * (tokens // 2),
-        "prefill_seconds": prefill, "token_seconds": [step * (i + 1) for i in range(tokens)], "other_load": other,
-        "baseline": {"tokens": base_tokens, "seconds": prefill + base_step * base_tokens, "prefill_seconds": prefill,
-                     "token_seconds": [base_step * (i + 1) for i in range(base_tokens)]},
-    }  # fmt: skip
+        "id": id_,
+        "task": "t",
+        "tokens": tokens,
+        "seconds": prefill + step * tokens,
+        "accepted": [1] * (tokens // 2),
+        "prefill_seconds": prefill,
+        "token_seconds": [step * (i + 1) for i in range(tokens)],
+        "other_load": other,
+        "baseline": {
+            "tokens": base_tokens,
+            "seconds": prefill + base_step * base_tokens,
+            "prefill_seconds": prefill,
+            "token_seconds": [base_step * (i + 1) for i in range(base_tokens)],
+        },
+    }
 
 
 def test_decoding_summary_compares_like_with_like_and_flags():
@@ -175,10 +203,15 @@ def test_other_load_reads_two_samples():
 
 
 def test_cost_files_with_the_new_fields_round_trip_and_are_checked(tmp_path):
-    cost = CostModel(draft_token=0.1, verify_block={1: 1.0, 3: 1.2}, prefill={"verifier": {32: 0.5, 128: 1.5}},
-                     context=256, context_slope={"verify": 1e-4, "draft": 2e-5},
-                     samples={"draft_token": [0.1, 0.11], "verify_block": {1: [1.0, 1.01]}},
-                     load={"other": 0.01, "cores": 2.0})  # fmt: skip
+    cost = CostModel(
+        draft_token=0.1,
+        verify_block={1: 1.0, 3: 1.2},
+        prefill={"verifier": {32: 0.5, 128: 1.5}},
+        context=256,
+        context_slope={"verify": 1e-4, "draft": 2e-5},
+        samples={"draft_token": [0.1, 0.11], "verify_block": {1: [1.0, 1.01]}},
+        load={"other": 0.01, "cores": 2.0},
+    )
     path = tmp_path / "c.json"
     cost.save(path)
     assert load_cost(path) == cost

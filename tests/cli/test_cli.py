@@ -78,8 +78,23 @@ def test_expected_failures_print_one_line(tmp_path, capsys, gguf_pair, own_promp
     assert "is a file" in _error(capsys, [*dump, "--out", "/etc/passwd/trace"], 2).lower()  # unwritable --out
     line = _error(capsys, [*dump, "--out", str(tmp_path / "t"), "--completions", str(tmp_path / "none.jsonl")], 2)
     assert "does not exist" in line
-    line = _error(capsys, ["dump", "--verifier", "./nowhere", "--draft", d, "--prompts", own_prompts,
-                           "--field", "instruction", "--out", str(tmp_path / "u")], 2)  # fmt: skip
+    line = _error(
+        capsys,
+        [
+            "dump",
+            "--verifier",
+            "./nowhere",
+            "--draft",
+            d,
+            "--prompts",
+            own_prompts,
+            "--field",
+            "instruction",
+            "--out",
+            str(tmp_path / "u"),
+        ],
+        2,
+    )
     assert "'./nowhere' does not exist" in line
     line = _error(
         capsys, ["dump", "--verifier", v, "--draft", d, "--prompts", own_prompts, "--out", str(tmp_path / "v")], 2
@@ -106,9 +121,14 @@ def test_analyze_prints_per_task_tables_and_filters_tasks(tmp_path, capsys):
     rng = np.random.default_rng(0)
     target = rng.normal(size=(60, 80)) * 3
     trace_from_arrays(
-        tmp_path / "t", target + rng.normal(size=(60, 80)), target, rng.integers(80, size=60),
-        sequence_lengths=[20, 20, 20], tasks=["gsm8k", "chat", "gsm8k"], top_k=32,
-    )  # fmt: skip
+        tmp_path / "t",
+        target + rng.normal(size=(60, 80)),
+        target,
+        rng.integers(80, size=60),
+        sequence_lengths=[20, 20, 20],
+        tasks=["gsm8k", "chat", "gsm8k"],
+        top_k=32,
+    )
     assert main(["analyze", str(tmp_path / "t"), "--rules", "sps", "--m", "4", "--bootstrap", "0", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert (
@@ -137,8 +157,19 @@ def test_own_prompts_dumped_decoded_and_analysed(tmp_path, capsys, gguf_pair, ow
     assert main(["analyze", str(tmp_path / "t"), "--rules", "sps,cactus(delta=1)", "--bootstrap", "0", "--quiet"]) == 0
     assert "cactus(delta=1)" in capsys.readouterr().out
     records = tmp_path / "records.jsonl"
-    argv = ["decode", *common, "--rule", "cactus(delta=1)", "-m", "4", "--max-new-tokens", "6", "--baseline",
-            "--out", str(records)]  # fmt: skip
+    argv = [
+        "decode",
+        *common,
+        "--rule",
+        "cactus(delta=1)",
+        "-m",
+        "4",
+        "--max-new-tokens",
+        "6",
+        "--baseline",
+        "--out",
+        str(records),
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "speedup" in out and "my_prompts" in out
@@ -152,15 +183,18 @@ def test_the_model_commands_default_to_the_documented_dtype():
     from cactus_theory._cli._main import build_parser
 
     parser = build_parser()
-    for argv in (["dump", "--verifier", "v", "--draft", "d", "--prompts", "p", "--out", "o"],
-                 ["decode", "--verifier", "v", "--draft", "d", "--prompt", "hi"],
-                 ["calibrate", "--verifier", "v", "--draft", "d"]):  # fmt: skip
+    for argv in (
+        ["dump", "--verifier", "v", "--draft", "d", "--prompts", "p", "--out", "o"],
+        ["decode", "--verifier", "v", "--draft", "d", "--prompt", "hi"],
+        ["calibrate", "--verifier", "v", "--draft", "d"],
+    ):
         assert parser.parse_args(argv).dtype == "bfloat16"
 
 
 @pytest.mark.models
-def test_several_rules_share_one_baseline_and_interleaving_changes_no_token(tmp_path, capsys, gguf_pair, own_prompts,
-                                                                           monkeypatch):  # fmt: skip
+def test_several_rules_share_one_baseline_and_interleaving_changes_no_token(
+    tmp_path, capsys, gguf_pair, own_prompts, monkeypatch
+):
     from cactus_theory import autoregressive_generate_batch, make_rule, speculative_generate_batch
     from cactus_theory._math._sampling import SamplingSettings
     from cactus_theory._models import _decode_prompts
@@ -177,9 +211,27 @@ def test_several_rules_share_one_baseline_and_interleaving_changes_no_token(tmp_
     monkeypatch.setattr(_decode_prompts, "autoregressive_batch_steps", counted)
     monkeypatch.setattr(_decode_prompts, "INTERLEAVE_SECONDS", 0.0)  # one step a chunk: the runs alternate step by step
     records = tmp_path / "records.jsonl"
-    common = ["decode", "--verifier", v, "--draft", d, "--prompts", own_prompts, "--field", "instruction", "--quiet",
-              "-m", "3", "--max-new-tokens", "8", "--baseline", "--dtype", "float32",
-              "--out", str(records)]  # fmt: skip
+    common = [
+        "decode",
+        "--verifier",
+        v,
+        "--draft",
+        d,
+        "--prompts",
+        own_prompts,
+        "--field",
+        "instruction",
+        "--quiet",
+        "-m",
+        "3",
+        "--max-new-tokens",
+        "8",
+        "--baseline",
+        "--dtype",
+        "float32",
+        "--out",
+        str(records),
+    ]
     assert main([*common, "--rule", "sps"]) == 0
     assert len(calls) == 4  # one baseline per prompt
     assert main([*common, "--rule", "sps", "--rule", "cactus(delta=1)"]) == 0
@@ -205,8 +257,9 @@ def test_several_rules_share_one_baseline_and_interleaving_changes_no_token(tmp_
         ids = encode_chat(verifier[1], prompt.text, "p")
         seed = _decode_seed(prompt.id)
         for r in (x for x in again if x["id"] == prompt.id):
-            alone = speculative_generate_batch(verifier[0], draft, make_rule(r["rule"]), 3, [ids], [seed], settings,
-                                               8, eos)[0]  # fmt: skip
+            alone = speculative_generate_batch(
+                verifier[0], draft, make_rule(r["rule"]), 3, [ids], [seed], settings, 8, eos
+            )[0]
             assert r["token_ids"] == [int(t) for t in alone.tokens]
         base = autoregressive_generate_batch(verifier[0], [ids], [seed], settings, 8, eos)[0]
         assert next(x for x in again if x["id"] == prompt.id)["baseline"]["token_ids"] == base.tokens
@@ -240,8 +293,25 @@ def test_interleave_alternates_runs_and_returns_each_value():
 def test_mixed_tasks_give_per_task_rows_in_one_command(tmp_path, capsys, gguf_pair, mixed_prompt_file):
     v, d = gguf_pair
     path = mixed_prompt_file
-    assert main(["dump", "--verifier", v, "--draft", d, "--prompts", str(path), "--max-new-tokens", "6",
-                 "--out", str(tmp_path / "t"), "--quiet"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "dump",
+                "--verifier",
+                v,
+                "--draft",
+                d,
+                "--prompts",
+                str(path),
+                "--max-new-tokens",
+                "6",
+                "--out",
+                str(tmp_path / "t"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert sorted({s.task for s in Trace(tmp_path / "t")}) == ["chat", "math", "mine"]
     capsys.readouterr()
     assert main(["analyze", str(tmp_path / "t"), "--rules", "sps", "--m", "2", "--bootstrap", "0", "--quiet"]) == 0

@@ -81,8 +81,10 @@ def test_the_embedded_spec_bench_trace_covers_the_other_categories_within_the_bu
     spec = both.traces[1]
     tasks = {s["task"] for s in spec.manifest["sequences"]}
     assert tasks == {"translation", "summarization", "qa", "math_reasoning", "rag"}
-    assert embedded_tasks() == {**dict.fromkeys(["gsm8k", "humaneval", "mt_bench"], "default_trace"),
-                                **dict.fromkeys(tasks, "spec_bench_trace")}  # fmt: skip
+    assert embedded_tasks() == {
+        **dict.fromkeys(["gsm8k", "humaneval", "mt_bench"], "default_trace"),
+        **dict.fromkeys(tasks, "spec_bench_trace"),
+    }
     meta = spec.metadata
     assert meta["engine"] == "llama.cpp" and meta["sampling"] == default.metadata["sampling"]
     assert meta["verifier"]["files"] == default.metadata["verifier"]["files"]  # the same model files
@@ -92,16 +94,19 @@ def test_the_embedded_spec_bench_trace_covers_the_other_categories_within_the_bu
     counts = {t: sum(s["task"] == t for s in spec.manifest["sequences"]) for t in tasks}
     assert min(counts.values()) >= 10 and spec.n_positions >= 5000
     # the package-size budget: 10 MB a trace, 16 MB the two
-    sizes = [sum((pathlib.Path(t.directory) / s["file"]).stat().st_size for s in t.manifest["shards"])
-             for t in both.traces]  # fmt: skip
+    sizes = [
+        sum((pathlib.Path(t.directory) / s["file"]).stat().st_size for s in t.manifest["shards"]) for t in both.traces
+    ]
     assert max(sizes) <= 10 * 2**20 and sum(sizes) <= 16 * 2**20
 
 
 def test_plan_answers_a_spec_bench_category_from_the_embedded_set(capsys):
     from cactus_theory._cli import main
 
-    assert main(["plan", "--task", "translation", "--rules", "sps,cactus", "--m", "2,4", "--bootstrap", "100",
-                 "--quiet"]) == 0  # fmt: skip
+    assert (
+        main(["plan", "--task", "translation", "--rules", "sps,cactus", "--m", "2,4", "--bootstrap", "100", "--quiet"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "task translation" in out and "task gsm8k" not in out
     assert main(["analyze", "--task", "rag", "--rules", "sps", "--m", "4", "--bootstrap", "100", "--quiet"]) == 0

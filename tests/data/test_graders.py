@@ -194,8 +194,13 @@ def test_mbpp_reference_solutions_pass_and_wrong_ones_fail():
 
 def test_mbpp_runs_the_setup_code_before_the_tests(tmp_path):
     path = tmp_path / "mbpp.jsonl"
-    rec = {"text": "Double the constant.", "code": "", "task_id": 9, "test_setup_code": "K = 21",
-           "test_list": ["assert double() == 42"]}  # fmt: skip
+    rec = {
+        "text": "Double the constant.",
+        "code": "",
+        "task_id": 9,
+        "test_setup_code": "K = 21",
+        "test_list": ["assert double() == 42"],
+    }
     path.write_text(json.dumps(rec) + "\n")
     problem = load_problems("mbpp", path=path)[0]
     assert grade(problem, "def double():\n    return 2 * K\n").correct
@@ -222,8 +227,10 @@ def test_choice_letters(completion, letter):
 
 def test_choice_files_load_and_grade(tmp_path):
     path = tmp_path / "gpqa.jsonl"
-    rows = [{"question": "2 + 2?", "choices": ["3", "4", "5"], "answer": "B"},
-            {"question": "Capital of France?", "answer": "a"}]  # fmt: skip
+    rows = [
+        {"question": "2 + 2?", "choices": ["3", "4", "5"], "answer": "B"},
+        {"question": "Capital of France?", "answer": "a"},
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     problems = load_problems("choice", path=path)
     assert "(B) 4" in problems[0].prompt.text

@@ -167,8 +167,12 @@ def test_an_mbpp_line_that_is_an_array_names_the_file_and_line(tmp_path, capsys)
 def test_a_records_own_task_field_labels_it(tmp_path, mixed_prompt_file):
     path = mixed_prompt_file
     prompts = load_prompts(path)
-    assert [(p.id, p.task) for p in prompts] == [("math-0", "math"), ("chat-1", "chat"), ("math-2", "math"),
-                                                 ("mine-3", "mine")]  # fmt: skip
+    assert [(p.id, p.task) for p in prompts] == [
+        ("math-0", "math"),
+        ("chat-1", "chat"),
+        ("math-2", "math"),
+        ("mine-3", "mine"),
+    ]
     assert {p.task for p in load_prompts(path, task="all-mine")} == {"all-mine"}  # --task overrides
     assert {p.task for p in load_prompts(path, task_field=None)} == {"mine"}
     csv = tmp_path / "mine.csv"

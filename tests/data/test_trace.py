@@ -58,8 +58,9 @@ def test_processed_probs_match_the_definition(seed, temperature, top_k, top_p):
     top_p=st.sampled_from([1.0, 0.95, 0.5]),
     masked=st.booleans(),
 )
-def test_processed_probs_with_a_small_top_k_of_a_large_vocabulary_match_the_definition(seed, temperature, top_k,
-                                                                                      top_p, masked):  # fmt: skip
+def test_processed_probs_with_a_small_top_k_of_a_large_vocabulary_match_the_definition(
+    seed, temperature, top_k, top_p, masked
+):
     """top-k far below the vocabulary takes the path that never sorts the whole row."""
     rng = np.random.default_rng(seed)
     logits = rng.normal(0, 3, size=(3, 700))
@@ -70,8 +71,9 @@ def test_processed_probs_with_a_small_top_k_of_a_large_vocabulary_match_the_defi
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
     got_t = processed_probs(torch.as_tensor(logits), temperature=temperature, top_k=top_k, top_p=top_p)
     np.testing.assert_allclose(got_t.numpy(), want, rtol=1e-12, atol=1e-15)
-    got_f = processed_probs(torch.as_tensor(logits, dtype=torch.bfloat16), temperature=temperature, top_k=top_k,
-                            top_p=top_p)  # fmt: skip
+    got_f = processed_probs(
+        torch.as_tensor(logits, dtype=torch.bfloat16), temperature=temperature, top_k=top_k, top_p=top_p
+    )
     assert got_f.dtype == torch.float32 and abs(float(got_f.sum(-1).max()) - 1) < 1e-5
 
 

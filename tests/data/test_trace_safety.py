@@ -303,8 +303,9 @@ def _start_dump(out, shard_positions, block_after=None, batch=None):
     """A dump in a child process; with ``block_after`` = N it finishes N prompts of this run, prints
     BLOCKED and blocks as the next one completes (so a signal always lands mid-prompt, with the rest
     of the batch in flight, however busy the machine: no timing in the test)."""
-    script = _DUMP_SCRIPT.format(tests=HERE, root=ROOT, out=str(out), shard_positions=shard_positions,
-                                 block_after=block_after, batch=batch)  # fmt: skip
+    script = _DUMP_SCRIPT.format(
+        tests=HERE, root=ROOT, out=str(out), shard_positions=shard_positions, block_after=block_after, batch=batch
+    )
     # the child starts with Ctrl-C's default action, as a command typed in a terminal does: a test command run in
     # the background (nohup, `&` in a script) ignores SIGINT, Python then leaves it ignored in every child, and a
     # Ctrl-C sent to the dump would never arrive
@@ -422,9 +423,14 @@ def test_a_report_that_fails_midway_leaves_the_old_report_and_no_temporary_files
 def _small_report_trace(tmp_path):
     draft, target, tokens = _logits(3, n=40)
     trace_from_arrays(
-        tmp_path / "small", draft, target, tokens, sequence_lengths=[20, 20], top_k=32,
+        tmp_path / "small",
+        draft,
+        target,
+        tokens,
+        sequence_lengths=[20, 20],
+        top_k=32,
         metadata={"sampling": SamplingSettings().as_dict()},
-    )  # fmt: skip
+    )
     return tmp_path / "small"
 
 
@@ -460,8 +466,9 @@ def test_a_killed_report_leaves_no_second_process_behind(tmp_path, signum):
     """Killed outright (no clean-up runs in it), the report's second process ends too: it watches its parent."""
     trace = _small_report_trace(tmp_path)
     code = "import sys; from cactus_theory._cli import main; sys.exit(main(sys.argv[1:]))"
-    report = subprocess.Popen([sys.executable, "-c", code, "report", "--trace", str(trace), "--out",
-                               str(tmp_path / "r"), "--quiet"])  # fmt: skip
+    report = subprocess.Popen(
+        [sys.executable, "-c", code, "report", "--trace", str(trace), "--out", str(tmp_path / "r"), "--quiet"]
+    )
     side = _side_process_of(report.pid)
     report.send_signal(signum)
     report.wait(timeout=HANG_GUARD)

@@ -57,24 +57,32 @@ def tiny_trace(tmp_path_factory):
     tokens = rng.integers(0, 48, size=sum(lengths))
     directory = tmp_path_factory.mktemp("trace") / "tiny"
     trace_from_arrays(
-        directory, draft, target, tokens, sequence_lengths=lengths, top_k=24,
-        ids=[f"{t}-{i}" for i, t in enumerate(["gsm8k", "humaneval"] * 4)], tasks=["gsm8k", "humaneval"] * 4,
+        directory,
+        draft,
+        target,
+        tokens,
+        sequence_lengths=lengths,
+        top_k=24,
+        ids=[f"{t}-{i}" for i, t in enumerate(["gsm8k", "humaneval"] * 4)],
+        tasks=["gsm8k", "humaneval"] * 4,
         metadata={"sampling": SamplingSettings(temperature=0.6, top_k=20, top_p=0.95).as_dict(), "max_new_tokens": 40},
-    )  # fmt: skip
+    )
     return str(directory)
 
 
 def test_rules_comparison(tiny_trace, tmp_path):
-    script("rules_comparison").main(["--trace", tiny_trace, "--out-dir", str(tmp_path), "--processes", "1",
-                                     "--bootstrap", "100"])  # fmt: skip
+    script("rules_comparison").main(
+        ["--trace", tiny_trace, "--out-dir", str(tmp_path), "--processes", "1", "--bootstrap", "100"]
+    )
     comparison = json.loads((tmp_path / "rules_comparison.json").read_text())
     assert {r["rule"] for r in comparison["rows"]} >= {"sps", "cactus(delta=1)", "always-accept"}
     assert "--trace" in (tmp_path / "rules_comparison.md").read_text()
 
 
 def test_multi_draft(tiny_trace, tmp_path):
-    script("multi_draft").main(["--trace", tiny_trace, "--out", str(tmp_path), "--bootstrap", "100", "--k", "1", "3",
-                                "--m", "2"])  # fmt: skip
+    script("multi_draft").main(
+        ["--trace", tiny_trace, "--out", str(tmp_path), "--bootstrap", "100", "--k", "1", "3", "--m", "2"]
+    )
     data = json.loads((tmp_path / "multi_draft.json").read_text())
     assert {(r["method"], r["k"]) for r in data["rows"]} >= {("optimum (i.i.d.)", 1), ("eagle-tree", 3)}
     assert (tmp_path / "multi_draft.png").stat().st_size > 0
@@ -99,8 +107,11 @@ def test_verify_exact_gamma(capsys, monkeypatch):
     assert all(r[2] == "0" and r[5] == "0" for r in rows)  # no overspend; none feasible 3 floats up
     # the check can fail: gammas three floats too high overspend
     exact = module.exact_gamma
-    monkeypatch.setattr(module, "exact_gamma", lambda q, d, name: np.minimum(
-        np.nextafter(np.nextafter(np.nextafter(exact(q, d, name), 2), 2), 2), 1.0))  # fmt: skip
+    monkeypatch.setattr(
+        module,
+        "exact_gamma",
+        lambda q, d, name: np.minimum(np.nextafter(np.nextafter(np.nextafter(exact(q, d, name), 2), 2), 2), 1.0),
+    )
     over, *_ = module.check("kl", 90, 0)
     assert over > 0
 
@@ -124,8 +135,9 @@ def test_cluster_example_sh():
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env = {**os.environ, "BIN": os.path.dirname(sys.executable), "POSITIONS": "3000", "PORT": str(port)}
-    done = subprocess.run(["bash", str(EXPERIMENTS / "cluster_example.sh")], env=env, capture_output=True, text=True,
-                          timeout=HANG_GUARD)  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(EXPERIMENTS / "cluster_example.sh")], env=env, capture_output=True, text=True, timeout=HANG_GUARD
+    )
     assert done.returncode == 0, done.stderr
     assert "analysis on the cluster" in done.stdout
 
@@ -182,27 +194,74 @@ def test_fetch_models(models):
 def test_the_real_pair_pipeline_on_tiny_models(models, tmp_path, capsys):
     data = str(BENCHMARKS)
     trace = tmp_path / "trace"
-    script("dump_real_trace").main(["--models", models, "--data", data, "--per-task", "1", "--max-new-tokens", "4",
-                                    "--dtype", "float32", "--out", str(trace)])  # fmt: skip
+    script("dump_real_trace").main(
+        [
+            "--models",
+            models,
+            "--data",
+            data,
+            "--per-task",
+            "1",
+            "--max-new-tokens",
+            "4",
+            "--dtype",
+            "float32",
+            "--out",
+            str(trace),
+        ]
+    )
     assert len(Trace(trace)) == 3
-    script("block_verification").main(["--trace", str(trace), "--out", str(tmp_path), "--bootstrap", "100", "--decode",
-                                       "--data", data, "--models", models, "--prompts", "2", "--max-new-tokens", "8",
-                                       "--dtype", "float32"])  # fmt: skip
+    script("block_verification").main(
+        [
+            "--trace",
+            str(trace),
+            "--out",
+            str(tmp_path),
+            "--bootstrap",
+            "100",
+            "--decode",
+            "--data",
+            data,
+            "--models",
+            models,
+            "--prompts",
+            "2",
+            "--max-new-tokens",
+            "8",
+            "--dtype",
+            "float32",
+        ]
+    )
     first = json.loads((tmp_path / "block_verification.json").read_text())["decoding"]
     assert set(first["rules"]) == {"sps", "block"}
     # the measured rows read back (--decoding) give the same page without the models
     rows = tmp_path / "measured.json"
     rows.write_text(json.dumps({k: first[k] for k in ("prompts", "max_new_tokens", "rules")}))
     again = tmp_path / "again"
-    script("block_verification").main(["--trace", str(trace), "--out", str(again), "--bootstrap", "100",
-                                       "--decoding", str(rows)])  # fmt: skip
+    script("block_verification").main(
+        ["--trace", str(trace), "--out", str(again), "--bootstrap", "100", "--decoding", str(rows)]
+    )
     assert json.loads((again / "block_verification.json").read_text())["decoding"]["rules"] == first["rules"]
     assert "--decoding" in (again / "block_verification.md").read_text()
     script("embed_trace").main(["--trace", str(trace), "--models", models, "--target", str(tmp_path / "embedded")])
     assert Trace(tmp_path / "embedded").metadata["verifier"]["name"] == PAIR[0]
     decoding = tmp_path / "decoding"
-    common = ["--data", data, "--models", models, "--cache", str(decoding), "--gsm8k", "1", "--humaneval", "1",
-              "--max-new-tokens", "6", "--dtype", "float32"]  # fmt: skip
+    common = [
+        "--data",
+        data,
+        "--models",
+        models,
+        "--cache",
+        str(decoding),
+        "--gsm8k",
+        "1",
+        "--humaneval",
+        "1",
+        "--max-new-tokens",
+        "6",
+        "--dtype",
+        "float32",
+    ]
     script("real_decoding_table").main([*common, "--m", "2", "--out", str(tmp_path / "table.md")])
     assert "| humaneval | cactus-ngram | 1 |" in (tmp_path / "table.md").read_text()
     outputs = tmp_path / "outputs"
@@ -223,14 +282,60 @@ def test_the_real_pair_pipeline_on_tiny_models(models, tmp_path, capsys):
     script("decoding_vs_simulation").main(args)
     assert (tmp_path / "dvs.md").exists()
     cost = tmp_path / "cost.json"
-    assert main(["calibrate", "--verifier", f"{models}/{PAIR[0]}.gguf", "--draft", f"{models}/{PAIR[1]}.gguf",
-                 "--dtype", "float32", "--max-block", "9", "--context", "16", "--repeats", "2", "--prompt-lengths",
-                 "8,16", "--out", str(cost), "--quiet"]) == 0  # fmt: skip
-    script("plan_vs_reality").main(["--data", data, "--models", models, "--cost", str(cost), "--trust-cost",
-                                    "--max-new-tokens", "4", "--heldout-trace", str(tmp_path / "heldout"), "--records",
-                                    str(tmp_path / "records.jsonl"), "--out", str(tmp_path), "--bootstrap", "100",
-                                    "--dtype", "float32", "--mt-bench", "1",
-                                    "--translation", "1", "--qa", "0"])  # fmt: skip
+    assert (
+        main(
+            [
+                "calibrate",
+                "--verifier",
+                f"{models}/{PAIR[0]}.gguf",
+                "--draft",
+                f"{models}/{PAIR[1]}.gguf",
+                "--dtype",
+                "float32",
+                "--max-block",
+                "9",
+                "--context",
+                "16",
+                "--repeats",
+                "2",
+                "--prompt-lengths",
+                "8,16",
+                "--out",
+                str(cost),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    script("plan_vs_reality").main(
+        [
+            "--data",
+            data,
+            "--models",
+            models,
+            "--cost",
+            str(cost),
+            "--trust-cost",
+            "--max-new-tokens",
+            "4",
+            "--heldout-trace",
+            str(tmp_path / "heldout"),
+            "--records",
+            str(tmp_path / "records.jsonl"),
+            "--out",
+            str(tmp_path),
+            "--bootstrap",
+            "100",
+            "--dtype",
+            "float32",
+            "--mt-bench",
+            "1",
+            "--translation",
+            "1",
+            "--qa",
+            "0",
+        ]
+    )
     result = json.loads((tmp_path / "plan_vs_reality.json").read_text())
     assert {r["task"] for r in result["rows"]} == {"translation"} and result["gpu_profile"]
     assert all(r["predicted_lo"] <= r["predicted"] <= r["predicted_hi"] for r in result["rows"])
@@ -253,8 +358,9 @@ def test_engine_rules(tiny_trace, tmp_path):
 
 
 def test_sequence_rules(tiny_trace, tmp_path):
-    script("sequence_rules").main(["--trace", tiny_trace, "--out", str(tmp_path), "--bootstrap", "100", "--m", "4",
-                                   "--tree-paths", "4"])  # fmt: skip
+    script("sequence_rules").main(
+        ["--trace", tiny_trace, "--out", str(tmp_path), "--bootstrap", "100", "--m", "4", "--tree-paths", "4"]
+    )
     data = json.loads((tmp_path / "sequence_rules.json").read_text())
     toy = {(r["case"], r["m"]): r["tv"] for r in data["exact"]}[("toy pair (Sun et al.)", 2)]
     assert toy["block"] < 1e-12 and toy["traversal"] < 1e-12 and toy["hsd"] > 0.05
@@ -281,10 +387,34 @@ def test_batch_gpu(tiny_trace, tmp_path):
 @pytest.mark.models
 @pytest.mark.llamacpp
 def test_llamacpp_vs_hf(models, tmp_path):
-    script("llamacpp_vs_hf").main(["--models", models, "--data", str(BENCHMARKS), "--prompts", "2", "--decode-prompts",
-                                   "2", "--max-new-tokens", "4", "--m", "2", "--batch", "2", "--dtype", "float32",
-                                   "--repeats", "1", "--max-block", "2", "--bootstrap", "100",
-                                   "--out", str(tmp_path)])  # fmt: skip
+    script("llamacpp_vs_hf").main(
+        [
+            "--models",
+            models,
+            "--data",
+            str(BENCHMARKS),
+            "--prompts",
+            "2",
+            "--decode-prompts",
+            "2",
+            "--max-new-tokens",
+            "4",
+            "--m",
+            "2",
+            "--batch",
+            "2",
+            "--dtype",
+            "float32",
+            "--repeats",
+            "1",
+            "--max-block",
+            "2",
+            "--bootstrap",
+            "100",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     result = json.loads((tmp_path / "llamacpp.json").read_text())
     assert {r["engine"] for r in result["decoding"]} == {"hf", "llama.cpp"}
     assert {r["batch"] for r in result["decoding"]} == {1, 2}
@@ -297,33 +427,130 @@ def test_llamacpp_vs_hf(models, tmp_path):
 @pytest.mark.llamacpp
 def test_dump_spec_bench_trace_and_the_per_category_held_out_check(models, tmp_path):
     data = str(BENCHMARKS)
-    script("dump_spec_bench_trace").main(["--models", models, "--data", data, "--per-category", "1",
-                                          "--max-new-tokens", "3", "--out", str(tmp_path / "spec")])  # fmt: skip
+    script("dump_spec_bench_trace").main(
+        [
+            "--models",
+            models,
+            "--data",
+            data,
+            "--per-category",
+            "1",
+            "--max-new-tokens",
+            "3",
+            "--out",
+            str(tmp_path / "spec"),
+        ]
+    )
     trace = Trace(tmp_path / "spec")
     assert sorted(s["task"] for s in trace.manifest["sequences"]) == sorted(
         ["translation", "summarization", "qa", "math_reasoning", "rag"]
     )
     assert trace.metadata["engine"] == "llama.cpp"
     cost = tmp_path / "cost.json"
-    assert main(["calibrate", "--engine", "llama.cpp", "--verifier", f"{models}/{PAIR[0]}.gguf", "--draft",
-                 f"{models}/{PAIR[1]}.gguf", "--max-block", "9", "--context", "16", "--repeats", "2",
-                 "--prompt-lengths", "8,16", "--out", str(cost), "--quiet", "--batch", "1,2"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "calibrate",
+                "--engine",
+                "llama.cpp",
+                "--verifier",
+                f"{models}/{PAIR[0]}.gguf",
+                "--draft",
+                f"{models}/{PAIR[1]}.gguf",
+                "--max-block",
+                "9",
+                "--context",
+                "16",
+                "--repeats",
+                "2",
+                "--prompt-lengths",
+                "8,16",
+                "--out",
+                str(cost),
+                "--quiet",
+                "--batch",
+                "1,2",
+            ]
+        )
+        == 0
+    )
     trace = tmp_path / "trace"  # the prediction's trace: the first prompt of each task; the held-out ones after it
-    script("dump_real_trace").main(["--models", models, "--data", data, "--per-task", "1", "--max-new-tokens", "4",
-                                    "--dtype", "float32", "--out", str(trace)])  # fmt: skip
-    script("batch_vs_reality").main(["--data", data, "--models", models, "--cost", str(cost), "--trust-cost",
-                                     "--trace", str(trace), "--prompts", "2", "--batch", "1", "2", "--m", "2",
-                                     "--max-new-tokens", "4", "--bootstrap", "100",
-                                     "--out", str(tmp_path)])  # fmt: skip
+    script("dump_real_trace").main(
+        [
+            "--models",
+            models,
+            "--data",
+            data,
+            "--per-task",
+            "1",
+            "--max-new-tokens",
+            "4",
+            "--dtype",
+            "float32",
+            "--out",
+            str(trace),
+        ]
+    )
+    script("batch_vs_reality").main(
+        [
+            "--data",
+            data,
+            "--models",
+            models,
+            "--cost",
+            str(cost),
+            "--trust-cost",
+            "--trace",
+            str(trace),
+            "--prompts",
+            "2",
+            "--batch",
+            "1",
+            "2",
+            "--m",
+            "2",
+            "--max-new-tokens",
+            "4",
+            "--bootstrap",
+            "100",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     rows = json.loads((tmp_path / "batch_vs_reality.json").read_text())["rows"]
     assert {(r["batch"], r["rule"]) for r in rows} == {(b, x) for b in (1, 2) for x in ("sps", "cactus(delta=1)")}
     assert all(r["predicted_lo"] <= r["predicted"] <= r["predicted_hi"] and r["measured"] > 0 for r in rows)
-    script("plan_vs_reality").main(["--data", data, "--models", models, "--cost", str(cost), "--trust-cost",
-                                    "--engine", "llama.cpp", "--categories", "translation,qa", "--per-category", "1",
-                                    "--mt-bench", "0", "--max-new-tokens", "4", "--heldout-trace",
-                                    str(tmp_path / "heldout"), "--records", str(tmp_path / "records.jsonl"),
-                                    "--out", str(tmp_path), "--bootstrap", "100",
-                                    "--name", "per_category"])  # fmt: skip
+    script("plan_vs_reality").main(
+        [
+            "--data",
+            data,
+            "--models",
+            models,
+            "--cost",
+            str(cost),
+            "--trust-cost",
+            "--engine",
+            "llama.cpp",
+            "--categories",
+            "translation,qa",
+            "--per-category",
+            "1",
+            "--mt-bench",
+            "0",
+            "--max-new-tokens",
+            "4",
+            "--heldout-trace",
+            str(tmp_path / "heldout"),
+            "--records",
+            str(tmp_path / "records.jsonl"),
+            "--out",
+            str(tmp_path),
+            "--bootstrap",
+            "100",
+            "--name",
+            "per_category",
+        ]
+    )
     result = json.loads((tmp_path / "per_category.json").read_text())
     assert {r["task"] for r in result["rows"]} == {"translation", "qa"}
     # the embedded trace set holds these categories: each row's AL comes from its own task
@@ -339,8 +566,9 @@ def _llama_server():
     found = os.environ.get("CACTUS_LLAMA_SERVER")
     if not found:
         home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        found = next(iter(sorted(glob.glob(os.path.join(home, "cactus_theory", "llama-server", "*", "llama-server")))),
-                     None)  # fmt: skip
+        found = next(
+            iter(sorted(glob.glob(os.path.join(home, "cactus_theory", "llama-server", "*", "llama-server")))), None
+        )
     if not found or not os.access(found, os.X_OK):
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail("needs llama-server: python scripts/build_llama_server.py")
@@ -352,10 +580,34 @@ def _llama_server():
 @pytest.mark.servers
 def test_referee_llama_server(models, tmp_path):
     binary = _llama_server()
-    script("referee_llama_server").main(["--data", str(BENCHMARKS), "--models", models, "--server-binary", binary,
-                                         "--out", str(tmp_path), "--parallel", "1,2", "--mbpp", "2", "--mt-bench",
-                                         "1", "--max-new-tokens", "8", "--n-max", "2", "--p-min", "0.2",
-                                         "--threads", "1", "--context", "32"])  # fmt: skip
+    script("referee_llama_server").main(
+        [
+            "--data",
+            str(BENCHMARKS),
+            "--models",
+            models,
+            "--server-binary",
+            binary,
+            "--out",
+            str(tmp_path),
+            "--parallel",
+            "1,2",
+            "--mbpp",
+            "2",
+            "--mt-bench",
+            "1",
+            "--max-new-tokens",
+            "8",
+            "--n-max",
+            "2",
+            "--p-min",
+            "0.2",
+            "--threads",
+            "1",
+            "--context",
+            "32",
+        ]
+    )
     cells = json.loads((tmp_path / "referee_llama_server.json").read_text())["cells"]
     assert [c["parallel"] for c in cells] == [1, 2]
     for cell in cells:
@@ -374,15 +626,28 @@ def test_gpu_check(tmp_path, capsys):
     assert [r["batch"] for r in data["parts"]["dump"]] == [1, 2, 4]
     assert all(r["positions"] == r["hf_positions"] for r in data["parts"]["dump"])  # like for like
     assert {(r["rule"], r["m"]) for r in data["parts"]["plan"]["rows"]} == {
-        (rule, m) for rule in ("sps", "cactus(delta=1)") for m in (2, 4)}  # fmt: skip
+        (rule, m) for rule in ("sps", "cactus(delta=1)") for m in (2, 4)
+    }
     page = (tmp_path / "gpu.md").read_text()
     assert "No GPU was lent" in page and "## The planner against decoding" in page
 
 
 @pytest.mark.models
 def test_dump_batch_cpu(models, tmp_path):
-    argv = ["--models", models, "--data", str(BENCHMARKS), "--batch", "1,3", "--prompts", "4", "--max-new-tokens", "4",
-            "--out", str(tmp_path)]  # fmt: skip
+    argv = [
+        "--models",
+        models,
+        "--data",
+        str(BENCHMARKS),
+        "--batch",
+        "1,3",
+        "--prompts",
+        "4",
+        "--max-new-tokens",
+        "4",
+        "--out",
+        str(tmp_path),
+    ]
     assert script("dump_batch_cpu").main(argv) == 0
     rows = json.loads((tmp_path / "dump_batch_cpu.json").read_text())["rows"]
     assert [r["batch"] for r in rows] == [1, 3] and rows[0]["speedup"] == 1.0
@@ -393,9 +658,26 @@ def test_dump_batch_cpu(models, tmp_path):
 @pytest.mark.models
 def test_quality_referee(models, tmp_path):
     records = tmp_path / "records" / "r.jsonl"
-    argv = ["--models", models, "--data", str(BENCHMARKS), "--limit", "2", "--batch", "2", "--max-new-tokens", "4",
-            "--rules", "sps,always-accept", "--records", str(records), "--out", str(tmp_path),
-            "--bootstrap", "100"]  # fmt: skip
+    argv = [
+        "--models",
+        models,
+        "--data",
+        str(BENCHMARKS),
+        "--limit",
+        "2",
+        "--batch",
+        "2",
+        "--max-new-tokens",
+        "4",
+        "--rules",
+        "sps,always-accept",
+        "--records",
+        str(records),
+        "--out",
+        str(tmp_path),
+        "--bootstrap",
+        "100",
+    ]
     assert script("quality_referee").main([*argv, "--minutes", "30"]) == 0
     data = json.loads((tmp_path / "quality.json").read_text())
     assert data["problems"] == {"gsm8k": 2, "humaneval": 2} and data["answers"] == 12

@@ -17,8 +17,14 @@ LINT = shutil.which("lint-imports") or str(pathlib.Path(sys.executable).parent /
 
 def _lint(cwd, package_parent):
     env = {**os.environ, "PYTHONPATH": str(package_parent)}
-    return subprocess.run([LINT, "--no-cache", "--config", str(cwd / "pyproject.toml")], cwd=cwd, capture_output=True,
-                          text=True, env=env, timeout=HANG_GUARD)  # fmt: skip
+    return subprocess.run(
+        [LINT, "--no-cache", "--config", str(cwd / "pyproject.toml")],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=HANG_GUARD,
+    )
 
 
 def test_the_contracts_hold():
@@ -100,8 +106,14 @@ print(circles)
 def _circles(package_parent):
     """The import circles of the package under ``package_parent`` (grimp's graph, imports under
     ``TYPE_CHECKING`` included, a package's own ``__init__`` counted as a module like any other)."""
-    done = subprocess.run([sys.executable, "-c", _CIRCLES], capture_output=True, text=True, timeout=HANG_GUARD,
-                          env={**os.environ, "PYTHONPATH": str(package_parent)}, cwd=package_parent)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", _CIRCLES],
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD,
+        env={**os.environ, "PYTHONPATH": str(package_parent)},
+        cwd=package_parent,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout.strip()
 

@@ -51,3 +51,90 @@ def test_the_test_folders_mirror_the_wings():
     actual = {p.name for p in (ROOT / "tests").iterdir() if p.is_dir() and any(p.glob("test_*.py"))}
     assert folders == actual, f"the page lists {sorted(folders)}, tests/ holds {sorted(actual)}"
     assert not list((ROOT / "tests").glob("test_*.py")), "every test file sits in a wing's folder"
+
+
+# --- the page's "One place for each fact", each checked ------------------------------------------------
+
+PACKAGE = ROOT / "cactus_theory"
+
+
+def _sources():
+    """{path relative to the package: its text} of every module of the package."""
+    return {str(p.relative_to(PACKAGE)): p.read_text(encoding="utf-8") for p in PACKAGE.rglob("*.py")}
+
+
+def test_no_module_is_over_700_lines():
+    long = {name: text.count("\n") for name, text in _sources().items() if text.count("\n") > 700}
+    assert not long, f"modules over 700 lines: {long}"
+    assert "over 700 lines" in PAGE
+
+
+def test_a_rules_kind_is_read_in_the_protocol_alone():
+    for name, text in _sources().items():
+        if name == "_rules/_protocol.py":
+            assert "def judgement_of(" in text and "def kind_of(" in text
+            continue
+        assert "kind_of(" not in text, f"{name} calls kind_of: ask judgement_of(rule) instead"
+        compared = re.findall(r"""\.kind\s*(?:==|!=)\s*["'](?:token|block|multi-draft)["']""", text)
+        assert not compared, f"{name} compares a rule's kind by name: {compared}"
+        judged = re.findall(r"""\.judges\s*(?:==|!=)""", text)
+        assert not judged, f"{name} reads Rule.judges: ask judgement_of(rule)"
+
+
+def test_a_rules_optional_laws_are_looked_up_in_the_laws_alone():
+    from cactus_theory._laws._lengths import OPTIONAL_LAWS
+
+    for name, text in _sources().items():
+        if name == "_laws/_lengths.py":
+            continue
+        for law in OPTIONAL_LAWS:
+            asked = re.findall(rf"""(?:hasattr|getattr)\([^)]*["']{law}["']""", text)
+            assert not asked, f"{name} asks hasattr / getattr of {law}: use stated_law(rule, {law!r})"
+
+
+def test_server_protocols_are_known_to_their_registry_alone():
+    from cactus_theory.servers import ServerProtocol, protocol_class, protocol_names
+
+    sources = _sources()
+    defined = {}
+    for name, text in sources.items():
+        if name.startswith("_servers/_") and name.endswith("_protocol.py") and name != "_servers/_protocol.py":
+            found = re.findall(r"""^    name = ["']([^"']+)["']""", text, flags=re.M)
+            assert len(found) == 1, f"{name} defines {len(found)} protocols: one file, one protocol"
+            defined[found[0]] = name
+    assert set(defined) == set(protocol_names()), (defined, protocol_names())
+    assert all(issubclass(protocol_class(n), ServerProtocol) for n in protocol_names())
+    for name, text in sources.items():  # no module lists the protocols' names itself
+        listed = re.findall(r"""["']llama\.cpp["'],\s*["']openai["']|["']openai["'],\s*["']sglang["']""", text)
+        assert not listed, f"{name} lists protocol names: read them from protocol_names()"
+        if not name.startswith("_servers/"):
+            assert "def detects(" not in text, f"{name} detects a server outside the servers wing"
+
+
+def test_the_integer_check_is_written_once():
+    pattern = re.compile(r"isinstance\((\w+), bool\) or not isinstance\(\1, (?:\(int, np\.integer\)|int)\)")
+    for name, text in _sources().items():
+        assert not pattern.search(text), f"{name} writes the integer check out: use check_int / is_integer"
+    assert "def check_int(" in (PACKAGE / "_math" / "_validation.py").read_text(encoding="utf-8")
+
+
+def test_the_command_line_builds_each_options_record_in_one_place():
+    sources = _sources()
+    common = sources["_cli/_common.py"]
+    assert "def analysis_options(" in common and "def decoding_options(" in common
+    for name, text in sources.items():
+        if name.startswith("_cli/") and name != "_cli/_common.py":
+            for call in ("analyze_trace(", "decode_prompts("):
+                for match in re.finditer(re.escape(call), text):
+                    body = text[match.end() : match.end() + 400].split("\n)\n")[0]
+                    assert "options=" in body, f"{name}: {call} without the options record"
+
+
+def test_the_formatter_decides_the_layout():
+    skips = sum(
+        p.read_text(encoding="utf-8").count("fmt: skip")
+        for folder in ("cactus_theory", "tests", "experiments", "scripts")
+        for p in (ROOT / folder).rglob("*.py")
+    )
+    assert skips < 30, f"{skips} '# fmt: skip' markers: let the formatter lay the code out"
+    assert "ruff format --check" in (ROOT / "scripts" / "check.sh").read_text(encoding="utf-8")

@@ -38,8 +38,13 @@ def test_make_gate_reads_specs_and_refuses_bad_ones():
     assert make_gate("7;9:8:inside") == RegionGate((7, 9), (8,), start_inside=True)
     assert make_gate(None) is None
     assert isinstance(make_gate(lambda prev: True), FunctionGate)
-    for bad, word in (("7", "OPEN:CLOSE"), ("7:x", "token ids"), ("7:7", "both open and close"),
-                      ("7:8:maybe", "OPEN:CLOSE"), (3.5, "gate must be")):  # fmt: skip
+    for bad, word in (
+        ("7", "OPEN:CLOSE"),
+        ("7:x", "token ids"),
+        ("7:7", "both open and close"),
+        ("7:8:maybe", "OPEN:CLOSE"),
+        (3.5, "gate must be"),
+    ):
         with pytest.raises(ValueError, match=word):
             make_gate(bad)
     with pytest.raises(ValueError, match="fallback"):
@@ -54,9 +59,15 @@ def _trace(tmp_path, marks=True):
     if marks:  # regions opened by 20, closed by 21
         tokens[[3, 50, 90]] = 20
         tokens[[15, 70]] = 21
-    trace = trace_from_arrays(tmp_path / "t", target + rng.normal(size=target.shape), target, tokens,
-                              sequence_lengths=lengths, top_k=vocab,
-                              metadata={"sampling": {"temperature": 1.0, "top_k": vocab, "top_p": 1.0}})  # fmt: skip
+    trace = trace_from_arrays(
+        tmp_path / "t",
+        target + rng.normal(size=target.shape),
+        target,
+        tokens,
+        sequence_lengths=lengths,
+        top_k=vocab,
+        metadata={"sampling": {"temperature": 1.0, "top_k": vocab, "top_p": 1.0}},
+    )
     return trace, tokens, lengths
 
 

@@ -95,8 +95,9 @@ def test_the_fixed_policy_is_the_closed_form_and_stopping_never_adds(seed, m):
         assert (forwards <= np.minimum(drafted_p + 1, fixed_forwards) + 1e-12).all() and (forwards >= drafted_p).all()
     # thresholds that never stop are the fixed policy, to the last bit
     for spec in ("p-min(0)", "entropy(1000)", "accept-prob(0)"):
-        for got, want in zip(policy_blocks(make_draft_policy(spec), p, beta, m), (al, drafted, fixed_forwards),
-                             strict=True):  # fmt: skip
+        for got, want in zip(
+            policy_blocks(make_draft_policy(spec), p, beta, m), (al, drafted, fixed_forwards), strict=True
+        ):
             np.testing.assert_array_equal(got, want)
 
 
@@ -142,12 +143,50 @@ def test_analysis_rows_of_policies():
 
 
 def test_cli_plan_with_a_drafting_policy_on_the_embedded_trace(capsys):
-    assert main(["plan", "--draft-policy", "p-min(0.4)", "--cost-ratio", "0.3", "--rules", "sps,cactus", "--delta",
-                 "1", "--m", "2,4,8", "--bootstrap", "100", "--quiet"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "plan",
+                "--draft-policy",
+                "p-min(0.4)",
+                "--cost-ratio",
+                "0.3",
+                "--rules",
+                "sps,cactus",
+                "--delta",
+                "1",
+                "--m",
+                "2,4,8",
+                "--bootstrap",
+                "100",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "p-min(0.4)" in out and "fixed" in out and "a what-if" in out
-    assert main(["plan", "--draft-policy", "auto", "--cost-profile", "qwen3-32b-0.6b-gb200-vllm", "--rules", "sps",
-                 "--m", "4,8", "--bootstrap", "0", "--quiet", "--task", "gsm8k"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "plan",
+                "--draft-policy",
+                "auto",
+                "--cost-profile",
+                "qwen3-32b-0.6b-gb200-vllm",
+                "--rules",
+                "sps",
+                "--m",
+                "4,8",
+                "--bootstrap",
+                "0",
+                "--quiet",
+                "--task",
+                "gsm8k",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "measured profile qwen3-32b-0.6b-gb200-vllm (NVIDIA GB200, vllm 0.20.1)" in out
     assert "cost-optimal" in out and "entropy(0.5)" in out
@@ -155,8 +194,25 @@ def test_cli_plan_with_a_drafting_policy_on_the_embedded_trace(capsys):
 
 def test_cli_plan_without_a_cost_uses_the_measured_default_profile(capsys):
     # the issue's command, as written: no cost given -> the shipped measured GPU profile, said so
-    assert main(["plan", "--draft-policy", "p-min(0.4)", "--rules", "sps", "--m", "2,4", "--bootstrap", "0",
-                 "--quiet", "--task", "gsm8k"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "plan",
+                "--draft-policy",
+                "p-min(0.4)",
+                "--rules",
+                "sps",
+                "--m",
+                "2,4",
+                "--bootstrap",
+                "0",
+                "--quiet",
+                "--task",
+                "gsm8k",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "measured profile qwen3-32b-0.6b-gb200-vllm" in out and "(the default: no calibration" in out
     assert "another pair than the trace's (qwen2.5-coder-1.5b-instruct-q4_k_m" in out
@@ -212,8 +268,9 @@ def test_the_llama_cpp_policy_is_llama_servers_drafting_and_verification(p_min, 
         trace = trace_from_arrays(tmp, draft_logits, target_logits, tokens, top_k=vocab)
         settings = SamplingSettings(temperature=0.7, top_k=20, top_p=1.0)
         policy = f"llama.cpp(p_min={p_min}, n_min={n_min})"
-        res = analyze_trace(trace, rules=["strict"], ms=[n_max], settings=settings, draft_mode="greedy",
-                            draft_policies=[policy])  # fmt: skip
+        res = analyze_trace(
+            trace, rules=["strict"], ms=[n_max], settings=settings, draft_mode="greedy", draft_policies=[policy]
+        )
         seq = next(iter(trace))
         _, q = seq.distributions(settings)
     # the verifier's processed distribution on the trace's support, back on token ids
@@ -239,8 +296,12 @@ def test_the_llama_cpp_law_agrees_with_simulating_the_server_loop():
     target = rng.dirichlet(np.full(vocab, 0.5), size=n_max)
     exact = _llama_server_blocks(draft_logits, target, 0.2, 0, n_max)[0]  # (AL, drafted, forwards)
     policy = make_draft_policy("llama.cpp(p_min=0.2)")
-    top1 = np.array([np.sort(np.exp(r - r.max()))[::-1][:10].max() / np.sort(np.exp(r - r.max()))[::-1][:10].sum()
-                     for r in draft_logits])  # fmt: skip
+    top1 = np.array(
+        [
+            np.sort(np.exp(r - r.max()))[::-1][:10].max() / np.sort(np.exp(r - r.max()))[::-1][:10].sum()
+            for r in draft_logits
+        ]
+    )
     greedy = np.argmax(draft_logits, axis=-1)
     beta = target[np.arange(n_max), greedy]
     al, drafted, forwards = policy_blocks(policy, np.eye(vocab)[greedy], beta, n_max, features=(top1, np.zeros(n_max)))
@@ -259,15 +320,19 @@ def test_the_llama_cpp_law_agrees_with_simulating_the_server_loop():
 def test_llama_cpp_policy_specs():
     assert make_draft_policy("llama.cpp").describe() == "llama.cpp(p_min=0)"
     assert make_draft_policy("llama.cpp(0.25, 3)") == make_draft_policy("llama.cpp(p_min=0.25, n_min=3)")
-    for bad, match in [("llama.cpp(p_min=2)", r"\[0, 1\]"), ("llama.cpp(n_min=1.5)", "whole number"),
-                       ("llama.cpp(q=1)", "not a parameter"), ("p-min(0.3, n_min=1)", "not a parameter"),
-                       ("llama.cpp(p_min=0.5, p_min=0.6)", "p_min is given twice"),
-                       ("llama.cpp(0.5, 2, 3)", r"at most 2 value\(s\) \(p_min, n_min\); got 3"),
-                       ("p-min(0.4, 3)", r"at most 1 value\(s\) \(threshold\)"),
-                       ("llama.cpp(n_min=inf)", "n_min = 'inf' must be a finite number"),
-                       ("llama.cpp(n_min=1e400)", "must be a finite number"),
-                       ("llama.cpp(n_min=nan)", "must be a finite number"),
-                       ("llama.cpp(n_min=1e300)", r"\[0, 4096\].*got 1e\+300$")]:  # fmt: skip
+    for bad, match in [
+        ("llama.cpp(p_min=2)", r"\[0, 1\]"),
+        ("llama.cpp(n_min=1.5)", "whole number"),
+        ("llama.cpp(q=1)", "not a parameter"),
+        ("p-min(0.3, n_min=1)", "not a parameter"),
+        ("llama.cpp(p_min=0.5, p_min=0.6)", "p_min is given twice"),
+        ("llama.cpp(0.5, 2, 3)", r"at most 2 value\(s\) \(p_min, n_min\); got 3"),
+        ("p-min(0.4, 3)", r"at most 1 value\(s\) \(threshold\)"),
+        ("llama.cpp(n_min=inf)", "n_min = 'inf' must be a finite number"),
+        ("llama.cpp(n_min=1e400)", "must be a finite number"),
+        ("llama.cpp(n_min=nan)", "must be a finite number"),
+        ("llama.cpp(n_min=1e300)", r"\[0, 4096\].*got 1e\+300$"),
+    ]:
         with pytest.raises(ValueError, match=match):
             make_draft_policy(bad)
 
@@ -335,8 +400,9 @@ def test_a_policy_that_never_stops_is_planned_as_fixed_blocks_to_the_last_bit(ne
     rows were not charged the draft forward after a fully accepted block)."""
     trace = load_trace()
     cost = CostModel.from_profile("qwen3-32b-0.6b-gb200-vllm")
-    result = analyze_trace(trace, ["sps", "cactus(delta=1)"], ms=(2, 4), n_boot=200, draft_policies=[never],
-                           tasks=["gsm8k", "humaneval"])  # fmt: skip
+    result = analyze_trace(
+        trace, ["sps", "cactus(delta=1)"], ms=(2, 4), n_boot=200, draft_policies=[never], tasks=["gsm8k", "humaneval"]
+    )
     plan = predict_speedup(result, cost)
     fixed = {(r["rule"], r["m"], r["task"]): r for r in plan.rows if not r.get("draft_policy")}
     policy = [r for r in plan.rows if r.get("draft_policy") == never]

@@ -9,8 +9,20 @@ from hypothesis import strategies as st
 import cactus_theory as ct
 from cactus_theory._rules import kind_of
 
-RULES = ["sps", "cactus(delta=0.5)", "cactus-exact(delta=0.5)", "mentored(delta=0.3)", "tas", "lossy(alpha=0.3)",
-         "topk(k=2)", "block", "rrs(k=2)", "eagle-tree(k=2)", "spectr(k=2)", "sglang-tree(k=2)"]  # fmt: skip
+RULES = [
+    "sps",
+    "cactus(delta=0.5)",
+    "cactus-exact(delta=0.5)",
+    "mentored(delta=0.3)",
+    "tas",
+    "lossy(alpha=0.3)",
+    "topk(k=2)",
+    "block",
+    "rrs(k=2)",
+    "eagle-tree(k=2)",
+    "spectr(k=2)",
+    "sglang-tree(k=2)",
+]
 
 
 POLICY = ct.make_draft_policy("p-min(0.4)")
@@ -24,56 +36,106 @@ def _calls():
         rule = ct.make_rule(spec)
         one = rule.single() if kind_of(rule) == "multi-draft" else rule
         out += [
-            (f"emitted_distribution[{spec}]", ("draft_probs", "target_probs"),
-             lambda p, q, r=rule: ct.emitted_distribution(r, p, q)),
+            (
+                f"emitted_distribution[{spec}]",
+                ("draft_probs", "target_probs"),
+                lambda p, q, r=rule: ct.emitted_distribution(r, p, q),
+            ),
             (f"step_metrics[{spec}]", ("draft_probs", "target_probs"), lambda p, q, r=rule: ct.step_metrics(r, p, q)),
-            (f"{spec}.acceptance", ("draft_probs", "target_probs"),
-             lambda p, q, r=one: r.acceptance(p, q, np.zeros(len(q), int))),
-            (f"{spec}.correction", ("draft_probs", "target_probs"),
-             lambda p, q, r=one: r.correction(p, q, np.zeros(len(q), int))),
-            (f"{spec}.acceptance_and_correction", ("draft_probs", "target_probs"),
-             lambda p, q, r=one: r.acceptance_and_correction(p, q, np.zeros(len(q), int))),
-            (f"{spec}.bonus_distribution", ("draft_probs", "target_probs"),
-             lambda p, q, r=rule: r.bonus_distribution(p, q, policy="relaxed")),
-            (f"{spec}.bonus_distribution(verifier)", ("draft_probs", "target_probs"),
-             lambda p, q, r=rule: r.bonus_distribution(p, q)),
+            (
+                f"{spec}.acceptance",
+                ("draft_probs", "target_probs"),
+                lambda p, q, r=one: r.acceptance(p, q, np.zeros(len(q), int)),
+            ),
+            (
+                f"{spec}.correction",
+                ("draft_probs", "target_probs"),
+                lambda p, q, r=one: r.correction(p, q, np.zeros(len(q), int)),
+            ),
+            (
+                f"{spec}.acceptance_and_correction",
+                ("draft_probs", "target_probs"),
+                lambda p, q, r=one: r.acceptance_and_correction(p, q, np.zeros(len(q), int)),
+            ),
+            (
+                f"{spec}.bonus_distribution",
+                ("draft_probs", "target_probs"),
+                lambda p, q, r=rule: r.bonus_distribution(p, q, policy="relaxed"),
+            ),
+            (
+                f"{spec}.bonus_distribution(verifier)",
+                ("draft_probs", "target_probs"),
+                lambda p, q, r=rule: r.bonus_distribution(p, q),
+            ),
             (f"{spec}.emitted", ("draft_probs", "target_probs"), lambda p, q, r=rule: r.emitted(p, q)),
             (f"{spec}.acceptance_all", ("draft_probs", "target_probs"), lambda p, q, r=one: r.acceptance_all(p, q)),
             (f"{spec}.logits_exact", ("draft_probs", "target_probs"), lambda p, q, r=one: r.logits_exact(p, q)),
-            (f"block_accepted_length[{spec}]", ("draft_probs", "target_probs"),
-             lambda p, q, r=one: ct.block_accepted_length(r, p, q, 2)),
-            (f"{spec}.block_law", ("draft_probs", "target_probs"),
-             lambda p, q, r=one: r.block_law(p[:2], q, np.zeros(2, int))),
-            (f"simulate[{spec}]", ("draft_probs", "target_probs"),
-             lambda p, q, r=rule: ct.simulate(r, p, q, m=2, n_runs=4)),
-        ]  # fmt: skip
+            (
+                f"block_accepted_length[{spec}]",
+                ("draft_probs", "target_probs"),
+                lambda p, q, r=one: ct.block_accepted_length(r, p, q, 2),
+            ),
+            (
+                f"{spec}.block_law",
+                ("draft_probs", "target_probs"),
+                lambda p, q, r=one: r.block_law(p[:2], q, np.zeros(2, int)),
+            ),
+            (
+                f"simulate[{spec}]",
+                ("draft_probs", "target_probs"),
+                lambda p, q, r=rule: ct.simulate(r, p, q, m=2, n_runs=4),
+            ),
+        ]
         if isinstance(rule, ct.GeneralizedRule):
-            out.append((f"{spec}.surrogate", ("draft_probs", "target_probs"),
-                        lambda p, q, r=rule: r.surrogate(p, q, np.zeros(len(q), int))))  # fmt: skip
+            out.append(
+                (
+                    f"{spec}.surrogate",
+                    ("draft_probs", "target_probs"),
+                    lambda p, q, r=rule: r.surrogate(p, q, np.zeros(len(q), int)),
+                )
+            )
         if kind_of(rule) == "multi-draft":
             out += [
-                (f"{spec}.multi_acceptance", ("draft_probs", "target_probs"),
-                 lambda p, q, r=rule: r.multi_acceptance(p, q)),
-                (f"{spec}.multi_outside_support", ("draft_probs", "target_probs"),
-                 lambda p, q, r=rule: r.multi_outside_support(p, q)),
-                (f"{spec}.verify", ("draft_probs", "target_probs"),
-                 lambda p, q, r=rule: r.verify(p[0], q[0], np.zeros(r.k, int))),
+                (
+                    f"{spec}.multi_acceptance",
+                    ("draft_probs", "target_probs"),
+                    lambda p, q, r=rule: r.multi_acceptance(p, q),
+                ),
+                (
+                    f"{spec}.multi_outside_support",
+                    ("draft_probs", "target_probs"),
+                    lambda p, q, r=rule: r.multi_outside_support(p, q),
+                ),
+                (
+                    f"{spec}.verify",
+                    ("draft_probs", "target_probs"),
+                    lambda p, q, r=rule: r.verify(p[0], q[0], np.zeros(r.k, int)),
+                ),
                 (f"{spec}.draft_tuples", ("draft_probs",), lambda p, q, r=rule: r.draft_tuples(p[0])),
-                (f"{spec}.sample_drafts", ("draft_probs",),
-                 lambda p, q, r=rule: r.sample_drafts(np.random.default_rng(0), p)),
-            ]  # fmt: skip
+                (
+                    f"{spec}.sample_drafts",
+                    ("draft_probs",),
+                    lambda p, q, r=rule: r.sample_drafts(np.random.default_rng(0), p),
+                ),
+            ]
     out += [
-        ("optimal_multi_draft_acceptance", ("draft_probs", "target_probs"),
-         lambda p, q: ct.optimal_multi_draft_acceptance(p, q, 2)),
+        (
+            "optimal_multi_draft_acceptance",
+            ("draft_probs", "target_probs"),
+            lambda p, q: ct.optimal_multi_draft_acceptance(p, q, 2),
+        ),
         ("greedy_draft", ("draft_probs",), lambda p, q: ct.greedy_draft(p)),
         ("top_drafts", ("draft_probs",), lambda p, q: ct.top_drafts(p, 2)),
         ("mentored_surrogate", ("draft_probs", "target_probs"), lambda p, q: ct.mentored_surrogate(p, q, 0.5)),
         ("cactus_surrogate", ("target_probs",), lambda p, q: ct.cactus_surrogate(q, np.zeros(len(q), int), 0.5)),
         ("divergence", ("dist", "target_probs"), lambda p, q: ct.divergence(p, q)),
         ("policy_blocks", ("draft_probs",), lambda p, q: ct.policy_blocks(POLICY, p, np.full(len(p), 0.5), 2)),
-        ("emitted_distribution[eagle-tree]", ("draft_probs", "target_probs"),
-         lambda p, q: ct.emitted_distribution("eagle-tree(k=3)", p, q)),
-    ]  # fmt: skip
+        (
+            "emitted_distribution[eagle-tree]",
+            ("draft_probs", "target_probs"),
+            lambda p, q: ct.emitted_distribution("eagle-tree(k=3)", p, q),
+        ),
+    ]
     return out
 
 
@@ -102,8 +164,12 @@ def _corrupt(x, how, where):
 
 
 @pytest.mark.parametrize(("name", "arguments", "call"), CALLS, ids=[c[0] for c in CALLS])
-@given(seed=st.integers(0, 10_000), how=st.sampled_from(CORRUPTIONS), which=st.integers(0, 1),
-       where=st.tuples(st.integers(0, 2), st.integers(0, 4)))  # fmt: skip
+@given(
+    seed=st.integers(0, 10_000),
+    how=st.sampled_from(CORRUPTIONS),
+    which=st.integers(0, 1),
+    where=st.tuples(st.integers(0, 2), st.integers(0, 4)),
+)
 def test_bad_probabilities_are_refused_naming_the_argument(name, arguments, call, seed, how, which, where):
     rng = np.random.default_rng(seed)
     p, q = rng.dirichlet(np.ones(5), size=3), rng.dirichlet(np.ones(5), size=3)
@@ -125,8 +191,19 @@ def test_bad_probabilities_are_refused_naming_the_argument(name, arguments, call
 
 def test_every_public_function_of_the_list_exists_and_the_list_covers_the_protocol():
     names = {c[0].split("[")[0].split(".")[-1] for c in CALLS}
-    protocol = {"acceptance", "correction", "acceptance_and_correction", "bonus_distribution", "emitted",
-                "acceptance_all", "logits_exact", "block_law", "surrogate", "multi_acceptance", "verify"}  # fmt: skip
+    protocol = {
+        "acceptance",
+        "correction",
+        "acceptance_and_correction",
+        "bonus_distribution",
+        "emitted",
+        "acceptance_all",
+        "logits_exact",
+        "block_law",
+        "surrogate",
+        "multi_acceptance",
+        "verify",
+    }
     assert protocol <= names
 
 

@@ -159,11 +159,13 @@ def test_compiled_steps_of_a_batch_equal_the_banded_solve_and_each_sequence_alon
         survival = np.cumprod(rng.uniform(0, 1, (n, m)), axis=1) if mode == "per start" else None
         drafted, forwards = fixed_blocks(beta, offsets, m)
         drafted = np.minimum(drafted, rng.integers(0, m + 1, n))  # a policy's shorter blocks
-        got = renewal_steps_many(None if survival is not None else beta, offsets, drafted, forwards, m,
-                                 survival=survival)  # fmt: skip
+        got = renewal_steps_many(
+            None if survival is not None else beta, offsets, drafted, forwards, m, survival=survival
+        )
         monkeypatch.setattr(_kernels, "_renewal_jit", None)
-        twin = renewal_steps_many(None if survival is not None else beta, offsets, drafted, forwards, m,
-                                  survival=survival)  # fmt: skip
+        twin = renewal_steps_many(
+            None if survival is not None else beta, offsets, drafted, forwards, m, survival=survival
+        )
         monkeypatch.undo()
         np.testing.assert_allclose(got, twin, rtol=1e-12, atol=1e-15)
         for i, length in enumerate(lengths):
@@ -172,7 +174,13 @@ def test_compiled_steps_of_a_batch_equal_the_banded_solve_and_each_sequence_alon
                 continue
             span = slice(offsets[i], offsets[i + 1])
             first = 1 if length - m >= 1 else 0
-            alone = renewal_steps(None if survival is not None else beta[..., span], drafted[span], forwards[span],
-                                  m, start=first, stop=max(length - m, first),
-                                  survival=None if survival is None else survival[span])  # fmt: skip
+            alone = renewal_steps(
+                None if survival is not None else beta[..., span],
+                drafted[span],
+                forwards[span],
+                m,
+                start=first,
+                stop=max(length - m, first),
+                survival=None if survival is None else survival[span],
+            )
             np.testing.assert_allclose(got[i], [*alone[:4], *alone[4]], rtol=1e-12, atol=1e-15)

@@ -63,8 +63,9 @@ def test_the_interval_is_scipys_paired_percentile_bootstrap():
     a = np.where(rng.random(n) < 0.15, 1 - b, b)  # the method flips 15% of the answers
     ids = [f"q{i}" for i in range(n)]
     ours = paired_difference(ids, a, b, n_boot=20000, seed=3)
-    theirs = stats.bootstrap((a - b,), np.mean, n_resamples=20000, method="percentile", random_state=11,
-                             confidence_level=0.95).confidence_interval  # fmt: skip
+    theirs = stats.bootstrap(
+        (a - b,), np.mean, n_resamples=20000, method="percentile", random_state=11, confidence_level=0.95
+    ).confidence_interval
     # two Monte Carlo estimates of the same percentiles: they agree to the resampling error
     assert ours.low == pytest.approx(theirs.low, abs=0.012)
     assert ours.high == pytest.approx(theirs.high, abs=0.012)

@@ -35,8 +35,16 @@ def test_no_sample_of_a_shapes_first_call_is_kept():
     (verifier, shapes), (draft, _) = stalling(tiny_model(0)), stalling(tiny_model(1, layers=1))
     tok = tiny_tokenizer()
     identity = {"name": "tiny", "source": "test", "files": {}}
-    cost = calibrate_cost((verifier, tok, identity), (draft, tok, identity), max_block=4, context=8, repeats=2,
-                          progress=False, prompt_lengths=(4, 6), batch=(1, 2))  # fmt: skip
+    cost = calibrate_cost(
+        (verifier, tok, identity),
+        (draft, tok, identity),
+        max_block=4,
+        context=8,
+        repeats=2,
+        progress=False,
+        prompt_lengths=(4, 6),
+        batch=(1, 2),
+    )
     samples = cost.samples
     timed = [*samples["draft_token"], *[t for v in samples["verify_block"].values() for t in v]]
     timed += [t for per in samples["prefill"].values() for v in per.values() for t in v]
@@ -55,5 +63,12 @@ def test_a_tokenizer_that_encodes_the_text_to_nothing_is_named():
 
     identity = {"name": "tiny", "source": "test", "files": {}}
     with pytest.raises(ValueError, match="the tokenizer encodes the calibration's text to no tokens"):
-        calibrate_cost((tiny_model(0), silent, identity), (tiny_model(1, layers=1), silent, identity), max_block=2,
-                       context=8, repeats=1, progress=False, prompt_lengths=(4,))  # fmt: skip
+        calibrate_cost(
+            (tiny_model(0), silent, identity),
+            (tiny_model(1, layers=1), silent, identity),
+            max_block=2,
+            context=8,
+            repeats=1,
+            progress=False,
+            prompt_lengths=(4,),
+        )

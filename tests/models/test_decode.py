@@ -246,8 +246,9 @@ def test_real_decoding_runs_the_engine_block_rules(models, spec):
     settings = SamplingSettings(temperature=1.0, top_k=4, top_p=1.0)
     total = 0
     for seed in range(5):
-        out = speculative_generate(verifier, draft, make_rule(spec), m=3, sampling=settings, max_new_tokens=12,
-                                   seed=seed, prompt_ids=PROMPT)  # fmt: skip
+        out = speculative_generate(
+            verifier, draft, make_rule(spec), m=3, sampling=settings, max_new_tokens=12, seed=seed, prompt_ids=PROMPT
+        )
         assert len(out.tokens) >= 12 and all(0 <= a <= d <= 3 for a, d in zip(out.accepted, out.drafted, strict=True))
         total += sum(out.accepted)
     assert total > 0
@@ -263,10 +264,28 @@ def test_real_decoding_runs_the_engine_chain_rules(models, spec, draft_mode):
     verifier, draft = models
     settings = SamplingSettings(temperature=1.0, top_k=4, top_p=1.0)
     for seed in range(3):
-        ours = speculative_generate(verifier, draft, make_rule(spec), m=3, sampling=settings, max_new_tokens=10,
-                                    seed=seed, prompt_ids=PROMPT, draft_mode=draft_mode)  # fmt: skip
-        sps = speculative_generate(verifier, draft, SpS(), m=3, sampling=settings, max_new_tokens=10, seed=seed,
-                                   prompt_ids=PROMPT, draft_mode=draft_mode)  # fmt: skip
+        ours = speculative_generate(
+            verifier,
+            draft,
+            make_rule(spec),
+            m=3,
+            sampling=settings,
+            max_new_tokens=10,
+            seed=seed,
+            prompt_ids=PROMPT,
+            draft_mode=draft_mode,
+        )
+        sps = speculative_generate(
+            verifier,
+            draft,
+            SpS(),
+            m=3,
+            sampling=settings,
+            max_new_tokens=10,
+            seed=seed,
+            prompt_ids=PROMPT,
+            draft_mode=draft_mode,
+        )
         assert ours.tokens == sps.tokens and ours.accepted == sps.accepted
 
 
@@ -279,15 +298,23 @@ def test_decoding_under_a_gate_is_the_rule_where_open_and_sps_where_closed(model
     settings = SamplingSettings(temperature=1.0, top_k=6, top_p=1.0)
     relaxed = Lossy(alpha=0.7)
     runs = {}
-    for name, rule, gate in (("sps", SpS(), None), ("lossy", relaxed, None),
-                             ("shut", relaxed, FunctionGate(lambda prev: False, "shut")),
-                             ("open", relaxed, FunctionGate(lambda prev: True, "open"))):  # fmt: skip
-        runs[name] = [speculative_generate(verifier, draft, rule, m=3, sampling=settings, max_new_tokens=16, seed=s,
-                                           prompt_ids=PROMPT, gate=gate).tokens for s in range(6)]  # fmt: skip
+    for name, rule, gate in (
+        ("sps", SpS(), None),
+        ("lossy", relaxed, None),
+        ("shut", relaxed, FunctionGate(lambda prev: False, "shut")),
+        ("open", relaxed, FunctionGate(lambda prev: True, "open")),
+    ):
+        runs[name] = [
+            speculative_generate(
+                verifier, draft, rule, m=3, sampling=settings, max_new_tokens=16, seed=s, prompt_ids=PROMPT, gate=gate
+            ).tokens
+            for s in range(6)
+        ]
     assert runs["shut"] == runs["sps"] and runs["open"] == runs["lossy"] and runs["sps"] != runs["lossy"]
     with pytest.raises(ValueError, match="position by position"):
-        speculative_generate(verifier, draft, "magic-mtp", m=3, sampling=settings, max_new_tokens=4, prompt_ids=PROMPT,
-                             gate="1:2")  # fmt: skip
+        speculative_generate(
+            verifier, draft, "magic-mtp", m=3, sampling=settings, max_new_tokens=4, prompt_ids=PROMPT, gate="1:2"
+        )
 
 
 def test_drift_records_the_kl_of_the_law_each_token_was_emitted_from(models):
@@ -295,8 +322,9 @@ def test_drift_records_the_kl_of_the_law_each_token_was_emitted_from(models):
     # (slot 0 after the prompt) has the exact law emitted_distribution(rule, p_1, q_1)
     verifier, draft = models
     settings = SamplingSettings(temperature=1.0, top_k=6, top_p=1.0)
-    out = speculative_generate(verifier, draft, SpS(), m=3, sampling=settings, max_new_tokens=12, seed=0,
-                               prompt_ids=PROMPT, drift=True)  # fmt: skip
+    out = speculative_generate(
+        verifier, draft, SpS(), m=3, sampling=settings, max_new_tokens=12, seed=0, prompt_ids=PROMPT, drift=True
+    )
     assert len(out.token_kl) == len(out.tokens) and max(out.token_kl) < 1e-12 and out.answer_kl < 1e-11
     rule = Lossy(alpha=0.7)
     settings = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0)  # the tiny models' top-6 sets are disjoint
@@ -307,21 +335,25 @@ def test_drift_records_the_kl_of_the_law_each_token_was_emitted_from(models):
     want = float(np.sum(np.where(pi > 0, pi * np.log(np.where(pi > 0, pi, 1) / np.where(q1 > 0, q1, 1)), 0.0)))
     assert want > 0
     for seed in range(3):
-        out = speculative_generate(verifier, draft, rule, m=3, sampling=settings, max_new_tokens=12, seed=seed,
-                                   prompt_ids=PROMPT, drift=True)  # fmt: skip
+        out = speculative_generate(
+            verifier, draft, rule, m=3, sampling=settings, max_new_tokens=12, seed=seed, prompt_ids=PROMPT, drift=True
+        )
         assert out.token_kl[0] == pytest.approx(want, rel=1e-6, abs=1e-9)
         assert len(out.token_kl) == len(out.tokens) and min(out.token_kl) >= 0
         assert out.answer_kl == pytest.approx(sum(out.token_kl))
     with pytest.raises(ValueError, match="whole blocks"):
-        speculative_generate(verifier, draft, "block", m=3, sampling=settings, max_new_tokens=4, prompt_ids=PROMPT,
-                             drift=True)  # fmt: skip
+        speculative_generate(
+            verifier, draft, "block", m=3, sampling=settings, max_new_tokens=4, prompt_ids=PROMPT, drift=True
+        )
 
 
 def test_answer_drift_sums_each_answer_and_resamples_prompts():
     from cactus_theory import answer_drift  # on the public face, as the README names it
 
-    records = [{"id": f"p{i}", "task": "t" if i < 3 else "u", "rule": "lossy(alpha=0.7)",
-                "token_kl": [0.1 * i] * (i + 1)} for i in range(5)]  # fmt: skip
+    records = [
+        {"id": f"p{i}", "task": "t" if i < 3 else "u", "rule": "lossy(alpha=0.7)", "token_kl": [0.1 * i] * (i + 1)}
+        for i in range(5)
+    ]
     rows = {r["task"]: r for r in answer_drift(records, n_boot=500)}
     sums = [0.1 * i * (i + 1) for i in range(5)]
     assert rows["all"]["answer_kl"] == pytest.approx(np.mean(sums))

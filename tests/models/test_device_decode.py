@@ -70,8 +70,17 @@ def test_the_verifier_alone_emits_the_tokens_a_dump_holds(tmp_path, models):
     tok = tiny_tokenizer()
     settings = SamplingSettings(temperature=1.0, top_k=20, top_p=0.9)
     prompts = [Prompt(id=f"q{i}", task="toy", text=f"t{3 + i} t{9 + i} t{20 + i}", index=i) for i in range(4)]
-    dump_trace((verifier, tok), (draft, tok), prompts, tmp_path / "t", settings=settings, max_new_tokens=9, seed=2,
-               progress=False, batch=2)  # fmt: skip
+    dump_trace(
+        (verifier, tok),
+        (draft, tok),
+        prompts,
+        tmp_path / "t",
+        settings=settings,
+        max_new_tokens=9,
+        seed=2,
+        progress=False,
+        batch=2,
+    )
     held = {s.id: s.tokens.tolist() for s in Trace(tmp_path / "t")}
     ids = [tok(p.text)["input_ids"] for p in prompts]
     alone = autoregressive_generate_batch(verifier, ids, [prompt_seed(2, p.id) for p in prompts], settings, 9, {1})
@@ -83,9 +92,11 @@ def test_the_host_path_on_slots_equals_one_prompt_at_a_time(models):
     each prompt the tokens ``speculative_generate`` gives it with the same seed."""
     verifier, draft = models
     settings = SamplingSettings(temperature=1.0, top_k=20, top_p=0.9)
-    batch = speculative_generate_batch(verifier, draft, Cactus(1.0), 3, PROMPTS, SEEDS, settings, 10, {1},
-                                       bonus_policy="relaxed")  # fmt: skip
+    batch = speculative_generate_batch(
+        verifier, draft, Cactus(1.0), 3, PROMPTS, SEEDS, settings, 10, {1}, bonus_policy="relaxed"
+    )
     for ids, seed, got in zip(PROMPTS, SEEDS, batch, strict=True):
-        one = speculative_generate(verifier, draft, Cactus(1.0), 3, settings, 10, seed, ids, {1},
-                                   bonus_policy="relaxed")  # fmt: skip
+        one = speculative_generate(
+            verifier, draft, Cactus(1.0), 3, settings, 10, seed, ids, {1}, bonus_policy="relaxed"
+        )
         assert got.tokens == one.tokens

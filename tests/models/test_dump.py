@@ -16,8 +16,20 @@ def test_an_interrupted_dump_says_so_and_the_rerun_says_it_resumes(
 
     v, d = gguf_pair
     path = mixed_prompt_file
-    argv = ["dump", "--verifier", v, "--draft", d, "--prompts", str(path), "--max-new-tokens", "5",
-            "--out", str(tmp_path / "t"), "--quiet"]  # fmt: skip
+    argv = [
+        "dump",
+        "--verifier",
+        v,
+        "--draft",
+        d,
+        "--prompts",
+        str(path),
+        "--max-new-tokens",
+        "5",
+        "--out",
+        str(tmp_path / "t"),
+        "--quiet",
+    ]
     real, calls = dump._finish, []
 
     def stop_on_the_second(*args, **kwargs):
@@ -70,11 +82,17 @@ def _dump(out, prompts, **kw):
 
     from cactus_theory import SamplingSettings, dump_trace
 
-    args = {"settings": SamplingSettings(temperature=1.0, top_k=20, top_p=0.9), "max_new_tokens": 7, "top_k": 16,
-            "progress": False, "seed": 5}  # fmt: skip
+    args = {
+        "settings": SamplingSettings(temperature=1.0, top_k=20, top_p=0.9),
+        "max_new_tokens": 7,
+        "top_k": 16,
+        "progress": False,
+        "seed": 5,
+    }
     args.update(kw)
-    return dump_trace((tiny_model(0), tiny_tokenizer()), (tiny_model(1, layers=1), tiny_tokenizer()), prompts, out,
-                      **args)  # fmt: skip
+    return dump_trace(
+        (tiny_model(0), tiny_tokenizer()), (tiny_model(1, layers=1), tiny_tokenizer()), prompts, out, **args
+    )
 
 
 def _by_id(path):

@@ -104,9 +104,14 @@ def _prompts():
 
 @pytest.mark.parametrize(
     "rule, options",
-    [("sps", {}), ("cactus(delta=1)", {"drift": True}), ("block", {}), ("sps", {"draft_policy": "p-min(0.5)"}),
-     ("lossy(alpha=0.6)", {"bonus_policy": "relaxed"})],
-)  # fmt: skip
+    [
+        ("sps", {}),
+        ("cactus(delta=1)", {"drift": True}),
+        ("block", {}),
+        ("sps", {"draft_policy": "p-min(0.5)"}),
+        ("lossy(alpha=0.6)", {"bonus_policy": "relaxed"}),
+    ],
+)
 def test_a_batch_of_prompts_decodes_as_each_prompt_alone(pair, rule, options):
     from cactus_theory._models._batch_decode import speculative_batch_steps
     from cactus_theory._models._decode import speculative_generate
@@ -232,24 +237,103 @@ def test_cli_dump_decode_batch_and_calibrate_on_the_llama_engine(pair, tmp_path,
     assert main(argv) == 0 and len(out.read_text().splitlines()) == 10  # a rerun decodes nothing again
     capsys.readouterr()
     # the Hugging Face engine decodes and calibrates batches too (its slots, on its device)
-    assert main(["decode", "--verifier", v_path, "--draft", d_path, "--prompt", "ab cd", "--batch", "2", "--quiet",
-                 "--max-new-tokens", "4"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "decode",
+                "--verifier",
+                v_path,
+                "--draft",
+                d_path,
+                "--prompt",
+                "ab cd",
+                "--batch",
+                "2",
+                "--quiet",
+                "--max-new-tokens",
+                "4",
+            ]
+        )
+        == 0
+    )
     cost = tmp_path / "cost.json"
-    assert main(["calibrate", *models, "--max-block", "3", "--repeats", "2", "--context", "16",
-                 "--prompt-lengths", "4,8", "--quiet", "--out", str(cost), "--batch", "1,3"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "calibrate",
+                *models,
+                "--max-block",
+                "3",
+                "--repeats",
+                "2",
+                "--context",
+                "16",
+                "--prompt-lengths",
+                "4,8",
+                "--quiet",
+                "--out",
+                str(cost),
+                "--batch",
+                "1,3",
+            ]
+        )
+        == 0
+    )
     data = json.loads(cost.read_text())
     assert data["source"]["engine"] == "llama.cpp" and data["source"]["versions"]["llama_cpp_python"]
     assert set(data["batch"]) == {"3"} and set(data["batch"]["3"]["verify_block"]) == {"1", "2", "3"}
     assert len(data["batch"]["3"]["samples"]["draft_token"]) == 2
     assert "batch 3: a draft step" in capsys.readouterr().out
     # plan from this calibration at both sizes
-    assert main(["plan", str(tmp_path / "t"), "--cost", str(cost), "--trust-cost", "--rules", "sps", "--m", "1,2",
-                 "--batch", "1,3", "--bootstrap", "100", "--quiet"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "plan",
+                str(tmp_path / "t"),
+                "--cost",
+                str(cost),
+                "--trust-cost",
+                "--rules",
+                "sps",
+                "--m",
+                "1,2",
+                "--batch",
+                "1,3",
+                "--bootstrap",
+                "100",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert "break-even B" in capsys.readouterr().out
     capsys.readouterr()
     hf_cost = tmp_path / "hf-cost.json"
-    assert main(["calibrate", "--verifier", v_path, "--draft", d_path, "--batch", "2", "--quiet", "--max-block", "2",
-                 "--repeats", "2", "--context", "16", "--prompt-lengths", "4", "--out", str(hf_cost)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "calibrate",
+                "--verifier",
+                v_path,
+                "--draft",
+                d_path,
+                "--batch",
+                "2",
+                "--quiet",
+                "--max-block",
+                "2",
+                "--repeats",
+                "2",
+                "--context",
+                "16",
+                "--prompt-lengths",
+                "4",
+                "--out",
+                str(hf_cost),
+            ]
+        )
+        == 0
+    )
     data = json.loads(hf_cost.read_text())
     assert data["source"]["decoder"] == "device" and set(data["batch"]["2"]["verify_block"]) == {"1", "2"}
 
@@ -300,14 +384,17 @@ def test_the_build_runs_quantised_models(tmp_path, quantization):
 
     model = tiny_model(6)
     path = write_tiny_gguf(model, tmp_path / "q.gguf", quantization=quantization)
-    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); import numpy as np\n"
-            "from cactus_theory.hf import load_model\n"
-            f"m, _, _ = load_model({str(path)!r}, engine='llama.cpp', progress=False)\n"
-            "s = m.sequence(); out = s.feed([3, 4, 5, 6, 7])\n"
-            "for _ in range(8):\n    out = s.feed([int(out[-1].argmax())])\n"
-            "np.save(sys.argv[1], m.sequence().feed([3, 4, 5, 6, 7]).numpy())\n")  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out.npy")], capture_output=True, text=True,
-                          timeout=HANG_GUARD)  # fmt: skip
+    code = (
+        f"import sys; sys.path.insert(0, {str(ROOT)!r}); import numpy as np\n"
+        "from cactus_theory.hf import load_model\n"
+        f"m, _, _ = load_model({str(path)!r}, engine='llama.cpp', progress=False)\n"
+        "s = m.sequence(); out = s.feed([3, 4, 5, 6, 7])\n"
+        "for _ in range(8):\n    out = s.feed([int(out[-1].argmax())])\n"
+        "np.save(sys.argv[1], m.sequence().feed([3, 4, 5, 6, 7]).numpy())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "out.npy")], capture_output=True, text=True, timeout=HANG_GUARD
+    )
     assert done.returncode == 0, (
         f"llama.cpp ended with {done.returncode} on a {quantization} model (a negative code is a signal: -11 a "
         "segmentation fault): rebuild llama-cpp-python with portable kernels (scripts/check.sh's CMAKE_ARGS)\n"

@@ -184,10 +184,14 @@ def test_greedy_drafting_makes_block_strict_and_sps_one(tmp_path):
     rng = np.random.default_rng(1)
     target = rng.normal(size=(60, 30)) * 2
     trace = trace_from_arrays(
-        tmp_path / "t", target + rng.normal(size=target.shape), target, rng.integers(0, 30, size=60),
-        sequence_lengths=[20, 20, 20], top_k=30,
+        tmp_path / "t",
+        target + rng.normal(size=target.shape),
+        target,
+        rng.integers(0, 30, size=60),
+        sequence_lengths=[20, 20, 20],
+        top_k=30,
         metadata={"sampling": {"temperature": 1.0, "top_k": 30, "top_p": 1.0}},
-    )  # fmt: skip
+    )
     greedy = analyze_trace(trace, ["sps", "strict", "block"], ms=(2, 5), n_boot=0, draft_mode="greedy")
     sampled = analyze_trace(trace, ["sps", "strict", "block"], ms=(2, 5), n_boot=0)
     for m in (2, 5):
@@ -201,8 +205,23 @@ def test_greedy_drafting_makes_block_strict_and_sps_one(tmp_path):
 
 
 def test_cli_analyze_block_strict_sps_with_greedy_drafts_on_the_embedded_trace(capsys):
-    assert main(["analyze", "--rules", "block,strict,sps", "--draft-mode", "greedy", "--m", "4", "--bootstrap",
-                 "0", "--quiet"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "analyze",
+                "--rules",
+                "block,strict,sps",
+                "--draft-mode",
+                "greedy",
+                "--m",
+                "4",
+                "--bootstrap",
+                "0",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "greedy drafting" in out and "block " in out and "strict " in out
     assert load_trace().n_positions > 6000
@@ -219,8 +238,15 @@ def test_block_verification_is_planned_over_the_steps_decoding_takes(tmp_path):
     target = rng.normal(size=(n, vocab)) * 1.5
     draft = target + rng.normal(size=target.shape)
     settings = {"sampling": {"temperature": 1.0, "top_k": 0, "top_p": 1.0}}
-    trace = trace_from_arrays(tmp_path / "t", draft, target, rng.integers(0, vocab, size=n), sequence_lengths=[n],
-                              top_k=vocab, metadata=settings)  # fmt: skip
+    trace = trace_from_arrays(
+        tmp_path / "t",
+        draft,
+        target,
+        rng.integers(0, vocab, size=n),
+        sequence_lengths=[n],
+        top_k=vocab,
+        metadata=settings,
+    )
     p, q = (np.asarray(x, dtype=np.float64) for x in next(iter(trace)).distributions(trace.sampling))
     p, q = p / p.sum(-1, keepdims=True), q / q.sum(-1, keepdims=True)
     survival = np.zeros((n - m + 1, m))

@@ -60,8 +60,9 @@ print("decoded", len(result.tokens), sum(result.accepted))
 
 def _run(tmp_path, code):
     shutil.copy(PLUGIN, tmp_path / PLUGIN.name)
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=HANG_GUARD)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path, capture_output=True, text=True, timeout=HANG_GUARD
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
@@ -85,9 +86,29 @@ def test_a_block_rule_in_one_file_decodes_through_the_block_step(tmp_path):
 
 def test_the_command_line_takes_it_with_plugin(tmp_path):
     shutil.copy(PLUGIN, tmp_path / PLUGIN.name)
-    done = subprocess.run([sys.executable, "-m", "cactus_theory", "--plugin", PLUGIN.name, "analyze", "--rules",
-                           "block-sps,sps", "--m", "3", "--delta", "1", "--bootstrap", "0", "--quiet"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=HANG_GUARD)  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cactus_theory",
+            "--plugin",
+            PLUGIN.name,
+            "analyze",
+            "--rules",
+            "block-sps,sps",
+            "--m",
+            "3",
+            "--delta",
+            "1",
+            "--bootstrap",
+            "0",
+            "--quiet",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     block = [line.split()[1:] for line in lines if line.startswith("block-sps ")]

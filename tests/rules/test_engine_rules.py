@@ -37,8 +37,13 @@ def _fly_kernel(p, q, drafts, native, theta, window, top_k=3):
     forced = list(native)
     for pos in range(m):
         x = drafts[pos]
-        can_defer = (not native[pos] and p[pos, x] > 0 and q[pos, x] > 0 and pos + window < m
-                     and _top3_entropy(q[pos], top_k) >= theta)  # fmt: skip
+        can_defer = (
+            not native[pos]
+            and p[pos, x] > 0
+            and q[pos, x] > 0
+            and pos + window < m
+            and _top3_entropy(q[pos], top_k) >= theta
+        )
         for offset in range(1, window + 1):
             can_defer = can_defer and pos + offset < m and native[pos + offset]
         if can_defer:
@@ -70,8 +75,12 @@ def _residual(q, p):
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 10**6), m=st.integers(1, 5), window=st.integers(1, 3),
-       theta=st.sampled_from([0.0, 0.2, 0.5, 10.0]))  # fmt: skip
+@given(
+    seed=st.integers(0, 10**6),
+    m=st.integers(1, 5),
+    window=st.integers(1, 3),
+    theta=st.sampled_from([0.0, 0.2, 0.5, 10.0]),
+)
 def test_fly_block_law_is_vllms_kernel(seed, m, window, theta):
     vocab = 3
     p, q = _rows(seed, m, vocab)
@@ -158,8 +167,11 @@ def test_fly_top_entropy_is_vllms():
 
 
 def test_fly_bad_parameters_say_which():
-    for spec, word in (("fly(window=0)", "window"), ("fly(threshold=-1)", "threshold"),
-                       ("fly(entropy_top_k=0)", "entropy_top_k")):  # fmt: skip
+    for spec, word in (
+        ("fly(window=0)", "window"),
+        ("fly(threshold=-1)", "threshold"),
+        ("fly(entropy_top_k=0)", "entropy_top_k"),
+    ):
         with pytest.raises(ValueError, match=word):
             make_rule(spec)
 
@@ -173,9 +185,15 @@ def test_fly_passes_check_rule(spec):
 def test_fly_in_the_analysis_has_its_own_drift(tmp_path):
     rng = np.random.default_rng(5)
     target = rng.normal(size=(60, 16)) * 1.5
-    trace = trace_from_arrays(tmp_path / "t", target + rng.normal(size=target.shape), target,
-                              rng.integers(0, 16, size=60), sequence_lengths=[30, 30], top_k=16,
-                              metadata={"sampling": {"temperature": 1.0, "top_k": 16, "top_p": 1.0}})  # fmt: skip
+    trace = trace_from_arrays(
+        tmp_path / "t",
+        target + rng.normal(size=target.shape),
+        target,
+        rng.integers(0, 16, size=60),
+        sequence_lengths=[30, 30],
+        top_k=16,
+        metadata={"sampling": {"temperature": 1.0, "top_k": 16, "top_p": 1.0}},
+    )
     result = analyze_trace(trace, ["sps", "fly(window=2, threshold=0)"], ms=(4, 8), n_boot=200)
     rows = {(r["rule"], r["m"]): r for r in result.rows if r["task"] == "all"}
     for m in (4, 8):
@@ -248,8 +266,10 @@ def test_magic_mtp_is_not_lossless_exactly():
     small, big = np.array([[1 / 3, 2 / 3]] * 6), np.array([[2 / 3, 1 / 3]] * 6)
     for spec, lossless in (("block", True), ("magic-mtp", False), ("magic-mtp(recovery=residual)", False)):
         law = _sequence_law(make_rule(spec), big, small, 2, 3)
-        tv = 0.5 * sum(abs(law.get(s, 0.0) - np.prod([small[i, y] for i, y in enumerate(s)]))
-                       for s in itertools.product(range(2), repeat=3))  # fmt: skip
+        tv = 0.5 * sum(
+            abs(law.get(s, 0.0) - np.prod([small[i, y] for i, y in enumerate(s)]))
+            for s in itertools.product(range(2), repeat=3)
+        )
         assert (tv < 1e-12) if lossless else (tv > 0.1), (spec, tv)
     # the first two tokens by decoding with the kernel written out: blocks of 2 drafts until 2 tokens
     rng = np.random.default_rng(0)
@@ -295,8 +315,11 @@ def test_magic_mtp_lengths_and_drift_on_rows():
                     elif j < m:
                         laws[j] += wt * mass * block.emitted[j]
         want_tv = sum(reach[j] * 0.5 * np.abs(laws[j] / reach[j] - q[start + j]).sum() for j in range(m))
-        want_kl = sum(reach[j] * float(np.sum(np.where(laws[j] > 0, laws[j] / reach[j] * np.log(laws[j] / reach[j]
-                      / q[start + j]), 0.0))) for j in range(m))  # fmt: skip
+        want_kl = sum(
+            reach[j]
+            * float(np.sum(np.where(laws[j] > 0, laws[j] / reach[j] * np.log(laws[j] / reach[j] / q[start + j]), 0.0)))
+            for j in range(m)
+        )
         assert tv[start] == pytest.approx(want_tv, abs=0.02)
         assert kl[start] == pytest.approx(want_kl, abs=0.02)  # plug-in: biased up by ~ 3 / (2 n) per slot
 
@@ -345,8 +368,9 @@ def test_entropy_verify_is_the_kernel():
                 _entropy_verify_reference(p, q, q, n, threshold, alpha), abs=1e-12
             )
         # after a rejection, the native residual
-        np.testing.assert_allclose(rule.correction(p, q, 0, logits=RuleLogits(target=logits)), _residual(q, p),
-                                   atol=1e-14)  # fmt: skip
+        np.testing.assert_allclose(
+            rule.correction(p, q, 0, logits=RuleLogits(target=logits)), _residual(q, p), atol=1e-14
+        )
 
 
 def test_entropy_verify_the_kernels_own_test_case():
@@ -365,8 +389,11 @@ def test_entropy_verify_the_kernels_own_test_case():
 
 
 def test_entropy_verify_bad_parameters_say_which():
-    for spec, word in (("entropy-verify(threshold=0)", "threshold"), ("entropy-verify(alpha=-1)", "alpha"),
-                       ("entropy-verify(entropy_of=raw)", "entropy_of")):  # fmt: skip
+    for spec, word in (
+        ("entropy-verify(threshold=0)", "threshold"),
+        ("entropy-verify(alpha=-1)", "alpha"),
+        ("entropy-verify(entropy_of=raw)", "entropy_of"),
+    ):
         with pytest.raises(ValueError, match=word):
             make_rule(spec)
 
@@ -380,8 +407,15 @@ def test_entropy_verify_passes_check_rule(spec):
 # --- vLLM's synthetic acceptance by a target mean acceptance length ------------------------------
 
 
-@pytest.mark.parametrize("length, n, want", [(3.5, 5, [1.0, 1.0, 0.5, 0.0, 0.0]), (2.0, 4, [1.0, 0.0, 0.0, 0.0]),
-                                             (1.0, 3, [0.0, 0.0, 0.0]), (4.25, 3, [1.0, 1.0, 1.0])])  # fmt: skip
+@pytest.mark.parametrize(
+    "length, n, want",
+    [
+        (3.5, 5, [1.0, 1.0, 0.5, 0.0, 0.0]),
+        (2.0, 4, [1.0, 0.0, 0.0, 0.0]),
+        (1.0, 3, [0.0, 0.0, 0.0]),
+        (4.25, 3, [1.0, 1.0, 1.0]),
+    ],
+)
 def test_synthetic_acceptance_length_is_vllms_schedule(length, n, want):
     # vLLM's _acceptance_length_to_rates written out: floor(L - 1) ones, the fraction, zeros, cut at n
     drafts = length - 1

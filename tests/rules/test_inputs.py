@@ -109,7 +109,9 @@ def test_half_precision_rows_work_where_step_metrics_accepts_them():
         step_metrics(sps, pt, qt)  # accepted, as before
         got = sps.block_law(pt[:2], qt, np.array([0, 1])).accepted
         np.testing.assert_allclose(got, want, atol=0.02)
-        np.testing.assert_allclose(optimal_multi_draft_acceptance(pt, qt, 2),
-                                   optimal_multi_draft_acceptance(p, q, 2), atol=0.02)  # fmt: skip
-    np.testing.assert_allclose(sps.block_law(p[:2].astype(np.float16), q.astype(np.float16), np.array([0, 1])).accepted,
-                               want, atol=2e-3)  # fmt: skip
+        np.testing.assert_allclose(
+            optimal_multi_draft_acceptance(pt, qt, 2), optimal_multi_draft_acceptance(p, q, 2), atol=0.02
+        )
+    np.testing.assert_allclose(
+        sps.block_law(p[:2].astype(np.float16), q.astype(np.float16), np.array([0, 1])).accepted, want, atol=2e-3
+    )

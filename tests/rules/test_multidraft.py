@@ -270,9 +270,17 @@ def test_the_optimal_coupling_emits_q_and_reaches_the_optimum():
         assert acc == pytest.approx(float(optimal_multi_draft_acceptance(p, q, 2)), abs=1e-7)
 
 
-@pytest.mark.parametrize("spec", ["rrs(k=3)", "rrs(k=2, replacement=false)", "spectr(k=3)", "eagle-tree(k=3)",
-                                  "sglang-tree(k=2, threshold_single=0.5, threshold_acc=0.8)",
-                                  "multi-draft-optimal(k=2)"])  # fmt: skip
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "rrs(k=3)",
+        "rrs(k=2, replacement=false)",
+        "spectr(k=3)",
+        "eagle-tree(k=3)",
+        "sglang-tree(k=2, threshold_single=0.5, threshold_acc=0.8)",
+        "multi-draft-optimal(k=2)",
+    ],
+)
 def test_simulated_trees_give_the_exact_tree_accepted_length_and_law(spec):
     rule = make_rule(spec)
     rng = np.random.default_rng(5)
@@ -306,16 +314,21 @@ def _tiny_trace(tmp_path):
     rng = np.random.default_rng(1)
     target = rng.normal(size=(60, 24)) * 2
     return trace_from_arrays(
-        tmp_path / "t", target + rng.normal(size=target.shape), target, rng.integers(0, 24, size=60),
-        sequence_lengths=[20, 20, 20], top_k=24,
+        tmp_path / "t",
+        target + rng.normal(size=target.shape),
+        target,
+        rng.integers(0, 24, size=60),
+        sequence_lengths=[20, 20, 20],
+        top_k=24,
         metadata={"sampling": {"temperature": 1.0, "top_k": 24, "top_p": 1.0}},
-    )  # fmt: skip
+    )
 
 
 def test_analysis_rows_of_trees_and_their_fraction_of_the_optimum(tmp_path):
     trace = _tiny_trace(tmp_path)
-    result = analyze_trace(trace, ["sps", "rrs(k=4)", "multi-draft-optimal(k=4)", "eagle-tree(k=4)"], ms=(2, 4),
-                           n_boot=200)  # fmt: skip
+    result = analyze_trace(
+        trace, ["sps", "rrs(k=4)", "multi-draft-optimal(k=4)", "eagle-tree(k=4)"], ms=(2, 4), n_boot=200
+    )
     rows = {(r["rule"], r["m"]): r for r in result.rows if r["task"] == "all"}
     for m in (2, 4):
         sps, rrs, best = rows["sps", m], rows["rrs(k=4)", m], rows["multi-draft-optimal(k=4)", m]
@@ -340,11 +353,29 @@ def test_analysis_rows_of_trees_and_their_fraction_of_the_optimum(tmp_path):
 def test_the_planner_charges_the_verifier_for_the_tree():
     cost = CostModel(draft_token=0.1, verify_block={1: 1.0, 9: 1.4, 33: 3.0})
     rows = [
-        {"rule": "sps", "m": 8, "draft_count": 1, "verified_tokens": 9, "task": "all", "al": 5.0, "al_lo": 4.0,
-         "al_hi": 6.0, "kl_emitted_target": 0.0},
-        {"rule": "rrs(k=4)", "m": 8, "draft_count": 4, "verified_tokens": 33, "task": "all", "al": 6.0,
-         "al_lo": 5.0, "al_hi": 7.0, "kl_emitted_target": 0.0},
-    ]  # fmt: skip
+        {
+            "rule": "sps",
+            "m": 8,
+            "draft_count": 1,
+            "verified_tokens": 9,
+            "task": "all",
+            "al": 5.0,
+            "al_lo": 4.0,
+            "al_hi": 6.0,
+            "kl_emitted_target": 0.0,
+        },
+        {
+            "rule": "rrs(k=4)",
+            "m": 8,
+            "draft_count": 4,
+            "verified_tokens": 33,
+            "task": "all",
+            "al": 6.0,
+            "al_lo": 5.0,
+            "al_hi": 7.0,
+            "kl_emitted_target": 0.0,
+        },
+    ]
 
     class Analysis:
         pass
@@ -385,8 +416,10 @@ def test_bad_multi_draft_input_is_refused_by_name():
 
 
 def test_cli_analyze_compares_a_tree_with_the_optimum_on_the_embedded_trace(capsys):
-    assert main(["analyze", "--rules", "rrs(k=4),multi-draft-optimal(k=4)", "--m", "4", "--bootstrap", "0",
-                 "--quiet"]) == 0  # fmt: skip
+    assert (
+        main(["analyze", "--rules", "rrs(k=4),multi-draft-optimal(k=4)", "--m", "4", "--bootstrap", "0", "--quiet"])
+        == 0
+    )
     out = capsys.readouterr().out
     lines = [line.split() for line in out.splitlines() if line.startswith(("rrs(k=4)", "multi-draft-optimal(k=4)"))]
     assert lines
@@ -449,8 +482,14 @@ def _max_flow(p, q, k, drafting):
     for e, (i, y) in enumerate(edges):
         a[i, e] = a[len(tuples) + y, e] = 1
     b = np.concatenate([[w for _, w in tuples], q])
-    res = linprog(-np.ones(len(edges)), A_ub=a, b_ub=b, bounds=(0, None), method="highs",
-                  options={"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10})  # fmt: skip
+    res = linprog(
+        -np.ones(len(edges)),
+        A_ub=a,
+        b_ub=b,
+        bounds=(0, None),
+        method="highs",
+        options={"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10},
+    )
     return -res.fun
 
 
@@ -556,8 +595,11 @@ def test_the_optimum_without_replacement_for_k_at_least_the_rows_support_is_imme
     pairs = {}
     for a, b in itertools.permutations(range(3), 2):
         pairs[frozenset((a, b))] = pairs.get(frozenset((a, b)), 0.0) + p[1, a] * p[1, b] / (1 - p[1, a])
-    best = max(sum(w for s, w in pairs.items() if s <= set(c)) - q[1, list(c)].sum()
-               for r in range(4) for c in itertools.combinations(range(3), r))  # fmt: skip
+    best = max(
+        sum(w for s, w in pairs.items() if s <= set(c)) - q[1, list(c)].sum()
+        for r in range(4)
+        for c in itertools.combinations(range(3), r)
+    )
     assert two == pytest.approx(1 - max(best, 0.0), abs=1e-12)
 
 

@@ -130,8 +130,22 @@ def test_the_cli_lists_and_analyses_a_plugin_rule(tmp_path):
     assert listed.returncode == 0, listed.stderr
     line = next(x for x in listed.stdout.splitlines() if x.startswith("halfway"))
     assert "midpoint" in line and "[plugin my_rules]" in line
-    analysed = _run(tmp_path, None, "analyze", "--plugin", "my_rules", "--rules", "sps,halfway", "--m", "4",
-                    "--bootstrap", "100", "--processes", "2", "--quiet")  # fmt: skip
+    analysed = _run(
+        tmp_path,
+        None,
+        "analyze",
+        "--plugin",
+        "my_rules",
+        "--rules",
+        "sps,halfway",
+        "--m",
+        "4",
+        "--bootstrap",
+        "100",
+        "--processes",
+        "2",
+        "--quiet",
+    )
     assert analysed.returncode == 0, analysed.stderr
     assert any(x.startswith("halfway") for x in analysed.stdout.splitlines())
     missing = _run(tmp_path, None, "--plugin", "nowhere_rules", "rules")
@@ -263,15 +277,25 @@ def _site_with_plugin(tmp_path, text):
 
 
 def _cli(tmp_path, env, *argv):
-    return subprocess.run([sys.executable, "-m", "cactus_theory", *argv], cwd=tmp_path, capture_output=True, text=True,
-                          env=env, timeout=HANG_GUARD)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "cactus_theory", *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=HANG_GUARD,
+    )
 
 
 def test_a_broken_entry_point_plugin_is_named_in_one_line_and_the_rest_works(tmp_path):
     env = _site_with_plugin(tmp_path, BROKEN_PLUGIN)
     line = "the rule plugin 'bad' (bad_pkg.rules, entry point group 'cactus_theory.rules') failed to import"
-    commands = (["rules"], ["analyze", "--help"], ["gamma", "--target-prob", "0.3", "--delta", "1"],
-                ["analyze", "--rules", "sps", "--m", "2", "--bootstrap", "0", "--quiet"])  # fmt: skip
+    commands = (
+        ["rules"],
+        ["analyze", "--help"],
+        ["gamma", "--target-prob", "0.3", "--delta", "1"],
+        ["analyze", "--rules", "sps", "--m", "2", "--bootstrap", "0", "--quiet"],
+    )
     for argv, code in ((a, 0) for a in commands):
         done = _cli(tmp_path, env, *argv)
         assert done.returncode == code, done.stderr
@@ -281,7 +305,10 @@ def test_a_broken_entry_point_plugin_is_named_in_one_line_and_the_rest_works(tmp
             assert len(warnings) == 1 and warnings[0].startswith("cactus-theory: warning:"), done.stderr
     # in Python: every listing says the same, and the built-ins stay listed
     done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent("""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent("""
             import warnings
             from cactus_theory import available_rules, make_rule
             from cactus_theory._rules import RulePluginWarning, plugin_errors
@@ -294,9 +321,14 @@ def test_a_broken_entry_point_plugin_is_named_in_one_line_and_the_rest_works(tmp
                 make_rule("bad-rule")
             except ValueError as exc:
                 print("failed to import" in str(exc))
-        """)],
-        cwd=tmp_path, capture_output=True, text=True, env=env, timeout=HANG_GUARD,
-    )  # fmt: skip
+        """),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=HANG_GUARD,
+    )
     lines = done.stdout.strip().splitlines()
     assert done.returncode == 0, done.stderr
     assert lines[0] == lines[1] == "True [\"the rule plugin 'bad' (bad_pkg.rules, en\"]" and lines[2] == "True"

@@ -30,10 +30,24 @@ from cactus_theory._cli import main
 from cactus_theory._rules._registry import _REGISTRY
 
 ISSUE_NAMES = {
-    "sps", "tas", "topk", "cactus", "cactus-exact", "mentored", "interpolation", "lenience",
-    "ensemble", "always-accept", "rfsd", "fsd", "spec-cascade-opt", "spec-cascade-tok3", "lossy", "scd",
+    "sps",
+    "tas",
+    "topk",
+    "cactus",
+    "cactus-exact",
+    "mentored",
+    "interpolation",
+    "lenience",
+    "ensemble",
+    "always-accept",
+    "rfsd",
+    "fsd",
+    "spec-cascade-opt",
+    "spec-cascade-tok3",
+    "lossy",
+    "scd",
     "synthetic",
-}  # fmt: skip
+}
 
 
 def test_every_rule_of_the_literature_is_registered_with_its_parameters():
@@ -168,9 +182,14 @@ def test_analysis_of_every_rule_family_on_a_small_trace(tmp_path):
     target = rng.normal(size=(n, vocab)) * 3
     draft = target * 0.7 + rng.normal(size=(n, vocab)) * 1.5
     trace = trace_from_arrays(
-        tmp_path / "t", draft, target, rng.integers(vocab, size=n), sequence_lengths=[25, 15], top_k=32,
+        tmp_path / "t",
+        draft,
+        target,
+        rng.integers(vocab, size=n),
+        sequence_lengths=[25, 15],
+        top_k=32,
         metadata={"sampling": SamplingSettings().as_dict()},
-    )  # fmt: skip
+    )
     specs = [info.signature() for info in available_rules().values() if not info.rule_class.kind == "block"]
     result = analyze_trace(trace, specs, ms=(2, 4), n_boot=0, progress=False, bonus_policy="relaxed")
     rows = {r["rule"]: r for r in result.rows if r["task"] == "unknown" and r["m"] == 4}
@@ -191,8 +210,9 @@ def test_per_token_drift_against_a_direct_walk(tmp_path):
     trace = trace_from_arrays(tmp_path / "t", draft, target, rng.integers(vocab, size=n), top_k=32)
     s = SamplingSettings()
     for policy in ("verifier", "relaxed"):
-        result = analyze_trace(trace, ["cactus(delta=1)"], ms=(m,), settings=s, n_boot=0, progress=False,
-                               bonus_policy=policy)  # fmt: skip
+        result = analyze_trace(
+            trace, ["cactus(delta=1)"], ms=(m,), settings=s, n_boot=0, progress=False, bonus_policy=policy
+        )
         row = next(r for r in result.rows if r["task"] == "all")
         p, q = trace[0].distributions(s)
         sm = step_metrics(Cactus(1.0), p, q)

@@ -310,8 +310,13 @@ def test_traversal_tree_lengths_against_enumerated_trees():
     # a tree of depth 1 is recursive rejection sampling without replacement: exact, against the enumerated trees
     method, one, error = rule.expected_tree_lengths_for(p, q, (1,), n_paths=4000, seed=4)[1]
     tree = full_tree(2, 1)
-    by_trees = [sum(w * float(traverse(tree, tokens[None], p[None, t : t + 1], q[None, [t, t]])[0] @ tree[1])
-                    for tokens, w in _every_tree(tree, p[t : t + 1], 2)) for t in range(p.shape[0])]  # fmt: skip
+    by_trees = [
+        sum(
+            w * float(traverse(tree, tokens[None], p[None, t : t + 1], q[None, [t, t]])[0] @ tree[1])
+            for tokens, w in _every_tree(tree, p[t : t + 1], 2)
+        )
+        for t in range(p.shape[0])
+    ]
     assert method == "exact" and not error.any()
     np.testing.assert_allclose(one, by_trees, rtol=0, atol=1e-12)
     np.testing.assert_allclose(one, make_rule("rrs(k=2, replacement=false)").multi_acceptance(p, q), atol=1e-12)
@@ -325,11 +330,18 @@ def test_the_analysis_takes_a_whole_tree_rules_own_lengths(tmp_path):
     rng = np.random.default_rng(5)
     target = rng.normal(size=(24, 8)) * 1.5
     settings = {"temperature": 1.0, "top_k": 8, "top_p": 1.0}
-    trace = trace_from_arrays(tmp_path / "t", target + rng.normal(size=target.shape), target,
-                              rng.integers(0, 8, size=24), sequence_lengths=[12, 12], top_k=8,
-                              metadata={"sampling": settings})  # fmt: skip
-    result = analyze_trace(trace, ["traversal-tree(k=2)", "rrs(k=2, replacement=false)"], ms=(2,), n_boot=0,
-                           block_paths=64)  # fmt: skip
+    trace = trace_from_arrays(
+        tmp_path / "t",
+        target + rng.normal(size=target.shape),
+        target,
+        rng.integers(0, 8, size=24),
+        sequence_lengths=[12, 12],
+        top_k=8,
+        metadata={"sampling": settings},
+    )
+    result = analyze_trace(
+        trace, ["traversal-tree(k=2)", "rrs(k=2, replacement=false)"], ms=(2,), n_boot=0, block_paths=64
+    )
     rows = {r["rule"]: r for r in result.rows if r["task"] == "all"}
     rule = make_rule("traversal-tree(k=2)")
     total, starts = 0.0, 0
@@ -429,8 +441,11 @@ def test_vocabulary_map_projects_tli_draft_law():
         VocabularyMap.from_vocabularies(["a"], ["a"], normalize="nfkc")
     # issue 43, item 15: a negative id was dropped (or IndexError), two tokens at one id lost one, an id of 10**12
     # asked for 7.28 TiB
-    for bad, match in (({"a": -1, "b": 0}, "token 'a' has id -1"), ({"a": 0, "b": 0}, "'a' and 'b' share id 0"),
-                       ({"a": 10**12}, "has id 1000000000000; ids are 0 to 16,777,215")):  # fmt: skip
+    for bad, match in (
+        ({"a": -1, "b": 0}, "token 'a' has id -1"),
+        ({"a": 0, "b": 0}, "'a' and 'b' share id 0"),
+        ({"a": 10**12}, "has id 1000000000000; ids are 0 to 16,777,215"),
+    ):
         for args in ((bad, ["a", "b"]), (["a", "b"], bad)):
             with pytest.raises(ValueError, match=match):
                 VocabularyMap.from_vocabularies(*args)
@@ -485,8 +500,13 @@ def test_traversal_trees_too_big_are_refused_up_front_and_wide_ones_draft_every_
     assert "traversal-tree(k=2) at m = 12 has 8,191 nodes" in err and "give m up to 10 (--m)" in err
     # depth 1: the exact acceptance of rrs without replacement, averaged over positions (no Monte Carlo)
     trace = load_trace()
-    result = analyze_trace(trace, ["traversal-tree(k=2)", "rrs(k=2, replacement=false)", "traversal-tree(k=200)"],
-                           ms=(1,), n_boot=0, tasks=["gsm8k"])  # fmt: skip
+    result = analyze_trace(
+        trace,
+        ["traversal-tree(k=2)", "rrs(k=2, replacement=false)", "traversal-tree(k=200)"],
+        ms=(1,),
+        n_boot=0,
+        tasks=["gsm8k"],
+    )
     rows = {r["rule"]: r for r in result.rows if r["task"] == "all"}
     assert rows["traversal-tree(k=2)"]["al"] == pytest.approx(rows["rrs(k=2, replacement=false)"]["al"], rel=1e-12)
     # k = 200 drafts every token of a row: its AL is the chance that the verifier's token is among the drafter's

@@ -81,8 +81,22 @@ class LlamaServer:
         for _attempt in range(5):  # a port taken between choosing and binding: choose another
             port = self.port or free_port()
             self.log = self.log_dir / f"llama-server-{port}.log"
-            command = [self.binary, "-m", self.model, "--host", "127.0.0.1", "--port", str(port), "--no-webui",
-                       "-t", "1", "-tb", "1", "--no-warmup", *self.args]  # fmt: skip
+            command = [
+                self.binary,
+                "-m",
+                self.model,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--no-webui",
+                "-t",
+                "1",
+                "-tb",
+                "1",
+                "--no-warmup",
+                *self.args,
+            ]
             with open(self.log, "wb") as log:
                 self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             self.port = port
@@ -131,8 +145,9 @@ def tiny_ggufs(tmp_path_factory):
     from tiny_models import tiny_model, write_tiny_gguf
 
     d = tmp_path_factory.mktemp("ggufs")
-    return write_tiny_gguf(tiny_model(seed=0), d / "verifier.gguf"), write_tiny_gguf(tiny_model(seed=1, layers=1),
-                                                                                      d / "draft.gguf")  # fmt: skip
+    return write_tiny_gguf(tiny_model(seed=0), d / "verifier.gguf"), write_tiny_gguf(
+        tiny_model(seed=1, layers=1), d / "draft.gguf"
+    )
 
 
 @pytest.fixture(scope="module")

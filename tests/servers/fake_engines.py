@@ -75,8 +75,19 @@ def vllm_handler(model, *, k_limit=20, faults=None, name="toy/verifier"):
             faults["busy"] -= 1
             return 503, {"object": "error", "message": "Service Unavailable"}
         if path == "/v1/models":
-            return 200, {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "vllm",
-                                                     "root": name, "max_model_len": 4096}]}  # fmt: skip
+            return 200, {
+                "object": "list",
+                "data": [
+                    {
+                        "id": name,
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": "vllm",
+                        "root": name,
+                        "max_model_len": 4096,
+                    }
+                ],
+            }
         if path == "/version":
             return 200, {"version": "0.11.0"}
         if path in ("/props", "/get_model_info"):
@@ -94,22 +105,34 @@ def vllm_handler(model, *, k_limit=20, faults=None, name="toy/verifier"):
             if "prompt_logprobs" in body:
                 k = body["prompt_logprobs"]
                 if k > k_limit:
-                    return 400, _vllm_error(f"Requested prompt logprobs of {k}, which is greater than max allowed: "
-                                            f"{k_limit}")  # fmt: skip
+                    return 400, _vllm_error(
+                        f"Requested prompt logprobs of {k}, which is greater than max allowed: {k_limit}"
+                    )
                 rows = [None]
                 for i in range(1, len(prompt)):
                     lp = model.logprobs(prompt[i - 1])
                     rank = {int(t): r + 1 for r, t in enumerate(np.argsort(-lp, kind="stable"))}
-                    rows.append({str(int(t)): {"logprob": max(float(lp[t]), -9999.0), "rank": rank[int(t)],
-                                               "decoded_token": chr(97 + int(t) % 26)}
-                                 for t in top(lp, k, prompt[i])})  # fmt: skip
+                    rows.append(
+                        {
+                            str(int(t)): {
+                                "logprob": max(float(lp[t]), -9999.0),
+                                "rank": rank[int(t)],
+                                "decoded_token": chr(97 + int(t) % 26),
+                            }
+                            for t in top(lp, k, prompt[i])
+                        }
+                    )
                 return 200, _vllm_completion(name, [prompt[-1]], None, rows)
             k = body["logprobs"]
             if k > k_limit:
-                return 400, _vllm_error(f"Requested sample logprobs of {k}, which is greater than max allowed: "
-                                        f"{k_limit}")  # fmt: skip
-            tokens = [] if faults.get("empty") else model.generate(prompt, body["max_tokens"], body["seed"],
-                                                                   stop_at=faults.get("stop_at"))  # fmt: skip
+                return 400, _vllm_error(
+                    f"Requested sample logprobs of {k}, which is greater than max allowed: {k_limit}"
+                )
+            tokens = (
+                []
+                if faults.get("empty")
+                else model.generate(prompt, body["max_tokens"], body["seed"], stop_at=faults.get("stop_at"))
+            )
             names, token_lps, tops, last = [], [], [], prompt[-1]
             for j, tok in enumerate(tokens):
                 lp = model.logprobs(last)
@@ -127,8 +150,12 @@ def vllm_handler(model, *, k_limit=20, faults=None, name="toy/verifier"):
                 token_lps.append(float(lp[tok]))
                 tops.append(entries)
                 last = tok
-            logprobs = {"text_offset": list(range(len(tokens))), "token_logprobs": token_lps, "tokens": names,
-                        "top_logprobs": tops}  # fmt: skip
+            logprobs = {
+                "text_offset": list(range(len(tokens))),
+                "token_logprobs": token_lps,
+                "tokens": names,
+                "top_logprobs": tops,
+            }
             answer = _vllm_completion(name, tokens, logprobs, None)
             if faults.get("infinite"):
                 return 200, json.dumps(answer).replace("12345.5", "1e999")
@@ -195,11 +222,16 @@ def sglang_handler(model, *, name="toy/verifier"):
             for j in range(len(out)):
                 lp = model.logprobs(full[len(ids) + j - 1])
                 out_rows.append([[float(lp[t]), int(t), None] for t in top(lp, k_now[0])])
-            meta = {"id": "0", "finish_reason": {"type": "length", "length": len(out)}, "prompt_tokens": len(ids),
-                    "completion_tokens": len(out),
-                    "input_token_logprobs": [[None, t, None] for t in ids[start:]],
-                    "output_token_logprobs": [[0.0, t, None] for t in out],
-                    "input_top_logprobs": rows_of(ids, start), "output_top_logprobs": out_rows}  # fmt: skip
+            meta = {
+                "id": "0",
+                "finish_reason": {"type": "length", "length": len(out)},
+                "prompt_tokens": len(ids),
+                "completion_tokens": len(out),
+                "input_token_logprobs": [[None, t, None] for t in ids[start:]],
+                "output_token_logprobs": [[0.0, t, None] for t in out],
+                "input_top_logprobs": rows_of(ids, start),
+                "output_top_logprobs": out_rows,
+            }
             return 200, {"text": "", "output_ids": out, "meta_info": meta}
         return 404, {"detail": "Not Found"}
 
@@ -228,8 +260,12 @@ def llama_handler(model, *, partial=frozenset(), safe=7, name="toy.gguf"):
             if grammar:
                 forced = [int(x) for x in re.findall(r"<\[(\d+)\]>", grammar)]
                 if any(t in partial for t in forced):
-                    return 500, {"error": {"code": 500, "message": "got exception: Unexpected empty grammar stack "
-                                                                   "after accepting piece: ! (0)"}}  # fmt: skip
+                    return 500, {
+                        "error": {
+                            "code": 500,
+                            "message": "got exception: Unexpected empty grammar stack after accepting piece: ! (0)",
+                        }
+                    }
                 tokens = forced[:n]
             else:
                 tokens = model.generate(prompt, n, body.get("seed", 0))

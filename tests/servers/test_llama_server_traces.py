@@ -78,14 +78,39 @@ def test_a_server_trace_equals_the_in_process_llama_dump_position_by_position(ll
     assert meta["sampling"] == SETTINGS.as_dict()
     # the same model, prompts and tokens in this process: teacher-forced on the server's completions
     completions = tmp_path / "completions.jsonl"
-    completions.write_text("".join(json.dumps({"id": s.id, "token_ids": [int(t) for t in s.tokens]}) + "\n"
-                                   for s in served))  # fmt: skip
+    completions.write_text(
+        "".join(json.dumps({"id": s.id, "token_ids": [int(t) for t in s.tokens]}) + "\n" for s in served)
+    )
     from cactus_theory._cli import main
 
-    code = main(["dump", "--engine", "llama.cpp", "--verifier", str(tiny_ggufs[0]), "--draft", str(tiny_ggufs[1]),
-                 "--prompts", str(tmp_path / "prompts.txt"), "--completions", str(completions), "--out",
-                 str(tmp_path / "local"), "--top-logits", "16", "--max-new-tokens", "24", "--temperature", "1",
-                 "--top-k", "10", "--top-p", "1", "--quiet"])  # fmt: skip
+    code = main(
+        [
+            "dump",
+            "--engine",
+            "llama.cpp",
+            "--verifier",
+            str(tiny_ggufs[0]),
+            "--draft",
+            str(tiny_ggufs[1]),
+            "--prompts",
+            str(tmp_path / "prompts.txt"),
+            "--completions",
+            str(completions),
+            "--out",
+            str(tmp_path / "local"),
+            "--top-logits",
+            "16",
+            "--max-new-tokens",
+            "24",
+            "--temperature",
+            "1",
+            "--top-k",
+            "10",
+            "--top-p",
+            "1",
+            "--quiet",
+        ]
+    )
     assert code == 0
     local = _rows(load_trace(str(tmp_path / "local")))
     server = _rows(served)
@@ -98,8 +123,9 @@ def test_a_server_trace_equals_the_in_process_llama_dump_position_by_position(ll
             np.testing.assert_allclose(a, b, rtol=0, atol=TOLERANCE)
             assert not np.array_equal(a, np.zeros_like(a))
     # the prompt lengths recorded agree too
-    assert [r.prompt_tokens for r in served.records()] == [r.prompt_tokens for r in load_trace(str(tmp_path / "local"))
-                                                            .records()]  # fmt: skip
+    assert [r.prompt_tokens for r in served.records()] == [
+        r.prompt_tokens for r in load_trace(str(tmp_path / "local")).records()
+    ]
 
 
 def test_the_openai_endpoint_and_any_concurrency_give_the_same_trace(llama_pair, tmp_path):
@@ -148,8 +174,9 @@ class _KillAfter:
         self.fake = FakeServer(handler)
 
 
-def test_a_server_killed_mid_dump_loses_nothing_and_the_rerun_ends_on_the_same_bits(server_binary, tiny_ggufs,
-                                                                                       tmp_path):  # fmt: skip
+def test_a_server_killed_mid_dump_loses_nothing_and_the_rerun_ends_on_the_same_bits(
+    server_binary, tiny_ggufs, tmp_path
+):
     prompts = _prompts(6, tmp_path / "prompts.txt")
     logs = tmp_path / "logs"
     logs.mkdir()

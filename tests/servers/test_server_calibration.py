@@ -30,12 +30,19 @@ def _llama_like(decode_ms, per_token_ms, base_ms, slots=2):
         if path == "/completion":
             prompt = body["prompt"]
             cached = handle.cache.get(body.get("id_slot"), [])
-            new = len(prompt) - len(cached) if body.get("cache_prompt") and prompt[: len(cached)] == cached else len(
-                prompt)  # fmt: skip
+            new = (
+                len(prompt) - len(cached)
+                if body.get("cache_prompt") and prompt[: len(cached)] == cached
+                else len(prompt)
+            )
             if body.get("cache_prompt"):
                 handle.cache[body.get("id_slot")] = list(prompt)
-            timings = {"prompt_n": new, "prompt_ms": base_ms + new * per_token_ms,
-                       "predicted_n": body.get("n_predict", 0), "predicted_per_token_ms": decode_ms}  # fmt: skip
+            timings = {
+                "prompt_n": new,
+                "prompt_ms": base_ms + new * per_token_ms,
+                "predicted_n": body.get("n_predict", 0),
+                "predicted_per_token_ms": decode_ms,
+            }
             return 200, {"tokens": [], "timings": timings, "completion_probabilities": []}
         return 404, {"error": {"message": "no"}}
 
@@ -95,17 +102,75 @@ def test_calibrate_and_plan_against_live_llama_servers(server_binary, tiny_ggufs
         llama_server(server_binary, tiny_ggufs[0], "-np", "2", "-c", "512", log_dir=logs) as v,
         llama_server(server_binary, tiny_ggufs[1], "-np", "2", "-c", "512", log_dir=logs) as d,
     ):
-        assert main(["calibrate", "--server", v.url, "--draft-server", d.url, "--batch", "1,2", "--max-block", "3",
-                     "--repeats", "1", "--context", "32", "--prompt-lengths", "16", "--out",
-                     str(tmp_path / "cost.json")]) == 0  # fmt: skip
-        assert main(["dump", "--server", v.url, "--draft-server", d.url, "--prompts", str(tmp_path / "p.txt"), "--out",
-                     str(tmp_path / "trace"), "--prompt-format", "raw", "--top-logits", "32", "--max-new-tokens",
-                     "16", "--quiet"]) == 0  # fmt: skip
+        assert (
+            main(
+                [
+                    "calibrate",
+                    "--server",
+                    v.url,
+                    "--draft-server",
+                    d.url,
+                    "--batch",
+                    "1,2",
+                    "--max-block",
+                    "3",
+                    "--repeats",
+                    "1",
+                    "--context",
+                    "32",
+                    "--prompt-lengths",
+                    "16",
+                    "--out",
+                    str(tmp_path / "cost.json"),
+                ]
+            )
+            == 0
+        )
+        assert (
+            main(
+                [
+                    "dump",
+                    "--server",
+                    v.url,
+                    "--draft-server",
+                    d.url,
+                    "--prompts",
+                    str(tmp_path / "p.txt"),
+                    "--out",
+                    str(tmp_path / "trace"),
+                    "--prompt-format",
+                    "raw",
+                    "--top-logits",
+                    "32",
+                    "--max-new-tokens",
+                    "16",
+                    "--quiet",
+                ]
+            )
+            == 0
+        )
     cost = load_cost(tmp_path / "cost.json")
     assert cost.batch_sizes == (1, 2) and np.all(np.diff(list(cost.verify_fit.values())) >= 0)
     capsys.readouterr()
-    assert main(["plan", str(tmp_path / "trace"), "--cost", str(tmp_path / "cost.json"), "--rules",
-                 "strict", "--m", "3", "--draft-mode", "greedy", "--draft-policy", "llama.cpp(p_min=0.3)",
-                 "--trust-cost"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "plan",
+                str(tmp_path / "trace"),
+                "--cost",
+                str(tmp_path / "cost.json"),
+                "--rules",
+                "strict",
+                "--m",
+                "3",
+                "--draft-mode",
+                "greedy",
+                "--draft-policy",
+                "llama.cpp(p_min=0.3)",
+                "--trust-cost",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert any(line.split()[:2] == ["strict", "llama.cpp(p_min=0.3)"] for line in out.splitlines() if line.strip())

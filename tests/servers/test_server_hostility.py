@@ -58,8 +58,10 @@ class Dribbler:
                 return
             with conn:
                 conn.recv(65536)
-                conn.sendall(f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {self.length}"
-                             "\r\n\r\n".encode())  # fmt: skip
+                conn.sendall(
+                    f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {self.length}"
+                    "\r\n\r\n".encode()
+                )
                 for _ in range(self.length):
                     if self.done.wait(self.pause):
                         return
@@ -99,8 +101,17 @@ def test_a_body_beyond_the_limit_is_refused(monkeypatch):
 def test_a_row_with_no_mass_is_refused(prompts, tmp_path):
     with FakeServer(vllm_handler(VERIFIER, faults={"massless": True})) as v, FakeServer(vllm_handler(DRAFT)) as d:
         with pytest.raises(ServerError, match=r"position 0: the likeliest token's log-prob is -9999 .*no mass"):
-            dump_server_trace(v.url, d.url, prompts[:1], str(tmp_path / "t"), settings=SETTINGS, max_new_tokens=3,
-                              top_k=3, vocab_size=V, retries=0)  # fmt: skip
+            dump_server_trace(
+                v.url,
+                d.url,
+                prompts[:1],
+                str(tmp_path / "t"),
+                settings=SETTINGS,
+                max_new_tokens=3,
+                top_k=3,
+                vocab_size=V,
+                retries=0,
+            )
     assert not (tmp_path / "t" / "shard-00000.safetensors").exists()
 
 
@@ -136,8 +147,21 @@ def test_answers_of_another_json_shape_are_refused_naming_the_field(prompts, tmp
             dump_server_trace(v.url, d.url, prompts, str(tmp_path / "t"), retries=0)
         prompt_file = tmp_path / "p.txt"
         prompt_file.write_text("hello\n")
-        code = main(["dump", "--server", v.url, "--draft-server", d.url, "--prompts", str(prompt_file), "--out",
-                     str(tmp_path / "u"), "--retries", "0"])  # fmt: skip
+        code = main(
+            [
+                "dump",
+                "--server",
+                v.url,
+                "--draft-server",
+                d.url,
+                "--prompts",
+                str(prompt_file),
+                "--out",
+                str(tmp_path / "u"),
+                "--retries",
+                "0",
+            ]
+        )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and v.url in err[0] and "Traceback" not in err[0]
 
@@ -152,8 +176,17 @@ def test_an_unexpected_shape_anywhere_is_one_line_naming_the_server(prompts, tmp
 
     with FakeServer(handler) as v, FakeServer(vllm_handler(DRAFT)) as d:
         with pytest.raises(ServerError, match="returned no log-probs") as info:
-            dump_server_trace(v.url, d.url, prompts[:1], str(tmp_path / "t"), settings=SETTINGS, max_new_tokens=3,
-                              top_k=3, vocab_size=V, retries=0)  # fmt: skip
+            dump_server_trace(
+                v.url,
+                d.url,
+                prompts[:1],
+                str(tmp_path / "t"),
+                settings=SETTINGS,
+                max_new_tokens=3,
+                top_k=3,
+                vocab_size=V,
+                retries=0,
+            )
     assert v.url in str(info.value)
 
 
@@ -224,8 +257,11 @@ def test_calibrate_server_refuses_a_server_without_timings_saying_what_to_do_and
     from cactus_theory._cli import main
 
     with FakeServer(vllm_handler(VERIFIER)) as v, FakeServer(vllm_handler(DRAFT)) as d:
-        with pytest.raises(ServerError, match=r"speaks openai: only llama.cpp's llama-server reports .*calibrate "
-                                              r"--verifier MODEL --draft MODEL"):  # fmt: skip
+        with pytest.raises(
+            ServerError,
+            match=r"speaks openai: only llama.cpp's llama-server reports .*calibrate "
+            r"--verifier MODEL --draft MODEL",
+        ):
             calibrate_server(v.url, d.url, timeout=5, retries=0)
         code = main(["calibrate", "--server", v.url, "--draft-server", d.url, "--timeout", "5", "--retries", "0"])
     err = capsys.readouterr().err

@@ -57,15 +57,28 @@ def _check_against_toys(trace, prompts, chat, k):
 
 def test_a_vllm_pair_gives_the_toy_models_distributions(prompts, tmp_path):
     with FakeServer(vllm_handler(VERIFIER)) as v, FakeServer(vllm_handler(DRAFT, name="toy/draft")) as d:
-        summary = dump_server_trace(v.url, d.url, prompts, str(tmp_path / "t"), settings=SETTINGS, max_new_tokens=6,
-                                    top_k=5, vocab_size=V, concurrency=2)  # fmt: skip
+        summary = dump_server_trace(
+            v.url,
+            d.url,
+            prompts,
+            str(tmp_path / "t"),
+            settings=SETTINGS,
+            max_new_tokens=6,
+            top_k=5,
+            vocab_size=V,
+            concurrency=2,
+        )
         sent = [body for method, path, body, _ in v.requests if path == "/v1/completions"]
     assert summary.written_positions == 18 and not summary.refused
     trace = load_trace(str(tmp_path / "t"))
     _check_against_toys(trace, prompts, True, 5)
     server = trace.metadata["servers"]["verifier"]
-    assert (server["engine"], server["protocol"], server["version"], server["model"]) == ("vllm", "openai", "0.11.0",
-                                                                                          "toy/verifier")  # fmt: skip
+    assert (server["engine"], server["protocol"], server["version"], server["model"]) == (
+        "vllm",
+        "openai",
+        "0.11.0",
+        "toy/verifier",
+    )
     # what was asked: token-id prompts, K log-probs as token ids, the sampling settings
     assert all(b["return_tokens_as_token_ids"] and b["logprobs"] == 5 and b["top_k"] == 8 for b in sent)
     assert all(isinstance(b["prompt"], list) for b in sent)
@@ -73,8 +86,17 @@ def test_a_vllm_pair_gives_the_toy_models_distributions(prompts, tmp_path):
 
 def test_an_sglang_pair_gives_the_toy_models_distributions(prompts, tmp_path):
     with FakeServer(sglang_handler(VERIFIER)) as v, FakeServer(sglang_handler(DRAFT, name="toy/draft")) as d:
-        dump_server_trace(v.url, d.url, prompts, str(tmp_path / "t"), settings=SETTINGS, max_new_tokens=5, top_k=4,
-                          vocab_size=V, tokenizer=toy_ids)  # fmt: skip
+        dump_server_trace(
+            v.url,
+            d.url,
+            prompts,
+            str(tmp_path / "t"),
+            settings=SETTINGS,
+            max_new_tokens=5,
+            top_k=4,
+            vocab_size=V,
+            tokenizer=toy_ids,
+        )
         sent = [body for _, path, body, _ in d.requests if path == "/generate"]
     trace = load_trace(str(tmp_path / "t"))
     _check_against_toys(trace, prompts, True, 4)
@@ -91,8 +113,9 @@ def test_sglang_without_a_tokenizer_says_to_give_one(prompts, tmp_path):
 def test_retries_on_503_then_succeeds(prompts, tmp_path):
     faults = {"busy": 2}
     with FakeServer(vllm_handler(VERIFIER, faults=faults)) as v, FakeServer(vllm_handler(DRAFT)) as d:
-        dump_server_trace(v.url, d.url, prompts[:1], str(tmp_path / "t"), settings=SETTINGS, max_new_tokens=3, top_k=3,
-                          vocab_size=V)  # fmt: skip
+        dump_server_trace(
+            v.url, d.url, prompts[:1], str(tmp_path / "t"), settings=SETTINGS, max_new_tokens=3, top_k=3, vocab_size=V
+        )
     assert faults["busy"] == 0 and len(load_trace(str(tmp_path / "t"))) == 1
 
 
@@ -114,20 +137,33 @@ def test_a_client_retries_with_backoff_and_gives_up_with_the_status():
     ("faults", "k_limit", "k", "match"),
     [
         ({"malformed": "{not json"}, 20, 3, "malformed JSON"),
-        ({"malformed": '{"choices": [{"logprobs": {"tokens": [], "top_logprobs": [], "x": NaN}}]}'}, 20, 3,
-         "malformed JSON"),
+        (
+            {"malformed": '{"choices": [{"logprobs": {"tokens": [], "top_logprobs": [], "x": NaN}}]}'},
+            20,
+            3,
+            "malformed JSON",
+        ),
         ({"infinite": True}, 20, 3, "not a number a distribution can have"),
         ({"short": True}, 20, 4, "fewer than K = 4"),
         ({"outside": True}, 20, 3, "outside the vocabulary"),
         ({}, 2, 3, "greater than max allowed: 2"),
         ({"empty": True}, 20, 3, "empty completion"),
     ],
-)  # fmt: skip
+)
 def test_a_bad_answer_is_refused_in_one_line_naming_it(prompts, tmp_path, faults, k_limit, k, match):
     with FakeServer(vllm_handler(VERIFIER, faults=faults, k_limit=k_limit)) as v, FakeServer(vllm_handler(DRAFT)) as d:
         with pytest.raises(ServerError, match=match) as info:
-            dump_server_trace(v.url, d.url, prompts[:1], str(tmp_path / "t"), settings=SETTINGS, max_new_tokens=3,
-                              top_k=k, vocab_size=V, retries=0)  # fmt: skip
+            dump_server_trace(
+                v.url,
+                d.url,
+                prompts[:1],
+                str(tmp_path / "t"),
+                settings=SETTINGS,
+                max_new_tokens=3,
+                top_k=k,
+                vocab_size=V,
+                retries=0,
+            )
     message = str(info.value)
     assert "\n" not in message and v.url in message
 
@@ -137,8 +173,21 @@ def test_the_cli_exits_2_with_one_line_for_an_unreachable_server(prompts, tmp_pa
 
     dead = f"http://127.0.0.1:{free_port()}"
     (tmp_path / "p.txt").write_text("hello\n")
-    code = main(["dump", "--server", dead, "--draft-server", dead, "--prompts", str(tmp_path / "p.txt"), "--out",
-                 str(tmp_path / "t"), "--retries", "0"])  # fmt: skip
+    code = main(
+        [
+            "dump",
+            "--server",
+            dead,
+            "--draft-server",
+            dead,
+            "--prompts",
+            str(tmp_path / "p.txt"),
+            "--out",
+            str(tmp_path / "t"),
+            "--retries",
+            "0",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "could not be reached" in err[0] and dead in err[0]
 
@@ -185,8 +234,9 @@ def test_an_api_key_is_sent_but_never_shown_or_stored(prompts, tmp_path, monkeyp
     with FakeServer(handler) as v, FakeServer(vllm_handler(DRAFT)) as d:
         url = v.url.replace("http://", "http://user:hunter2@")
         with pytest.raises(ServerError) as info:
-            dump_server_trace(url, d.url, prompts[:1], str(tmp_path / "t"), vocab_size=V, api_key_env="MY_KEY",
-                              retries=0)  # fmt: skip
+            dump_server_trace(
+                url, d.url, prompts[:1], str(tmp_path / "t"), vocab_size=V, api_key_env="MY_KEY", retries=0
+            )
     assert f"Bearer {secret}" in seen
     assert secret not in str(info.value) and "***" in str(info.value) and "hunter2" not in str(info.value)
     manifest = (tmp_path / "t" / "manifest.json").read_text()
@@ -213,8 +263,9 @@ def test_llama_server_positions_inside_a_character_are_asked_for_alone(prompts, 
         FakeServer(llama_handler(VERIFIER, partial=partial)) as v,
         FakeServer(llama_handler(DRAFT, partial=partial)) as d,
     ):
-        dump_server_trace(v.url, d.url, prompts, str(tmp_path / "t"), settings=SETTINGS, max_new_tokens=12, top_k=5,
-                          chat=False)  # fmt: skip
+        dump_server_trace(
+            v.url, d.url, prompts, str(tmp_path / "t"), settings=SETTINGS, max_new_tokens=12, top_k=5, chat=False
+        )
     trace = load_trace(str(tmp_path / "t"))
     held = [int(t) for s in trace for t in s.tokens]
     assert any(t in partial for t in held)  # the case arose
@@ -238,11 +289,21 @@ def test_the_server_and_the_model_dumps_run_one_session(prompts, tmp_path, monke
 
     monkeypatch.setattr(_dump_session.DumpSession, "__enter__", enter)
     with FakeServer(vllm_handler(VERIFIER)) as v, FakeServer(vllm_handler(DRAFT, name="toy/draft")) as d:
-        served = dump_server_trace(v.url, d.url, prompts, str(tmp_path / "s"), settings=SETTINGS, max_new_tokens=3,
-                                   top_k=5, vocab_size=V, limit=2)  # fmt: skip
+        served = dump_server_trace(
+            v.url,
+            d.url,
+            prompts,
+            str(tmp_path / "s"),
+            settings=SETTINGS,
+            max_new_tokens=3,
+            top_k=5,
+            vocab_size=V,
+            limit=2,
+        )
     pair = (tiny_model(0), tiny_tokenizer()), (tiny_model(1, layers=1), tiny_tokenizer())
-    mine = dump_trace(*pair, prompts, tmp_path / "m", settings=SETTINGS, max_new_tokens=3, top_k=5, progress=False,
-                      limit=2)  # fmt: skip
+    mine = dump_trace(
+        *pair, prompts, tmp_path / "m", settings=SETTINGS, max_new_tokens=3, top_k=5, progress=False, limit=2
+    )
     assert sessions == ["dump (server)", "dump"]
     assert type(served) is type(mine) is _dump_session.DumpSummary
     assert (served.written_prompts, mine.written_prompts) == (2, 2)
@@ -263,14 +324,40 @@ def test_a_protocol_in_one_plugin_file_is_detected_and_dumps(tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("hello there\nsome text\n")
     with FakeServer(toyrpc_handler(VERIFIER)) as v, FakeServer(toyrpc_handler(DRAFT, name="toy/draft")) as d:
-        argv = ["--plugin", str(here / "toy_protocol.py"), "dump", "--server", v.url, "--draft-server", d.url,
-                "--prompts", str(prompts), "--out", str(tmp_path / "t"), "--max-new-tokens", "5", "--top-logits", "4",
-                "--temperature", "1", "--top-k", "8", "--top-p", "1", "--quiet"]  # fmt: skip
-        done = subprocess.run([sys.executable, "-m", "cactus_theory", *argv], capture_output=True, text=True,
-                              timeout=HANG_GUARD)  # fmt: skip
+        argv = [
+            "--plugin",
+            str(here / "toy_protocol.py"),
+            "dump",
+            "--server",
+            v.url,
+            "--draft-server",
+            d.url,
+            "--prompts",
+            str(prompts),
+            "--out",
+            str(tmp_path / "t"),
+            "--max-new-tokens",
+            "5",
+            "--top-logits",
+            "4",
+            "--temperature",
+            "1",
+            "--top-k",
+            "8",
+            "--top-p",
+            "1",
+            "--quiet",
+        ]
+        done = subprocess.run(
+            [sys.executable, "-m", "cactus_theory", *argv], capture_output=True, text=True, timeout=HANG_GUARD
+        )
         assert done.returncode == 0, done.stderr[-2000:]
-        helped = subprocess.run([sys.executable, "-m", "cactus_theory", "--plugin", str(here / "toy_protocol.py"),
-                                 "dump", "--help"], capture_output=True, text=True, timeout=HANG_GUARD)  # fmt: skip
+        helped = subprocess.run(
+            [sys.executable, "-m", "cactus_theory", "--plugin", str(here / "toy_protocol.py"), "dump", "--help"],
+            capture_output=True,
+            text=True,
+            timeout=HANG_GUARD,
+        )
     assert "toyrpc" in helped.stdout
     trace = load_trace(str(tmp_path / "t"))
     assert trace.metadata["servers"]["verifier"]["protocol"] == "toyrpc"

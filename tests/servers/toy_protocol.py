@@ -21,8 +21,14 @@ class ToyRPC(ServerProtocol):
 
     def _read_info(self):
         _, body = self.client.probe("/toy/identify")
-        return ServerInfo(url=self.client.public, protocol=self.name, engine=body["engine"], version=body["version"],
-                          model=body["model"], vocab_size=body["vocab"])  # fmt: skip
+        return ServerInfo(
+            url=self.client.public,
+            protocol=self.name,
+            engine=body["engine"],
+            version=body["version"],
+            model=body["model"],
+            vocab_size=body["vocab"],
+        )
 
     def prompt_ids(self, text, chat=True, special=True):
         body = self.client.post("/toy/tokenize", {"text": text, "chat": bool(chat)})
@@ -30,8 +36,9 @@ class ToyRPC(ServerProtocol):
 
     def generate(self, prompt_ids, settings, max_new_tokens, seed, k):
         where = f"{self.client.public}/toy/sample"
-        body = self.client.post("/toy/sample", {"ids": list(map(int, prompt_ids)), "n": int(max_new_tokens),
-                                                "seed": int(seed), "k": int(k)})  # fmt: skip
+        body = self.client.post(
+            "/toy/sample", {"ids": list(map(int, prompt_ids)), "n": int(max_new_tokens), "seed": int(seed), "k": int(k)}
+        )
         if len(body["top"]) != len(body["tokens"]):
             raise ServerError(f"{where}: {len(body['tokens'])} tokens but {len(body['top'])} rows")
         values, ids = rows_from_entries(body["top"], k, self.vocab, where)
@@ -39,6 +46,7 @@ class ToyRPC(ServerProtocol):
 
     def score(self, prompt_ids, tokens, k, ends=False, partial=()):
         where = f"{self.client.public}/toy/score"
-        body = self.client.post("/toy/score", {"ids": list(map(int, prompt_ids)), "tokens": list(map(int, tokens)),
-                                               "k": int(k)})  # fmt: skip
+        body = self.client.post(
+            "/toy/score", {"ids": list(map(int, prompt_ids)), "tokens": list(map(int, tokens)), "k": int(k)}
+        )
         return rows_from_entries(body["top"], k, self.vocab, where)

@@ -15,9 +15,15 @@ def test_compare_reproduces_the_committed_page_and_runs_on_any_trace(tmp_path, c
     assert [x for x in ours if not x.startswith("Command:")] == [x for x in committed if not x.startswith("Command:")]
     rng = np.random.default_rng(0)
     target = rng.normal(size=(60, 40)) * 2
-    trace_from_arrays(tmp_path / "t", target + rng.normal(size=target.shape), target, rng.integers(40, size=60),
-                      sequence_lengths=[30, 30], top_k=40,
-                      metadata={"sampling": {"temperature": 1.0, "top_k": 40, "top_p": 1.0}})  # fmt: skip
+    trace_from_arrays(
+        tmp_path / "t",
+        target + rng.normal(size=target.shape),
+        target,
+        rng.integers(40, size=60),
+        sequence_lengths=[30, 30],
+        top_k=40,
+        metadata={"sampling": {"temperature": 1.0, "top_k": 40, "top_p": 1.0}},
+    )
     capsys.readouterr()
     assert main(["compare", str(tmp_path / "t"), "--out", str(tmp_path / "d"), "--bootstrap", "0", "--quiet"]) == 0
     page = (tmp_path / "d" / "rules_comparison.md").read_text()

@@ -128,8 +128,14 @@ evaluate_rules(verifier(), object(), problems, {rules!r}, batch=3, samples=2, ou
 
 
 def _child(tmp_path, out, block_after):
-    code = _CHILD.format(tests=str(TESTS), root=str(ROOT), block_after=block_after, rules=RULES,
-                         problems=str(tmp_path / "c.jsonl"), out=str(out))  # fmt: skip
+    code = _CHILD.format(
+        tests=str(TESTS),
+        root=str(ROOT),
+        block_after=block_after,
+        rules=RULES,
+        problems=str(tmp_path / "c.jsonl"),
+        out=str(out),
+    )
     return subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE)
 
 
@@ -177,8 +183,9 @@ def test_an_answer_is_the_engines_own_decoding_at_any_batch_size(gguf_pair, tmp_
     for batch in (1, 3):
         ver = load_model(v_path, engine="llama.cpp", sequences=batch)
         drf = load_model(d_path, engine="llama.cpp", sequences=batch)
-        runs[batch] = evaluate_rules(ver, drf, problems, ["sps", "cactus(delta=1)"], m=3, settings=settings,
-                                     max_new_tokens=10, batch=batch)  # fmt: skip
+        runs[batch] = evaluate_rules(
+            ver, drf, problems, ["sps", "cactus(delta=1)"], m=3, settings=settings, max_new_tokens=10, batch=batch
+        )
     strip = lambda recs: [{k: v for k, v in r.items() if k not in ("token_kl", "answer_kl")} for r in recs]  # noqa: E731
     assert strip(runs[1]) == strip(runs[3])
     ver = load_model(v_path, engine="llama.cpp")
@@ -190,8 +197,7 @@ def test_an_answer_is_the_engines_own_decoding_at_any_batch_size(gguf_pair, tmp_
         if r["method"] == ALONE:
             own = autoregressive_generate(ver[0], ids, settings, 10, r["seed"], eos)
         else:
-            own = speculative_generate(ver[0], drf, r["method"], 3,
-                                       settings, 10, r["seed"], ids, eos, drift=True)  # fmt: skip
+            own = speculative_generate(ver[0], drf, r["method"], 3, settings, 10, r["seed"], ids, eos, drift=True)
             assert r["accepted"] == own.accepted
             assert r["answer_kl"] == pytest.approx(own.answer_kl, rel=1e-6, abs=1e-12)
         assert r["token_ids"] == own.tokens
@@ -206,10 +212,34 @@ def test_the_command_line_runs_resumes_and_summarises(gguf_pair, tmp_path, capsy
 
     v_path, d_path = gguf_pair
     out = tmp_path / "records.jsonl"
-    argv = ["evaluate", "--verifier", v_path, "--draft", d_path, "--engine", "llama.cpp", "--rule", "sps",
-            "--rule", "cactus(delta=4),lossy(alpha=0.5)", "--benchmark", "humaneval", "--data",
-            str(FIXTURES / "benchmarks"), "--limit", "2", "--max-new-tokens", "6", "-m", "2", "--quiet",
-            "--out", str(out), "--bootstrap", "200"]  # fmt: skip
+    argv = [
+        "evaluate",
+        "--verifier",
+        v_path,
+        "--draft",
+        d_path,
+        "--engine",
+        "llama.cpp",
+        "--rule",
+        "sps",
+        "--rule",
+        "cactus(delta=4),lossy(alpha=0.5)",
+        "--benchmark",
+        "humaneval",
+        "--data",
+        str(FIXTURES / "benchmarks"),
+        "--limit",
+        "2",
+        "--max-new-tokens",
+        "6",
+        "-m",
+        "2",
+        "--quiet",
+        "--out",
+        str(out),
+        "--bootstrap",
+        "200",
+    ]
     assert main(argv) == 0
     first = capsys.readouterr().out
     assert "| humaneval | verifier alone | 2 |" in first and "lossy(alpha=0.5)" in first
@@ -236,10 +266,13 @@ def test_several_benchmarks_are_also_pooled():
         return {"id": pid, "benchmark": bench, "method": method, "sample": 0, "correct": correct, "tokens": 1}
 
     records = [
-        rec("gsm8k", "p0", ALONE, True), rec("gsm8k", "p0", "sps", False),
-        rec("gsm8k", "p1", ALONE, True), rec("gsm8k", "p1", "sps", True),
-        rec("humaneval", "p0", ALONE, False), rec("humaneval", "p0", "sps", False),
-    ]  # fmt: skip
+        rec("gsm8k", "p0", ALONE, True),
+        rec("gsm8k", "p0", "sps", False),
+        rec("gsm8k", "p1", ALONE, True),
+        rec("gsm8k", "p1", "sps", True),
+        rec("humaneval", "p0", ALONE, False),
+        rec("humaneval", "p0", "sps", False),
+    ]
     summary = summarize_records(records, n_boot=100)
     rows = {(r["benchmark"], r["method"]): r for r in summary.rows}
     assert summary.problems == {"gsm8k": 2, "humaneval": 1, "all": 3}  # the same id in two benchmarks: two problems

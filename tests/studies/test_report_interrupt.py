@@ -47,13 +47,18 @@ def _alive(pid):
         return False
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc") or (os.cpu_count() or 1) < 2, reason="a second process needs /proc "
-                    "and two cores")  # fmt: skip
+@pytest.mark.skipif(
+    not os.path.isdir("/proc") or (os.cpu_count() or 1) < 2, reason="a second process needs /proc and two cores"
+)
 def test_ctrl_c_while_the_second_process_starts_prints_one_line_and_leaves_nothing(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    child = subprocess.Popen([sys.executable, "-m", "cactus_theory", "report", "--out", str(tmp_path / "r"),
-                              "--quiet"], stderr=subprocess.PIPE, env=env, start_new_session=True,
-                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    child = subprocess.Popen(
+        [sys.executable, "-m", "cactus_theory", "report", "--out", str(tmp_path / "r"), "--quiet"],
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + HANG_GUARD
     helpers = []
     while not helpers and child.poll() is None and time.monotonic() < deadline:  # the second process exists

@@ -37,6 +37,8 @@ from cactus_theory.io import atomic_write, machine_description, write_results
 VERIFIER, DRAFT = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 RULES = "sps,cactus(delta=1),cactus(delta=4),lossy(alpha=0.5),always-accept"
 CACHE = os.path.join(os.path.expanduser("~"), ".cache", "cactus_theory")
+#: The paper's sampling.
+SETTINGS = SamplingSettings(temperature=0.6, top_k=20, top_p=0.95)
 #: The paper's Table 1 (Qwen3-14B verifier, Qwen3-0.6B draft, m = 20): accuracy in %, on GSM8K's 1,319 test
 #: problems and GPQA-Diamond's 198 questions, one seeded run each.
 PAPER = {
@@ -114,34 +116,44 @@ def paper_table(rows):
     return "\n".join(lines)
 
 
-def _spent(path):
+def _clock(path):
+    """Seconds of decoding spent so far, per phase ({"main": ..., "control": ...})."""
     try:
         with open(path) as fh:
-            return float(json.load(fh)["seconds"])
-    except (OSError, ValueError, KeyError):
-        return 0.0
+            found = json.load(fh)
+    except (OSError, ValueError):
+        return {"main": 0.0, "control": 0.0}
+    return {"main": float(found.get("main", found.get("seconds", 0.0))), "control": float(found.get("control", 0.0))}
 
 
-def decode(args, problems, rules, settings, clock_path):
-    """Groups of problems until the budget is spent; returns the decoding seconds of all runs."""
-    spent = _spent(clock_path)
-    budget = 60 * args.minutes
-    if spent >= budget:
-        return spent
-    pair = [os.path.join(args.models, name) for name in (VERIFIER, DRAFT)]
-    verifier = load_model(pair[0], engine="llama.cpp", sequences=args.batch)
-    draft = load_model(pair[1], engine="llama.cpp", sequences=args.batch)
-    per_round = args.batch * len(args.benchmarks.split(","))
+class _Pair:
+    """The model pair, loaded on first use (a rerun that only writes the page loads nothing)."""
+
+    def __init__(self, args):
+        self.args, self.models = args, None
+
+    def get(self):
+        if self.models is None:
+            pair = [os.path.join(self.args.models, name) for name in (VERIFIER, DRAFT)]
+            self.models = [load_model(path, engine="llama.cpp", sequences=self.args.batch) for path in pair]
+        return self.models
+
+
+def decode(args, pair, problems, rules, per_round, phase, minutes, clock_path):
+    """Groups of ``per_round`` problems, every method on a group, until ``minutes`` of this phase's decoding
+    are spent (counted across resumed runs; ``evaluate_rules`` skips what the records hold)."""
+    clock = _clock(clock_path)
     upto = 0
-    while spent < budget and upto < len(problems):
+    while clock[phase] < 60 * minutes and upto < len(problems):
         upto = min(len(problems), upto + per_round)
+        verifier, draft = pair.get()
         t0 = time.perf_counter()
-        options = {"m": args.m, "settings": settings, "max_new_tokens": args.max_new_tokens, "batch": args.batch}
+        options = {"m": args.m, "settings": SETTINGS, "max_new_tokens": args.max_new_tokens, "batch": args.batch}
         evaluate_rules(verifier, draft, problems[:upto], rules, out=args.records, progress=False, **options)
-        spent += time.perf_counter() - t0
-        atomic_write(clock_path, json.dumps({"seconds": spent}) + "\n")
-        print(f"{upto} problems, {spent / 60:.1f} of {args.minutes} minutes", file=sys.stderr, flush=True)
-    return spent
+        clock[phase] += time.perf_counter() - t0
+        atomic_write(clock_path, json.dumps(clock) + "\n")
+        print(f"{phase}: {upto} problems, {clock[phase] / 60:.1f} of {minutes:g} minutes", file=sys.stderr, flush=True)
+    return clock
 
 
 def main(argv=None):
@@ -151,6 +163,9 @@ def main(argv=None):
     parser.add_argument("--benchmarks", default="gsm8k,humaneval")
     parser.add_argument("--rules", default=RULES)
     parser.add_argument("--minutes", type=float, default=60.0, help="decoding time to spend (0: the page only)")
+    parser.add_argument("--control", default="always-accept", help="the positive control, decoded on more problems")
+    parser.add_argument("--control-benchmark", default="gsm8k")
+    parser.add_argument("--control-minutes", type=float, default=30.0, help="its extra decoding time (0: none)")
     parser.add_argument("--limit", type=int, default=None, help="at most this many problems per benchmark")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("-m", type=int, default=8)
@@ -165,10 +180,17 @@ def main(argv=None):
     groups = [load_problems(b, args.data, limit=args.limit) for b in benches]
     problems = interleaved(groups, args.batch)
     rules = [r.describe() for r in make_rules(args.rules)]
-    settings = SamplingSettings(temperature=0.6, top_k=20, top_p=0.95)
+    control = make_rules(args.control)[0].describe() if args.control else None
     os.makedirs(os.path.dirname(os.path.abspath(args.records)), exist_ok=True)
     clock_path = args.records + ".seconds.json"
-    spent = decode(args, problems, rules, settings, clock_path) if args.minutes > 0 else _spent(clock_path)
+    pair = _Pair(args)
+    clock = _clock(clock_path)
+    if args.minutes > 0:
+        per_round = args.batch * len(benches)
+        clock = decode(args, pair, problems, rules, per_round, "main", args.minutes, clock_path)
+    if control and args.control_minutes > 0:  # the control and the verifier alone on further problems
+        more = load_problems(args.control_benchmark, args.data)
+        clock = decode(args, pair, more, [control], args.batch, "control", args.control_minutes, clock_path)
     if not os.path.exists(args.records):
         raise SystemExit(f"no records in {args.records}: run with --minutes > 0 first")
     summary = summarize_records(args.records, n_boot=args.bootstrap)
@@ -176,17 +198,26 @@ def main(argv=None):
     paper = paper_rows()
     command = (
         f"python experiments/quality_referee.py --data DATA --minutes {args.minutes:g} --batch {args.batch} "
-        f"--max-new-tokens {args.max_new_tokens} --benchmarks {args.benchmarks}"
+        f"--max-new-tokens {args.max_new_tokens} --benchmarks {args.benchmarks} --control {args.control} "
+        f"--control-minutes {args.control_minutes:g}"
     )
-    counts = ", ".join(f"{b}: {n}" for b, n in summary.problems.items())
+    counts = ", ".join(f"{b}: {n}" for b, n in summary.problems.items() if b != "all")
+    per_method = {}
+    for r in summary.rows:
+        if r["benchmark"] != "all":
+            per_method.setdefault(r["method"], []).append(f"{r['benchmark']} {r['problems']}")
     lines = [
         "# The quality referee on the real pair",
         "",
         f"Command: `{command}` ({machine_description()}; Qwen2.5-Coder-0.5B-Instruct drafting for 1.5B, Q4_K_M, "
         f"llama.cpp, batch {args.batch}, m = {args.m}, temperature 0.6, top-k 20, top-p 0.95, at most "
-        f"{args.max_new_tokens} new tokens, one sample per problem and method). Problems ({counts}), the first of "
-        f"each file, {records_count} graded answers in {spent / 60:.0f} minutes of decoding. The summary is "
-        "recomputed from the records alone: `cactus-theory evaluate --summarize RECORDS`.",
+        f"{args.max_new_tokens} new tokens, one sample per problem and method). {records_count} graded answers in "
+        f"{clock['main'] / 60:.0f} minutes of decoding every method on the first problems of each benchmark, "
+        f"alternating between them, then {clock['control'] / 60:.0f} minutes of the positive control "
+        f"({control}) and the verifier alone on further {args.control_benchmark} problems; the problems the "
+        f"verifier alone decoded: {counts}; each method's: "
+        + "; ".join(f"{m}: {', '.join(v)}" for m, v in per_method.items())
+        + ". The summary is recomputed from the records alone: `cactus-theory evaluate --summarize RECORDS`.",
         "",
         "Differences are the method's accuracy minus the verifier alone's on the same problems, in points, with "
         "the 95% paired bootstrap interval over problems; McNemar's exact p-value; the problems a ±1 and ±2 "
@@ -209,7 +240,8 @@ def main(argv=None):
     data = {
         "command": command,
         "machine": machine_description(),
-        "minutes": spent / 60,
+        "minutes": {k: v / 60 for k, v in clock.items()},
+        "control": control,
         "answers": records_count,
         "problems": summary.problems,
         "rows": summary.rows,

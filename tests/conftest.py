@@ -11,6 +11,10 @@ settings.register_profile(
 settings.register_profile("thorough", deadline=None, max_examples=400, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
+#: Plugins the tests give to fresh interpreters only: importing them here (doctest collection imports
+#: every module) would register their rule or protocol in every test of this process.
+collect_ignore = ["rules/block_sps_plugin.py", "servers/toy_protocol.py"]
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _private_model_cache(tmp_path_factory):

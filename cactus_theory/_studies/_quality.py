@@ -408,7 +408,12 @@ def quality_markdown(summary: QualitySummary) -> str:
             diff = f"{100 * r['difference']:+.1f} [{100 * r['low']:+.1f}, {100 * r['high']:+.1f}]"
             verdict = r["verdict"]
             p = f"{r['mcnemar_p']:.3g}" if r["mcnemar_p"] is not None else "- (K > 1)"
-            need = f"{r['needed_1']:,.0f} / {r['needed_2']:,.0f}" if np.isfinite(r["needed_1"]) else "-"
+            if not np.isfinite(r["needed_1"]):
+                need = "-"
+            elif r["needed_1"] == 0:  # the same difference on every problem: no spread to scale an interval by
+                need = "- (no spread)"
+            else:
+                need = f"{r['needed_1']:,.0f} / {r['needed_2']:,.0f}"
         kl = f"{r['kl_per_token']:.4f}" if "kl_per_token" in r else "-"
         answer = f"{r['answer_kl']:.3f} [{r['answer_kl_lo']:.3f}, {r['answer_kl_hi']:.3f}]" if "answer_kl" in r else "-"
         lines.append(

@@ -265,28 +265,35 @@ def _start_side_sections(trace, deltas):
     pool = ProcessPoolExecutor(
         1, mp_context=multiprocessing.get_context("spawn"), initializer=_exit_with_parent, initargs=(os.getpid(),)
     )
-    with _sigint_ignored():  # the process starts deaf to Ctrl-C (inherited through exec): the report handles it
-        future = pool.submit(_side_sections, trace, deltas)
+    try:
+        with _sigint_deferred():  # the process starts deaf to Ctrl-C (SIGINT blocked): the report handles it
+            future = pool.submit(_side_sections, trace, deltas)
+    except BaseException:  # a Ctrl-C that arrived while the process started
+        _end_pool(pool, running=True)
+        raise
     future.pool = pool
     return future
 
 
 @contextlib.contextmanager
-def _sigint_ignored():
-    """Within the block (main thread only), SIGINT is ignored, so that a process started here ignores it
-    from its first instruction: a Ctrl-C reaches the whole process group, and the second process's imports
-    would otherwise print their own traceback. The report itself ends that process on Ctrl-C."""
+def _sigint_deferred():
+    """Within the block (main thread only), SIGINT is blocked, so that a process started here has it blocked
+    from its first instruction to its end (the mask is inherited through fork and exec): a Ctrl-C reaches
+    the whole process group, and the second process's imports would otherwise print their own traceback.
+    Here the handler stays as it was, so a Ctrl-C arriving within the block is not lost: another thread
+    takes it and this one raises KeyboardInterrupt within the block, or (one thread) it stays pending and
+    is raised as the block ends. The report itself ends the second process on Ctrl-C."""
     import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, before)
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)  # runs a pending Ctrl-C's handler now
 
 
 def _side_answer(future):
@@ -320,9 +327,13 @@ def _stop_side_sections(future):
     """End the second process: at once when the report failed or was interrupted (its work is not waited
     for), after its answer otherwise."""
     pool = getattr(future, "pool", None)
-    if pool is None:
-        return
-    if not future.done():
+    if pool is not None:
+        _end_pool(pool, running=not future.done())
+
+
+def _end_pool(pool, running):
+    """Shut the second process's pool down; ``running``: its work is not waited for (the process is ended)."""
+    if running:
         for process in list(getattr(pool, "_processes", {}).values()):
             process.terminate()
     pool.shutdown(wait=True, cancel_futures=True)

@@ -43,7 +43,7 @@ def _lab(hex_colour):
 def report_figures(tmp_path_factory):
     """{file name: (Figure, caption)} of every figure ``build_report`` writes, captured as drawn
     (each PNG replaced by a marker that names its figure), captions read from report.md."""
-    from cactus_theory._studies import _report
+    from cactus_theory._studies import _report, _report_figures
 
     out = tmp_path_factory.mktemp("report") / "r"
     drawn = []
@@ -54,7 +54,8 @@ def report_figures(tmp_path_factory):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(_report, "SIDE_PROCESS", False)  # every figure drawn in this process, where it is captured
-        mp.setattr(_report, "_png", capture)
+        for module in (_report, _report_figures):  # each module that draws a report figure
+            mp.setattr(module, "_png", capture)
         mp.setattr(_plotting, "figure_png", capture)
         _report.build_report(str(out), progress=False, max_positions=2500)
     md = (out / "report.md").read_text()

@@ -62,6 +62,9 @@ BAD = [
     ["trees", "--k", "0"],
     ["report", "--trace", "/nonexistent/trace", "--out", "{tmp}/r"],
     ["report", "--out", "/proc/nope/r"],
+    ["evaluate", "--verifier", "v", "--draft", "d", "--rule", "nonsense", "--out", "{tmp}/e.jsonl"],
+    ["evaluate", "--verifier", "v", "--draft", "d", "--rule", "sps", "--limit", "0", "--out", "{tmp}/e.jsonl"],
+    ["evaluate", "--summarize", "/nonexistent/records.jsonl"],
 ]
 
 

@@ -185,6 +185,12 @@ def models(tmp_path_factory):
     return str(cache / "models")
 
 
+def _dump_real_trace(models, out):
+    """The real pair's trace script on the tiny models: the first prompt of each benchmark, 4 new tokens."""
+    argv = ["--models", models, "--data", str(BENCHMARKS), "--per-task", "1", "--max-new-tokens", "4"]
+    script("dump_real_trace").main([*argv, "--dtype", "float32", "--out", str(out)])
+
+
 @pytest.mark.models
 def test_fetch_models(models):
     assert sorted(os.listdir(models)) == sorted(f"{n}.gguf{x}" for n in PAIR for x in ("", ".sha256", ".source.json"))
@@ -194,22 +200,7 @@ def test_fetch_models(models):
 def test_the_real_pair_pipeline_on_tiny_models(models, tmp_path, capsys):
     data = str(BENCHMARKS)
     trace = tmp_path / "trace"
-    script("dump_real_trace").main(
-        [
-            "--models",
-            models,
-            "--data",
-            data,
-            "--per-task",
-            "1",
-            "--max-new-tokens",
-            "4",
-            "--dtype",
-            "float32",
-            "--out",
-            str(trace),
-        ]
-    )
+    _dump_real_trace(models, trace)
     assert len(Trace(trace)) == 3
     script("block_verification").main(
         [
@@ -475,22 +466,7 @@ def test_dump_spec_bench_trace_and_the_per_category_held_out_check(models, tmp_p
         == 0
     )
     trace = tmp_path / "trace"  # the prediction's trace: the first prompt of each task; the held-out ones after it
-    script("dump_real_trace").main(
-        [
-            "--models",
-            models,
-            "--data",
-            data,
-            "--per-task",
-            "1",
-            "--max-new-tokens",
-            "4",
-            "--dtype",
-            "float32",
-            "--out",
-            str(trace),
-        ]
-    )
+    _dump_real_trace(models, trace)
     script("batch_vs_reality").main(
         [
             "--data",
@@ -678,12 +654,17 @@ def test_quality_referee(models, tmp_path):
         "--bootstrap",
         "100",
     ]
-    assert script("quality_referee").main([*argv, "--minutes", "30"]) == 0
+    assert script("quality_referee").main([*argv, "--minutes", "30", "--control-minutes", "30"]) == 0
     data = json.loads((tmp_path / "quality.json").read_text())
-    assert data["problems"] == {"gsm8k": 2, "humaneval": 2} and data["answers"] == 12
+    # every method on the first two problems of each benchmark, then the control and the verifier alone on the third
+    # GSM8K problem of the fixture
+    assert data["problems"] == {"gsm8k": 3, "humaneval": 2, "all": 5} and data["answers"] == 14
+    rows = {(r["benchmark"], r["method"]): r["problems"] for r in data["rows"]}
+    assert rows[("gsm8k", "sps")] == 2 and rows[("gsm8k", "always-accept")] == 3
     page = (tmp_path / "quality.md").read_text()
     # the page again from the records alone: the same table
-    assert script("quality_referee").main([*argv, "--minutes", "0", "--out", str(tmp_path / "again")]) == 0
+    again = [*argv, "--minutes", "0", "--control-minutes", "0", "--out", str(tmp_path / "again")]
+    assert script("quality_referee").main(again) == 0
     again = (tmp_path / "again" / "quality.md").read_text()
     assert page.split("## The paper")[0].split("\n", 3)[3] == again.split("## The paper")[0].split("\n", 3)[3]
     paper = {(r["benchmark"], r["method"]): r for r in data["paper"]}

@@ -25,9 +25,6 @@ import pytest
 
 ROOT = pathlib.Path(__file__).parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-#: A plugin the tests give to fresh interpreters only: importing it here (doctest collection) would register its
-#: protocol in every test of this process.
-collect_ignore = ["toy_protocol.py"]
 
 
 def llama_server_binary() -> str | None:

@@ -17,8 +17,8 @@ Examples
 
 from __future__ import annotations
 
+from ._checks import _conformance
 from ._checks._conformance import (
-    CHECKS,
     check_rule,
     check_sane,
     conformance_rules,
@@ -30,6 +30,10 @@ from ._checks._conformance import (
     sequence_tv_rows,
     small_cases,
 )
+
+#: The checks by name (name -> function), in the order ``check_rule`` runs them;
+#: ``check_rule(rule, checks=[...])`` runs the ones named.
+CHECKS = _conformance.CHECKS
 
 __all__ = [
     "CHECKS",

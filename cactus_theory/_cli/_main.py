@@ -52,8 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
 def _explain(exc: BaseException):
     """(exit code, one line) for an expected failure: 2 for bad arguments or input, 1 for the rest."""
     from .._data._trace_format import TraceError
+    from .._servers._protocol import ProtocolPluginError
+    from .._util._isolation import IsolationUnavailable
 
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if isinstance(exc, (IsolationUnavailable, ProtocolPluginError)):  # the machine or a plugin, not the input
+        return 1, first
     if isinstance(exc, (ValueError, TraceError, TypeError)):
         return 2, first
     if isinstance(exc, ConnectionError):  # a scheduler that does not answer: the message says what to do

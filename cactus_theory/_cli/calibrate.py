@@ -6,6 +6,7 @@ from __future__ import annotations
 from .._util._files import check_output
 from ._common import (
     MODEL_MEMORY,
+    _batches,
     _check_out,
     _Formatter,
     _int_at_least,
@@ -18,6 +19,7 @@ from ._common import (
     _progress_options,
     _sampling_options,
     _settings,
+    check_model_arguments,
 )
 
 ORDER = 5
@@ -66,7 +68,7 @@ def add_parser(sub):
     )
     cb.add_argument(
         "--batch",
-        type=_ints,
+        type=_batches,
         default=[1],
         help="batch sizes whose step parts are timed too, e.g. 1,2,4 (either engine): 'plan --batch' then "
         "predicts throughput at each",
@@ -142,6 +144,7 @@ def run(args) -> int:
         raise ValueError("give --verifier and --draft (models to load here), or --server and --draft-server")
     progress = _progress(args)
     _check_out(args, _model_inputs(args), directory=False)
+    check_model_arguments(args)
     opts = {"cache": not args.no_model_cache, "progress": progress, "engine": args.engine}
     if args.engine == "llama.cpp":  # the caches the timings hold at once, and a batch's sequences
         opts["sequences"] = max(args.batch) + 4

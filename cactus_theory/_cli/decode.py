@@ -8,6 +8,7 @@ from ._common import (
     _bonus_policy_option,
     _check_out,
     _CombinedSpecs,
+    _count,
     _draft_mode_option,
     _Formatter,
     _gate,
@@ -21,6 +22,7 @@ from ._common import (
     _prompts_from,
     _rules_epilog,
     _sampling_options,
+    check_model_arguments,
     decoding_options,
 )
 
@@ -47,21 +49,21 @@ def add_parser(sub):
         "prompt, a prompt's runs alternating in short chunks, one --baseline shared",
     )
     c.add_argument("--delta", type=float, default=1.0, help="delta of a rule spec that does not set one")
-    c.add_argument("-m", type=_int_at_least(1), default=8, help="drafted tokens per verification")
+    c.add_argument("-m", type=_count("m"), default=8, help="drafted tokens per verification")
     one = c.add_mutually_exclusive_group(required=True)
     one.add_argument("--prompt", default=None, help="one prompt's text")
     _prompt_file_options(c, one)
     c.add_argument("--limit", type=_int_at_least(0), default=None, help="at most this many prompts")
     c.add_argument(
         "--batch",
-        type=_int_at_least(1),
+        type=_count("batch"),
         default=1,
         help="decode this many prompts at once, in synchronous steps, each with its own accepted length and cache "
         "rollback (either engine); --baseline then runs the verifier alone at the same batch size",
     )
     c.add_argument("--baseline", action="store_true", help="also decode every prompt with the verifier alone: speedups")
     c.add_argument("--out", default=None, help="JSON Lines of per-prompt records (appended; a rerun skips done ones)")
-    c.add_argument("--max-new-tokens", type=_int_at_least(1), default=128, help="tokens generated per prompt")
+    c.add_argument("--max-new-tokens", type=_count("max_new_tokens"), default=128, help="tokens generated per prompt")
     _sampling_options(c)
     c.add_argument("--seed", type=_int_at_least(0), default=0, help="sampling seed")
     _model_options(c)
@@ -98,6 +100,7 @@ def run(args) -> int:
     from .._rules import judgement_of
 
     _check_out(args, [*(args.prompts or []), *_model_inputs(args)], directory=False)
+    check_model_arguments(args)
     rules = parse_rules(args.rule, [args.delta])
     gate = _gate(args)
     for rule in rules:
@@ -122,7 +125,8 @@ def run(args) -> int:
     if args.engine == "llama.cpp":  # a sequence per prompt of a batch, per rule and for the baseline
         opts.update(engine="llama.cpp", sequences=args.batch * (len(rules) + 1))
     verifier = load_model(args.verifier, args.device, args.dtype, **opts)
-    draft = NgramDrafter() if args.draft == "ngram" else load_model(args.draft, args.device, args.dtype, **opts)[0]
+    # the whole triple: its identity is recorded
+    draft = NgramDrafter() if args.draft == "ngram" else load_model(args.draft, args.device, args.dtype, **opts)
     options = decoding_options(args, draft_policy=policy, gate=gate)
     records = decode_prompts(verifier, draft, rules, prompts, out=args.out, progress=_progress(args), options=options)
     for rule in rules:

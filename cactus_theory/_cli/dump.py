@@ -6,6 +6,7 @@ from __future__ import annotations
 from ._common import (
     MODEL_MEMORY,
     _check_out,
+    _count,
     _Formatter,
     _int_at_least,
     _model_inputs,
@@ -19,6 +20,7 @@ from ._common import (
     _prompts_from,
     _sampling_options,
     _settings,
+    check_model_arguments,
 )
 
 ORDER = 2
@@ -66,11 +68,11 @@ def add_parser(sub):
     _prompt_file_options(d)
     d.add_argument("--out", required=True, help="trace directory (resumed if it exists)")
     _model_options(d)
-    d.add_argument("--max-new-tokens", type=_int_at_least(1), default=128, help="tokens generated per prompt")
+    d.add_argument("--max-new-tokens", type=_count("max_new_tokens"), default=128, help="tokens generated per prompt")
     d.add_argument("--limit", type=_int_at_least(0), default=None, help="at most this many prompts in this run")
     d.add_argument(
         "--batch",
-        type=_int_at_least(1),
+        type=_count("batch"),
         default=None,
         help="sequences generated at once (a KV cache slot each; a prompt's tokens do not depend on the batch); "
         "default 1, or the batch the trace being resumed was dumped with",
@@ -164,6 +166,7 @@ def run(args) -> int:
     if not (args.verifier and args.draft):
         raise ValueError("give --verifier and --draft (models to load here), or --server and --draft-server")
     _check_out(args, [*args.prompts, args.completions, *_model_inputs(args)])
+    check_model_arguments(args)
     prompts = _prompts_from(args)
     completions = None
     if args.completions:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ._common import (
     MODEL_MEMORY,
     _CombinedSpecs,
+    _count,
     _Formatter,
     _int_at_least,
     _model_inputs,
@@ -47,10 +48,16 @@ def add_parser(sub):
     )
     e.add_argument("--limit", type=_int_at_least(1), default=20, help="problems (from the first)")
     e.add_argument("--start", type=_int_at_least(0), default=0, help="the first problem's index in the file")
-    e.add_argument("--samples", type=_int_at_least(1), default=1, help="samples per problem and method")
-    e.add_argument("-m", type=_int_at_least(1), default=8, help="drafted tokens per verification")
-    e.add_argument("--batch", type=_int_at_least(1), default=1, help="problems decoded at once")
-    e.add_argument("--max-new-tokens", type=_int_at_least(1), default=512, help="tokens an answer may have")
+    e.add_argument("--samples", type=_count("samples"), default=1, help="samples per problem and method")
+    e.add_argument("-m", type=_count("m"), default=8, help="drafted tokens per verification")
+    e.add_argument("--batch", type=_count("batch"), default=1, help="problems decoded at once")
+    e.add_argument("--max-new-tokens", type=_count("max_new_tokens"), default=512, help="tokens an answer may have")
+    e.add_argument(
+        "--allow-code-execution",
+        action="store_true",
+        help="run the programs the models write (HumanEval, MBPP), isolated by the operating system; without it "
+        "(or CACTUS_ALLOW_CODE_EXECUTION=1) those benchmarks are refused before decoding",
+    )
     e.add_argument(
         "--seed",
         type=_int_at_least(0),
@@ -83,18 +90,24 @@ def run(args) -> int:
     if not (args.verifier and args.draft and args.rule):
         raise ValueError("give --verifier, --draft and at least one --rule (or --summarize RECORDS)")
     from .._analysis._analyze import parse_rules
-    from .._data._graders import load_problems
+    from .._data._graders import CODE_BENCHMARKS, load_problems, require_code_execution
     from .._models._hf import load_model
-    from ._common import _check_out
+    from ._common import _check_out, check_model_arguments
 
+    require_code_execution(args.benchmark, args.allow_code_execution or None, flag="--allow-code-execution")
+    if args.benchmark in CODE_BENCHMARKS:
+        from .._util._sandbox import _isolation_decision
+
+        _isolation_decision(None)  # no isolation here (and no knowing consent): refused before any model loads
     _check_out(args, [args.file, *_model_inputs(args)], directory=False)
+    check_model_arguments(args)
     rules = parse_rules(args.rule, [1.0])
     problems = load_problems(args.benchmark, args.data, path=args.file, limit=args.limit, start=args.start)
     opts = {"cache": not args.no_model_cache, "progress": _progress(args)}
     if args.engine == "llama.cpp":
         opts.update(engine="llama.cpp", sequences=args.batch)
     verifier = load_model(args.verifier, args.device, args.dtype, **opts)
-    draft = load_model(args.draft, args.device, args.dtype, **opts)[0]
+    draft = load_model(args.draft, args.device, args.dtype, **opts)  # the whole triple: its identity is recorded
     records = evaluate_rules(
         verifier,
         draft,
@@ -109,6 +122,7 @@ def run(args) -> int:
         out=args.out,
         progress=_progress(args),
         drift=not args.no_drift,
+        allow_code_execution=args.allow_code_execution or None,
     )
     print(quality_markdown(summarize_records(records, n_boot=args.bootstrap, seed=args.seed)))
     if args.out:

@@ -315,3 +315,14 @@ def check_int(value, name: str, low=None, *, high=None, what: str = "", error=Va
     else:
         bound = ""
     raise error(f"{name} must be an integer{bound}{f' ({what})' if what else ''}; got {value!r}")
+
+
+#: The largest counts a run may ask for, checked before any model loads (past them no machine this package
+#: targets finishes, and a cache of that many slots cannot be allocated): drafted tokens a step, new tokens
+#: an answer, sequences decoded at once, samples of a problem.
+RUN_LIMITS = {"m": 256, "max_new_tokens": 131_072, "batch": 1024, "samples": 10_000}
+
+
+def check_count(value, name: str, *, what: str = "", error=ValueError) -> int:
+    """``value`` as an int in [1, ``RUN_LIMITS[name]``] (``check_int``'s one-line error otherwise)."""
+    return check_int(value, name, 1, high=RUN_LIMITS[name], what=what, error=error)

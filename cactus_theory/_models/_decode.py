@@ -18,7 +18,7 @@ from .._laws._gate import gated_rule, make_gate
 from .._laws._policies import draft_features, make_draft_policy
 from .._math._logits import RuleLogits
 from .._math._sampling import SamplingSettings, processed_probs
-from .._math._validation import check_int
+from .._math._validation import check_count
 from .._rules._protocol import BONUS_POLICIES, Judgement, judgement_of
 from .._rules._registry import as_rule
 from ._hf import OwnClock, cached_model, drain, generate_steps, paused, sample_token
@@ -86,6 +86,11 @@ class NgramDrafter:
 
     max_ngram: int = 3
     min_ngram: int = 1
+
+    @property
+    def identity(self) -> dict:
+        """What a record says of this drafter (``model_identity``'s shape)."""
+        return {"name": f"ngram({self.min_ngram}-{self.max_ngram})", "source": "prompt lookup", "files": {}}
 
     def propose(self, context: list, m: int) -> list:
         for n in range(self.max_ngram, self.min_ngram - 1, -1):
@@ -352,7 +357,7 @@ def _options(rule, m, sampling, draft, bonus_policy, draft_mode, draft_policy, g
     the argument, before anything runs."""
     rule = as_rule(rule)
     sampling = sampling or SamplingSettings()
-    check_int(m, "m", 1, what="drafted tokens per verification")
+    check_count(m, "m", what="drafted tokens per verification")
     if bonus_policy not in BONUS_POLICIES:
         raise ValueError(f"bonus_policy must be one of {BONUS_POLICIES}; got {bonus_policy!r}")
     if draft_mode not in DRAFT_MODES:

@@ -5,7 +5,6 @@ once, runs interleaved in short chunks so both feel the same machine, one JSON L
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -13,10 +12,11 @@ from dataclasses import dataclass
 from .._laws._gate import gated_rule, make_gate
 from .._laws._policies import make_draft_policy
 from .._math._sampling import SamplingSettings
-from .._math._validation import check_int
+from .._math._validation import check_count
 from .._rules._registry import as_rule
-from .._util._files import json_lines
+from .._util._files import LockError
 from .._util._options import merged_options
+from .._util._records import RecordLog
 from ._batch_decode import autoregressive_batch_steps, speculative_batch_steps
 from ._decode import autoregressive_steps, check_chain_rule, speculative_steps
 
@@ -148,30 +148,30 @@ def decode_prompts(
     """Speculative decoding of many prompts with the models loaded once: one record per prompt
     and rule (``rule``: one rule or a list of them).
 
-    ``verifier`` is a (model, tokenizer, identity) triple as ``load_model`` returns it; ``draft``
-    a model or an ``NgramDrafter``. Each prompt goes through the chat template and is seeded by
-    ``prompt_seed(seed, prompt.id)``; with ``baseline`` the verifier alone decodes it once, with
-    the same seed, and every rule's record of that prompt carries that one baseline (for the
-    speedup). A prompt's runs (each rule's and the baseline) alternate in chunks of about
-    ``chunk_seconds`` of compute (default ``INTERLEAVE_SECONDS``; ``interleave``), each timed by
-    its own clock, so a change of the machine's load between them does not skew their ratio;
-    the share of the cores other processes used during each run's chunks is recorded beside it (``other_load``, and the
-    baseline's own). Records (dicts: id, task, rule, m, token ids, text, accepted and drafted
-    counts per step, AL, timings with the prefill apart and when each token was out, tokens per
-    second, the load, and the baseline's) are returned, prompt by prompt, rules in the order
-    given; with ``out`` they are also appended to that JSON Lines file as each prompt finishes,
-    and records already there with the same prompt, rule, m, seed, bonus policy, draft mode,
-    drafting policy, gate and baseline setting are not decoded again (read back; a prompt missing
-    only some rules decodes those, with the baseline already recorded for it). ``gate``: gated
-    relaxation (``speculative_generate``), recorded as ``gate``; ``drift``: each record carries
-    ``token_kl`` and ``answer_kl`` (``speculative_generate(drift=True)``; ``answer_drift`` sums them).
-    ``batch`` > 1: the prompts go ``batch`` at a time, in order, through ``speculative_batch_steps``
-    (the baseline through ``autoregressive_batch_steps``, the verifier alone at the same batch size;
-    on the Hugging Face engine batch 1 goes that way too: the rows stay on the model's device,
-    ``_device_decode``); each record also carries ``batch``, ``batch_size`` (the last
-    group may be smaller) and ``batch_seconds`` (the group's wall time: its throughput is the
-    group's tokens over it), and ``seconds`` is the request's own latency. A rerun decodes a group
-    again for a rule that lacks any of its records (writing only the missing ones).
+    ``verifier`` is a (model, tokenizer, identity) triple as ``load_model`` returns it; ``draft`` a model, its
+    triple (its identity is recorded) or an ``NgramDrafter``. Each prompt goes through the chat template and is
+    seeded by ``prompt_seed(seed, prompt.id)``; with ``baseline`` the verifier alone decodes it once, with the same
+    seed, and every rule's record of that prompt carries that one baseline (for the speedup). A prompt's runs (each
+    rule's and the baseline) alternate in chunks of about ``chunk_seconds`` of compute (default
+    ``INTERLEAVE_SECONDS``; ``interleave``), each timed by its own clock, so a change of the machine's load between
+    them does not skew their ratio; the share of the cores other processes used during each run's chunks is recorded
+    beside it (``other_load``, and the baseline's own). Records (dicts: id, task, rule, m, token ids, text, accepted
+    and drafted counts per step, AL, timings with the prefill apart and when each token was out, tokens per second,
+    the load, and the baseline's) are returned, prompt by prompt, rules in the order given; with ``out`` they are
+    also appended to that JSON Lines file as each prompt finishes (``RecordLog``: the file locked, each record
+    stamped with the run's setting: the models' identities, engine and dtype, the sampling and ``max_new_tokens``; a
+    file holding anything else, or records of another setting, is refused before anything is decoded), and records
+    already there with the same prompt, rule, m, seed, bonus policy, draft mode, drafting policy, gate and baseline
+    setting are not decoded again (read back; a prompt missing only some rules decodes those, with the baseline
+    already recorded for it). ``gate``: gated relaxation (``speculative_generate``), recorded as ``gate``;
+    ``drift``: each record carries ``token_kl`` and ``answer_kl`` (``speculative_generate(drift=True)``;
+    ``answer_drift`` sums them). ``batch`` > 1: the prompts go ``batch`` at a time, in order, through
+    ``speculative_batch_steps`` (the baseline through ``autoregressive_batch_steps``, the verifier alone at the same
+    batch size; on the Hugging Face engine batch 1 goes that way too: the rows stay on the model's device,
+    ``_device_decode``); each record also carries ``batch``, ``batch_size`` (the last group may be smaller) and
+    ``batch_seconds`` (the group's wall time: its throughput is the group's tokens over it), and ``seconds`` is the
+    request's own latency. A rerun decodes a group again for a rule that lacks any of its records (writing only the
+    missing ones).
 
     ``options``: a ``DecodeOptions`` holding every setting above at once (then none of them as a
     keyword): what the command line passes.
@@ -206,10 +206,11 @@ def decode_prompts(
             drift,
             batch,
         ) = (chosen[k] for k in given)
-    check_int(batch, "batch", 1, what="prompts decoded at once")
+    check_count(batch, "batch", what="prompts decoded at once")
+    check_count(max_new_tokens, "max_new_tokens")
     from .._data._prompts import prompt_seed
     from .._util._progress import progress_bar
-    from ._hf import encode_chat, engine_of, eos_ids
+    from ._hf import encode_chat, engine_of, eos_ids, split_model
 
     rules = [as_rule(r) for r in (rule if isinstance(rule, (list, tuple)) else [rule])]
     if not rules:
@@ -228,16 +229,22 @@ def decode_prompts(
     model, tokenizer = verifier[0], verifier[1]
     settings = settings or SamplingSettings()
     eos = eos_ids(model, tokenizer)
-    done = {}
-    if out is not None and os.path.exists(out):
-        expected = "not a decoding record; write to another --out"
-        for n, rec in json_lines(out, expected):
+    setting = _setting(verifier, draft, settings, max_new_tokens)
+    draft = split_model(draft)[0]
+    done, log = {}, None
+    if out is not None:
+        log = RecordLog(out, KIND, setting)
+        try:
+            held = log.open()
+        except LockError as exc:
+            raise ValueError(str(exc)) from None
+        for n, rec in enumerate(held, 1):
             try:
                 done[_record_key(rec)] = rec
             except (KeyError, TypeError):
-                raise ValueError(f"{out}, line {n}: {expected}") from None
+                log.close()
+                raise ValueError(f"{out}, record {n}: not a decoding record; write to another --out") from None
     records = []
-    sink = open(out, "a", encoding="utf-8") if out is not None else None
     try:
         bar = progress_bar(total=len(prompts), desc="decode", unit="prompt", enabled=progress)
         for start in range(0, len(prompts), batch):
@@ -346,20 +353,36 @@ def decode_prompts(
                             rec["token_kl"] = [float(x) for x in res.token_kl]
                             rec["answer_kl"] = res.answer_kl
                         fresh[(b, i)] = rec
+            if log is not None:
+                log.append([fresh[k] for k in sorted(fresh)])
+                fresh = {k: log.stamped(r) for k, r in fresh.items()}
             for b, row in enumerate(keys):
                 for i, key in enumerate(row):
-                    rec = fresh.get((b, i), done.get(key))
-                    records.append(rec)
-                    if (b, i) in fresh and sink is not None:
-                        sink.write(json.dumps(rec) + "\n")
+                    records.append(fresh.get((b, i), done.get(key)))
             bar.update(len(group))
-            if sink is not None:
-                sink.flush()
         bar.close()
     finally:
-        if sink is not None:
-            sink.close()
+        if log is not None:
+            log.close()
     return records
+
+
+#: The kind of record ``decode_prompts`` writes (``RecordLog``).
+KIND = "cactus-theory decode"
+
+
+def _setting(verifier, draft, settings, max_new_tokens) -> dict:
+    """What decides every record of a file besides its own key (prompt, rule, m, seed, policies, gate,
+    baseline, batch): the models (identity, engine, dtype), the sampling and the length."""
+    from ._hf import model_arithmetic, split_model
+
+    draft, draft_identity = split_model(draft)
+    return {
+        "models": {"verifier": split_model(tuple(verifier))[1], "draft": draft_identity},
+        "arithmetic": {"verifier": model_arithmetic(verifier[0]), "draft": model_arithmetic(draft)},
+        "sampling": settings.as_dict(),
+        "max_new_tokens": int(max_new_tokens),
+    }
 
 
 def _decode_record(prompt, rule, m, seed, bonus_policy, draft_mode, policy_label, gate_label, ids, tokenizer, res):

@@ -22,7 +22,7 @@ from .._data._dump_session import DumpSession, DumpSummary
 from .._data._prompts import prompt_seed, select_part
 from .._data._trace_format import DEFAULT_TOP_K, SAMPLER, TraceError, stored_metadata
 from .._math._sampling import SamplingSettings
-from .._math._validation import check_int, is_integer
+from .._math._validation import check_count, check_int, is_integer
 from .._util._files import json_lines, utc_timestamp
 from ._hf import (
     default_threads,
@@ -172,8 +172,8 @@ def dump_trace(
     if limit is not None:
         check_int(limit, "limit", 0, what="prompts to dump in this run")
     if batch is not None:
-        check_int(batch, "batch", 1, what="sequences generated at once")
-    check_int(max_new_tokens, "max_new_tokens", 1)
+        check_count(batch, "batch", what="sequences generated at once")
+    check_count(max_new_tokens, "max_new_tokens")
     if part is not None:
         if not (isinstance(part, (tuple, list)) and len(part) == 2):
             raise ValueError(f"part must be (I, N), part I of N; got {part!r}")

@@ -87,6 +87,25 @@ def dtype_and_device(model) -> tuple[str, str]:
     return str(weight.dtype).replace("torch.", ""), str(weight.device)
 
 
+def model_arithmetic(model) -> dict:
+    """What decides a model's rounding, as records keep it: its engine and (Hugging Face) dtype; {} for a
+    drafter without weights or a stand-in."""
+    if engine_of(model) == "llama.cpp":
+        return {"engine": "llama.cpp"}
+    try:
+        return {"engine": "hf", "dtype": dtype_and_device(model)[0]}
+    except (AttributeError, StopIteration, TypeError):
+        return {}
+
+
+def split_model(model_or_triple):
+    """(the model, its identity or None) of a ``load_model`` triple or a bare model (a drafter's own
+    ``identity`` where it has one)."""
+    if isinstance(model_or_triple, tuple):
+        return model_or_triple[0], (model_or_triple[2] if len(model_or_triple) > 2 else None)
+    return model_or_triple, getattr(model_or_triple, "identity", None)
+
+
 @contextlib.contextmanager
 def torch_threads(threads):
     """Run the block with torch's intra-op threads set to ``threads`` (restored after). A CPU
@@ -100,6 +119,32 @@ def torch_threads(threads):
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def check_device(device, what: str = "--device"):
+    """``device`` as torch names it, where this machine has it: "cpu", "cuda", "cuda:N" (N below the GPUs
+    it has), "mps"; anything else, or a device this machine lacks, one ValueError line naming ``what``,
+    before any model loads."""
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"{what} must be cpu, cuda, cuda:N or mps; got {device!r}") from None
+    if parsed.type == "cpu":
+        return str(parsed)
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(f"{what} {device!r}: this machine has no CUDA device torch can use; use --device cpu")
+        if parsed.index is not None and parsed.index >= count:
+            raise ValueError(f"{what} {device!r}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+        return str(parsed)
+    if parsed.type == "mps":
+        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            raise ValueError(f"{what} {device!r}: this machine has no MPS device (Apple silicon); use --device cpu")
+        return str(parsed)
+    raise ValueError(f"{what} must be cpu, cuda, cuda:N or mps; got {device!r}")
 
 
 def torch_dtype(dtype):
@@ -156,6 +201,8 @@ def load_model(spec, device="cpu", dtype="float32", *, cache=True, progress=None
     alternating, needs one each)."""
     from ._llamacpp import check_engine, load_llamacpp
 
+    if not isinstance(spec, tuple):
+        device = check_device(device, "device")
     if check_engine(engine) == "llama.cpp":
         with _transformers_bars(progress):
             return load_llamacpp(spec, device, progress=progress, **llama_options)

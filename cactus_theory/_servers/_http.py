@@ -206,11 +206,16 @@ class ServerClient:
     def __exit__(self, *exc):
         self.close()
 
+    #: Which protocol this client's server was taken to speak, and why (``detect_protocol``): said beside
+    #: every error the server answers, so a 404 of a server two protocols recognise names the one assumed.
+    assumed = ""
+
     def _fail(self, endpoint, what) -> ServerError:
         line = shown(" ".join(self.redact(what).split()))
         if len(line) > 300:
             line = line[:300] + "..."
-        return ServerError(f"{self.what} {self.public}{endpoint}: {line}")
+        context = f" ({self.assumed})" if self.assumed else ""
+        return ServerError(f"{self.what} {self.public}{endpoint}: {line}{context}")
 
     def request(self, method, endpoint, payload=None, *, parse=True):
         """The JSON the server answers to ``method endpoint`` with ``payload`` (or its text with

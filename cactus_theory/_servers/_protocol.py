@@ -39,6 +39,7 @@ __all__ = [
     "Generation",
     "ServerInfo",
     "ServerProtocol",
+    "ProtocolPluginError",
     "detect_protocol",
     "json_object",
     "make_protocol",
@@ -316,12 +317,46 @@ def make_protocol(name, client, *, tokenizer=None, model=None) -> ServerProtocol
     return protocol_class(name)(client, tokenizer=tokenizer, model=model)
 
 
+class ProtocolPluginError(RuntimeError):
+    """A protocol's own code failed (not the user's input, not the server's answer): the message names the
+    protocol and the module that defines it."""
+
+
+def _where(cls) -> str:
+    return f"protocol {cls.name!r} ({cls.__module__}.{cls.__qualname__})"
+
+
 def detect_protocol(client) -> str:
-    """The protocol a server speaks: the first registered protocol, in detection order, that ``detects`` it."""
+    """The protocol a server speaks: the first registered protocol, in detection order, that ``detects`` it.
+    Every protocol is asked, so the client can say which was assumed and why (``client.assumed``: shown
+    beside any later error of that server). A protocol whose ``detects`` raises anything but a
+    ``ServerError`` (the server unreachable) is a ``ProtocolPluginError`` naming it and its module."""
+    found = []
     for name in protocol_names():
-        if _REGISTERED[name].detects(client):
-            return name
-    raise ServerError(
-        f"{client.what} {client.public}: speaks none of the protocols {', '.join(protocol_names())} "
-        "(none recognised it): give --protocol, or check the URL"
-    )
+        cls = _REGISTERED[name]
+        try:
+            if cls.detects(client):
+                found.append(name)
+        except ServerError:
+            raise
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise ProtocolPluginError(
+                f"{client.what} {client.public}: {_where(cls)} failed while detecting the server "
+                f"({type(exc).__name__}: {first}): fix that protocol, or give --protocol"
+            ) from exc
+    if not found:
+        raise ServerError(
+            f"{client.what} {client.public}: speaks none of the protocols {', '.join(protocol_names())} "
+            "(none recognised it): give --protocol, or check the URL"
+        )
+    name = found[0]
+    if len(found) > 1:
+        others = ", ".join(repr(n) for n in found[1:])
+        client.assumed = (
+            f"protocol {name!r} assumed: {others} also recognise this server and {name!r} is asked first; "
+            f"give --protocol to choose"
+        )
+    else:
+        client.assumed = f"protocol {name!r} detected; give --protocol to choose another"
+    return name

@@ -6,10 +6,16 @@ exact test at one sample, the problems a +-1 and +-2 point interval would need),
 rule spends on those answers (per emitted token, KL(pi_t || q_t) of the law it emitted the token from,
 and its sum along each answer: ``speculative_generate(drift=True)``).
 
-Records: one JSON line per (problem, method, sample), appended as each batch of problems completes (a
-rerun skips what is there; the file's directory is locked while a run writes; Ctrl-C and SIGTERM keep
-every completed batch). The summary is computed from the records alone (``summarize_records``), so it can
-be recomputed without a model (``cactus-theory evaluate --summarize RECORDS``).
+Records: one JSON line per (problem, method, sample), appended as each batch of problems completes through a
+``RecordLog`` (``_util._records``: the records file is locked while a run writes; a rerun skips what is
+there; a file that is not this command's records, or records of another setting, models, benchmark or
+problems, is refused before anything is decoded; Ctrl-C and SIGTERM keep every completed batch). Each
+record carries its problem's ``digest`` (what the problem is, whatever its place in its file). The summary
+is computed from the records alone (``summarize_records``), so it can be recomputed without a model
+(``cactus-theory evaluate --summarize RECORDS``).
+
+HumanEval and MBPP answers are programs: they run (isolated by the operating system, ``_util._sandbox``)
+only with ``allow_code_execution=True`` or ``CACTUS_ALLOW_CODE_EXECUTION=1``, checked before decoding.
 """
 
 from __future__ import annotations
@@ -22,23 +28,37 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._data._graders import PROGRAM_SECONDS, grade
+from .._data._graders import CODE_BENCHMARKS, PROGRAM_SECONDS, grade, require_code_execution
 from .._data._prompts import prompt_seed
 from .._math._bootstrap import ratio_interval, resample_counts
 from .._math._paired import paired_difference
 from .._math._sampling import SamplingSettings
-from .._math._validation import check_int
+from .._math._validation import RUN_LIMITS, check_count
 from .._rules._protocol import judgement_of
 from .._rules._registry import as_rule
-from .._util._files import DirectoryLock, LockError, Terminated, json_lines, termination_as_exception
+from .._util._files import LockError, Terminated, json_lines, termination_as_exception
 from .._util._progress import progress_bar
+from .._util._records import RecordLog
 
-__all__ = ["ALONE", "QualitySummary", "evaluate_rules", "quality_markdown", "read_records", "summarize_records"]
+__all__ = [
+    "ALONE",
+    "LIMITS",
+    "QualitySummary",
+    "check_evaluate_limits",
+    "evaluate_rules",
+    "quality_markdown",
+    "read_records",
+    "summarize_records",
+]
 
 #: The method name of the verifier decoding alone.
 ALONE = "verifier alone"
-#: Fields a record must hold to be summarised.
-_FIELDS = ("id", "benchmark", "method", "sample", "correct", "tokens")
+#: The kind of record this referee writes (``RecordLog``).
+KIND = "cactus-theory evaluate"
+#: Fields a record must hold to be summarised, with the types they must have.
+_FIELDS = {"id": str, "benchmark": str, "method": str, "sample": int, "correct": bool, "tokens": int}
+#: The largest value of each count a run may ask for (``RUN_LIMITS``), checked before any model loads.
+LIMITS = RUN_LIMITS
 
 
 def _method_seed(seed, problem_id, method, sample) -> int:
@@ -47,53 +67,43 @@ def _method_seed(seed, problem_id, method, sample) -> int:
 
 
 def read_records(path) -> list:
-    """The records of a JSON Lines file written by ``evaluate_rules`` (each checked for its fields)."""
+    """The records of a JSON Lines file written by ``evaluate_rules`` (plain or gzip-compressed), each
+    checked for its fields and their types (``correct`` a JSON boolean, ``sample`` and ``tokens``
+    non-negative integers): a bad one is a ValueError naming the file and the line."""
     out = []
     for n, rec in json_lines(path, "a record of cactus-theory evaluate"):
         if not isinstance(rec, dict) or any(k not in rec for k in _FIELDS):
             raise ValueError(f"{path}, line {n}: not a record of cactus-theory evaluate (it needs {list(_FIELDS)})")
+        for key, kind in _FIELDS.items():
+            value = rec[key]
+            good = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+            if not good or (kind is int and value < 0):
+                want = {bool: "true or false", int: "an integer >= 0", str: "a string"}[kind]
+                raise ValueError(f"{path}, line {n}: {key!r} must be {want}; got {json.dumps(value)}")
         out.append(rec)
     return out
 
 
-def _setting(m, settings, max_new_tokens, seed, models) -> dict:
-    """What decides every answer of a run besides its (problem, method, sample): records of another
-    setting are never mixed with this run's."""
+def check_evaluate_limits(*, m=8, max_new_tokens=512, batch=1, samples=1) -> None:
+    """Each count an integer between 1 and its ``LIMITS`` bound (one ValueError line naming it)."""
+    for name, value in (("m", m), ("max_new_tokens", max_new_tokens), ("batch", batch), ("samples", samples)):
+        check_count(value, name)
+
+
+def _setting(m, settings, max_new_tokens, seed, models, arithmetic, benchmarks, timeout) -> dict:
+    """What decides every answer of a run besides its (problem, method, sample): the models (each one's
+    identity), their arithmetic (engine, dtype), the sampling, lengths, seed, benchmarks and the programs'
+    time limit. Records of another setting are never mixed with this run's."""
     return {
         "m": int(m),
         "sampling": settings.as_dict(),
         "max_new_tokens": int(max_new_tokens),
         "seed": int(seed),
         "models": models,
+        "arithmetic": arithmetic,
+        "benchmarks": benchmarks,
+        "program_seconds": float(timeout),
     }
-
-
-def _identity(model_or_triple):
-    """(the model, its identity or None) of a ``load_model`` triple or a bare model."""
-    if isinstance(model_or_triple, tuple):
-        return model_or_triple[0], (model_or_triple[2] if len(model_or_triple) > 2 else None)
-    return model_or_triple, None
-
-
-def _drop_torn_tail(path) -> None:
-    """A run killed while appending leaves at most one line without its newline, the last: cut it off
-    (the records before it are whole; the cut one is decoded again)."""
-    with open(path, "rb+") as fh:
-        size = fh.seek(0, os.SEEK_END)
-        if size == 0:
-            return
-        fh.seek(size - 1)
-        if fh.read(1) == b"\n":
-            return
-        back = min(size, 1 << 20)
-        while True:
-            fh.seek(size - back)
-            chunk = fh.read(back)
-            cut = chunk.rfind(b"\n")
-            if cut >= 0 or back == size:
-                fh.truncate(size - back + cut + 1 if cut >= 0 else 0)
-                return
-            back = min(size, back * 2)
 
 
 def evaluate_rules(
@@ -112,31 +122,31 @@ def evaluate_rules(
     progress=None,
     drift=True,
     timeout=PROGRAM_SECONDS,
+    allow_code_execution=None,
 ) -> list:
     """Decode and grade ``problems`` (``load_problems``) with the verifier alone and each of ``rules``:
     the records (dicts: id, benchmark, method, sample, seed, token ids, text, correct, what was
     extracted, and for a rule its accepted counts and, with ``drift``, token_kl and answer_kl).
 
     ``verifier``: a (model, tokenizer, identity) triple (``load_model``); ``draft``: a model or its
-    triple. ``m`` drafts a step; ``settings`` the sampling (default: the paper's); ``batch`` problems
-    decoded at once (either engine; at 1 on llama.cpp, ``speculative_generate`` as ``decode`` runs it).
-    The answer of (problem, method, sample) is the same whatever ``batch`` and whatever else the run
-    holds (its own seed; up to llama.cpp's rounding in batches of another shape). ``out``: a JSON Lines
-    file the records are appended to as each batch completes; a rerun with the same settings and models
-    skips the (problem, method, sample) it holds and refuses other settings. ``timeout``: seconds a
-    program under test may run (HumanEval, MBPP)."""
+    triple (its identity is recorded). ``m`` drafts a step; ``settings`` the sampling (default: the
+    paper's); ``batch`` problems decoded at once (either engine; at 1 on llama.cpp, ``speculative_generate``
+    as ``decode`` runs it). Each answer has its own seed (from ``seed``, the problem, the method and the
+    sample), so it does not depend on what else the run holds; whether it depends on ``batch``: not in
+    float32 on the Hugging Face engine (tested: the same tokens at batch 1 and 3), but in bfloat16 and
+    float16 the batched kernels round with the batch's shape (padding, tiling), and on llama.cpp batches of
+    another shape round differently too, so an answer can change with the batch there: compare runs of one
+    batch size, or use float32. ``out``: a JSON Lines file the records are appended to as each batch
+    completes (``RecordLog``); a rerun with the same setting skips the (problem, method, sample) it holds,
+    and anything else is refused before decoding. ``timeout``: seconds a program under test may run
+    (HumanEval, MBPP); those programs run only with ``allow_code_execution=True`` (or
+    ``CACTUS_ALLOW_CODE_EXECUTION=1``), isolated by the operating system (``_util._sandbox``)."""
     from .._models._batch_decode import autoregressive_generate_batch, speculative_generate_batch
     from .._models._decode import autoregressive_generate, check_chain_rule, speculative_generate
-    from .._models._hf import encode_chat, engine_of, eos_ids
+    from .._models._hf import encode_chat, engine_of, eos_ids, model_arithmetic, split_model
 
     settings = settings or SamplingSettings()
-    for name, value, low in (
-        ("m", m, 1),
-        ("samples", samples, 1),
-        ("batch", batch, 1),
-        ("max_new_tokens", max_new_tokens, 1),
-    ):
-        check_int(value, name, low)
+    check_evaluate_limits(m=m, max_new_tokens=max_new_tokens, batch=batch, samples=samples)
     prompt_seed(seed, "")
     rules = [as_rule(r) for r in rules]
     for rule in rules:
@@ -151,32 +161,40 @@ def evaluate_rules(
         raise ValueError(f"the rules must be distinct; got {methods[1:]}")
     if not problems:
         raise ValueError("problems: give at least one problem (load_problems)")
+    by_id = {}
+    for p in problems:
+        if by_id.setdefault(p.id, p.digest) != p.digest:
+            raise ValueError(f"problems: two different problems share the id {p.id!r}")
+    benchmarks = sorted({p.benchmark for p in problems})
+    for bench in benchmarks:
+        require_code_execution(bench, allow_code_execution)
+    if any(b in CODE_BENCHMARKS for b in benchmarks):
+        from .._util._sandbox import _isolation_decision
+
+        _isolation_decision(None)  # no isolation and no knowing consent: refused before anything is decoded
     model, tokenizer = verifier[0], verifier[1]
-    draft, draft_identity = _identity(draft)
+    draft, draft_identity = split_model(draft)
     eos = eos_ids(model, tokenizer)
-    setting = _setting(
-        m, settings, max_new_tokens, seed, {"verifier": _identity(tuple(verifier))[1], "draft": draft_identity}
-    )
+    arithmetic = {"verifier": model_arithmetic(model), "draft": model_arithmetic(draft)}
+    models = {"verifier": split_model(tuple(verifier))[1], "draft": draft_identity}
+    setting = _setting(m, settings, max_new_tokens, seed, models, arithmetic, benchmarks, timeout)
     one = batch == 1 and engine_of(model) == "llama.cpp"
-    done, lock = {}, None
+    done, log = {}, None
     if out is not None:
-        out = str(out)
-        directory = os.path.dirname(os.path.abspath(out))
-        os.makedirs(directory, exist_ok=True)
+        log = RecordLog(out, KIND, setting)
         try:
-            lock = DirectoryLock(directory, "evaluate").acquire()
+            held = log.open()
         except LockError as exc:
             raise ValueError(str(exc)) from None
         try:
-            done = _done_records(out, setting)
+            done = _done_records(held, by_id, out)
         except BaseException:
-            lock.release()
+            log.close()
             raise
     ids = {p.id: encode_chat(tokenizer, p.prompt.text, f"problem {p.id!r}") for p in problems}
     units = sum(1 for k in range(samples) for method in methods for p in problems if (p.id, method, k) not in done)
     bar = progress_bar(total=units, desc="evaluate", unit="answer", enabled=progress)
     fresh = []
-    sink = open(out, "a", encoding="utf-8") if out is not None else None
     try:
         with termination_as_exception():
             # problems in groups of ``batch``, every method on a group before the next: a stopped run holds
@@ -207,13 +225,12 @@ def evaluate_rules(
                         _record(p, method, k, s, res, tokenizer, setting, timeout)
                         for p, s, res in zip(group, seeds, results, strict=True)
                     ]
+                    if log is not None:
+                        log.append(records)
+                        records = [log.stamped(r) for r in records]
                     for rec in records:
                         done[(rec["id"], rec["method"], rec["sample"])] = rec
                         fresh.append(rec)
-                    if sink is not None:
-                        sink.write("".join(json.dumps(r) + "\n" for r in records))
-                        sink.flush()
-                        os.fsync(sink.fileno())
                     bar.update(len(group))
     except (KeyboardInterrupt, Terminated):
         bar.close()
@@ -222,35 +239,34 @@ def evaluate_rules(
         raise
     finally:
         bar.close()
-        if sink is not None:
-            sink.close()
-        if lock is not None:
-            lock.release()
+        if log is not None:
+            log.close()
     wanted = {(p.id, method, k) for k in range(samples) for method in methods for p in problems}
     order = {p.id: i for i, p in enumerate(problems)}
     return [done[key] for key in sorted(wanted, key=lambda x: (x[2], methods.index(x[1]), order[x[0]]))]
 
 
-def _done_records(out, setting) -> dict:
-    """The records ``out`` already holds, by (problem, method, sample), all of this run's ``setting``."""
+def _done_records(held, by_id, out) -> dict:
+    """The records a log holds (all of this run's setting: ``RecordLog`` checked), by (problem, method,
+    sample); a record whose problem id names another problem than this run's (another file of the same
+    benchmark) is refused."""
     done = {}
-    if os.path.exists(out):
-        _drop_torn_tail(out)
-        for rec in read_records(out):
-            if rec.get("setting") != setting:
-                raise ValueError(
-                    f"{out} holds records of another setting or model pair ({rec.get('setting')}; this "
-                    f"run: {setting}): write to another file"
-                )
-            done[(rec["id"], rec["method"], rec["sample"])] = rec
+    for n, rec in enumerate(held, 1):
+        if rec.get("id") in by_id and rec.get("problem") != by_id[rec["id"]]:
+            raise ValueError(
+                f"{out} holds answers to another problem under the id {rec['id']!r} (record {n}; another --file?): "
+                "write to another file"
+            )
+        done[(rec["id"], rec["method"], rec["sample"])] = rec
     return done
 
 
 def _record(problem, method, sample, seed, result, tokenizer, setting, timeout) -> dict:
     text = tokenizer.decode(result.tokens, skip_special_tokens=True)
-    verdict = grade(problem, text, timeout=timeout)
+    verdict = grade(problem, text, timeout=timeout, allow_code_execution=True)  # allowed: checked before decoding
     rec = {
         "id": problem.id,
+        "problem": problem.digest,
         "benchmark": problem.benchmark,
         "method": method,
         "sample": int(sample),

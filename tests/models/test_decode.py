@@ -151,7 +151,8 @@ def test_ngram_drafter_proposes_what_followed():
 
 def test_bad_arguments(models):
     verifier, draft = models
-    with pytest.raises(ValueError, match=r"^m must be an integer >= 1 \(drafted tokens per verification\); got 0$"):
+    message = r"^m must be an integer between 1 and 256 \(drafted tokens per verification\); got 0$"
+    with pytest.raises(ValueError, match=message):
         speculative_generate(verifier, draft, SpS(), m=0, prompt_ids=PROMPT)
     with pytest.raises(ValueError, match="at least one token"):
         speculative_generate(verifier, draft, SpS(), m=2, prompt_ids=[])

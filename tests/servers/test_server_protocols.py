@@ -367,3 +367,81 @@ def test_a_protocol_in_one_plugin_file_is_detected_and_dumps(tmp_path):
     from cactus_theory.servers import protocol_names
 
     assert "toyrpc" not in protocol_names() and protocol_names() == ("llama.cpp", "sglang", "openai")
+
+
+def test_a_server_two_protocols_recognise_names_the_one_assumed_in_its_errors(prompts, tmp_path):
+    """A vLLM server that also answers /props as llama-server does: both protocols recognise it, llama.cpp's
+    is asked first, and its /completion is a 404: the error says which protocol was assumed and why."""
+    from cactus_theory._servers._protocols import detect_protocol, open_server
+
+    inner = vllm_handler(VERIFIER)
+
+    def both(method, path, body, headers):
+        if path == "/props":
+            return 200, {"build_info": "b1-fake", "default_generation_settings": {"n_ctx": 4096}}
+        if path in ("/completion", "/detokenize") or (path == "/tokenize" and "content" in (body or {})):
+            return 404, {"detail": "Not Found"}  # llama-server's native endpoints: vLLM has none
+        return inner(method, path, body, headers)
+
+    with FakeServer(both) as v, FakeServer(vllm_handler(DRAFT, name="toy/draft")) as d:
+        client = ServerClient(v.url, retries=0)
+        assert detect_protocol(client) == "llama.cpp"
+        assert client.assumed.startswith("protocol 'llama.cpp' assumed: 'openai' also recognise this server")
+        with pytest.raises(ServerError) as err:
+            dump_server_trace(v.url, d.url, prompts, tmp_path / "t", max_new_tokens=3, top_k=4, progress=False)
+        message = str(err.value)
+        assert "HTTP 404" in message and "protocol 'llama.cpp' assumed" in message and "--protocol" in message
+        assert "\n" not in message
+        _, speaker = open_server(d.url)
+        assert speaker.client.assumed == "protocol 'openai' detected; give --protocol to choose another"
+
+
+def test_a_plugin_protocol_whose_detection_raises_is_named_and_is_not_the_users_input(tmp_path):
+    """Its exception (a ValueError here) is shown naming the protocol and its module, exit 1, not 2."""
+    import pathlib
+    import subprocess
+    import sys
+
+    from locations import HANG_GUARD
+
+    plugin = tmp_path / "broken_protocol.py"
+    plugin.write_text(
+        "from cactus_theory.servers import ServerProtocol\n\n\n"
+        "class Broken(ServerProtocol):\n"
+        "    name = 'broken'\n"
+        "    detect_order = 1\n\n"
+        "    @classmethod\n"
+        "    def detects(cls, client):\n"
+        "        raise ValueError('a bug in the plugin')\n\n"
+        "    _read_info = prompt_ids = generate = score = None\n"
+    )
+    prompts_file = tmp_path / "p.txt"
+    prompts_file.write_text("hello\n")
+    with FakeServer(vllm_handler(VERIFIER)) as v, FakeServer(vllm_handler(DRAFT, name="toy/draft")) as d:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "cactus_theory",
+                "--plugin",
+                str(plugin),
+                "dump",
+                "--server",
+                v.url,
+                "--draft-server",
+                d.url,
+                "--prompts",
+                str(prompts_file),
+                "--out",
+                str(tmp_path / "t"),
+                "--quiet",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=HANG_GUARD,
+            cwd=str(pathlib.Path(__file__).parents[2]),
+        )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert "protocol 'broken' (broken_protocol.Broken) failed while detecting the server" in lines[0]
+    assert "ValueError: a bug in the plugin" in lines[0]

@@ -3,14 +3,17 @@ known share of answers (the interval covers it, the drift is the one it spent), 
 the same records and summary, the real engine on tiny models (an answer is the same at any batch size and
 is the engine's own decoding with the answer's seed), the command line."""
 
+import gzip
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-from fake_referee import FLIP, STATE, TOKEN_KL, choice_file, install, verifier
+from fake_referee import FLIP, STATE, TOKEN_KL, FakeModel, choice_file, install, verifier
 from locations import FIXTURES, HANG_GUARD, ROOT, TESTS
 
 from cactus_theory._data._graders import load_problems
@@ -76,23 +79,124 @@ def test_a_rerun_skips_what_is_done_and_refuses_other_settings(tmp_path, fake):
     assert STATE["calls"] == calls and again == first  # nothing decoded again
     more = evaluate_rules(verifier(), object(), problems, RULES, batch=4, out=out)
     assert len(more) == 36 and len(read_records(out)) == 36
-    with pytest.raises(ValueError, match="another setting or model pair"):
-        evaluate_rules(verifier(), object(), problems, RULES, m=3, out=out)
-    other = (verifier()[0], verifier()[1], {"name": "another verifier"})
-    with pytest.raises(ValueError, match="another setting or model pair"):
-        evaluate_rules(other, object(), problems, RULES, out=out)
+    whole, calls = out.read_text(), STATE["calls"]
+    draft = (FakeModel(), None, {"name": "another draft", "source": "x", "files": {}})
+    other_problems = load_problems("choice", path=choice_file(tmp_path / "other.jsonl", 12, text="other question"))
+    for kwargs, names in (
+        ({"m": 3}, "m: 8 -> 3"),
+        ({"verifier": (verifier()[0], verifier()[1], {"name": "another verifier"})}, "models.verifier.name"),
+        ({"draft": draft}, "models.draft"),  # the draft's identity is recorded, never null
+        ({"max_new_tokens": 64}, "max_new_tokens: 512 -> 64"),
+        ({"seed": 1}, "seed: 0 -> 1"),
+    ):
+        args = {"verifier": verifier(), "draft": object(), **kwargs}
+        with pytest.raises(ValueError, match=f"holds records of another setting.*{re.escape(names)}"):
+            evaluate_rules(args.pop("verifier"), args.pop("draft"), problems, RULES, out=out, **args)
+    # another file of the same benchmark: the same ids, other questions (a problem is its content)
+    with pytest.raises(ValueError, match="another problem under the id 'choice-0'"):
+        evaluate_rules(verifier(), object(), other_problems, RULES, batch=4, out=out)
+    assert out.read_text() == whole and STATE["calls"] == calls  # refused before anything was decoded
     # a torn last line (a run killed mid-write) is cut off and decoded again
-    whole = out.read_text()
     out.write_text(whole + whole.splitlines()[0][:40])
     assert evaluate_rules(verifier(), object(), problems, RULES, batch=4, out=out) == more
     assert out.read_text() == whole
     assert not [f for f in os.listdir(out.parent) if f.endswith(".lock")]
+    first_record = read_records(out)[0]
+    assert next(iter(first_record)) == "record" and first_record["setting"]["models"]["draft"] is None
+    assert first_record["problem"] == problems[0].digest
+
+
+def test_a_file_that_is_not_records_is_never_changed(tmp_path, fake):
+    problems = load_problems("choice", path=choice_file(tmp_path / "c.jsonl", 3))
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    files = {
+        trace / "manifest.json": '{\n  "format": "cactus-trace",\n  "prompts": 3\n}',  # no final newline
+        tmp_path / "mine.jsonl": '{"question": "q1"}\n{"question": "q2"}',  # a user's JSON Lines, unterminated
+        tmp_path / "notes.jsonl": "some notes\n",
+        tmp_path / "other.jsonl": '{"record": "cactus-theory decode", "id": "x"}\n',  # another command's records
+    }
+    for path, text in files.items():
+        path.write_text(text)
+        with pytest.raises(ValueError, match="is not a records file of cactus-theory evaluate"):
+            evaluate_rules(verifier(), object(), problems, RULES, out=path)
+        assert path.read_text() == text
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(tmp_path / "mine.jsonl")
+    with pytest.raises(ValueError, match="symbolic link"):
+        evaluate_rules(verifier(), object(), problems, RULES, out=link)
+    assert STATE["calls"] == 0
+
+
+def test_two_runs_in_one_folder_writing_different_files_do_not_refuse_each_other(tmp_path, fake):
+    from cactus_theory._util._records import RecordLog
+
+    problems = load_problems("choice", path=choice_file(tmp_path / "c.jsonl", 2))
+    busy = RecordLog(tmp_path / "a.jsonl", "cactus-theory evaluate", {"any": 1})
+    busy.open()
+    try:
+        assert len(evaluate_rules(verifier(), object(), problems, RULES, out=tmp_path / "b.jsonl")) == 6
+        with pytest.raises(ValueError, match="is being written by another run"):
+            evaluate_rules(verifier(), object(), problems, RULES, out=tmp_path / "a.jsonl")
+    finally:
+        busy.close()
+
+
+def test_model_written_code_runs_only_when_asked(tmp_path, fake, monkeypatch):
+    monkeypatch.delenv("CACTUS_ALLOW_CODE_EXECUTION", raising=False)
+    problems = load_problems("humaneval", FIXTURES / "benchmarks", limit=1)
+    with pytest.raises(ValueError, match="allow_code_execution=True or CACTUS_ALLOW_CODE_EXECUTION=1"):
+        evaluate_rules(verifier(), object(), problems, RULES)
+    assert STATE["calls"] == 0  # refused before decoding
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [("m", 10**6), ("max_new_tokens", 10**9), ("batch", 10**6), ("samples", 10**7), ("m", True), ("batch", 2.5)],
+)
+def test_counts_no_machine_can_run_are_refused_before_decoding(tmp_path, fake, name, value):
+    problems = load_problems("choice", path=choice_file(tmp_path / "c.jsonl", 2))
+    with pytest.raises(ValueError, match=f"{name} must be an integer between 1 and"):
+        evaluate_rules(verifier(), object(), problems, RULES, **{name: value})
+    assert STATE["calls"] == 0
+
+
+def test_summaries_refuse_records_of_the_wrong_types(tmp_path):
+    good = {"id": "x", "benchmark": "choice", "method": ALONE, "sample": 0, "correct": True, "tokens": 3}
+    for field, value, message in (
+        ("correct", float("nan"), "'correct' must be true or false; got NaN"),
+        ("correct", "false", "'correct' must be true or false"),
+        ("correct", 1, "'correct' must be true or false; got 1"),
+        ("sample", float("nan"), "'sample' must be an integer >= 0; got NaN"),
+        ("sample", -1, "'sample' must be an integer >= 0"),
+        ("tokens", True, "'tokens' must be an integer >= 0"),
+    ):
+        path = tmp_path / "records.jsonl"
+        path.write_text(json.dumps(good) + "\n" + json.dumps({**good, field: value}) + "\n")
+        with pytest.raises(ValueError, match=f"records.jsonl, line 2: {re.escape(message)}"):
+            read_records(path)
+    for name, data, message in (
+        ("bad.jsonl.gz", b"not gzip at all", "not a valid gzip file"),
+        ("cut.jsonl.gz", gzip.compress(json.dumps(good).encode() * 50)[:40], "truncated"),
+        (
+            "latin.jsonl",
+            json.dumps({**good, "id": "caf\u00e9"}, ensure_ascii=False).encode("latin-1"),
+            "not UTF-8",
+        ),
+    ):
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(ValueError, match=f"{name}.*{message}"):
+            read_records(tmp_path / name)
+    one = summarize_records(
+        [good, {**good, "id": "y"}, {**good, "method": "sps"}, {**good, "id": "y", "method": "sps"}], n_boot=0
+    )
+    assert {r["method"]: r["verdict"] for r in one.rows}["sps"] == "no interval (no resamples)"
 
 
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"m": 0}, "m must be an integer >= 1"),
+        ({"m": 0}, "m must be an integer between 1 and 256"),
         ({"samples": 1.5}, "samples must be an integer"),
         ({"rules": ["sps", "sps"]}, "must be distinct"),
         ({"rules": ["block"]}, "judges whole blocks"),
@@ -240,6 +344,10 @@ def test_the_command_line_runs_resumes_and_summarises(gguf_pair, tmp_path, capsy
         "--bootstrap",
         "200",
     ]
+    assert main(argv) == 2  # HumanEval runs the models' code: asked for first
+    assert "--allow-code-execution or CACTUS_ALLOW_CODE_EXECUTION=1" in capsys.readouterr().err
+    assert not out.exists()
+    argv.append("--allow-code-execution")
     assert main(argv) == 0
     first = capsys.readouterr().out
     assert "| humaneval | verifier alone | 2 |" in first and "lossy(alpha=0.5)" in first
@@ -254,11 +362,22 @@ def test_the_command_line_runs_resumes_and_summarises(gguf_pair, tmp_path, capsy
         (["evaluate", "--summarize", str(out), "--rule", "sps"], "--summarize reads a records file alone"),
         (["evaluate", "--verifier", v_path], "give --verifier, --draft and at least one --rule"),
         (["evaluate", "--summarize", str(tmp_path / "none.jsonl")], "none.jsonl"),
-        ([*argv[:-4], "--out", v_path], "--out"),
+        ([*argv[:-5], "--out", v_path, "--allow-code-execution"], "--out"),
+        ([*argv, "--device", "nonsense"], "--device must be cpu, cuda, cuda:N or mps; got 'nonsense'"),
+        ([*argv, "--device", "cuda:7"], "--device 'cuda:7'"),
     ):
         assert main(bad) == 2
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1, err
+    for bad, message in (  # refused by the parser, before anything else
+        ([*argv, "-m", "1000000"], "argument -m: must be an integer from 1 to 256"),
+        ([*argv, "--max-new-tokens", "1000000000"], "must be an integer from 1 to 131,072"),
+        ([*argv, "--batch", "1000000"], "must be an integer from 1 to 1,024"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            main(bad)
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and message in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_several_benchmarks_are_also_pooled():

@@ -6,7 +6,7 @@ Usage:
     python experiments/fetch_models.py     # once: the Qwen2.5-Coder 0.5B / 1.5B GGUF files
     python experiments/quality_referee.py --data DIR [--minutes 60] [--batch 4] [--max-new-tokens 512]
         [--benchmarks gsm8k,humaneval] [--rules 'sps,cactus(delta=1),cactus(delta=4),lossy(alpha=0.5),always-accept']
-        [--records ~/.cache/cactus_theory/quality/records.jsonl] [--out docs/results]
+        [--records ~/.cache/cactus_theory/quality/records.jsonl] [--out docs/results] [--allow-code-execution]
 
 Qwen2.5-Coder-0.5B-Instruct drafts for 1.5B (Q4_K_M, llama.cpp), m = 8, the paper's sampling (temperature
 0.6, top-k 20, top-p 0.95), one sample per problem and method, each seeded by the problem, the method and
@@ -15,7 +15,8 @@ in file order), every method decoding a group before the next group starts, unti
 are spent (counted across resumed runs). The records file keeps every graded answer: rerun the same
 command to continue, or with --minutes 0 to rewrite the page from the records alone. The lossy controls
 (lossy(alpha=0.5): acceptance doubled; always-accept: the drafter's own tokens) must show a loss for the
-referee to be believed.
+referee to be believed. HumanEval's and MBPP's answers are programs: they run (isolated by the operating
+system) only with --allow-code-execution.
 
 Writes OUT/quality.md and OUT/quality.json.
 """
@@ -148,7 +149,14 @@ def decode(args, pair, problems, rules, per_round, phase, minutes, clock_path):
         upto = min(len(problems), upto + per_round)
         verifier, draft = pair.get()
         t0 = time.perf_counter()
-        options = {"m": args.m, "settings": SETTINGS, "max_new_tokens": args.max_new_tokens, "batch": args.batch}
+        options = {
+            "m": args.m,
+            "settings": SETTINGS,
+            "max_new_tokens": args.max_new_tokens,
+            "batch": args.batch,
+            "allow_code_execution": args.allow_code_execution,
+            "benchmarks": args.all_benchmarks,  # one records file for both phases
+        }
         evaluate_rules(verifier, draft, problems[:upto], rules, out=args.records, progress=False, **options)
         clock[phase] += time.perf_counter() - t0
         atomic_write(clock_path, json.dumps(clock) + "\n")
@@ -173,10 +181,16 @@ def main(argv=None):
     parser.add_argument("--bootstrap", type=int, default=2000)
     parser.add_argument("--records", default=os.path.join(CACHE, "quality", "records.jsonl"))
     parser.add_argument(
+        "--allow-code-execution",
+        action="store_true",
+        help="run the programs the models write (HumanEval, MBPP), isolated by the operating system",
+    )
+    parser.add_argument(
         "--out", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "results")
     )
     args = parser.parse_args(argv)
     benches = args.benchmarks.split(",")
+    args.all_benchmarks = sorted({*benches, *([args.control_benchmark] if args.control else [])})
     groups = [load_problems(b, args.data, limit=args.limit) for b in benches]
     problems = interleaved(groups, args.batch)
     rules = [r.describe() for r in make_rules(args.rules)]
@@ -199,7 +213,7 @@ def main(argv=None):
     command = (
         f"python experiments/quality_referee.py --data DATA --minutes {args.minutes:g} --batch {args.batch} "
         f"--max-new-tokens {args.max_new_tokens} --benchmarks {args.benchmarks} --control {args.control} "
-        f"--control-minutes {args.control_minutes:g}"
+        f"--control-minutes {args.control_minutes:g}" + (" --allow-code-execution" if args.allow_code_execution else "")
     )
     counts = ", ".join(f"{b}: {n}" for b, n in summary.problems.items() if b != "all")
     per_method = {}

@@ -37,9 +37,9 @@ from ._http import ServerClient, ServerError, shown
 __all__ = [
     "AlignmentError",
     "Generation",
+    "ProtocolPluginError",
     "ServerInfo",
     "ServerProtocol",
-    "ProtocolPluginError",
     "detect_protocol",
     "json_object",
     "make_protocol",

@@ -123,6 +123,7 @@ def evaluate_rules(
     drift=True,
     timeout=PROGRAM_SECONDS,
     allow_code_execution=None,
+    benchmarks=None,
 ) -> list:
     """Decode and grade ``problems`` (``load_problems``) with the verifier alone and each of ``rules``:
     the records (dicts: id, benchmark, method, sample, seed, token ids, text, correct, what was
@@ -140,7 +141,9 @@ def evaluate_rules(
     completes (``RecordLog``); a rerun with the same setting skips the (problem, method, sample) it holds,
     and anything else is refused before decoding. ``timeout``: seconds a program under test may run
     (HumanEval, MBPP); those programs run only with ``allow_code_execution=True`` (or
-    ``CACTUS_ALLOW_CODE_EXECUTION=1``), isolated by the operating system (``_util._sandbox``)."""
+    ``CACTUS_ALLOW_CODE_EXECUTION=1``), isolated by the operating system (``_util._sandbox``).
+    ``benchmarks``: the benchmarks ``out`` is for (default: those of ``problems``), part of its setting: a
+    run that pools several benchmarks in one file over several calls names them all."""
     from .._models._batch_decode import autoregressive_generate_batch, speculative_generate_batch
     from .._models._decode import autoregressive_generate, check_chain_rule, speculative_generate
     from .._models._hf import encode_chat, engine_of, eos_ids, model_arithmetic, split_model
@@ -165,10 +168,13 @@ def evaluate_rules(
     for p in problems:
         if by_id.setdefault(p.id, p.digest) != p.digest:
             raise ValueError(f"problems: two different problems share the id {p.id!r}")
-    benchmarks = sorted({p.benchmark for p in problems})
-    for bench in benchmarks:
+    present = sorted({p.benchmark for p in problems})
+    benchmarks = present if benchmarks is None else sorted({str(b) for b in benchmarks})
+    if set(present) - set(benchmarks):
+        raise ValueError(f"benchmarks: the problems hold {present}, beyond the benchmarks named, {benchmarks}")
+    for bench in present:
         require_code_execution(bench, allow_code_execution)
-    if any(b in CODE_BENCHMARKS for b in benchmarks):
+    if any(b in CODE_BENCHMARKS for b in present):
         from .._util._sandbox import _isolation_decision
 
         _isolation_decision(None)  # no isolation and no knowing consent: refused before anything is decoded

@@ -653,6 +653,7 @@ def test_quality_referee(models, tmp_path):
         str(tmp_path),
         "--bootstrap",
         "100",
+        "--allow-code-execution",
     ]
     assert script("quality_referee").main([*argv, "--minutes", "30", "--control-minutes", "30"]) == 0
     data = json.loads((tmp_path / "quality.json").read_text())

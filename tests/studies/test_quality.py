@@ -398,3 +398,36 @@ def test_several_benchmarks_are_also_pooled():
     assert rows[("all", "sps")]["accuracy"] == pytest.approx(1 / 3, abs=1e-15)
     assert rows[("all", "sps")]["difference"] == pytest.approx(-1 / 3, abs=1e-15)
     assert rows[("all", "sps")]["discordant"] == [0, 1]
+
+
+@pytest.mark.models
+def test_on_the_hugging_face_engine_in_float32_an_answer_does_not_depend_on_the_batch(gguf_pair):
+    """What the docstring promises, checked: float32 on the Hugging Face engine gives each answer the same
+    tokens at batch 1 and batch 3 (bfloat16 need not: its kernels round with the batch's shape)."""
+    from cactus_theory._math._sampling import SamplingSettings
+    from cactus_theory._models._hf import load_model
+
+    v_path, d_path = gguf_pair
+    verifier = load_model(v_path, dtype="float32", cache=False)
+    draft = load_model(d_path, dtype="float32", cache=False)
+    problems = load_problems("gsm8k", FIXTURES / "benchmarks")
+    settings = SamplingSettings(temperature=1.0, top_k=8, top_p=1.0)
+    runs = {
+        batch: evaluate_rules(
+            verifier,
+            draft,
+            problems,
+            ["sps", "cactus(delta=1)"],
+            m=3,
+            settings=settings,
+            max_new_tokens=8,
+            batch=batch,
+            drift=False,
+        )
+        for batch in (1, 3)
+    }
+    assert [r["token_ids"] for r in runs[1]] == [r["token_ids"] for r in runs[3]]
+    assert runs[1][0]["setting"]["arithmetic"] == {
+        "verifier": {"engine": "hf", "dtype": "float32"},
+        "draft": {"engine": "hf", "dtype": "float32"},
+    }

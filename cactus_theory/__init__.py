@@ -70,10 +70,17 @@ from ._math._sampling import SamplingSettings, processed_probs
 from ._math._surrogate import cactus_surrogate
 from ._math._synthetic import SYNTHETIC_KINDS, synthetic_pairs
 from ._math._vocab import VocabularyMap
-from ._models._batch_decode import autoregressive_generate_batch, speculative_generate_batch
 from ._models._calibrate import calibrate_cost
-from ._models._decode import DecodeResult, NgramDrafter, autoregressive_generate, speculative_generate
+from ._models._decode import (
+    DecodeResult,
+    NgramDrafter,
+    autoregressive_generate,
+    autoregressive_generate_batch,
+    speculative_generate,
+    speculative_generate_batch,
+)
 from ._models._decode_prompts import decode_prompts
+from ._models._decode_spec import DecodeSpec
 from ._models._decode_summary import (
     answer_drift,
     batch_throughput,
@@ -131,6 +138,7 @@ __all__ = [
     "BlockLength",
     "CostModel",
     "DecodeResult",
+    "DecodeSpec",
     "DeviceSpec",
     "DraftPolicy",
     "FDivergence",

@@ -8,7 +8,7 @@ import threading
 
 import numpy as np
 
-from cactus_theory._models._decode import DecodeResult
+from cactus_theory._models._decode_result import DecodeResult
 
 FLIP = 0.3
 TOKEN_KL = [0.25, 0.05]
@@ -65,12 +65,27 @@ def speculative(
     return out
 
 
-def install(set_attribute=setattr):
-    """Put the fake decoders where the referee calls them (``monkeypatch.setattr`` in a test)."""
-    import cactus_theory._models._batch_decode as batch
+class FakeDecoder:
+    """A decoder (``_decoder.Decoder``'s ``generate``) giving the fake answers for its spec."""
 
-    set_attribute(batch, "autoregressive_generate_batch", alone)
-    set_attribute(batch, "speculative_generate_batch", speculative)
+    def __init__(self, spec):
+        self.spec = spec
+
+    def generate(self, prompts_ids, seeds, eos_ids=()):
+        if self.spec.rule is None:
+            return alone(None, prompts_ids, seeds)
+        return speculative(None, None, self.spec.rule, self.spec.m, prompts_ids, seeds, drift=self.spec.drift)
+
+
+def fake_decoder_for(spec, verifier, draft=None, *, batch=None):
+    return FakeDecoder(spec)
+
+
+def install(set_attribute=setattr):
+    """Put the fake decoder where the referee picks its decoders (``monkeypatch.setattr`` in a test)."""
+    import cactus_theory._models._decoders as decoders
+
+    set_attribute(decoders, "decoder_for", fake_decoder_for)
 
 
 def verifier():

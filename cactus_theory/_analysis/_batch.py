@@ -369,7 +369,9 @@ def batch_requests(
     from ._analyze import analyze_trace
 
     rules = sorted({spec for spec, _ in settings})
-    token_rules = [r for r in rules if not judgement_of(make_rule(r)).block and not make_rule(r).slot_dependent]
+    token_rules = [
+        r for r in rules if not judgement_of(make_rule(r)).block and not judgement_of(make_rule(r)).slot_dependent
+    ]
     if not token_rules:
         return []
     result = analyze_trace(

@@ -240,7 +240,7 @@ def _rule_stats(
     if (k, drafting) not in optimum:
         optimum.update(_optima(rows, {drafting: {k}}))
     top = max(ms)
-    slots = rule.slot_dependent
+    slots = judgement_of(rule).slot_dependent
     if slots:  # acceptance and drift per slot of the block (the bonus at slot m)
         per_slot = [
             step_metrics(rule.at_slot(j), p, q, logits=logits, validate=shared is None, shared=shared)

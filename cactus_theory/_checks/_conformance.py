@@ -251,7 +251,7 @@ def check_monte_carlo(rule, seed):
         temperature=lg.temperature,
     )
     logits = _logits_for(rule, lg)
-    m = 1 if rule.slot_dependent else 3
+    m = 1 if judgement_of(rule).slot_dependent else 3
     rule0 = rule.at_slot(0)
     sim = simulate(rule0, p, q, m=m, n_runs=6000, seed=seed + 11, logits=logits, bonus_policy="relaxed")
     pi = emitted_distribution(rule0, p, q, logits=logits)

@@ -162,10 +162,10 @@ def analysis_options(args, **more):
     return AnalysisOptions(**{k: v for k, v in {**found, **more}.items() if v is not None})
 
 
-def decoding_options(args, **more):
-    """The ``DecodeOptions`` of ``decode``'s arguments (``more``: what it computed itself, e.g. the drafting
-    policy and the gate): built here alone, carried whole into ``decode_prompts``."""
-    from .._models._decode_prompts import DecodeOptions
+def decoding_spec(args, **more):
+    """The ``DecodeSpec`` of ``decode``'s arguments (``more``: what it computed itself, e.g. the drafting
+    policy and the gate): built and checked here alone, carried whole into ``decode_prompts``."""
+    from .._models._decode_spec import DecodeSpec
 
     found = {
         "m": args.m,
@@ -178,7 +178,7 @@ def decoding_options(args, **more):
         "drift": args.drift,
         "batch": args.batch,
     }
-    return DecodeOptions(**{**found, **more})
+    return DecodeSpec(**{**found, **more})
 
 
 def _check_out(args, inputs, *, directory=True, what="--out"):

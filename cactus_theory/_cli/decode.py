@@ -23,7 +23,7 @@ from ._common import (
     _rules_epilog,
     _sampling_options,
     check_model_arguments,
-    decoding_options,
+    decoding_spec,
 )
 
 ORDER = 4
@@ -91,32 +91,20 @@ def run(args) -> int:
     from .._analysis._analyze import parse_rules
     from .._analysis._results import interval
     from .._data._prompts import Prompt
-    from .._laws._gate import gated_rule
-    from .._laws._policies import make_draft_policy
-    from .._models._decode import NgramDrafter, check_chain_rule
+    from .._models._decode import NgramDrafter
     from .._models._decode_prompts import decode_prompts
     from .._models._decode_summary import answer_drift, decoding_summary
     from .._models._hf import load_model
-    from .._rules import judgement_of
 
     _check_out(args, [*(args.prompts or []), *_model_inputs(args)], directory=False)
     check_model_arguments(args)
     rules = parse_rules(args.rule, [args.delta])
-    gate = _gate(args)
+    # the run's spec, built and checked before any model loads; each rule checked against it
+    spec = decoding_spec(args, draft_policy=args.draft_policy, gate=_gate(args))
     for rule in rules:
-        check_chain_rule(rule)  # before loading any model
-        gated_rule(gate, rule)
-        if args.drift and not judgement_of(rule).token_drift:
-            raise ValueError(
-                f"--drift records the law of each emitted token: {rule.describe()} judges whole blocks; "
-                "drop it or --drift"
-            )
-    policy = make_draft_policy(args.draft_policy)
-    if policy is not None and policy.needs_cost:
-        raise ValueError(
-            f"--draft-policy {policy.kind} needs a cost model: it is for 'plan'; decode with p-min(...), "
-            "entropy(...) or accept-prob(...)"
-        )
+        checked = spec.with_rule(rule)
+        if args.draft == "ngram":
+            checked.check_drafter(NgramDrafter())
     if args.prompt is not None:
         prompts = [Prompt(id="prompt-0", task=args.task or "prompt", text=args.prompt, index=0)]
     else:
@@ -127,8 +115,7 @@ def run(args) -> int:
     verifier = load_model(args.verifier, args.device, args.dtype, **opts)
     # the whole triple: its identity is recorded
     draft = NgramDrafter() if args.draft == "ngram" else load_model(args.draft, args.device, args.dtype, **opts)
-    options = decoding_options(args, draft_policy=policy, gate=gate)
-    records = decode_prompts(verifier, draft, rules, prompts, out=args.out, progress=_progress(args), options=options)
+    records = decode_prompts(verifier, draft, rules, prompts, spec, out=args.out, progress=_progress(args))
     for rule in rules:
         label = rule.describe()
         mine = [r for r in records if r["rule"] == label]

@@ -47,7 +47,7 @@ def acceptance_rates(rule, p, q, slots, *, logits=None, metrics=None):
     the k drafts for a multi-draft rule), or for a slot-dependent rule per slot of the block,
     (slots, T), the draft at slot j judged by ``rule.at_slot(j)``. ``metrics``: the rule's
     ``step_metrics`` on these rows when the caller has them already."""
-    if getattr(rule, "slot_dependent", False):
+    if judgement_of(rule).slot_dependent:
         return np.stack([step_metrics(rule.at_slot(j), p, q, logits=logits).acceptance for j in range(slots)])
     return (metrics if metrics is not None else step_metrics(rule, p, q, logits=logits)).acceptance
 
@@ -129,7 +129,7 @@ def accepted_lengths(
     out = {}
     for m in ms:
         starts = max(positions - m + 1, 1)
-        if getattr(rule, "slot_dependent", False):
+        if judgement_of(rule).slot_dependent:
             values = block_sums(beta[:m], beta[:m], m, per_slot=True)[:starts]
         else:
             values = expected_accepted_length(beta, m)[:starts]

@@ -136,7 +136,7 @@ def simulate(
     if judgement.multi_draft:
         return _simulate_tree(rule, p, q, int(m), int(n_runs), rng, bonus_policy)
     # Acceptance of every (slot, position, token) once; corrections per distinct rejected pair.
-    n_slots = m + 1 if rule.slot_dependent else 1
+    n_slots = m + 1 if judgement.slot_dependent else 1
     slot_rules = [rule.at_slot(j) for j in range(n_slots)]
     accept_tables = [
         np.clip(np.asarray(r.acceptance_all(p, q, logits=lg), dtype=np.float64), 0.0, 1.0) for r in slot_rules

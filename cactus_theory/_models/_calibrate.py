@@ -74,16 +74,16 @@ class _HostParts:
         processed_probs(runner.feed(block), self.settings).double().cpu().numpy()
 
     def judge_token(self, runner_v, runner_d, token, repeats, sync, gen):
-        """Seconds SpS takes to judge one drafted token (``_rule_step`` on float64 host rows)."""
+        """Seconds SpS takes to judge one drafted token (``rule_step`` on float64 host rows)."""
         from .._math._sampling import processed_probs
-        from .._models._decode import _rule_step
         from .._rules import SpS
+        from ._host_decode import rule_step
 
         q_row = processed_probs(runner_v.feed([token])[-1][None], self.settings)[0].double().cpu().numpy()
         p_row = processed_probs(runner_d.feed([token])[-1][None], self.settings)[0].double().cpu().numpy()
         coin = np.random.default_rng(0)
         drafted = int(np.argmax(p_row))
-        return float(np.median(_timings(lambda: _rule_step(SpS(), p_row, q_row, drafted, None, coin, gen), repeats)))
+        return float(np.median(_timings(lambda: rule_step(SpS(), p_row, q_row, drafted, None, coin, gen), repeats)))
 
     def batch(self, size, ids):
         return (

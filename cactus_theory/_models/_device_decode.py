@@ -15,38 +15,60 @@ draw by draw (another random stream). The verifier alone samples position t of a
 t-th number of its stream, as the dumper does: it emits the tokens a dump of that prompt holds.
 
 Covers token rules with the verifier's bonus, sampled or greedy drafting, and no gate, drafting
-policy, drift record or raw-logit need (``device_ready``); the other options run on the host path
-(``_batch_decode``), on either engine.
+policy, drift record or raw-logit need (``OnDevice.ready``); the other options run on the host
+(``_host_decode.HostBatch``), on either engine.
 """
 
 from __future__ import annotations
 
 import time
 
-from ._decode import DecodeResult, NgramDrafter, _extend
-from ._hf import OwnClock, engine_of, paused
+from ._clock import OwnClock, paused
+from ._decode_result import DecodeResult
+from ._decoder import Decoder
+from ._drafters import NgramDrafter
+from ._hf import engine_of
+from ._host_decode import extend
 from ._slots import to_device
 
-__all__ = ["device_autoregressive_steps", "device_ready", "device_speculative_steps"]
+__all__ = ["OnDevice"]
 
 #: Counters of a request's stream within one step: the drafted places, the coins, the emitted token.
 _STEP, _COIN, _FINAL = 1 << 20, 1 << 18, 1 << 19
 
 
-def device_ready(o, verifier, draft) -> bool:
-    """Whether ``speculative_batch_steps`` runs on the device path for these options (``_Options``)
-    and models: Hugging Face models (not llama.cpp, not the n-gram drafter), a token rule, the
-    verifier's bonus, and no gate, drafting policy, drift record or raw logits."""
-    if engine_of(verifier) == "llama.cpp" or isinstance(draft, NgramDrafter) or engine_of(draft) == "llama.cpp":
-        return False
-    return (
-        o.judgement.per_token
-        and o.bonus_policy == "verifier"
-        and o.policy is None
-        and o.gate is None
-        and not o.drift
-        and not o.need_logits
-    )
+class OnDevice(Decoder):
+    """B prompts at once on the Hugging Face engine, rows on the model's device (see the module docstring)."""
+
+    @staticmethod
+    def ready(spec, verifier, draft=None) -> bool:
+        """Whether this decoder runs ``spec`` for these models: Hugging Face models (not llama.cpp, not the
+        n-gram drafter); for the verifier alone always, for a rule a token rule with the verifier's bonus,
+        and no gate, drafting policy, drift record or raw logits."""
+        if engine_of(verifier) == "llama.cpp":
+            return False
+        if spec.rule is None:
+            return True
+        if isinstance(draft, NgramDrafter) or engine_of(draft) == "llama.cpp":
+            return False
+        return (
+            spec.judgement.per_token
+            and spec.bonus_policy == "verifier"
+            and spec.draft_policy is None
+            and spec.gate is None
+            and not spec.drift
+            and not spec.need_logits
+        )
+
+    def _run(self, prompts_ids, seeds, eos_ids):
+        spec = self.spec
+        if spec.rule is None:
+            return (
+                yield from _autoregressive_steps(
+                    self.verifier, prompts_ids, seeds, spec.settings, spec.max_new_tokens, eos_ids
+                )
+            )
+        return (yield from _speculative_steps(self.verifier, self.draft, spec, prompts_ids, seeds, eos_ids))
 
 
 def _slots(model, count, prompts_ids, max_new_tokens, m=0):
@@ -61,7 +83,7 @@ def _left_padded(torch, lists, pad, device):
     return to_device(torch, [[pad] * (width - len(x)) + list(x) for x in lists], device)
 
 
-def device_autoregressive_steps(model, prompts_ids, seeds, sampling, max_new_tokens, eos_ids):
+def _autoregressive_steps(model, prompts_ids, seeds, sampling, max_new_tokens, eos_ids):
     """The verifier alone on B prompts at once, on the device: a generator of steps whose value is
     one ``DecodeResult`` per prompt (timed as ``speculative_batch_steps`` times them)."""
     import torch
@@ -121,12 +143,13 @@ class _Request:
         self.result = DecodeResult(tokens=[])
 
 
-def device_speculative_steps(verifier, draft, o, m, prompts_ids, seeds, max_new_tokens, eos_ids):
-    """Speculative decoding of B prompts at once on the device (see the module docstring) with the
-    checked options ``o`` (``_decode._options``): a generator of steps whose value is one
-    ``DecodeResult`` per prompt, timed as ``speculative_batch_steps`` times them."""
+def _speculative_steps(verifier, draft, spec, prompts_ids, seeds, eos_ids):
+    """Speculative decoding of B prompts at once on the device (see the module docstring) under the
+    checked ``spec``: a generator of steps whose value is one ``DecodeResult`` per prompt, timed as
+    ``speculative_batch_steps`` times them."""
     import torch
 
+    m, max_new_tokens = spec.m, spec.max_new_tokens
     from ._device import process_rows, row_uniforms, sample_rows
 
     v_slots = _slots(verifier, len(prompts_ids), prompts_ids, max_new_tokens, m)
@@ -146,7 +169,7 @@ def device_speculative_steps(verifier, draft, o, m, prompts_ids, seeds, max_new_
     for r in reqs:
         r.result.prefill_seconds = clock.elapsed()
     yield from paused(clock)
-    greedy = o.draft_mode == "greedy"
+    greedy = spec.draft_mode == "greedy"
     active = list(reqs)
     while active:
         t0 = time.perf_counter()
@@ -161,7 +184,7 @@ def device_speculative_steps(verifier, draft, o, m, prompts_ids, seeds, max_new_
         drafted, p_rows = [], []
         for j in range(width):
             raw = d_slots.forward_rows([r.drf.slot for r in active], fed, counts, "last")
-            p, bad_p = process_rows(raw.float(), o.sampling)
+            p, bad_p = process_rows(raw.float(), spec.settings)
             if greedy:
                 token = p.argmax(-1)
                 p = torch.zeros_like(p).scatter_(-1, token[:, None], 1.0)
@@ -184,13 +207,13 @@ def device_speculative_steps(verifier, draft, o, m, prompts_ids, seeds, max_new_
             cols = (torch.arange(width + 1, device=device)[None, :] - shift[:, None]).clamp_(min=0)
             blocks = blocks.gather(1, cols)
         logits = v_slots.forward_rows([r.ver.slot for r in active], blocks, v_counts, "all")
-        q, bad_q = process_rows(logits.float().reshape(-1, logits.shape[-1]), o.sampling)
+        q, bad_q = process_rows(logits.float().reshape(-1, logits.shape[-1]), spec.settings)
         q = q.reshape(len(active), width + 1, -1)
         if min(budgets) < width:  # each row's q at its drafted places: aligned back to the left
             take = (torch.arange(width + 1, device=device)[None, :] + shift[:, None]).clamp_(max=width)
             q = q.gather(1, take[:, :, None].expand(-1, -1, q.shape[-1]))
         tau, final, flags, settle = _judge_block(
-            o.rule, torch.stack(p_rows, 1), q, drafted, budgets, seeds_t, base, row_uniforms, sample_rows, device
+            spec, torch.stack(p_rows, 1), q, drafted, budgets, seeds_t, base, row_uniforms, sample_rows, device
         )
         bad = bad_q.reshape(len(active), width + 1).any(1) | bad_draft
         parts = [drafted, tau[:, None], final[:, None], bad.to(torch.int64)[:, None]]
@@ -215,7 +238,7 @@ def device_speculative_steps(verifier, draft, o, m, prompts_ids, seeds, max_new_
             keep = len(r.context) + n_acc
             r.ver.crop(keep)
             r.drf.crop(keep)
-            ended = _extend(res, r.context, emitted, [], max_new_tokens, clock, eos_ids)
+            ended = extend(res, r.context, emitted, [], max_new_tokens, clock, eos_ids)
             if ended or len(res.tokens) >= max_new_tokens:
                 res.total_seconds = clock.elapsed()
                 r.ver.close()
@@ -241,7 +264,7 @@ def _emitted(row, budget, width, eos_ids):
     return tau, [*drafts[:tau], final]
 
 
-def _judge_block(rule, p, q, drafted, budgets, seeds, base, row_uniforms, sample_rows, device):
+def _judge_block(spec, p, q, drafted, budgets, seeds, base, row_uniforms, sample_rows, device):
     """The rule's verdict on every request's block, on the device: (tau (A,): drafts accepted, the
     emitted token (A,): the correction at the first rejection, or the bonus from q after all the
     request's ``budgets`` drafts, the rule's pending flags (a device tensor or None: read back with
@@ -252,9 +275,10 @@ def _judge_block(rule, p, q, drafted, budgets, seeds, base, row_uniforms, sample
 
     from .._math._validation import Pending
 
+    rule = spec.rule
     rows, width, vocab = p.shape
     pending = Pending()
-    if rule.slot_dependent:
+    if spec.judgement.slot_dependent:
         parts = [
             rule.at_slot(j).acceptance_and_correction(p[:, j], q[:, j], drafted[:, j], validate=False, pending=pending)
             for j in range(width)

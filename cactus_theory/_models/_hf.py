@@ -12,11 +12,11 @@ import inspect
 import json
 import os
 import sys
-import time
 
 from .._math._sampling import processed_probs
 from .._util._files import utc_timestamp
 from .._util._paths import cache_root
+from ._clock import OwnClock, drain, paused
 from ._identity import default_threads, file_sha256, model_identity, write_cache_entry
 from ._identity import file_entry as _file_entry
 from ._identity import source_of_gguf as _source_of_gguf
@@ -417,42 +417,6 @@ def sample_token(probs, generator) -> int:
     import torch
 
     return int(torch.multinomial(probs.double().cpu(), 1, generator=generator)[0])
-
-
-class OwnClock:
-    """Seconds a run spent running: wall time while running, none while paused (several runs
-    that alternate each count only their own chunks). Starts running."""
-
-    def __init__(self):
-        self._total, self._since = 0.0, time.perf_counter()
-
-    def pause(self):
-        if self._since is not None:
-            self._total += time.perf_counter() - self._since
-            self._since = None
-
-    def resume(self):
-        if self._since is None:
-            self._since = time.perf_counter()
-
-    def elapsed(self) -> float:
-        return self._total + (time.perf_counter() - self._since if self._since is not None else 0.0)
-
-
-def paused(clock):
-    """Yield once with ``clock`` stopped: a run's point where another may take the machine."""
-    clock.pause()
-    yield
-    clock.resume()
-
-
-def drain(steps):
-    """Run a generator of steps (``generate_steps``, ``speculative_steps``) to its end; its return value."""
-    while True:
-        try:
-            next(steps)
-        except StopIteration as stop:
-            return stop.value
 
 
 def generate_steps(model, prompt_ids, settings, max_new_tokens, generator, eos, keep_logits=False):

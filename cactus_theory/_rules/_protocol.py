@@ -483,10 +483,12 @@ class Judgement:
     decoding and the checks ask these facts (``judgement_of``), never the kind's name, so a new kind
     of rule changes this class alone.
 
-    ``kind``: ``Rule.kind``; ``unit``: what one judgement covers (``Rule.judges``)."""
+    ``kind``: ``Rule.kind``; ``unit``: what one judgement covers (``Rule.judges``); ``slot_dependent``: the
+    rule judges each slot of a block by its own law (``Rule.at_slot``), so its laws are computed per slot."""
 
     kind: str
     unit: str
+    slot_dependent: bool = False
 
     @property
     def per_token(self) -> bool:
@@ -528,4 +530,4 @@ def judgement_of(rule) -> Judgement:
     unit = getattr(rule, "judges", None) or ("block" if kind == "block" else "token")
     if kind not in RULE_KINDS or unit not in JUDGED:
         raise ValueError(f"{type(rule).__name__}: kind {kind!r} / judges {unit!r}: not one of {RULE_KINDS} / {JUDGED}")
-    return Judgement(kind, unit)
+    return Judgement(kind, unit, bool(getattr(rule, "slot_dependent", False)))

@@ -32,10 +32,7 @@ from .._data._graders import CODE_BENCHMARKS, PROGRAM_SECONDS, grade, require_co
 from .._data._prompts import prompt_seed
 from .._math._bootstrap import ratio_interval, resample_counts
 from .._math._paired import paired_difference
-from .._math._sampling import SamplingSettings
 from .._math._validation import RUN_LIMITS, check_count
-from .._rules._protocol import judgement_of
-from .._rules._registry import as_rule
 from .._util._files import LockError, Terminated, json_lines, termination_as_exception
 from .._util._progress import progress_bar
 from .._util._records import RecordLog
@@ -144,24 +141,17 @@ def evaluate_rules(
     ``CACTUS_ALLOW_CODE_EXECUTION=1``), isolated by the operating system (``_util._sandbox``).
     ``benchmarks``: the benchmarks ``out`` is for (default: those of ``problems``), part of its setting: a
     run that pools several benchmarks in one file over several calls names them all."""
-    from .._models._batch_decode import autoregressive_generate_batch, speculative_generate_batch
-    from .._models._decode import autoregressive_generate, check_chain_rule, speculative_generate
-    from .._models._hf import encode_chat, engine_of, eos_ids, model_arithmetic, split_model
+    from .._models._decode_spec import DecodeSpec
+    from .._models._decoders import decoder_for
+    from .._models._hf import encode_chat, eos_ids, model_arithmetic, split_model
 
-    settings = settings or SamplingSettings()
     check_evaluate_limits(m=m, max_new_tokens=max_new_tokens, batch=batch, samples=samples)
-    prompt_seed(seed, "")
-    rules = [as_rule(r) for r in rules]
-    for rule in rules:
-        check_chain_rule(rule)
-        if drift and not judgement_of(rule).token_drift:
-            raise ValueError(
-                f"{rule.describe()} judges whole blocks: its per-token drift is not defined; evaluate it "
-                "with drift=False (--no-drift)"
-            )
-    methods = [ALONE, *(r.describe() for r in rules)]
-    if len(set(methods)) != len(methods):
-        raise ValueError(f"the rules must be distinct; got {methods[1:]}")
+    # the run's one spec, checked once; each rule's is the same settings for it
+    spec = DecodeSpec(m=m, settings=settings, max_new_tokens=max_new_tokens, seed=seed, batch=batch, drift=drift)
+    specs = {ALONE: spec, **{s.label: s for s in (spec.with_rule(r) for r in rules)}}
+    methods = list(specs)
+    if len(methods) != len(rules) + 1:
+        raise ValueError(f"the rules must be distinct; got {[spec.with_rule(r).label for r in rules]}")
     if not problems:
         raise ValueError("problems: give at least one problem (load_problems)")
     by_id = {}
@@ -183,8 +173,8 @@ def evaluate_rules(
     eos = eos_ids(model, tokenizer)
     arithmetic = {"verifier": model_arithmetic(model), "draft": model_arithmetic(draft)}
     models = {"verifier": split_model(tuple(verifier))[1], "draft": draft_identity}
-    setting = _setting(m, settings, max_new_tokens, seed, models, arithmetic, benchmarks, timeout)
-    one = batch == 1 and engine_of(model) == "llama.cpp"
+    setting = _setting(m, spec.settings, max_new_tokens, seed, models, arithmetic, benchmarks, timeout)
+    decoders = {method: decoder_for(s, model, draft if s.rule is not None else None) for method, s in specs.items()}
     done, log = {}, None
     if out is not None:
         log = RecordLog(out, KIND, setting)
@@ -210,23 +200,8 @@ def evaluate_rules(
                     group = [p for p in problems[start : start + batch] if (p.id, method, k) not in done]
                     if not group:
                         continue
-                    rule = rules[methods.index(method) - 1] if method != ALONE else None
                     seeds = [_method_seed(seed, p.id, method, k) for p in group]
-                    prompts = [ids[p.id] for p in group]
-                    if one and rule is None:
-                        results = [autoregressive_generate(model, prompts[0], settings, max_new_tokens, seeds[0], eos)]
-                    elif one:
-                        results = [
-                            speculative_generate(
-                                model, draft, rule, m, settings, max_new_tokens, seeds[0], prompts[0], eos, drift=drift
-                            )
-                        ]
-                    elif rule is None:
-                        results = autoregressive_generate_batch(model, prompts, seeds, settings, max_new_tokens, eos)
-                    else:
-                        results = speculative_generate_batch(
-                            model, draft, rule, m, prompts, seeds, settings, max_new_tokens, eos, drift=drift
-                        )
+                    results = decoders[method].generate([ids[p.id] for p in group], seeds, eos)
                     records = [
                         _record(p, method, k, s, res, tokenizer, setting, timeout)
                         for p, s, res in zip(group, seeds, results, strict=True)

@@ -197,18 +197,18 @@ def test_several_rules_share_one_baseline_and_interleaving_changes_no_token(
 ):
     from cactus_theory import autoregressive_generate_batch, make_rule, speculative_generate_batch
     from cactus_theory._math._sampling import SamplingSettings
-    from cactus_theory._models import _decode_prompts
+    from cactus_theory._models import _decode_prompts, _device_decode
     from cactus_theory._models._hf import encode_chat, eos_ids, load_model
 
     v, d = gguf_pair
     calls = []
-    real = _decode_prompts.autoregressive_batch_steps  # the Hugging Face engine decodes on its device, batched
+    real = _device_decode._autoregressive_steps  # the Hugging Face engine's verifier alone: on its device, batched
 
     def counted(*a, **k):
         calls.append(1)
         return (yield from real(*a, **k))
 
-    monkeypatch.setattr(_decode_prompts, "autoregressive_batch_steps", counted)
+    monkeypatch.setattr(_device_decode, "_autoregressive_steps", counted)
     monkeypatch.setattr(_decode_prompts, "INTERLEAVE_SECONDS", 0.0)  # one step a chunk: the runs alternate step by step
     records = tmp_path / "records.jsonl"
     common = [
@@ -289,7 +289,7 @@ def _decode_seed(prompt_id):
 
 
 def test_interleave_alternates_runs_and_returns_each_value():
-    from cactus_theory._models._decode_prompts import interleave
+    from cactus_theory._models._clock import interleave
 
     order = []
 

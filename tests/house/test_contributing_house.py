@@ -121,13 +121,13 @@ def test_the_integer_check_is_written_once():
 def test_the_command_line_builds_each_options_record_in_one_place():
     sources = _sources()
     common = sources["_cli/_common.py"]
-    assert "def analysis_options(" in common and "def decoding_options(" in common
+    assert "def analysis_options(" in common and "def decoding_spec(" in common
     for name, text in sources.items():
         if name.startswith("_cli/") and name != "_cli/_common.py":
-            for call in ("analyze_trace(", "decode_prompts("):
+            for call, record in (("analyze_trace(", "options="), ("decode_prompts(", " spec,")):
                 for match in re.finditer(re.escape(call), text):
                     body = text[match.end() : match.end() + 400].split("\n)\n")[0]
-                    assert "options=" in body, f"{name}: {call} without the options record"
+                    assert record in body, f"{name}: {call} without the settings record"
 
 
 def test_the_formatter_decides_the_layout():

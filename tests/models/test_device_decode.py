@@ -11,8 +11,11 @@ from tiny_models import tiny_model, tiny_tokenizer
 from cactus_theory import Cactus, SamplingSettings, SpS, Trace, dump_trace
 from cactus_theory._data._prompts import Prompt, prompt_seed
 from cactus_theory._math._sampling import processed_probs
-from cactus_theory._models._batch_decode import autoregressive_generate_batch, speculative_generate_batch
-from cactus_theory._models._decode import speculative_generate
+from cactus_theory._models._decode import (
+    autoregressive_generate_batch,
+    speculative_generate,
+    speculative_generate_batch,
+)
 
 pytestmark = pytest.mark.models
 

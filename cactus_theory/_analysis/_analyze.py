@@ -421,10 +421,8 @@ def analyze_trace(
         raise ValueError(f"bonus_policy must be one of {BONUS_POLICIES}; got {bonus_policy!r}")
     if draft_mode not in DRAFT_MODES:
         raise ValueError(f"draft_mode must be one of {DRAFT_MODES}; got {draft_mode!r}")
-    if not (isinstance(block_paths, (int, np.integer)) and block_paths >= 2):
-        raise ValueError(f"block_paths must be an integer >= 2; got {block_paths!r}")
-    if not (isinstance(processes, (int, np.integer)) and processes >= 1):
-        raise ValueError(f"processes must be an integer >= 1; got {processes!r}")
+    check_int(block_paths, "block_paths", 2)
+    check_int(processes, "processes", 1)
     if client is not None and processes > 1:
         raise ValueError("give either client= (a Dask cluster) or processes > 1 (local workers), not both")
     n_boot = check_resamples(n_boot)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._math._validation import seeded_rng
+from .._math._validation import check_int, seeded_rng
 
 __all__ = ["MAX_BATCH", "BatchResult", "batch_parts", "batch_requests", "simulate_batch", "steps_law", "verify_budget"]
 
@@ -185,9 +185,7 @@ def checked_batch_size(size, name="size"):
 
 
 def _checked_draft_length(m, name="m"):
-    if isinstance(m, (bool, np.bool_)) or not isinstance(m, (int, np.integer)) or m < 1:
-        raise ValueError(f"{name} must be an integer >= 1 (drafts a step); got {m!r}")
-    return int(m)
+    return check_int(m, name, 1, what="drafts a step")
 
 
 def _checked_acceptances(values, name):
@@ -274,8 +272,7 @@ def verify_budget(accepts, top1s, m, cost, size, *, steps=2000, seed=0, visits=N
         )
     m = _checked_draft_length(m)
     size = checked_batch_size(size)
-    if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, (int, np.integer)) or steps < 2:
-        raise ValueError(f"steps must be an integer >= 2 (seeded batch states); got {steps!r}")
+    check_int(steps, "steps", 2, what="seeded batch states")
     rng = seeded_rng(seed)
     draft, verify = batch_parts(cost, size)
     # every position of every request: the drafter's survival estimate and the rule's reach
@@ -369,9 +366,8 @@ def batch_requests(
     from ._analyze import analyze_trace
 
     rules = sorted({spec for spec, _ in settings})
-    token_rules = [
-        r for r in rules if not judgement_of(make_rule(r)).block and not judgement_of(make_rule(r)).slot_dependent
-    ]
+    judged = {r: judgement_of(make_rule(r)) for r in rules}
+    token_rules = [r for r, judgement in judged.items() if not judgement.block and not judgement.slot_dependent]
     if not token_rules:
         return []
     result = analyze_trace(

@@ -103,9 +103,7 @@ class CostModel:
         _positive(self.step_overhead, "step_overhead")
         _positive(self.judge_token, "judge_token")
         object.__setattr__(self, "prefill", _checked_prefill(self.prefill))
-        if self.context is not None and (
-            isinstance(self.context, bool) or not isinstance(self.context, int) or self.context < 0
-        ):
+        if self.context is not None and not (is_integer(self.context) and self.context >= 0):
             raise ValueError(
                 f"context must be the context length (tokens) the step costs were timed at; got {_short(self.context)}"
             )

@@ -30,7 +30,7 @@ from typing import ClassVar
 import numpy as np
 
 from .._laws._policies import make_draft_policy
-from .._math._validation import seeded_rng
+from .._math._validation import check_int, seeded_rng
 from .._util._files import csv_text
 from ._cost import CostModel, load_cost
 from ._results import Result, interval
@@ -288,8 +288,7 @@ def predict_speedup(
             isinstance(value, (int, float, np.integer, np.floating)) and value >= 0 and np.isfinite(value)
         ):
             raise ValueError(f"{name} must be a number of tokens >= 0; got {value!r}")
-    if not (isinstance(n_draws, (int, np.integer)) and n_draws >= 2):
-        raise ValueError(f"n_draws must be an integer >= 2; got {n_draws!r}")
+    check_int(n_draws, "n_draws", 2)
     problems = cost.problems()
     if problems and not allow_untrusted:
         at = f" at batch {cost.source['batch']}" if "batch" in cost.source else ""

@@ -19,6 +19,7 @@ from .._laws._lengths import accepted_lengths, stated_law
 from .._laws._policies import draft_features, fixed_blocks, policy_blocks, renewal_steps_many
 from .._math._kernels import block_pass
 from .._math._sampling import SamplingSettings
+from .._math._validation import is_integer
 from .._rules import judgement_of, optimal_acceptances
 from .._rules._helpers import prepare
 
@@ -456,7 +457,7 @@ def shard_statistics(job: ShardJob, threads=None) -> list:
                 task=seq.task,
                 positions=seq.n_positions,
                 rules={label: per_rule[label][i] for label in labels},
-                prompt_tokens=prompt if isinstance(prompt, int) else None,
+                prompt_tokens=prompt if is_integer(prompt) else None,
                 gated=None if job.gate is None else int(parts[i][4].sum()),
             )
         )

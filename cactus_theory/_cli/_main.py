@@ -131,12 +131,11 @@ def _plugin_problems(modules, report=True) -> None:
     import warnings
 
     from .._rules import RulePluginWarning, available_rules, plugin_errors
+    from .._rules._registry import rule_classes
 
     names = {m.__name__ for m in modules}
     for key, line in plugin_errors().items():
-        from .._rules._registry import _REGISTRY
-
-        cls = _REGISTRY.get(key, (None,))[0]
+        cls = rule_classes(plugins=False).get(key, (None,))[0]
         if cls is not None and cls.__module__ in names:
             raise ValueError(f"--plugin {cls.__module__}: {line}")
         if report:

@@ -130,8 +130,7 @@ def prompt_seed(seed: int, prompt_id: str) -> int:
 def prompt_part(prompt_id: str, parts: int) -> int:
     """The part (1..parts) a prompt belongs to in a split dump: from its id only (sha256), so
     every host computes the same split whatever order or subset of prompts it reads."""
-    if not (isinstance(parts, (int, np.integer)) and parts >= 1):
-        raise ValueError(f"parts must be an integer >= 1; got {parts!r}")
+    check_int(parts, "parts", 1)
     digest = hashlib.sha256(b"part:" + str(prompt_id).encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "little") % int(parts) + 1
 
@@ -139,10 +138,8 @@ def prompt_part(prompt_id: str, parts: int) -> int:
 def select_part(prompts, part: int, parts: int):
     """The prompts of part ``part`` of ``parts`` (1-based; ``prompt_part``), in their order.
     The parts of one prompt list are disjoint and together hold every prompt."""
-    if not (isinstance(parts, (int, np.integer)) and parts >= 1):
-        raise ValueError(f"parts must be an integer >= 1; got {parts!r}")
-    if not (isinstance(part, (int, np.integer)) and 1 <= part <= parts):
-        raise ValueError(f"part must be an integer in 1..{parts}; got {part!r}")
+    check_int(parts, "parts", 1)
+    check_int(part, "part", 1, high=parts)
     return [p for p in prompts if prompt_part(p.id, parts) == part]
 
 
@@ -323,8 +320,8 @@ def load_prompts(
         raise ValueError(f"prompt file {path!r} is a directory: give the prompt files inside it")
     if not os.path.exists(path):
         raise ValueError(f"prompt file {path!r} does not exist")
-    if limit is not None and not (isinstance(limit, int) and limit >= 0):
-        raise ValueError(f"limit must be an integer >= 0; got {limit!r}")
+    if limit is not None:
+        check_int(limit, "limit", 0)
     if dataset is not None:
         if dataset not in DATASETS:
             raise ValueError(f"dataset must be one of {DATASETS} (or None for any prompt file); got {dataset!r}")

@@ -29,6 +29,7 @@ from typing import ClassVar
 import numpy as np
 
 from .._math._sampling import SamplingSettings, processed_probs
+from .._math._validation import is_integer
 from .._util._files import (
     sha256_file,
 )
@@ -337,7 +338,7 @@ class Trace:
 
     def __getitem__(self, index: int) -> TraceSequence:
         """Sequence ``index`` in iteration order (shard by shard); reads only its shard."""
-        if not isinstance(index, (int, np.integer)):
+        if not is_integer(index):
             raise TypeError(f"a trace is indexed by an integer sequence number; got {type(index).__name__}")
         n = len(self)
         if not -n <= index < n:

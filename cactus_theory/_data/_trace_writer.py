@@ -9,6 +9,7 @@ import os
 
 import numpy as np
 
+from .._math._validation import check_int
 from .._util._files import (
     DirectoryLock,
     LockError,
@@ -76,12 +77,9 @@ class TraceWriter:
         store_full: bool = False,
         tail_known: bool = True,
     ):
-        if not (isinstance(top_k, (int, np.integer)) and top_k >= 1):
-            raise ValueError(f"top_k must be an integer >= 1; got {top_k!r}")
-        if not (isinstance(vocab_size, (int, np.integer)) and 2 <= vocab_size < 2**31):
-            raise ValueError(f"vocab_size must be an integer in [2, 2**31); got {vocab_size!r}")
-        if not (isinstance(shard_positions, (int, np.integer)) and shard_positions >= 1):
-            raise ValueError(f"shard_positions must be an integer >= 1; got {shard_positions!r}")
+        check_int(top_k, "top_k", 1)
+        check_int(vocab_size, "vocab_size", 2, high=2**31 - 1)
+        check_int(shard_positions, "shard_positions", 1)
         self.directory = str(directory)
         self.store_full = bool(store_full)
         self.shard_positions = int(shard_positions)

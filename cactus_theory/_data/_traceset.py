@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from .._math._validation import is_integer
+from .._math._validation import check_int, is_integer
 from .._util._files import refuse_overlap, termination_as_exception
 from .._util._progress import progress_bar
 from ._trace import Trace, TraceSequence
@@ -485,10 +485,8 @@ def synthesize_trace(source, directory, n_positions, *, block=32, seed=0, shard_
     Deterministic for a given ``seed``. The source is read into memory once. Returns the Trace.
     For benchmarks and tests at scale, not for results about a model pair.
     """
-    if not (isinstance(n_positions, (int, np.integer)) and n_positions >= 1):
-        raise ValueError(f"n_positions must be an integer >= 1; got {n_positions!r}")
-    if not (isinstance(block, (int, np.integer)) and block >= 1):
-        raise ValueError(f"block must be an integer >= 1; got {block!r}")
+    check_int(n_positions, "n_positions", 1)
+    check_int(block, "block", 1)
     src = source if isinstance(source, Trace) else Trace(source)
     if unfinished(src):
         raise TraceError(unfinished(src))

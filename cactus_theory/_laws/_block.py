@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._math._validation import host_probabilities
+from .._math._validation import check_int, host_probabilities
 from .._rules._registry import as_rule
 from ._lengths import BlockLength, accepted_lengths
 
@@ -74,12 +74,10 @@ def block_accepted_length(
     [1.111111, 1.222222]
     """
     rule = as_rule(rule)
-    if not (isinstance(m, (int, np.integer)) and m >= 1):
-        raise ValueError(f"m (drafted tokens per verification) must be an integer >= 1; got {m!r}")
+    check_int(m, "m", 1, what="drafted tokens per verification")
     if method not in ("auto", "exact", "monte-carlo"):
         raise ValueError(f"method must be 'auto', 'exact' or 'monte-carlo'; got {method!r}")
-    if not (isinstance(n_paths, (int, np.integer)) and n_paths >= 2):
-        raise ValueError(f"n_paths must be an integer >= 2; got {n_paths!r}")
+    check_int(n_paths, "n_paths", 2)
     p, q, lg = rule._host(draft_probs, target_probs, logits)
     if p.ndim != 2:
         raise ValueError(f"draft_probs and target_probs must be (positions, vocabulary); got shape {p.shape}")

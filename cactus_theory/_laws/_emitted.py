@@ -10,6 +10,7 @@ from scipy import special
 
 from .._math._backend import namespace
 from .._math._kernels import position_metrics, windowed_accepted_length
+from .._math._validation import check_int
 from .._rules._protocol import judgement_of
 from .._rules._registry import as_rule
 
@@ -196,8 +197,7 @@ def expected_accepted_length(acceptance_rates, m: int):
         raise ValueError("acceptance_rates must have a position axis (last axis)")
     if beta.size and not (beta.min() >= 0 and beta.max() <= 1):  # NaN fails both comparisons
         raise ValueError("acceptance_rates must be probabilities in [0, 1] without NaN")
-    if not (isinstance(m, (int, np.integer)) and m >= 1):
-        raise ValueError(f"m (drafted tokens per verification) must be an integer >= 1; got {m!r}")
+    check_int(m, "m", 1, what="drafted tokens per verification")
     if m <= 64 and beta.size:
         compiled = windowed_accepted_length(beta, int(m))  # one pass, m multiply-adds per position
         if compiled is not None:
@@ -273,8 +273,7 @@ def block_sums(acceptance_rates, values, m: int, bonus_values=None, *, per_slot=
     """
     beta = np.asarray(acceptance_rates, dtype=np.float64)
     vals = np.asarray(values, dtype=np.float64)
-    if not (isinstance(m, (int, np.integer)) and m >= 1):
-        raise ValueError(f"m (drafted tokens per verification) must be an integer >= 1; got {m!r}")
+    check_int(m, "m", 1, what="drafted tokens per verification")
 
     vals_slots = per_slot and vals.ndim == beta.ndim
     if per_slot and beta.shape[0] < m:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._math._validation import is_integer
-from .._rules import make_rule
+from .._rules import judgement_of, make_rule
 
 __all__ = ["FunctionGate", "RegionGate", "fallback_for", "gated_rule", "make_gate"]
 
@@ -31,7 +31,7 @@ def _ids(value, name):
 
 def _check_fallback(fallback):
     rule = make_rule(fallback) if isinstance(fallback, str) else fallback
-    if not getattr(rule, "lossless", False) or getattr(rule, "kind", "token") != "token":
+    if not getattr(rule, "lossless", False) or not judgement_of(rule).per_token:
         raise ValueError(f"a gate's fallback must be a lossless token rule (sps, strict); got {fallback!r}")
     return rule
 
@@ -156,10 +156,11 @@ def fallback_for(rule, fallback="sps"):
     switches rules position by position)."""
     if rule.lossless:
         return None
-    if getattr(rule, "kind", "token") != "token" or getattr(rule, "slot_dependent", False):
+    judgement = judgement_of(rule)
+    if not judgement.per_token or judgement.slot_dependent:
         raise ValueError(
             f"a gate switches rules position by position: {rule.describe()} judges "
-            + ("whole blocks or several drafts" if getattr(rule, "kind", "token") != "token" else "by block slot")
+            + ("whole blocks or several drafts" if not judgement.per_token else "by block slot")
             + "; gate a token rule"
         )
     return _check_fallback(fallback)

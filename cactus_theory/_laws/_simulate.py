@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._math._validation import seeded_rng
+from .._math._validation import check_int, seeded_rng
 from .._rules._protocol import BONUS_POLICIES, judgement_of
 from .._rules._registry import as_rule
 from ._gate import fallback_for
@@ -114,10 +114,8 @@ def simulate(
     p, q, lg = rule._host(draft_probs, target_probs, logits)
     if p.ndim != 2:
         raise ValueError(f"draft_probs and target_probs must be (positions, vocabulary); got shape {p.shape}")
-    if not (isinstance(m, (int, np.integer)) and m >= 1):
-        raise ValueError(f"m must be an integer >= 1; got {m!r}")
-    if not (isinstance(n_runs, (int, np.integer)) and n_runs >= 1):
-        raise ValueError(f"n_runs must be an integer >= 1; got {n_runs!r}")
+    check_int(m, "m", 1)
+    check_int(n_runs, "n_runs", 1)
     n_positions, vocab = p.shape
     if n_positions < m + 1:
         raise ValueError(f"a block of m = {m} drafts needs m + 1 = {m + 1} positions; got {n_positions}")

@@ -17,7 +17,7 @@ from scipy import optimize, special
 from .._math._divergences import divergence as _divergence
 from .._math._divergences import get_divergence
 from .._math._synthetic import _softmax
-from .._math._validation import seeded_rng
+from .._math._validation import check_int, seeded_rng
 from .._rules._registry import as_rule
 
 __all__ = ["WorstCase", "worst_case_drift", "worst_case_sweep"]
@@ -89,10 +89,8 @@ def worst_case_drift(rule, vocab, *, divergence="kl", n_random=4000, n_starts=2,
     True
     """
     rule = as_rule(rule)
-    if not (isinstance(vocab, (int, np.integer)) and vocab >= 2):
-        raise ValueError(f"vocab must be an integer >= 2; got {vocab!r}")
-    if not (isinstance(n_random, (int, np.integer)) and n_random >= 4):
-        raise ValueError(f"n_random must be an integer >= 4; got {n_random!r}")
+    check_int(vocab, "vocab", 2)
+    check_int(n_random, "n_random", 4)
     delta = getattr(rule, "delta", None)
     scale = float(delta) if delta else float("nan")
 
@@ -193,8 +191,7 @@ def worst_case_sweep(
     from .._util._progress import progress_bar
 
     rules, deltas, vocabs = [str(r) for r in rules], [float(d) for d in deltas], [int(v) for v in vocabs]
-    if not (isinstance(processes, (int, np.integer)) and processes >= 1):
-        raise ValueError(f"processes must be an integer >= 1; got {processes!r}")
+    check_int(processes, "processes", 1)
     jobs = [
         (name, delta, vocab, [seed, i, j, vocab], n_random, n_starts, maxiter)
         for i, name in enumerate(rules)

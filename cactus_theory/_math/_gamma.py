@@ -23,7 +23,7 @@ from scipy import optimize
 from ._divergences import FDivergence, get_divergence
 from ._gamma_kernels import dd_residuals, exact_closed_gamma, exact_kl_gamma
 from ._jit import HAVE_NUMBA
-from ._validation import as_delta, as_probability, broadcast
+from ._validation import as_delta, as_probability, broadcast, check_int
 
 __all__ = ["APPROX_METHODS", "GammaResult", "approx_gamma", "exact_gamma"]
 
@@ -456,8 +456,7 @@ def exact_gamma(
         raise ValueError(f"method must be 'auto', 'newton', 'brentq' or 'toms748'; got {method!r}")
     if not (xtol >= 0 and rtol >= 0 and np.isfinite(xtol) and np.isfinite(rtol)):
         raise ValueError(f"xtol and rtol must be finite and >= 0; got xtol={xtol!r}, rtol={rtol!r}")
-    if not (isinstance(maxiter, (int, np.integer)) and maxiter >= 1):
-        raise ValueError(f"maxiter must be an integer >= 1; got {maxiter!r}")
+    check_int(maxiter, "maxiter", 1)
     q, delta = _inputs(target_prob, delta)
     shape = q.shape
     q, delta = q.ravel(), delta.ravel()

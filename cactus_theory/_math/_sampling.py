@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ._backend import namespace
+from ._validation import check_int
 
 __all__ = ["SamplingSettings", "processed_probs"]
 
@@ -31,8 +32,7 @@ class SamplingSettings:
                 raise ValueError(f"{name} must be a number; got {_short(value)}")
         if not (np.isfinite(self.temperature) and self.temperature >= 0):
             raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy); got {self.temperature!r}")
-        if isinstance(self.top_k, bool) or not (isinstance(self.top_k, (int, np.integer)) and self.top_k >= 0):
-            raise ValueError(f"top_k must be an integer >= 0 (0 = no top-k); got {self.top_k!r}")
+        check_int(self.top_k, "top_k", 0, what="0 = no top-k")
         if not (0 < self.top_p <= 1):
             raise ValueError(f"top_p must lie in (0, 1] (1 = no top-p); got {self.top_p!r}")
 

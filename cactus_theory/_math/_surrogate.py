@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._backend import namespace
-from ._validation import NORMALISATION_ATOL, check_distribution, check_token
+from ._validation import NORMALISATION_ATOL, check_distribution, check_token, is_integer
 
 __all__ = ["cactus_surrogate"]
 
@@ -38,7 +38,7 @@ def cactus_surrogate(target_probs, drafted_token, gamma, *, atol=NORMALISATION_A
     >>> cactus_surrogate(np.array([0.5, 0.3, 0.2]), 1, 0.65)
     array([0.25, 0.65, 0.1 ])
     """
-    b = namespace(target_probs, drafted_token if not isinstance(drafted_token, int) else None)
+    b = namespace(target_probs, drafted_token if not is_integer(drafted_token) else None)
     q_in = check_distribution(target_probs, "target_probs", atol, backend=b)
     vocab = b.shape(q_in)[-1]
     n = check_token(drafted_token, vocab, "drafted_token", b)

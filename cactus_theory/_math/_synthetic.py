@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import seeded_rng
+from ._validation import check_int, seeded_rng
 
 __all__ = ["SYNTHETIC_KINDS", "synthetic_pairs"]
 
@@ -34,10 +34,8 @@ def synthetic_pairs(kind="temperature", n_positions=64, vocab_size=32, seed=0, *
     """
     if kind not in SYNTHETIC_KINDS:
         raise ValueError(f"kind must be one of {SYNTHETIC_KINDS}; got {kind!r}")
-    if not (isinstance(n_positions, (int, np.integer)) and n_positions >= 1):
-        raise ValueError(f"n_positions must be an integer >= 1; got {n_positions!r}")
-    if not (isinstance(vocab_size, (int, np.integer)) and vocab_size >= 2):
-        raise ValueError(f"vocab_size must be an integer >= 2; got {vocab_size!r}")
+    check_int(n_positions, "n_positions", 1)
+    check_int(vocab_size, "vocab_size", 2)
     rng = seeded_rng(seed)
     shape = (n_positions, vocab_size)
     if kind == "dirichlet":

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validation import host_probabilities
+from ._validation import host_probabilities, is_integer
 
 __all__ = ["VocabularyMap"]
 
@@ -52,11 +52,7 @@ class VocabularyMap:
         ids = np.asarray(self.draft_to_target)
         if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
             raise ValueError(f"draft_to_target must be a 1-d integer array of verifier ids (-1: none); got {ids!r}")
-        if (
-            isinstance(self.target_size, bool)
-            or not isinstance(self.target_size, (int, np.integer))
-            or (self.target_size < 1)
-        ):
+        if not is_integer(self.target_size) or self.target_size < 1:
             raise ValueError(
                 f"target_size (the verifier's vocabulary size) must be an integer >= 1; got {self.target_size!r}"
             )
@@ -92,9 +88,7 @@ class VocabularyMap:
                     pairs = [(tok, i) for i, tok in enumerate(vocab)]
                 except TypeError:
                     raise ValueError(f"{name} must be a sequence of token strings or a dict token -> id") from None
-            if not pairs or not all(
-                isinstance(t, str) and isinstance(i, (int, np.integer)) and not isinstance(i, bool) for t, i in pairs
-            ):
+            if not pairs or not all(isinstance(t, str) and is_integer(i) for t, i in pairs):
                 raise ValueError(f"{name} must map token strings to integer ids (non-empty)")
             bad = [(t, int(i)) for t, i in pairs if not 0 <= i < MAX_VOCABULARY]
             if bad:

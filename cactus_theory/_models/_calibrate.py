@@ -10,6 +10,7 @@ import time
 import numpy as np
 
 from .._analysis._cost import CostModel
+from .._math._validation import check_int
 from .._util._files import utc_timestamp
 from .._util._machine import machine_sample, other_load
 from ._slots import to_device
@@ -228,12 +229,9 @@ def calibrate_cost(
     from .._models._hf import dtype_and_device, engine_of, model_threads, software_versions
     from .._util._progress import progress_bar
 
-    if not (isinstance(max_block, (int, np.integer)) and max_block >= 1):
-        raise ValueError(f"max_block must be an integer >= 1; got {max_block!r}")
-    if not (isinstance(repeats, (int, np.integer)) and repeats >= 1):
-        raise ValueError(f"repeats must be an integer >= 1; got {repeats!r}")
-    if not (isinstance(context, (int, np.integer)) and context >= 1):
-        raise ValueError(f"context must be an integer >= 1; got {context!r}")
+    check_int(max_block, "max_block", 1)
+    check_int(repeats, "repeats", 1)
+    check_int(context, "context", 1)
     lengths = sorted({int(n) for n in prompt_lengths})
     if any(n < 1 for n in lengths):
         raise ValueError(f"prompt_lengths must be integers >= 1; got {list(prompt_lengths)!r}")
@@ -243,8 +241,7 @@ def calibrate_cost(
         raise ValueError(f"batch must list batch sizes >= 1; got {list(batch)!r}")
     if engine_of(verifier[0]) != engine_of(draft[0]):
         raise ValueError("the verifier and the draft run on different engines: load both on one")
-    if not (isinstance(second_context, (int, np.integer)) and second_context > context):
-        raise ValueError(f"second_context must be an integer > context ({context}); got {second_context!r}")
+    check_int(second_context, "second_context", int(context) + 1, what="longer than context")
     sample_start = machine_sample()
     settings = settings or SamplingSettings()
     v_model, tokenizer, v_info = verifier

@@ -18,6 +18,7 @@ from .._math._validation import (
     check_distribution,
     check_token,
     host_probabilities,
+    is_integer,
 )
 
 __all__ = [
@@ -102,7 +103,7 @@ def prepare(
     ``pending`` (``_validation.Pending``): checks of tensors on an accelerator are read back when the
     caller settles it, at the end of its call.
     """
-    b = namespace(draft_probs, target_probs, drafted_token if not isinstance(drafted_token, int) else None)
+    b = namespace(draft_probs, target_probs, drafted_token if not is_integer(drafted_token) else None)
     q_in = (
         check_distribution(target_probs, "target_probs", atol, backend=b, pending=pending)
         if validate

@@ -121,8 +121,7 @@ class MultiDraftRule(Rule):
     MAX_K: ClassVar[int] = 1024
 
     def __post_init__(self):
-        if isinstance(self.k, bool) or not isinstance(self.k, (int, np.integer)) or self.k < 1:
-            raise ValueError(f"{type(self).__name__} k (drafts per position) must be an integer >= 1; got {self.k!r}")
+        check_int(self.k, f"{type(self).__name__} k", 1, what="drafts per position")
         if self.k > self.MAX_K:
             raise ValueError(
                 f"{type(self).__name__} k = {self.k} drafts per position is more than the {self.MAX_K} supported: a "

@@ -27,6 +27,7 @@ __all__ = [
     "make_rule",
     "make_rules",
     "plugin_errors",
+    "rule_classes",
 ]
 
 #: The entry point group a distribution uses to add rules: ``[project.entry-points."cactus_theory.rules"]``
@@ -191,6 +192,14 @@ def available_rules() -> dict[str, RuleInfo]:
             builtin=name in _BUILTIN,
         )
     return out
+
+
+def rule_classes(plugins=True) -> dict:
+    """Every registered spec name (sorted) with its (class, fixed parameters): an alias shares its
+    class and fixes some of its parameters. ``plugins``: load the entry-point plugins first."""
+    if plugins:
+        load_plugins()
+    return {name: _REGISTRY[name] for name in sorted(_REGISTRY)}
 
 
 def _first_sentence(doc) -> str:

@@ -8,6 +8,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from .._math._validation import check_int
 from ._helpers import NUMPY
 from ._protocol import Rule
 
@@ -65,8 +66,7 @@ class RelaxedTopK(Rule):
     deterministic: ClassVar[bool] = True
 
     def __post_init__(self):
-        if isinstance(self.top_n, bool) or not isinstance(self.top_n, (int, np.integer)) or self.top_n < 1:
-            raise ValueError(f"relaxed-topk top_n must be an integer >= 1; got {self.top_n!r}")
+        check_int(self.top_n, "relaxed-topk top_n", 1)
         if (self.delta is None) == (self.ratio is None):
             raise ValueError("relaxed-topk needs exactly one of delta (a probability gap) and ratio (a share of q_max)")
         if self.delta is not None and not (0 <= self.delta <= 1):

@@ -9,6 +9,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from .._math._validation import check_int
 from ._protocol import Rule
 
 __all__ = ["SyntheticAcceptance"]
@@ -97,8 +98,7 @@ class SyntheticAcceptance(Rule):
             raise ValueError(f"synthetic rates must be a non-empty list of probabilities in [0, 1]; got {self.rates!r}")
         if any(b > a for a, b in itertools.pairwise(rates)):
             raise ValueError(f"synthetic rates are unconditional and must not increase; got {rates!r}")
-        if not (isinstance(self.slot, (int, np.integer)) and self.slot >= 0):
-            raise ValueError(f"synthetic slot must be an integer >= 0; got {self.slot!r}")
+        check_int(self.slot, "synthetic slot", 0)
 
     def describe(self) -> str:
         if self.acceptance_length is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from .._math._validation import check_int
 from ._protocol import GeneralizedRule
 
 __all__ = ["TopK"]
@@ -45,8 +46,7 @@ class TopK(GeneralizedRule):
     examples: ClassVar[tuple] = ({"k": 3}, {"k": 3, "semantics": "authors"})
 
     def __post_init__(self):
-        if not (isinstance(self.k, int) and self.k >= 1):
-            raise ValueError(f"TopK k must be an integer >= 1; got {self.k!r}")
+        check_int(self.k, "TopK k", 1)
         if self.semantics not in SEMANTICS:
             raise ValueError(f"TopK semantics must be one of {SEMANTICS}; got {self.semantics!r}")
 

@@ -33,7 +33,7 @@ import platform
 
 import numpy as np
 
-from .._math._validation import check_int
+from .._math._validation import check_int, is_integer
 from .._util._files import utc_timestamp
 from ._http import ServerClient, ServerError, shown
 from ._protocols import detect_protocol, open_server
@@ -154,7 +154,7 @@ def _row_share(info) -> float:
     extra = info.extra
     vocab, params = info.vocab_size, extra.get("n_params")
     embd = extra.get("n_embd")
-    if not (isinstance(vocab, int) and isinstance(params, (int, float)) and isinstance(embd, int) and params > 0):
+    if not (is_integer(vocab) and isinstance(params, (int, float)) and is_integer(embd) and params > 0):
         return 0.0
     return min(vocab * embd / params, 0.5)
 
@@ -208,7 +208,7 @@ def calibrate_server(
     try:
         for speaker in (verifier, draft):
             slots = speaker.info().slots
-            if isinstance(slots, int) and slots < batches[-1]:
+            if is_integer(slots) and slots < batches[-1]:
                 raise ServerError(
                     f"{speaker.client.what} {speaker.client.public} has {slots} slot(s): start it with "
                     f"--parallel {batches[-1]} to time a batch of {batches[-1]}"

@@ -12,6 +12,7 @@ Which log-probabilities (checked in its source, see ``docs/servers.md``):
 
 from __future__ import annotations
 
+from .._math._validation import is_integer
 from ._http import ServerError, shown
 from ._protocol import (
     AlignmentError,
@@ -78,7 +79,7 @@ class LlamaCppNative(ServerProtocol):
             engine="llama.cpp",
             version=props.get("build_info"),
             model=model or extra.get("model_file"),
-            vocab_size=vocab if isinstance(vocab, int) else None,
+            vocab_size=vocab if is_integer(vocab) else None,
             slots=props.get("total_slots"),
             context=settings.get("n_ctx"),
             extra=extra,

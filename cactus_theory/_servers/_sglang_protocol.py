@@ -11,6 +11,7 @@ Which log-probabilities (checked in its source, see ``docs/servers.md``):
 
 from __future__ import annotations
 
+from .._math._validation import is_integer
 from ._http import ServerError
 from ._protocol import (
     AlignmentError,
@@ -51,7 +52,7 @@ class SGLangGenerate(ServerProtocol):
             engine="sglang",
             version=version,
             model=info.get("model_path"),
-            vocab_size=info.get("vocab_size") if isinstance(info.get("vocab_size"), int) else None,
+            vocab_size=info.get("vocab_size") if is_integer(info.get("vocab_size")) else None,
         )
 
     def prompt_ids(self, text, chat=True, special=True):

@@ -25,13 +25,12 @@ def multi_draft_methods(plugins=True) -> tuple:
     each multi-draft rule's ``tree_comparison`` entries, (label, spec template in k, how the
     children are drawn), in the registry's order (rrs before spectr ...), the yardsticks (optima)
     last."""
-    from .._rules import _registry
+    from .._rules._protocol import judgement_of
+    from .._rules._registry import rule_classes
 
-    if plugins:
-        _registry.load_plugins()
     methods, yardsticks = [], []
-    for _, (cls, fixed) in sorted(_registry._REGISTRY.items()):
-        if getattr(cls, "kind", "token") != "multi-draft" or fixed:
+    for cls, fixed in rule_classes(plugins).values():
+        if not judgement_of(cls).multi_draft or fixed:
             continue  # aliases share their class's entries
         (yardsticks if getattr(cls, "yardstick", False) else methods).extend(getattr(cls, "tree_comparison", ()))
     return tuple(dict.fromkeys(methods + yardsticks))

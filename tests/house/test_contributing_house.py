@@ -4,6 +4,7 @@ there, and the test folders it lists mirror the wings."""
 
 import re
 
+import pytest
 from locations import ROOT
 
 PAGE = (ROOT / "docs" / "contributing_house.md").read_text(encoding="utf-8")
@@ -69,16 +70,55 @@ def test_no_module_is_over_700_lines():
     assert "over 700 lines" in PAGE
 
 
-def test_a_rules_kind_is_read_in_the_protocol_alone():
-    for name, text in _sources().items():
+#: ``x.slot_dependent`` read anywhere but on a judgement (``judgement.slot_dependent``,
+#: ``judgement_of(rule).slot_dependent``, ``spec.judgement.slot_dependent``).
+_SLOT_READ = r"(?<!judgement)(?<!judgement_of\(rule\))(?<!judgement_of\(cls\))\.slot_dependent\b"
+
+
+def kind_violations(sources) -> list:
+    """Where a module reads a rule's kind other than through ``judgement_of``: ``kind_of``, a kind compared by
+    name, ``Rule.judges``, ``getattr(x, "kind" ...)`` or a rule's ``slot_dependent`` read outside the protocol,
+    the registry read by its private table."""
+    found = []
+    for name, text in sources.items():
         if name == "_rules/_protocol.py":
-            assert "def judgement_of(" in text and "def kind_of(" in text
             continue
-        assert "kind_of(" not in text, f"{name} calls kind_of: ask judgement_of(rule) instead"
-        compared = re.findall(r"""\.kind\s*(?:==|!=)\s*["'](?:token|block|multi-draft)["']""", text)
-        assert not compared, f"{name} compares a rule's kind by name: {compared}"
-        judged = re.findall(r"""\.judges\s*(?:==|!=)""", text)
-        assert not judged, f"{name} reads Rule.judges: ask judgement_of(rule)"
+        checks = {
+            "calls kind_of: ask judgement_of(rule)": r"\bkind_of\(",
+            "compares a rule's kind by name": r"""\.kind\s*(?:==|!=)\s*["'](?:token|block|multi-draft)["']""",
+            "reads Rule.judges: ask judgement_of(rule)": r"\.judges\s*(?:==|!=)",
+            "reads a kind by getattr: ask judgement_of(rule)": r"""getattr\(\s*[\w.]+\s*,\s*["'](?:kind|judges|slot_dependent)["']""",
+            "reads slot_dependent: ask judgement_of(rule).slot_dependent": _SLOT_READ,
+            "reads the registry's private table: use rule_classes()": r"_registry\._REGISTRY|import _REGISTRY\b",
+        }
+        for why, pattern in checks.items():
+            if name == "_rules/_registry.py" and "registry" in why:
+                continue
+            if re.search(pattern, text):
+                found.append(f"{name} {why}")
+    return found
+
+
+def test_a_rules_kind_is_read_in_the_protocol_alone():
+    sources = _sources()
+    assert "def judgement_of(" in sources["_rules/_protocol.py"] and "def kind_of(" in sources["_rules/_protocol.py"]
+    assert not kind_violations(sources)
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        'if getattr(rule, "kind", "token") != "token":\n    pass\n',
+        "if rule.slot_dependent:\n    pass\n",
+        'if rule.kind == "block":\n    pass\n',
+        "from .._rules._registry import _REGISTRY\n",
+        'x = getattr(cls, "slot_dependent", False)\n',
+    ],
+)
+def test_the_kind_check_fails_on_a_planted_violation(planted):
+    sources = _sources()
+    sources["_laws/_gate.py"] += "\n" + planted
+    assert any(v.startswith("_laws/_gate.py") for v in kind_violations(sources)), planted
 
 
 def test_a_rules_optional_laws_are_looked_up_in_the_laws_alone():
@@ -111,11 +151,44 @@ def test_server_protocols_are_known_to_their_registry_alone():
             assert "def detects(" not in text, f"{name} detects a server outside the servers wing"
 
 
+#: An integer check written out: ``isinstance(x, int)``, ``isinstance(self.k, (int, np.integer))`` (any subject,
+#: attributes included), with or without ``isinstance(x, bool) or`` before it.
+_INTEGER_CHECK = re.compile(
+    r"(?<![\w.])isinstance\(\s*[\w.\[\]\"'()]+?\s*,\s*(?:int|\(\s*int\s*,\s*np\.integer\s*,?\s*\)|\(\s*np\.integer\s*,\s*int\s*\))\s*\)"
+)
+#: Where the integer check may be written: ``is_integer`` itself, and the array namespace below it, whose scalar
+#: conversion (``_scalar``) is a dispatch, not a check.
+_INTEGER_HOMES = ("_math/_validation.py", "_math/_backend.py")
+
+
+def integer_violations(sources) -> list:
+    """Modules that write an integer check out instead of calling ``check_int`` / ``is_integer`` (which refuse
+    booleans)."""
+    return [
+        f"{name}: {m.group(0)}"
+        for name, text in sources.items()
+        if name not in _INTEGER_HOMES
+        for m in _INTEGER_CHECK.finditer(text)
+    ]
+
+
 def test_the_integer_check_is_written_once():
-    pattern = re.compile(r"isinstance\((\w+), bool\) or not isinstance\(\1, (?:\(int, np\.integer\)|int)\)")
-    for name, text in _sources().items():
-        assert not pattern.search(text), f"{name} writes the integer check out: use check_int / is_integer"
+    assert not integer_violations(_sources())
     assert "def check_int(" in (PACKAGE / "_math" / "_validation.py").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        "if not (isinstance(self.k, int) and self.k >= 1):\n    raise ValueError\n",
+        "if isinstance(n, bool) or not isinstance(n, (int, np.integer)):\n    raise ValueError\n",
+        "ok = isinstance(value.size, (np.integer, int))\n",
+    ],
+)
+def test_the_integer_check_test_fails_on_a_planted_violation(planted):
+    sources = _sources()
+    sources["_rules/topk.py"] += "\n" + planted
+    assert any(v.startswith("_rules/topk.py") for v in integer_violations(sources)), planted
 
 
 def test_the_command_line_builds_each_options_record_in_one_place():

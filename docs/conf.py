@@ -213,6 +213,30 @@ def _write_rule_lists():
 
 _write_rule_lists()
 
+
+def _write_benchmark_table():
+    """The benchmarks' table (docs/results_quality.md), from their registry: a benchmark module adds its row."""
+    from cactus_theory.benchmarks import benchmark_names, get_benchmark
+
+    rows = [
+        "| benchmark | graded | answers are programs | file in the data directory | where to get it |",
+        "|---|---|---|---|---|",
+    ]
+    for name in benchmark_names(plugins=False):
+        bench = get_benchmark(name)
+        cells = [
+            f"`{name}`",
+            "yes" if bench.graded else "prompts only",
+            "yes: run only when asked" if bench.runs_code else "no",
+            f"`{bench.file}`" if bench.file else "the file you give (`--file`)",
+            bench.source.replace("|", "\\|") or "-",
+        ]
+        rows.append("| " + " | ".join(cells) + " |")
+    _write(os.path.join(_GENERATED, "benchmarks_table.md"), "\n".join(rows) + "\n")
+
+
+_write_benchmark_table()
+
 # Dataclass fields named like common words (delta, gamma) exist on several classes; an
 # ambiguous cross-reference from a type annotation is not an error in the text.
 suppress_warnings = ["ref.python"]

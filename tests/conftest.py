@@ -13,7 +13,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 #: Plugins the tests give to fresh interpreters only: importing them here (doctest collection imports
 #: every module) would register their rule or protocol in every test of this process.
-collect_ignore = ["rules/block_sps_plugin.py", "servers/toy_protocol.py"]
+collect_ignore = ["rules/block_sps_plugin.py", "servers/toy_protocol.py", "data/toy_benchmark.py"]
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -459,13 +459,13 @@ def _model_options(parser):
 
 def _prompt_file_options(parser, group=None):
     """--prompts (required, or in ``group``, e.g. beside --prompt) and the options that read them."""
-    from .._data._prompts import DATASETS
+    from .._data._prompts import datasets
 
     (group or parser).add_argument(
         "--prompts", nargs="+", required=group is None, default=None, help="prompt files (formats below)"
     )
     parser.add_argument(
-        "--dataset", choices=DATASETS, default=None, help="read the files as this benchmark, with its instruction"
+        "--dataset", choices=datasets(), default=None, help="read the files as this benchmark, with its instruction"
     )
     parser.add_argument("--field", default=None, help="JSON key or CSV column of the prompt text")
     parser.add_argument(

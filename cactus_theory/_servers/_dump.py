@@ -31,6 +31,7 @@ What is guaranteed:
 from __future__ import annotations
 
 import concurrent.futures
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -145,35 +146,35 @@ def dump_server_trace(
             "logprobs": "normalised log-probabilities of the raw logits (temperature 1, before samplers); lse = 0",
             "created": utc_timestamp(),
         }
-        return _run(
-            prompts,
-            out,
-            verifier,
-            draft,
-            clients,
-            metadata,
-            vocab,
-            settings,
-            max_new_tokens,
-            seed,
-            top_k,
-            limit,
-            concurrency,
-            chat,
-            shard_positions,
-            progress,
-        )
+        run = _ServerRun(verifier, draft, clients, settings, int(max_new_tokens), int(seed), int(top_k), bool(chat))
+        return _run(run, prompts, out, metadata, vocab, limit, concurrency, shard_positions, progress)
     finally:
         for client in clients:
             client.close()
 
 
-def _one(prompt, verifier, draft, settings, max_new_tokens, seed, k, chat):
+@dataclass(frozen=True)
+class _ServerRun:
+    """What every prompt of a server dump shares: the two servers' protocols and clients, the sampling, the
+    length, the seed, K and whether the chat template applies (as the batched dump's ``_Run`` is for models)."""
+
+    verifier: object
+    draft: object
+    clients: tuple
+    settings: object
+    max_new_tokens: int
+    seed: int
+    k: int
+    chat: bool
+
+
+def _one(prompt, run):
     """(prompt, ids, generation, draft rows) of one prompt, or (prompt, None, AlignmentError, None)."""
-    ids = verifier.prompt_ids(prompt.text, chat=chat)
+    verifier, draft, settings, k = run.verifier, run.draft, run.settings, run.k
+    ids = verifier.prompt_ids(prompt.text, chat=run.chat)
     if not ids:
         raise ServerError(f"prompt {prompt.id!r} tokenizes to nothing: give it some text")
-    gen = verifier.generate(ids, settings, max_new_tokens, prompt_seed(seed, prompt.id), k)
+    gen = verifier.generate(ids, settings, run.max_new_tokens, prompt_seed(run.seed, prompt.id), k)
     if not gen.tokens:
         raise ServerError(
             f"--server {verifier.client.public}: an empty completion for prompt {prompt.id!r} (it stopped at once): "
@@ -186,30 +187,15 @@ def _one(prompt, verifier, draft, settings, max_new_tokens, seed, k, chat):
     return prompt, ids, gen, rows
 
 
-def _run(
-    prompts,
-    out,
-    verifier,
-    draft,
-    clients,
-    metadata,
-    vocab,
-    settings,
-    max_new_tokens,
-    seed,
-    k,
-    limit,
-    concurrency,
-    chat,
-    shard_positions,
-    progress,
-):
-    stop = [client.close for client in clients]  # in-flight requests end now; what completed is written
+def _run(run, prompts, out, metadata, vocab, limit, concurrency, shard_positions, progress):
+    """The dump session of a server dump: the prompts still to do, ``concurrency`` in flight, added in prompt
+    order."""
+    stop = [client.close for client in run.clients]  # in-flight requests end now; what completed is written
     with DumpSession(
         out,
         prompts,
         vocab,
-        top_k=k,
+        top_k=run.k,
         metadata=metadata,
         limit=limit,
         shard_positions=shard_positions,
@@ -219,9 +205,7 @@ def _run(
     ) as session:
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=int(concurrency), thread_name_prefix="dump")
         try:
-            futures = [
-                pool.submit(_one, p, verifier, draft, settings, max_new_tokens, seed, k, chat) for p in session.todo
-            ]
+            futures = [pool.submit(_one, p, run) for p in session.todo]
             for future in futures:  # in prompt order: the trace is the same at any concurrency
                 prompt, ids, gen, rows = future.result()
                 if isinstance(gen, AlignmentError):

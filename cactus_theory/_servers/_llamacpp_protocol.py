@@ -32,6 +32,7 @@ class LlamaCppNative(ServerProtocol):
 
     name = "llama.cpp"
     detect_order = 10
+    reports_timings = True
 
     @classmethod
     def detects(cls, client):

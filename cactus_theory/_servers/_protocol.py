@@ -218,6 +218,9 @@ class ServerProtocol(abc.ABC):
     name = ""
     #: Detection order: lower is asked first.
     detect_order = 50
+    #: Whether its server reports its own step timings with each generation (prompt processing and each
+    #: token): what ``calibrate --server`` times a pair by (llama.cpp's llama-server does).
+    reports_timings = False
     #: The methods that read a server's answers: an answer of another shape raises a ServerError (one line).
     _READERS = ("_read_info", "prompt_ids", "generate", "score")
 

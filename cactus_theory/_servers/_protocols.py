@@ -1,15 +1,20 @@
-"""The server protocols this package speaks, in one registry (``_protocol``): the built-in ones imported so
-that they register (llama.cpp's native API, the OpenAI-compatible one, SGLang's), and what the dump and
-the calibration both need of a pair of servers: ``open_server`` (the protocol asked from the server or
-named) and ``compare_tokenizers`` (two servers must share one tokenizer)."""
+"""The server protocols this package speaks, in one registry (``_protocol``): every module of this wing
+whose name ends in ``_protocol`` is imported here, found by listing the wing, so that its classes register
+(llama.cpp's native API, the OpenAI-compatible one, SGLang's: a new built-in protocol is one new file and no
+line here); and what the dump and the calibration both need of a pair of servers: ``open_server`` (the
+protocol asked from the server or named) and ``compare_tokenizers`` (two servers must share one tokenizer)."""
 
 from __future__ import annotations
 
-from . import _llamacpp_protocol, _openai_protocol, _sglang_protocol  # noqa: F401  (defining them registers them)
+import importlib
+import pkgutil
+import sys
+
 from ._http import ServerClient, ServerError
 from ._protocol import AlignmentError, detect_protocol, make_protocol, protocol_names
 
 __all__ = [
+    "BUILTIN_PROTOCOL_MODULES",
     "PROBE_STRINGS",
     "AlignmentError",
     "compare_tokenizers",
@@ -18,6 +23,13 @@ __all__ = [
     "open_server",
     "protocol_names",
 ]
+
+#: The built-in protocol modules, found by their names (defining a protocol class registers it).
+BUILTIN_PROTOCOL_MODULES = tuple(
+    importlib.import_module(f"{__package__}.{info.name}")
+    for info in sorted(pkgutil.iter_modules(sys.modules[__package__].__path__), key=lambda i: i.name)
+    if info.name.endswith("_protocol") and info.name != "_protocol"
+)
 
 #: Strings both servers tokenize before a dump: their ids must agree (ASCII, code, digits, accents,
 #: CJK, emoji, whitespace runs and a chat-template marker).

@@ -28,7 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._data._graders import CODE_BENCHMARKS, PROGRAM_SECONDS, grade, require_code_execution
+from .._analysis._results import Result
+from .._data._benchmarks import get_benchmark
+from .._data._graders import PROGRAM_SECONDS, grade, require_code_execution
 from .._data._prompts import prompt_seed
 from .._math._bootstrap import ratio_interval, resample_counts
 from .._math._paired import paired_difference
@@ -164,7 +166,7 @@ def evaluate_rules(
         raise ValueError(f"benchmarks: the problems hold {present}, beyond the benchmarks named, {benchmarks}")
     for bench in present:
         require_code_execution(bench, allow_code_execution)
-    if any(b in CODE_BENCHMARKS for b in present):
+    if any(get_benchmark(b).runs_code for b in present):
         from .._util._sandbox import _isolation_decision
 
         _isolation_decision(None)  # no isolation and no knowing consent: refused before anything is decoded
@@ -272,15 +274,24 @@ def _record(problem, method, sample, seed, result, tokenizer, setting, timeout) 
 
 
 @dataclass(frozen=True)
-class QualitySummary:
+class QualitySummary(Result):
     """Per benchmark and method: the paired comparison with the verifier alone (``rows``: dicts), and the
-    problems and samples it covers."""
+    problems and samples it covers; a study result as every other (``records``, ``table``, ``markdown``,
+    ``write``)."""
 
     rows: list
     problems: dict
     samples: int
 
+    name = "quality"
+
+    def records(self) -> list:
+        return [dict(r) for r in self.rows]
+
     def table(self) -> str:
+        return quality_markdown(self)
+
+    def markdown(self) -> str:
         return quality_markdown(self)
 
 

@@ -69,10 +69,10 @@ def reference_flexible_correct(completion, gt_answer_text):
 
 def _gsm8k(answer_text):
     path_rec = {"question": "q?", "answer": answer_text}
-    from cactus_theory._data._graders import _gsm8k_answer
+    from cactus_theory._data._benchmarks.gsm8k import GSM8K
     from cactus_theory._data._prompts import Prompt
 
-    return Problem("gsm8k", Prompt(id="gsm8k-0", task="gsm8k", text="q?", index=0), _gsm8k_answer(path_rec, "test"))
+    return Problem("gsm8k", Prompt(id="gsm8k-0", task="gsm8k", text="q?", index=0), GSM8K().reference(path_rec, "test"))
 
 
 _NUMBERS = st.one_of(

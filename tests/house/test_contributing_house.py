@@ -43,7 +43,11 @@ def test_every_file_and_module_the_page_names_exists():
         here = ROOT / "cactus_theory" / wing
         sources = "\n".join(f.read_text(encoding="utf-8") for f in here.glob("*.py"))
         for name in set(re.findall(r"`(_[a-z_]+)`", text)):
-            found = (here / f"{name}.py").is_file() or re.search(rf"^(def|class) {name}\b", sources, flags=re.M)
+            found = (
+                (here / f"{name}.py").is_file()
+                or (here / name / "__init__.py").is_file()
+                or re.search(rf"^(def|class) {name}\b", sources, flags=re.M)
+            )
             assert found, f"the page names {wing}.{name}: neither a module nor a definition of that wing"
 
 
@@ -87,7 +91,9 @@ def kind_violations(sources) -> list:
             "calls kind_of: ask judgement_of(rule)": r"\bkind_of\(",
             "compares a rule's kind by name": r"""\.kind\s*(?:==|!=)\s*["'](?:token|block|multi-draft)["']""",
             "reads Rule.judges: ask judgement_of(rule)": r"\.judges\s*(?:==|!=)",
-            "reads a kind by getattr: ask judgement_of(rule)": r"""getattr\(\s*[\w.]+\s*,\s*["'](?:kind|judges|slot_dependent)["']""",
+            "reads a kind by getattr: ask judgement_of(rule)": (
+                r"""getattr\(\s*[\w.]+\s*,\s*["'](?:kind|judges|slot_dependent)["']"""
+            ),
             "reads slot_dependent: ask judgement_of(rule).slot_dependent": _SLOT_READ,
             "reads the registry's private table: use rule_classes()": r"_registry\._REGISTRY|import _REGISTRY\b",
         }
@@ -170,6 +176,84 @@ def integer_violations(sources) -> list:
         if name not in _INTEGER_HOMES
         for m in _INTEGER_CHECK.finditer(text)
     ]
+
+
+def protocol_import_violations(sources) -> list:
+    """Modules that import a built-in protocol module by name (the registry finds them by listing the wing:
+    a new protocol is one file), other than a protocol module building on another."""
+    found = []
+    protocols = {n[len("_servers/") : -3] for n in sources if re.fullmatch(r"_servers/_\w+_protocol\.py", n)}
+    protocols.discard("_protocol")
+    for name, text in sources.items():
+        if name.startswith("_servers/_") and name.endswith("_protocol.py") and name != "_servers/_protocol.py":
+            continue
+        for match in re.finditer(
+            r"^\s*(?:from\s+[.\w]*\s+import\s+[^\n]*\b(_\w+_protocol)\b|from\s+[.\w]*\.(_\w+_protocol)\s+import)",
+            text,
+            flags=re.M,
+        ):
+            if (match.group(1) or match.group(2)) in protocols:
+                found.append(f"{name} imports {match.group(1) or match.group(2)}")
+    return found
+
+
+def test_no_module_imports_a_protocol_by_name():
+    from cactus_theory._servers._protocols import BUILTIN_PROTOCOL_MODULES
+
+    assert not protocol_import_violations(_sources())
+    assert {m.__name__.rsplit(".", 1)[1] for m in BUILTIN_PROTOCOL_MODULES} == {
+        n[len("_servers/") : -3] for n in _sources() if re.fullmatch(r"_servers/_\w+_protocol\.py", n)
+    } - {"_protocol"}
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        "from . import _llamacpp_protocol, _openai_protocol  # noqa: F401\n",
+        "from ._sglang_protocol import SGLang  # noqa: F401\n",
+        "from cactus_theory._servers._openai_protocol import OpenAICompletions  # noqa: F401\n",
+    ],
+)
+def test_the_protocol_import_check_fails_on_a_planted_violation(planted):
+    sources = _sources()
+    sources["_servers/_protocols.py"] += "\n" + planted
+    assert any(v.startswith("_servers/_protocols.py") for v in protocol_import_violations(sources)), planted
+
+
+def benchmark_violations(sources) -> list:
+    """Modules outside the benchmarks' folder that decide by a benchmark's name (an if-chain, a list or a
+    table of them): every such fact belongs to the benchmark's own module, read through the registry."""
+    from cactus_theory._data._benchmarks import benchmark_names
+
+    names = "|".join(re.escape(n) for n in benchmark_names(plugins=False))
+    decided = re.compile(
+        rf"""(?:==|!=|\bin)\s*\(?\s*["'](?:{names})["']|["'](?:{names})["']\s*(?:,\s*["'](?:{names})["']|:\s*\()"""
+    )
+    return [
+        f"{name}: {m.group(0)}"
+        for name, text in sources.items()
+        if not name.startswith("_data/_benchmarks/")
+        for m in decided.finditer(text)
+    ]
+
+
+def test_a_benchmark_is_known_to_its_module_alone():
+    assert not benchmark_violations(_sources())
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        'if problem.benchmark == "gsm8k":\n    pass\n',
+        'GRADED = ("gsm8k", "humaneval", "mbpp", "choice")\n',
+        'if benchmark in ("humaneval", "mbpp"):\n    pass\n',
+        'BENCHMARKS = {"gsm8k": ("gsm8k/test.jsonl", "source")}\n',
+    ],
+)
+def test_the_benchmark_check_fails_on_a_planted_violation(planted):
+    sources = _sources()
+    sources["_data/_graders.py"] += "\n" + planted
+    assert any(v.startswith("_data/_graders.py") for v in benchmark_violations(sources)), planted
 
 
 def test_the_integer_check_is_written_once():

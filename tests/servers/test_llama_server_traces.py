@@ -19,7 +19,7 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import FakeServer, llama_server
+from local_servers import FakeServer, llama_server
 from locations import HANG_GUARD
 
 from cactus_theory import SamplingSettings, load_trace

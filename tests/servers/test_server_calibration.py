@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import FakeServer
+from local_servers import FakeServer
 
 from cactus_theory import load_cost
 from cactus_theory._servers._calibrate import calibrate_server
@@ -91,7 +91,7 @@ def test_too_few_slots_and_servers_without_timings_are_refused():
 
 @pytest.mark.llamacpp
 def test_calibrate_and_plan_against_live_llama_servers(server_binary, tiny_ggufs, tmp_path, capsys):
-    from conftest import llama_server
+    from local_servers import llama_server
 
     from cactus_theory._cli import main
 

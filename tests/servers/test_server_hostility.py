@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
-import threading
 
 import pytest
-from conftest import FakeServer, free_port
 from fake_engines import ToyModel, V, vllm_handler
+from local_servers import Dribbler, FakeServer, free_port
 
 from cactus_theory import SamplingSettings
-from cactus_theory._data._prompts import load_prompts
 from cactus_theory._servers import _http
 from cactus_theory._servers._calibrate import calibrate_server
 from cactus_theory._servers._dump import dump_server_trace
@@ -26,57 +23,6 @@ pytestmark = [pytest.mark.servers]
 
 VERIFIER, DRAFT = ToyModel(0), ToyModel(1)
 SETTINGS = SamplingSettings(temperature=1.0, top_k=8, top_p=1.0)
-
-
-@pytest.fixture
-def prompts(tmp_path):
-    path = tmp_path / "prompts.txt"
-    path.write_text("hello there\nsome text\n")
-    return load_prompts(str(path))
-
-
-class Dribbler:
-    """A server on 127.0.0.1 that answers every request with its headers, then one byte of body at a time,
-    each after ``pause`` seconds (``stop`` ends it)."""
-
-    def __init__(self, pause=0.2, length=10_000):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.pause, self.length, self.done = pause, length, threading.Event()
-        self.thread = threading.Thread(target=self.serve, daemon=True)
-
-    @property
-    def url(self):
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-
-    def serve(self):
-        while not self.done.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                conn.recv(65536)
-                conn.sendall(
-                    f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {self.length}"
-                    "\r\n\r\n".encode()
-                )
-                for _ in range(self.length):
-                    if self.done.wait(self.pause):
-                        return
-                    try:
-                        conn.sendall(b" ")
-                    except OSError:
-                        break
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.done.set()
-        self.sock.close()
 
 
 def test_a_body_sent_a_byte_at_a_time_is_cut_off_at_the_requests_time_out():

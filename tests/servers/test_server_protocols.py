@@ -10,8 +10,8 @@ import json
 
 import numpy as np
 import pytest
-from conftest import FakeServer, free_port
 from fake_engines import ToyModel, V, sglang_handler, toy_ids, vllm_handler
+from local_servers import FakeServer, free_port
 
 from cactus_theory import SamplingSettings, load_trace
 from cactus_theory._data._prompts import load_prompts
@@ -22,13 +22,6 @@ pytestmark = [pytest.mark.servers]
 
 VERIFIER, DRAFT = ToyModel(0), ToyModel(1)
 SETTINGS = SamplingSettings(temperature=1.0, top_k=8, top_p=1.0)
-
-
-@pytest.fixture
-def prompts(tmp_path):
-    path = tmp_path / "prompts.txt"
-    path.write_text("hello there\nsome text\nthird one\n")
-    return load_prompts(str(path))
 
 
 def _expected(model, prompt_ids, tokens, k):

@@ -1,7 +1,7 @@
 """Server protocols for scripts and plugins: the base class a new protocol subclasses (defining it
 registers it: ``detect_protocol`` asks it, ``--protocol`` offers it, a ``--plugin`` module's protocols
 included), the records it returns, the checks every answer passes, and the transport it talks through.
-``docs/contributing_house.md`` has a worked example. Needs the ``servers`` extra (httpx) to talk to a
+``docs/contributing/house.md`` has a worked example. Needs the ``servers`` extra (httpx) to talk to a
 server."""
 
 from ._servers._http import ServerClient, ServerError

@@ -30,7 +30,14 @@ extensions = [
     "sphinx.ext.viewcode",
 ]
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]
-exclude_patterns = ["_build", "_generated", "results/*.md", "results/**/*.md", "Thumbs.db", ".DS_Store"]
+# docs/results/ holds the experiments' generated pages (snake_case names: included by the results pages,
+# never pages of their own) beside the results pages (hyphenated names, and the index)
+_RESULTS = os.path.join(HERE, "results")
+exclude_patterns = ["_build", "_generated", "results/**/*.md", "Thumbs.db", ".DS_Store"] + [
+    f"results/{name}"
+    for name in sorted(os.listdir(_RESULTS))
+    if name.endswith(".md") and "-" not in name and name != "index.md"
+]
 source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb"}
 
 nb_execution_mode = "force"
@@ -170,8 +177,8 @@ def _write_rule_pages():
 
 _write_rule_pages()
 
-# The rules table (docs/rules.md) and the rule classes of the API page (docs/api.md), from the
-# registry: a rule module adds its row and its entry without a line written here.
+# The rules table (docs/explanation/rules.md) and the rule classes of the API page (docs/api.md), from
+# the registry: a rule module adds its row and its entry without a line written here.
 _GENERATED = os.path.join(HERE, "_generated")
 
 
@@ -215,7 +222,8 @@ _write_rule_lists()
 
 
 def _write_benchmark_table():
-    """The benchmarks' table (docs/results_quality.md), from their registry: a benchmark module adds its row."""
+    """The benchmarks' table (the quality referee's results page), from their registry: a benchmark module
+    adds its row."""
     from cactus_theory.benchmarks import benchmark_names, get_benchmark
 
     rows = [

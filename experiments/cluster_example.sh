@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The worked example of docs/cluster.md: a Dask scheduler and two workers started from the shell,
+# The worked example of docs/howto/cluster.md: a Dask scheduler and two workers started from the shell,
 # a synthetic trace of 100,000 positions, and the CLI pointed at the scheduler. Prints what the
 # page shows; everything runs on this machine (loopback), in a temporary directory.
 # Usage: bash experiments/cluster_example.sh   (with .venv holding the distributed extra)

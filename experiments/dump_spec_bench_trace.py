@@ -12,7 +12,7 @@ directory --data or $CACTUS_THEORY_DATA), each labelled by its category, chat te
 applied; the verifier samples with the paper's settings (temperature 0.6, top-k 20, top-p
 0.95), seed 0, at most --max-new-tokens tokens, as the default trace was; the GGUF files as
 stored on llama.cpp (``--engine llama.cpp``: about 2.4 times faster than the HF path's
-bfloat16 on 2 cores, docs/results_llamacpp.md, and within its rounding). The held-out check
+bfloat16 on 2 cores, docs/results/llama-cpp-against-hugging-face.md, and within its rounding). The held-out check
 (``experiments/plan_vs_reality.py --categories ...``) decodes the questions after these.
 Resumable: rerun the same command after an interruption.
 """

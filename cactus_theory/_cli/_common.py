@@ -431,7 +431,7 @@ parameters on 2 cores, several minutes on a busy machine; a message says so) and
 loads take seconds. Memory: the Qwen2.5-Coder 1.5B + 0.5B pair peaks at 9-11 GB during dump,
 calibrate and decode (float32 weights of both models and transformers' load); bfloat16 halves
 the weights once loaded. On --engine llama.cpp the GGUF file runs as stored: loads in seconds,
-the pair in about 3 GB (docs/results_llamacpp.md has the measured ratios)."""
+the pair in about 3 GB (docs/results/llama-cpp-against-hugging-face.md has the measured ratios)."""
 
 
 def _model_options(parser):

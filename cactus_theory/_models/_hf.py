@@ -219,7 +219,7 @@ def _load_model(spec, device="cpu", dtype="float32", cache=True, progress=None):
     A GGUF file is dequantised by transformers (slow: about a minute for 1.5B parameters); with
     ``cache=True`` the dequantised float32 weights and the tokenizer are kept as safetensors in
     ``cache_root()/dequantised/<sha256 of the GGUF>`` the first time, and later loads read them
-    from there (``docs/walkthrough.md`` gives the measured times). ``identity`` is
+    from there (``docs/tutorials/walkthrough.md`` gives the measured times). ``identity`` is
     ``model_identity``'s record. Errors: a local path that does not exist, or an id that is
     neither a local path nor reachable, raise a ValueError saying so.
     """

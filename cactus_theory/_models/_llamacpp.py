@@ -10,7 +10,7 @@ batch), each at its own positions. A rejected tail is removed from a sequence's 
 ``llama_memory_seq_rm``. The logits are llama.cpp's, exactly as it computes them: the weights
 stay quantised (Q4_K_M for the Qwen pair) and the matrix products run on quantised activations,
 so they differ from the Hugging Face path's dequantised float32 / bfloat16 arithmetic (measured
-in ``docs/results_llamacpp.md``) and, by rounding, with the shape of the batch they were
+in ``docs/results/llama-cpp-against-hugging-face.md``) and, by rounding, with the shape of the batch they were
 computed in (a prefix fed in one call or two). A dump is deterministic all the same: the same
 tokens are fed in the same calls on a resume.
 

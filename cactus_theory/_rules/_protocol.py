@@ -28,7 +28,7 @@ p(n) = 0 token; the two conventions give the same emitted law (such tokens have 
 Rules are frozen dataclasses: hashable, comparable, checked when built. Each class registers
 itself under its ``name`` when it is defined (``_registry``); ``make_rule("cactus(delta=1)")``
 builds one from a spec string and ``available_rules()`` lists them. How to write one:
-docs/contributing_rules.md ("Adding a rule").
+docs/contributing/rules.md ("Adding a rule").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """llama.cpp's ``llama-server``, native endpoints.
 
-Which log-probabilities (checked in its source, see ``docs/servers.md``):
+Which log-probabilities (checked in its source, see ``docs/howto/servers.md``):
 
 - llama.cpp (``n_probs`` with ``post_sampling_probs`` false): the softmax of the raw logits over
   the whole vocabulary (``get_token_probabilities`` in tools/server/server-common.cpp), before

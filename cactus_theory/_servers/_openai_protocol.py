@@ -1,6 +1,6 @@
 """The OpenAI-compatible ``/v1/completions``: vLLM, or llama-server's own OpenAI endpoint.
 
-Which log-probabilities (checked in the source, see ``docs/servers.md``):
+Which log-probabilities (checked in the source, see ``docs/howto/servers.md``):
 
 - vLLM (``logprobs`` / ``prompt_logprobs``): the raw model's log-softmax by default
   (``--logprobs-mode raw_logprobs``); a server started with ``processed_logprobs`` returns

@@ -1,6 +1,6 @@
 """What a server protocol is: the records it returns, the checks every answer passes, and the base class
 of every protocol, which registers itself when defined (as a rule does): adding a protocol is one module
-(``docs/contributing_house.md`` has a worked example). The built-in ones: llama.cpp's native
+(``docs/contributing/house.md`` has a worked example). The built-in ones: llama.cpp's native
 ``/completion`` (``_llamacpp_protocol``), the OpenAI-compatible ``/v1/completions`` with vLLM's extensions
 or llama.cpp's (``_openai_protocol``), SGLang's ``/generate`` (``_sglang_protocol``).
 

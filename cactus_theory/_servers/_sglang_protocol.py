@@ -1,6 +1,6 @@
 """SGLang's native ``/generate``.
 
-Which log-probabilities (checked in its source, see ``docs/servers.md``):
+Which log-probabilities (checked in its source, see ``docs/howto/servers.md``):
 
 - SGLang (``return_logprob``, ``top_logprobs_num``, ``logprob_start_len``): per position a list
   of ``[logprob, token_id, text]``; ``input_top_logprobs`` for the teacher-forced draft. Its

@@ -145,7 +145,7 @@ def test_analyze_prints_per_task_tables_and_filters_tasks(tmp_path, capsys):
 
 @pytest.mark.models
 def test_own_prompts_dumped_decoded_and_analysed(tmp_path, capsys, gguf_pair, own_prompts):
-    """The walkthrough of docs/walkthrough.md with tiny GGUF models instead of the Qwen pair."""
+    """The walkthrough of docs/tutorials/walkthrough.md with tiny GGUF models instead of the Qwen pair."""
     v, d = gguf_pair
     common = ["--verifier", v, "--draft", d, "--prompts", own_prompts, "--field", "instruction", "--quiet"]
     assert main(["dump", *common, "--task", "instructions", "--max-new-tokens", "6", "--out", str(tmp_path / "t")]) == 0

@@ -1,4 +1,4 @@
-"""A benchmark in one file: the worked example of ``docs/contributing_house.md``, and the test that adding a
+"""A benchmark in one file: the worked example of ``docs/contributing/house.md``, and the test that adding a
 benchmark needs nothing else (``test_benchmarks``: ``evaluate --plugin`` this file grades through it).
 
 "toy-sums": JSON Lines of ``{"a": 2, "b": 3}``; the prompt asks for the sum, an answer is right when the last

@@ -1,4 +1,4 @@
-"""The house's page (docs/contributing_house.md) names what exists: every wing of the table is a
+"""The house's page (docs/contributing/house.md) names what exists: every wing of the table is a
 subpackage, every wing of the layers contract is in the table, every file and module it names is
 there, and the test folders it lists mirror the wings."""
 

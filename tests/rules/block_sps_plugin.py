@@ -1,4 +1,4 @@
-"""A block-judging rule in one file: the worked example of ``docs/contributing_house.md``, and the test that
+"""A block-judging rule in one file: the worked example of ``docs/contributing/house.md``, and the test that
 adding one needs nothing else (``test_block_rule_plugin``: the conformance checks, the analysis, the
 simulator, the planner's laws and real decoding all take it from this file alone).
 

@@ -1,4 +1,4 @@
-"""A server protocol in one file: the worked example of ``docs/contributing_house.md``, and the test that
+"""A server protocol in one file: the worked example of ``docs/contributing/house.md``, and the test that
 adding a protocol needs nothing else (``test_server_protocols``: ``dump --server`` with ``--plugin`` this
 file detects it and dumps through it).
 

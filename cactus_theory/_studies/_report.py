@@ -79,8 +79,8 @@ def batch_section(result):
     lines = [
         f"Per-step throughput speedup over a full batch at each rule's best m, against the verifier alone at the same "
         f"batch size, under {GPU_PROFILE} (measured at batch 1; larger batches modelled by the roofline fitted to the "
-        "shipped profiles: `docs/results/speedups-at-concurrency.md`), with the break-even batch (the smallest size from which on the "
-        "best m no longer beats the verifier alone):",
+        "shipped profiles: `docs/results/speedups-at-concurrency.md`), with the break-even batch (the smallest size "
+        "from which on the best m no longer beats the verifier alone):",
         "",
         "| rule | " + " | ".join(f"B = {b}" for b in REPORT_BATCHES) + " | break-even B |",
         "|---|" + "---|" * (len(REPORT_BATCHES) + 1),

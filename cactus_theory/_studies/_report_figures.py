@@ -76,8 +76,8 @@ def _fig_overspend():
         f"Where the paper's Taylor gamma overspends the KL budget: ratio KL(h||q)/delta on a 300x300 grid, q "
         f"uniform in [0.001, 0.999] x delta log-spaced in [1e-4, 10] (black line: ratio 1). Above 1 on "
         f"{100 * share:.1f}% of this grid; max {ratio.max():.2f}. The share depends on the grid: "
-        "experiments/approx_gamma_errors.py's (q log-spaced to 1e-6 from both ends, delta from 1e-6; docs/explanation/gamma.md) "
-        "holds more points where the Taylor form is safe, so its share is smaller."
+        "experiments/approx_gamma_errors.py's (q log-spaced to 1e-6 from both ends, delta from 1e-6; "
+        "docs/explanation/gamma.md) holds more points where the Taylor form is safe, so its share is smaller."
     )
     return _png(fig), caption
 

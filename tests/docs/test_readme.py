@@ -46,8 +46,7 @@ def test_the_two_referees_are_named_apart():
         if (
             "_build" in page.parts
             or "_generated" in page.parts
-            or (page.parent.name == "results"
-            and "-" not in page.name)
+            or (page.parent.name == "results" and "-" not in page.name)
         ):
             continue  # the experiments' generated pages name their own referee in their title
         for line in page.read_text(encoding="utf-8").splitlines():

@@ -108,7 +108,9 @@ from ._servers._dump import dump_server_trace
 from ._servers._protocols import open_server
 from ._servers._referee import drive_server
 from ._studies._block_study import BlockComparison, compare_block_verification
-from ._studies._quality import QualitySummary, evaluate_rules, summarize_records
+from ._studies._exact_choice import ExactSummary, exact_choice_referee, read_exact_records, summarize_exact
+from ._studies._quality import QualitySummary, evaluate_rules, read_records, summarize_records
+from ._studies._referee_cluster import evaluate_on_cluster
 from ._studies._trees import MULTI_DRAFT_METHODS, MultiDraftComparison, compare_multi_draft
 from ._studies._zoo import compare_rules, comparison_entries, comparison_markdown, write_comparison
 
@@ -206,7 +208,13 @@ __all__ = [
     "PairedComparison",
     "Problem",
     "QualitySummary",
+    "ExactSummary",
     "evaluate_rules",
+    "exact_choice_referee",
+    "read_exact_records",
+    "read_records",
+    "summarize_exact",
+    "evaluate_on_cluster",
     "grade",
     "load_problems",
     "mcnemar_exact",

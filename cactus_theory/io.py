@@ -14,6 +14,7 @@ from ._util._files import (
     read_text,
     sha256_file,
     termination_as_exception,
+    write_records,
     write_results,
 )
 
@@ -29,5 +30,6 @@ __all__ = [
     "read_text",
     "sha256_file",
     "termination_as_exception",
+    "write_records",
     "write_results",
 ]

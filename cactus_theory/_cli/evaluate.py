@@ -68,7 +68,28 @@ def add_parser(sub):
         "--no-drift", action="store_true", help="do not record each token's KL (faster; needed for block rules)"
     )
     e.add_argument("--out", default=None, help="JSON Lines of records (appended; a rerun resumes)")
-    e.add_argument("--summarize", default=None, metavar="RECORDS", help="only summarise a records file (no model)")
+    e.add_argument(
+        "--summarize", default=None, metavar="RECORDS", help="only summarise a records file (either kind; no model)"
+    )
+    e.add_argument(
+        "--exact",
+        action="store_true",
+        help="the exact expected accuracy where one token decides (a multiple-choice benchmark asked at the answer "
+        "position: choice, arc_challenge): each method's law of the answer token, no sampling",
+    )
+    e.add_argument(
+        "--threads",
+        type=_int_at_least(1),
+        default=None,
+        help="CPU threads of the forwards (default: the CPUs this process may use, said in the progress line)",
+    )
+    e.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="tcp://HOST:PORT",
+        help="spread the problems over this Dask cluster's workers (each loads the pair once; --verifier and --draft "
+        "are paths the workers can read)",
+    )
     e.add_argument("--bootstrap", type=_resamples, default=2000, help="resamples of the paired intervals")
     _model_options(e)
     _sampling_options(e)
@@ -79,13 +100,18 @@ def add_parser(sub):
 
 def run(args) -> int:
 
+    from .._studies._exact_choice import KIND as EXACT
+    from .._studies._exact_choice import exact_choice_referee, read_exact_records, summarize_exact
     from .._studies._quality import evaluate_rules, quality_markdown, read_records, summarize_records
 
     if args.summarize:
         if args.verifier or args.draft or args.rule:
             raise ValueError("--summarize reads a records file alone: drop --verifier, --draft and --rule")
-        summary = summarize_records(read_records(args.summarize), n_boot=args.bootstrap, seed=args.seed)
-        print(quality_markdown(summary))
+        if _first_kind(args.summarize) == EXACT:
+            print(summarize_exact(read_exact_records(args.summarize), n_boot=args.bootstrap, seed=args.seed).table())
+        else:
+            summary = summarize_records(read_records(args.summarize), n_boot=args.bootstrap, seed=args.seed)
+            print(quality_markdown(summary))
         return 0
     if not (args.verifier and args.draft and args.rule):
         raise ValueError("give --verifier, --draft and at least one --rule (or --summarize RECORDS)")
@@ -103,29 +129,67 @@ def run(args) -> int:
     _check_out(args, [args.file, *_model_inputs(args)], directory=False)
     check_model_arguments(args)
     rules = parse_rules(args.rule, [1.0])
+    if args.exact and not get_benchmark(args.benchmark).one_token:
+        raise ValueError(
+            f"--exact needs a benchmark where one token decides (a multiple-choice one: choice, arc_challenge); "
+            f"{args.benchmark} is graded by sampling: drop --exact"
+        )
     problems = load_problems(args.benchmark, args.data, path=args.file, limit=args.limit, start=args.start)
-    opts = {"cache": not args.no_model_cache, "progress": _progress(args)}
+    if args.exact:
+        kwargs = {"settings": _settings(args), "threads": args.threads}
+    else:
+        kwargs = {
+            "m": args.m,
+            "settings": _settings(args),
+            "max_new_tokens": args.max_new_tokens,
+            "samples": args.samples,
+            "seed": args.seed,
+            "batch": args.batch,
+            "drift": not args.no_drift,
+            "allow_code_execution": args.allow_code_execution or None,
+            "threads": args.threads,
+        }
+    opts = {"device": args.device, "dtype": args.dtype, "cache": not args.no_model_cache, "engine": args.engine}
     if args.engine == "llama.cpp":
-        opts.update(engine="llama.cpp", sequences=args.batch)
-    verifier = load_model(args.verifier, args.device, args.dtype, **opts)
-    draft = load_model(args.draft, args.device, args.dtype, **opts)  # the whole triple: its identity is recorded
-    records = evaluate_rules(
-        verifier,
-        draft,
-        problems,
-        rules,
-        m=args.m,
-        settings=_settings(args),
-        max_new_tokens=args.max_new_tokens,
-        samples=args.samples,
-        seed=args.seed,
-        batch=args.batch,
-        out=args.out,
-        progress=_progress(args),
-        drift=not args.no_drift,
-        allow_code_execution=args.allow_code_execution or None,
-    )
-    print(quality_markdown(summarize_records(records, n_boot=args.bootstrap, seed=args.seed)))
+        opts["sequences"] = 1 if args.exact else args.batch
+    if args.scheduler:
+        from .._analysis._engines import close_quietly, connect_scheduler
+        from .._studies._referee_cluster import evaluate_on_cluster
+
+        client = connect_scheduler(args.scheduler)
+        try:
+            records = evaluate_on_cluster(
+                args.verifier,
+                args.draft,
+                problems,
+                rules,
+                client=client,
+                load_options={**opts, "progress": False},
+                exact=args.exact,
+                out=args.out,
+                progress=_progress(args),
+                **kwargs,
+            )
+        finally:
+            close_quietly(client)
+    else:
+        verifier = load_model(args.verifier, progress=_progress(args), **opts)
+        draft = load_model(args.draft, progress=_progress(args), **opts)  # the whole triple: its identity is recorded
+        referee = exact_choice_referee if args.exact else evaluate_rules
+        records = referee(verifier, draft, problems, rules, out=args.out, progress=_progress(args), **kwargs)
+    if args.exact:
+        print(summarize_exact(records, n_boot=args.bootstrap, seed=args.seed).table())
+    else:
+        print(quality_markdown(summarize_records(records, n_boot=args.bootstrap, seed=args.seed)))
     if args.out:
         print(f"records in {args.out}")
     return 0
+
+
+def _first_kind(path):
+    """The ``record`` field of a records file's first record (None where it has none)."""
+    from .._util._files import json_lines
+
+    for _, rec in json_lines(path, "a record of cactus-theory evaluate"):
+        return rec.get("record") if isinstance(rec, dict) else None
+    return None

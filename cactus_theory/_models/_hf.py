@@ -147,6 +147,27 @@ def check_device(device, what: str = "--device"):
     raise ValueError(f"{what} must be cpu, cuda, cuda:N or mps; got {device!r}")
 
 
+@contextlib.contextmanager
+def model_threads_for(models, threads=None):
+    """Run the block with every model of ``models`` on ``threads`` CPU threads: given, else the CPUs this
+    process may use (``os.sched_getaffinity``: a process pinned to one core gets one thread, never torch's
+    count of the machine's cores, which oversubscribes a busy machine). Torch's intra-op threads (Hugging
+    Face models; restored after) and each llama.cpp model's (``set_threads``). Yields (threads, what the
+    progress line says of them)."""
+    chosen = int(threads) if threads is not None else default_threads()
+    if chosen < 1:
+        raise ValueError(f"threads must be an integer >= 1; got {threads!r}")
+    why = "--threads" if threads is not None else "the CPUs this process may use"
+    for model in models:
+        if engine_of(model) == "llama.cpp":
+            model.set_threads(chosen)
+    if any(engine_of(m) != "llama.cpp" and hasattr(m, "parameters") for m in models):
+        with torch_threads(chosen):
+            yield chosen, f"{chosen} thread{'s' if chosen > 1 else ''}: {why}"
+    else:
+        yield chosen, f"{chosen} thread{'s' if chosen > 1 else ''}: {why}"
+
+
 def torch_dtype(dtype):
     import torch
 
@@ -327,10 +348,11 @@ def tokenizer_hash(tokenizer) -> str:
     return hashlib.sha256("\n".join(f"{t}\t{i}" for t, i in vocab).encode()).hexdigest()
 
 
-def encode_chat(tokenizer, text: str, what: str = "the prompt"):
-    """Token ids of a single user turn with the generation prompt (the model's chat template).
-    A prompt that tokenises to nothing raises a ValueError naming ``what``."""
-    if getattr(tokenizer, "chat_template", None):
+def encode_chat(tokenizer, text: str, what: str = "the prompt", *, chat: bool = True):
+    """Token ids of a single user turn with the generation prompt (the model's chat template); with
+    ``chat=False`` the text tokenized as it is (a prompt that ends where the answer's token begins, such as
+    "Answer:"). A prompt that tokenises to nothing raises a ValueError naming ``what``."""
+    if chat and getattr(tokenizer, "chat_template", None):
         ids = tokenizer.apply_chat_template(
             [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
         )

@@ -123,6 +123,8 @@ def evaluate_rules(
     timeout=PROGRAM_SECONDS,
     allow_code_execution=None,
     benchmarks=None,
+    threads=None,
+    _setting_only=False,
 ) -> list:
     """Decode and grade ``problems`` (``load_problems``) with the verifier alone and each of ``rules``:
     the records (dicts: id, benchmark, method, sample, seed, token ids, text, correct, what was
@@ -142,10 +144,12 @@ def evaluate_rules(
     (HumanEval, MBPP); those programs run only with ``allow_code_execution=True`` (or
     ``CACTUS_ALLOW_CODE_EXECUTION=1``), isolated by the operating system (``_util._sandbox``).
     ``benchmarks``: the benchmarks ``out`` is for (default: those of ``problems``), part of its setting: a
-    run that pools several benchmarks in one file over several calls names them all."""
+    run that pools several benchmarks in one file over several calls names them all. ``threads``: CPU threads
+    of the forwards (default: the CPUs this process may use: ``model_threads_for``), said in the progress
+    line."""
     from .._models._decode_spec import DecodeSpec
     from .._models._decoders import decoder_for
-    from .._models._hf import encode_chat, eos_ids, model_arithmetic, split_model
+    from .._models._hf import encode_chat, eos_ids, model_arithmetic, model_threads_for, split_model
 
     check_evaluate_limits(m=m, max_new_tokens=max_new_tokens, batch=batch, samples=samples)
     # the run's one spec, checked once; each rule's is the same settings for it
@@ -177,6 +181,8 @@ def evaluate_rules(
     models = {"verifier": split_model(tuple(verifier))[1], "draft": draft_identity}
     setting = _setting(m, spec.settings, max_new_tokens, seed, models, arithmetic, benchmarks, timeout)
     decoders = {method: decoder_for(s, model, draft if s.rule is not None else None) for method, s in specs.items()}
+    if _setting_only:  # what a cluster's worker says of its pair before the records file opens
+        return setting
     done, log = {}, None
     if out is not None:
         log = RecordLog(out, KIND, setting)
@@ -189,12 +195,13 @@ def evaluate_rules(
         except BaseException:
             log.close()
             raise
-    ids = {p.id: encode_chat(tokenizer, p.prompt.text, f"problem {p.id!r}") for p in problems}
+    chat = {b: get_benchmark(b).chat for b in present}
+    ids = {p.id: encode_chat(tokenizer, p.prompt.text, f"problem {p.id!r}", chat=chat[p.benchmark]) for p in problems}
     units = sum(1 for k in range(samples) for method in methods for p in problems if (p.id, method, k) not in done)
-    bar = progress_bar(total=units, desc="evaluate", unit="answer", enabled=progress)
-    fresh = []
+    fresh, bar = [], None
     try:
-        with termination_as_exception():
+        with termination_as_exception(), model_threads_for([model, draft], threads) as (_, line):
+            bar = progress_bar(total=units, desc=f"evaluate ({line})", unit="answer", enabled=progress)
             # problems in groups of ``batch``, every method on a group before the next: a stopped run holds
             # paired answers of every method on the problems it reached
             for k, start in ((k, s) for k in range(samples) for s in range(0, len(problems), batch)):
@@ -216,12 +223,14 @@ def evaluate_rules(
                         fresh.append(rec)
                     bar.update(len(group))
     except (KeyboardInterrupt, Terminated):
-        bar.close()
+        if bar is not None:
+            bar.close()
         where = f" in {out}: rerun the same command to resume" if out else ""
         print(f"stopped: {len(fresh)} answer(s) of this run graded and kept{where}", file=sys.stderr, flush=True)
         raise
     finally:
-        bar.close()
+        if bar is not None:
+            bar.close()
         if log is not None:
             log.close()
     wanted = {(p.id, method, k) for k in range(samples) for method in methods for p in problems}

@@ -47,6 +47,7 @@ __all__ = [
     "sha256_file",
     "termination_as_exception",
     "utc_timestamp",
+    "write_records",
     "write_results",
 ]
 
@@ -470,3 +471,14 @@ def write_results(directory, stem, *, markdown, data=None, png=None) -> list:
     if png is not None:
         written.append(atomic_write(os.path.join(directory, f"{stem}.png"), png))
     return written
+
+
+def write_records(records, path, *, drop=()) -> str:
+    """``records`` (dicts) as a gzip-compressed JSON Lines file a repository can hold: one compact line each,
+    keys sorted, without the fields ``drop`` names, byte for byte the same for the same records (no time stamp
+    in the gzip header), written atomically. ``json_lines`` reads it back. Returns the path."""
+    text = "".join(
+        json.dumps({k: v for k, v in r.items() if k not in drop}, sort_keys=True, separators=(",", ":")) + "\n"
+        for r in records
+    )
+    return atomic_write(path, gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0))

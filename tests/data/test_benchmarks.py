@@ -21,10 +21,12 @@ def test_the_packages_own_benchmarks_are_one_module_each():
 
     modules = {m.__name__.rsplit(".", 1)[1] for m in _benchmarks._MODULES}
     assert modules == {"gsm8k", "humaneval", "mbpp", "choice", "mt_bench", "spec_bench"}
-    assert benchmark_names(plugins=False) == ("gsm8k", "humaneval", "mbpp", "choice", "mt_bench", "spec_bench")
-    assert benchmark_names(graded=True, plugins=False) == ("gsm8k", "humaneval", "mbpp", "choice")
+    names = ("gsm8k", "humaneval", "mbpp", "choice", "arc_challenge", "mt_bench", "spec_bench")
+    assert benchmark_names(plugins=False) == names
+    assert benchmark_names(graded=True, plugins=False) == names[:5]
+    assert [n for n in names if get_benchmark(n).one_token] == ["choice", "arc_challenge"]
     assert [n for n in benchmark_names(plugins=False) if get_benchmark(n).runs_code] == ["humaneval", "mbpp"]
-    with pytest.raises(ValueError, match="graded benchmark must be one of gsm8k, humaneval, mbpp, choice"):
+    with pytest.raises(ValueError, match="graded benchmark must be one of gsm8k, humaneval, mbpp, choice, arc_chall"):
         get_benchmark("mt_bench", graded=True)
 
 

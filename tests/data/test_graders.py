@@ -284,6 +284,9 @@ def test_mbpp_runs_the_setup_code_before_the_tests(tmp_path):
         ("The answer is (C).\nI", "C"),  # a stray capital after the answer does not override it
         ("The answer is (C).\n(A) was tempting but\nB", "C"),
         ("So the answer is B because the rest fail", "B"),
+        (" C", "C"),  # the one token at the answer position
+        ("B. Planetary years will become longer.", "B"),  # the letter as a label, then its choice
+        ("A planet rotates faster", None),  # a word, not a label
     ],
 )
 def test_choice_letters(completion, letter):
@@ -298,7 +301,9 @@ def test_choice_files_load_and_grade(tmp_path):
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     problems = load_problems("choice", path=path)
-    assert "(B) 4" in problems[0].prompt.text
+    # lm-evaluation-harness's MMLU prompt: the choices lettered, then "Answer:", the next token the letter
+    assert problems[0].prompt.text == "2 + 2?\nA. 3\nB. 4\nC. 5\nAnswer:"
+    assert grade(problems[0], " B").correct and not grade(problems[0], " C").correct
     assert grade(problems[0], "The answer is (B)").correct
     assert not grade(problems[0], "The answer is (C)").correct
     assert grade(problems[1], "answer: A").correct  # the file's "a" is read as "A"
@@ -333,4 +338,4 @@ def test_bad_records_are_named(tmp_path):
             load_problems(bench, path=path)
     with pytest.raises(ValueError, match="completion must be"):
         grade(load_problems("gsm8k", FIXTURES, limit=1)[0], None)
-    assert GRADED == ("gsm8k", "humaneval", "mbpp", "choice")
+    assert GRADED == ("gsm8k", "humaneval", "mbpp", "choice", "arc_challenge")

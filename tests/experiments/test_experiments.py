@@ -668,6 +668,12 @@ def test_quality_referee(models, tmp_path):
     assert script("quality_referee").main(again) == 0
     again = (tmp_path / "again" / "quality.md").read_text()
     assert page.split("## The paper")[0].split("\n", 3)[3] == again.split("## The paper")[0].split("\n", 3)[3]
+    # the records beside the page, compressed, answers' texts dropped, give the page's table
+    from cactus_theory._studies._quality import read_records, summarize_records
+
+    committed = read_records(tmp_path / "quality_records.jsonl.gz")
+    assert len(committed) == 14 and not any("text" in r for r in committed)
+    assert summarize_records(committed, n_boot=100).table() in page
     paper = {(r["benchmark"], r["method"]): r for r in data["paper"]}
     # the Wilson interval of 1,210 of 1,319 (91.71%) by its closed form
     p, n, z = 1210 / 1319, 1319, 1.959963984540054
@@ -680,3 +686,54 @@ def test_quality_referee(models, tmp_path):
     # Cactus δ=1 moved 1.16 points of 1,319 problems (15.3): a paired interval shows it only with at most
     # (15.3 / 1.96)^2 = 60.9 discordant problems
     assert paper[("GSM8K", "Cactus δ=1.0")]["max_discordant_to_show"] == 60
+
+
+def test_fetch_benchmark(tmp_path, monkeypatch):
+    fetch = script("fetch_benchmark")
+    copy = BENCHMARKS / "arc_challenge" / "test.jsonl"
+    with pytest.raises(SystemExit, match="not the pinned"):  # a file of another content is refused, nothing written
+        fetch.main(["--data", str(tmp_path / "data"), "--from", str(copy)])
+    assert not (tmp_path / "data" / "arc_challenge" / "test.jsonl").exists()
+    import hashlib
+
+    monkeypatch.setattr(fetch, "SHA256", hashlib.sha256(copy.read_bytes()).hexdigest())
+    path = fetch.fetch(str(tmp_path / "data"), str(copy))
+    assert open(path, "rb").read() == copy.read_bytes()
+    assert "CC BY-SA 4.0" in (tmp_path / "data" / "arc_challenge" / "PROVENANCE.txt").read_text()
+
+
+@pytest.mark.llamacpp
+@pytest.mark.models
+def test_quality_exact(models, tmp_path):
+    argv = [
+        "--models",
+        models,
+        "--data",
+        str(BENCHMARKS),
+        "--rules",
+        "sps,cactus(delta=1),always-accept",
+        "--sampled-problems",
+        "2",
+        "--samples",
+        "2",
+        "--bootstrap",
+        "200",
+        "--records",
+        str(tmp_path / "records" / "exact.jsonl"),
+        "--out",
+        str(tmp_path),
+    ]
+    assert script("quality_exact").main(argv) == 0
+    data = json.loads((tmp_path / "quality_exact.json").read_text())
+    assert data["problems"] == {"arc_challenge": 4} and data["lossless_difference"] == 0.0
+    assert [r["method"] for r in data["sampled"]] == ["verifier alone", "sps", "cactus(delta=1)", "always-accept"]
+    page = (tmp_path / "quality_exact.md").read_text()
+    from cactus_theory._studies._exact_choice import read_exact_records, summarize_exact
+
+    committed = read_exact_records(tmp_path / "quality_exact_records.jsonl.gz")
+    assert len(committed) == 16
+    assert summarize_exact(committed, n_boot=200).table() in page  # the page's table, from the records alone
+    assert script("quality_exact").main(argv) == 0  # resumed: nothing decoded again, the same page
+    assert (tmp_path / "quality_exact.md").read_text().split("minutes")[1:] != [] and read_exact_records(
+        tmp_path / "quality_exact_records.jsonl.gz"
+    ) == committed

@@ -7,7 +7,7 @@ import re
 import pytest
 from locations import ROOT
 
-PAGE = (ROOT / "docs" / "contributing_house.md").read_text(encoding="utf-8")
+PAGE = (ROOT / "docs" / "contributing" / "house.md").read_text(encoding="utf-8")
 
 
 def _table_wings():

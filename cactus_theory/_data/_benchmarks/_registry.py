@@ -95,7 +95,8 @@ class Benchmark(abc.ABC):
     """A benchmark: subclass it, give it a ``name`` and the class registers itself (see the module
     docstring). ``file``: its file inside the data directory (None: it reads only a file the user names);
     ``source``: where to get that file; ``graded``: its answers are graded (``reference`` and ``grade``
-    given); ``runs_code``: its answers are programs; ``order``: its place in listings (lower first)."""
+    given); ``runs_code``: its answers are programs; ``order``: its place in listings (lower first);
+    ``chat``: its prompt goes through the chat template; ``one_token``: one token decides the grade."""
 
     name: ClassVar[str] = ""
     file: ClassVar[str | None] = None
@@ -103,6 +104,10 @@ class Benchmark(abc.ABC):
     graded: ClassVar[bool] = True
     runs_code: ClassVar[bool] = False
     order: ClassVar[int] = 50
+    #: Its prompt goes through the model's chat template (False: the text as it is, e.g. ending in "Answer:").
+    chat: ClassVar[bool] = True
+    #: One token decides the grade (the letter at the answer position): the exact referee applies.
+    one_token: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

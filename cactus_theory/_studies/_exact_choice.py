@@ -1,0 +1,345 @@
+"""The exact quality referee, where one token decides: for a multiple-choice problem asked at the answer
+position (the prompt ends in "Answer:", the next token is the letter: ``_data._benchmarks.choice``), each
+method's expected accuracy is the mass its law of that token puts on the correct letter, computed without
+sampling.
+
+- The verifier alone: q(correct letter), q the verifier's processed row (the run's temperature, top-k,
+  top-p) at the answer position.
+- A token rule: pi(correct letter), pi = the exact law the rule emits the answer token from
+  (``emitted_distribution`` of ``rule.at_slot(0)`` over the draft's processed row p there): the first
+  position of a block, where the draft is judged by the rule, its correction drawn on a rejection; the
+  tokens after it do not change the grade.
+- Mass on any other token (another letter, a space, "The") counts as wrong, as in lm-evaluation-harness's
+  exact match on the generated letter. A letter's tokens are every single token that reads as it, with or
+  without a leading space (``letter_token_ids``: `` A`` and ``A``).
+
+One prompt pass per model per problem (``teacher_forced_logits``). Each problem's paired difference
+(pi(c) - q(c)) is exact; the interval of the mean difference comes from the problems alone (the paired
+bootstrap of ``_math._paired``, the same as the sampled referee's; a difference within ``ROUNDING``, 1e-12,
+the float64 rounding of the laws, counts as none, so a lossless rule's is exactly 0). Beside each method the
+drift it spends at the answer token, KL(pi || q) and TV(pi, q). Records (one per problem and method) go through a
+``RecordLog`` (``KIND``); ``summarize_exact`` recomputes the table from them alone. Block and multi-draft
+rules are refused: their first token's law is not a per-token law.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._analysis._results import Result
+from .._data._benchmarks import get_benchmark
+from .._data._benchmarks.choice import LETTERS
+from .._math._bootstrap import percentile_interval, resample_counts, resampled_sums
+from .._math._paired import paired_difference
+from .._math._sampling import SamplingSettings
+from .._math._validation import is_integer
+from .._util._files import LockError, Terminated, json_lines, termination_as_exception
+from .._util._progress import progress_bar
+from .._util._records import RecordLog
+
+__all__ = [
+    "KIND",
+    "ExactSummary",
+    "exact_answer_accuracy",
+    "exact_choice_referee",
+    "letter_token_ids",
+    "read_exact_records",
+    "summarize_exact",
+]
+
+#: The kind of record the exact referee writes (``RecordLog``).
+KIND = "cactus-theory evaluate --exact"
+#: The method name of the verifier alone.
+ALONE = "verifier alone"
+#: Differences of a problem's exact accuracies this small are the laws' float64 rounding, not a difference.
+ROUNDING = 1e-12
+_FIELDS = {"id": str, "benchmark": str, "method": str, "accuracy": float, "kl": float, "tv": float}
+
+
+def letter_token_ids(tokenizer, letters=LETTERS) -> dict:
+    """{letter: sorted ids of the single tokens that read as that letter} (with a leading space, as
+    lm-evaluation-harness's target `` A`` is tokenized after "Answer:", and without). A letter no single
+    token reads as is a ValueError (the exact referee would count its answers wrong)."""
+    out = {}
+    for letter in letters:
+        ids = set()
+        for text in (" " + letter, letter):
+            enc = tokenizer(text, add_special_tokens=False)["input_ids"]
+            if len(enc) == 1 and tokenizer.decode(enc).strip() == letter:
+                ids.add(int(enc[0]))
+        if not ids:
+            raise ValueError(f"no single token of this tokenizer reads as the letter {letter!r}")
+        out[letter] = sorted(ids)
+    return out
+
+
+def exact_answer_accuracy(rule, draft_probs, target_probs, correct_ids, *, logits=None) -> dict:
+    """The exact expected accuracy at the answer position: ``target_probs`` (q) mass on ``correct_ids``
+    for the verifier alone (``rule`` None), else the mass of the law ``rule`` emits the position from
+    (its slot-0 law over ``draft_probs``, p), with the drift it spends there: {"accuracy", "kl", "tv"}
+    (float64; KL(pi || q) in nats)."""
+    from .._laws._emitted import emitted_distribution
+    from .._rules._protocol import judgement_of
+
+    q = np.asarray(target_probs, dtype=np.float64)
+    q = q / q.sum()
+    correct = np.asarray(sorted(set(int(i) for i in correct_ids)), dtype=np.int64)
+    if rule is None:
+        return {"accuracy": float(q[correct].sum()), "kl": 0.0, "tv": 0.0}
+    if not judgement_of(rule).per_token:
+        raise ValueError(
+            f"{rule.describe()} judges whole blocks or several drafts: the exact referee needs a token rule's law"
+        )
+    p = np.asarray(draft_probs, dtype=np.float64)
+    p = p / p.sum()
+    pi = np.asarray(emitted_distribution(rule.at_slot(0), p, q, logits=logits), dtype=np.float64)
+    support = pi > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kl = float(np.sum(pi[support] * (np.log(pi[support]) - np.log(q[support]))))
+    return {"accuracy": float(pi[correct].sum()), "kl": kl, "tv": float(0.5 * np.abs(pi - q).sum())}
+
+
+def read_exact_records(path) -> list:
+    """The records of a file the exact referee wrote (plain or gzip), each checked for its fields."""
+    out = []
+    for n, rec in json_lines(path, "a record of cactus-theory evaluate --exact"):
+        if not isinstance(rec, dict) or rec.get("record", KIND) != KIND:
+            raise ValueError(f"{path}, line {n}: not a record of cactus-theory evaluate --exact")
+        for key, kind in _FIELDS.items():
+            value = rec.get(key)
+            good = isinstance(value, kind) or (kind is float and is_integer(value))
+            if not good or (kind is float and not np.isfinite(value) and key != "kl"):
+                raise ValueError(f"{path}, line {n}: {key!r} must be {'a number' if kind is float else 'a string'}")
+        out.append(rec)
+    return out
+
+
+def exact_choice_referee(
+    verifier, draft, problems, rules, *, settings=None, out=None, progress=None, threads=None, _setting_only=False
+) -> list:
+    """The exact expected accuracy of the verifier alone and of each token rule of ``rules`` on
+    ``problems`` (``load_problems`` of a benchmark whose one token decides: ``choice``, ``arc_challenge``),
+    without sampling (see the module docstring): one record per problem and method (id, problem digest,
+    method, accuracy, the drift at the answer token, and the mass p and q put on the correct letter).
+    ``verifier``: a (model, tokenizer, identity) triple; ``draft``: a model or its triple. ``settings``:
+    the sampling that processes both rows (default: the paper's). ``out``: a records file (``RecordLog``:
+    resumed, refused when it holds another setting). ``threads``: CPU threads of the forwards (default: the
+    CPUs this process may use; ``model_threads_for``), said in the progress line. Returns the records,
+    problems in order, methods in order."""
+
+    from .._math._logits import RuleLogits
+    from .._math._sampling import processed_probs
+    from .._models._decode_spec import DecodeSpec
+    from .._models._hf import encode_chat, model_arithmetic, model_threads_for, split_model
+    from .._models._prefix import NextTokenLogits
+
+    settings = settings or SamplingSettings()
+    if not problems:
+        raise ValueError("problems: give at least one problem (load_problems)")
+    for bench in sorted({p.benchmark for p in problems}):
+        if not get_benchmark(bench).one_token:
+            raise ValueError(
+                f"benchmark {bench!r}: the exact referee needs one token to decide the grade (a multiple-choice "
+                "benchmark asked at the answer position: choice, arc_challenge); grade it by sampling instead"
+            )
+    base = DecodeSpec(settings=settings)
+    specs = [base.with_rule(r) for r in rules]
+    for spec in specs:
+        exact_answer_accuracy(spec.rule, np.ones(2) / 2, np.ones(2) / 2, [0])  # block rules refused up front
+    methods = [ALONE, *(s.label for s in specs)]
+    if len(set(methods)) != len(methods):
+        raise ValueError(f"the rules must be distinct; got {methods[1:]}")
+    model, tokenizer = verifier[0], verifier[1]
+    draft, draft_identity = split_model(draft)
+    needed = sorted({c for p in problems for c in p.reference.get("letters", p.reference["answer"])})
+    letters = letter_token_ids(tokenizer, "".join(needed))
+    setting = {
+        "sampling": settings.as_dict(),
+        "models": {"verifier": split_model(tuple(verifier))[1], "draft": draft_identity},
+        "arithmetic": {"verifier": model_arithmetic(model), "draft": model_arithmetic(draft)},
+        "benchmarks": sorted({p.benchmark for p in problems}),
+        "answer_tokens": {k: v for k, v in letters.items()},
+    }
+    if _setting_only:  # what a cluster's worker says of its pair before the records file opens
+        return setting
+    done, log = {}, None
+    if out is not None:
+        log = RecordLog(out, KIND, setting)
+        try:
+            held = log.open()
+        except LockError as exc:
+            raise ValueError(str(exc)) from None
+        done = {(r["id"], r["method"]): r for r in held}
+    todo = [p for p in problems if any((p.id, m) not in done for m in methods)]
+    fresh = 0
+    verifier_row, draft_row = NextTokenLogits(model), NextTokenLogits(draft)
+    bar = None
+    try:
+        with termination_as_exception(), model_threads_for([model, draft], threads) as (used, line):
+            bar = progress_bar(total=len(todo), desc=f"exact referee ({line})", unit="problem", enabled=progress)
+            for problem in todo:
+                ids = encode_chat(tokenizer, problem.prompt.text, f"problem {problem.id!r}", chat=False)
+                q_raw, p_raw = verifier_row(ids), draft_row(ids)
+                q = np.asarray(processed_probs(q_raw[None], settings)[0], dtype=np.float64)
+                p = np.asarray(processed_probs(p_raw[None], settings)[0], dtype=np.float64)
+                answer = problem.reference["answer"]
+                correct = letters[answer]
+                own = problem.reference.get("letters", answer)
+                records = []
+                for method, spec in zip(methods, [None, *specs], strict=True):
+                    if (problem.id, method) in done:
+                        continue
+                    rule = None if spec is None else spec.rule
+                    logits = None
+                    if rule is not None and rule.needs_logits:
+                        logits = RuleLogits(target=q_raw, draft=p_raw, temperature=settings.temperature)
+                    law = exact_answer_accuracy(rule, p, q, correct, logits=logits)
+                    records.append(
+                        {
+                            "id": problem.id,
+                            "problem": problem.digest,
+                            "benchmark": problem.benchmark,
+                            "method": method,
+                            "answer": answer,
+                            **law,
+                            "q_correct": float(q[correct].sum()),
+                            "p_correct": float(p[correct].sum()),
+                            "q_letters": float(q[[i for c in own for i in letters[c]]].sum()),
+                            "prompt_tokens": len(ids),
+                            "threads": used,
+                        }
+                    )
+                if log is not None:
+                    log.append(records)
+                    records = [log.stamped(r) for r in records]
+                else:
+                    records = [{**r, "setting": setting} for r in records]
+                for rec in records:
+                    done[(rec["id"], rec["method"])] = rec
+                fresh += len(records)
+                bar.update(1)
+    except (KeyboardInterrupt, Terminated):
+        if bar is not None:
+            bar.close()
+        where = f" in {out}: rerun the same command to resume" if out else ""
+        print(f"stopped: {fresh} record(s) of this run kept{where}", file=sys.stderr, flush=True)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+        verifier_row.close()
+        draft_row.close()
+        if log is not None:
+            log.close()
+    return [done[(p.id, m)] for p in problems for m in methods]
+
+
+@dataclass(frozen=True)
+class ExactSummary(Result):
+    """Per benchmark and method: the exact expected accuracy, the paired difference from the verifier alone
+    with its 95% interval over problems, and the drift at the answer token (``rows``: dicts)."""
+
+    rows: list
+    problems: dict
+
+    name = "quality_exact"
+
+    def records(self) -> list:
+        return [dict(r) for r in self.rows]
+
+    def table(self) -> str:
+        return exact_markdown(self)
+
+    def markdown(self) -> str:
+        return exact_markdown(self)
+
+
+def summarize_exact(records, *, n_boot=2000, seed=0) -> ExactSummary:
+    """The exact referee's summary from its records alone (a list, or the path of its file): per benchmark
+    (and "all" where there are several) and method, the mean exact accuracy, the mean paired difference
+    from the verifier alone with the paired bootstrap's 95% interval over problems, the problems a +-0.5 and
+    +-1 point interval would need at the spread observed, and the mean KL(pi || q) and TV at the answer
+    token with their intervals."""
+    if not isinstance(records, list):
+        records = read_exact_records(records)
+    if not records:
+        raise ValueError("records: none to summarise")
+    rows, covered = [], {}
+    benches = sorted({r["benchmark"] for r in records})
+    groups = [(b, [r for r in records if r["benchmark"] == b]) for b in benches]
+    if len(benches) > 1:
+        groups.append(("all", [{**r, "id": f"{r['benchmark']}/{r['id']}"} for r in records]))
+    for bench, mine in groups:
+        by = {}
+        for r in mine:
+            by.setdefault(r["method"], {})[r["id"]] = r
+        if ALONE not in by:
+            raise ValueError(f"records of {bench}: none of the verifier alone, the reference of every comparison")
+        base = by[ALONE]
+        covered[bench] = len(base)
+        for method, recs in [(ALONE, base), *((m, v) for m, v in by.items() if m != ALONE)]:
+            ids = sorted(set(recs) & set(base))
+            score = np.array([recs[i]["accuracy"] for i in ids])
+            ref = np.array([base[i]["accuracy"] for i in ids])
+            # float64 rounding of a law (a lossless rule's pi is q to ~1e-16) is no difference
+            score = np.where(np.abs(score - ref) <= ROUNDING, ref, score)
+            cmp = paired_difference(ids, np.clip(score, 0, 1), np.clip(ref, 0, 1), n_boot=n_boot, seed=seed)
+            row = {
+                "benchmark": bench,
+                "method": method,
+                "problems": len(ids),
+                "accuracy": float(score.mean()),
+                "difference": float((score - ref).mean()),
+                "low": cmp.low,
+                "high": cmp.high,
+                "verdict": "reference" if method == ALONE else cmp.verdict,
+                "needed_half": float(cmp.needed_1 * 4),
+                "needed_1": cmp.needed_1,
+            }
+            for key in ("kl", "tv"):
+                values = np.array([recs[i][key] for i in ids], dtype=np.float64)
+                row[key] = float(values.mean())
+                counts = resample_counts(ids, n_boot, seed)
+                if counts is not None and np.all(np.isfinite(values)):
+                    (sums,) = resampled_sums(counts, values)
+                    row[f"{key}_lo"], row[f"{key}_hi"] = percentile_interval(sums / len(ids))
+                else:
+                    row[f"{key}_lo"] = row[f"{key}_hi"] = float("nan")
+            rows.append(row)
+    return ExactSummary(rows, covered)
+
+
+def _pts(x, sign=False) -> str:
+    if not np.isfinite(x):
+        return "-"
+    return f"{100 * x:+.2f}" if sign else f"{100 * x:.2f}"
+
+
+def exact_markdown(summary: ExactSummary) -> str:
+    """The exact summary as a Markdown table: per benchmark and method, the exact accuracy (%), the paired
+    difference from the verifier alone with its 95% interval (points), the verdict, the problems a +-0.5 /
+    +-1 point interval would need, and the drift at the answer token (KL, TV, with intervals)."""
+    lines = [
+        "| benchmark | method | problems | exact accuracy % | difference, points [95%] | verdict | "
+        "problems for +-0.5 / +-1 pts | KL at the answer token [95%] | TV [95%] |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in summary.rows:
+        if r["method"] == ALONE:
+            diff, verdict, need = "-", "reference", "-"
+        else:
+            diff = f"{_pts(r['difference'], True)} [{_pts(r['low'], True)}, {_pts(r['high'], True)}]"
+            verdict = r["verdict"]
+            need = "- (no spread)" if r["needed_1"] == 0 else f"{r['needed_half']:,.0f} / {r['needed_1']:,.0f}"
+            if not np.isfinite(r["needed_1"]):
+                need = "-"
+        kl = f"{r['kl']:.4f} [{r['kl_lo']:.4f}, {r['kl_hi']:.4f}]" if np.isfinite(r["kl_lo"]) else f"{r['kl']:.4f}"
+        tv = f"{r['tv']:.4f} [{r['tv_lo']:.4f}, {r['tv_hi']:.4f}]" if np.isfinite(r["tv_lo"]) else f"{r['tv']:.4f}"
+        lines.append(
+            f"| {r['benchmark']} | {r['method']} | {r['problems']} | {_pts(r['accuracy'])} | {diff} | {verdict} | "
+            f"{need} | {kl} | {tv} |"
+        )
+    return "\n".join(lines)

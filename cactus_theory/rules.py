@@ -8,11 +8,13 @@ whose one-draft block is SpS: a base before ``Rule``), ``judgement_of`` (what a 
 
 from __future__ import annotations
 
+from ._models._fused import FusedRule
 from ._rules import available_rules
 from ._rules._helpers import SpSOneDraft, block_inputs
 from ._rules._protocol import Judgement, judgement_of
 
 _HELPERS = {
+    "FusedRule": FusedRule,
     "SpSOneDraft": SpSOneDraft,
     "block_inputs": block_inputs,
     "Judgement": Judgement,

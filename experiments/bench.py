@@ -70,6 +70,7 @@ TARGET_LIMITS = {
     "rules numpy": ("validated NumPy rules <= 1.2x the plain formula", 1.2, False),
     "unvalidated rules cuda": ("CUDA rules with validate=False <= 1.1x the plain formula", 1.1, False),
     "rules cuda": ("validated CUDA rules <= 1.3x the plain formula", 1.3, False),
+    "fused rules cuda": ("CUDA rules fused by torch.compile (FusedRule) <= 1.1x the plain formula", 1.1, False),
     "analysis": ("analysis >= 50% of reading speed (1 process, 1,000 resamples)", 0.5, True),
 }
 
@@ -180,7 +181,9 @@ def rule_inputs(device="cpu", dtype="float32", rows=ROWS, vocab=VOCAB):
     return p.to(device=device, dtype=tdtype), q.to(device=device, dtype=tdtype), n.to(device)
 
 
-def bench_rules(repeats, devices=(("cpu", "float32"), ("numpy", "float64")), rows=ROWS, vocab=VOCAB):
+def bench_rules(repeats, devices=(("cpu", "float32"), ("numpy", "float64")), rows=ROWS, vocab=VOCAB, fused=False):
+    """One row per rule and device: ours (validated, and not) against the plain formula; ``fused``: also the
+    rule compiled (``FusedRule``, torch devices; its compile is the first, untimed call)."""
     out = []
     for device, dtype in devices:
         if device == "numpy":
@@ -189,20 +192,33 @@ def bench_rules(repeats, devices=(("cpu", "float32"), ("numpy", "float64")), row
         else:
             p, q, n = rule_inputs(device, dtype, rows, vocab)
             label = f"torch {device} {dtype}"
-        out += [_rule_row(name, rule, p, q, n, device, label, repeats, rows, vocab) for name, rule in RULES]
+        out += [
+            _rule_row(name, rule, p, q, n, device, label, repeats, rows, vocab, fused and device != "numpy")
+            for name, rule in RULES
+        ]
     return out
 
 
 RULES = (("sps", SpS()), ("cactus", Cactus(1.0)))
 
 
-def _rule_row(name, rule, p, q, n, device, label, repeats, rows, vocab):
+def _rule_row(name, rule, p, q, n, device, label, repeats, rows, vocab, fused=False):
     sync = _sync(device)
     plain = (plain_numpy if device == "numpy" else plain_torch)(name)
     base = median_time(lambda: sync(plain(p, q, n)), repeats)
     ours = median_time(lambda: sync(rule.acceptance_and_correction(p, q, n)), repeats)
     fast = median_time(lambda: sync(rule.acceptance_and_correction(p, q, n, validate=False)), repeats)
     two = median_time(lambda: sync((rule.acceptance(p, q, n), rule.correction(p, q, n))), repeats)
+    note = ""
+    if fused:
+        from cactus_theory.rules import FusedRule
+
+        compiled = FusedRule(rule)
+        sync(compiled.acceptance_and_correction(p, q, n))  # the compile
+        fuse = median_time(lambda: sync(compiled.acceptance_and_correction(p, q, n)), repeats)
+        note = f"; fused (torch.compile) {fuse / base:.2f}x"
+        if device == "cuda":
+            TARGETS[f"fused rules cuda {dtype_of(p)} {name}"] = fuse / base
     if device == "cuda":
         TARGETS[f"rules cuda {dtype_of(p)} {name}"] = ours / base
         TARGETS[f"unvalidated rules cuda {dtype_of(p)} {name}"] = fast / base
@@ -212,7 +228,7 @@ def _rule_row(name, rule, p, q, n, device, label, repeats, rows, vocab):
         f"{rule.describe()} acceptance + correction, {rows} x {vocab:,}, {label}",
         f"{ours / base:.2f}x the plain formula (validated)",
         f"{fast / base:.2f}x with validate=False",
-        f"plain {base * 1e3:.2f} ms; as two calls (each validated) {two / base:.2f}x",
+        f"plain {base * 1e3:.2f} ms; as two calls (each validated) {two / base:.2f}x{note}",
     )
 
 

@@ -218,31 +218,33 @@ def part_dump(ctx):
 # --- 2. the verifier alone ------------------------------------------------------------------------
 
 
-def part_alone(ctx):
+def _alone(ctx, ids, **flags):
+    """``decode``'s verifier alone (batch 1, on the device) on each prompt, with the DecodeSpec ``flags``:
+    (the DecodeResults, seconds)."""
+    from cactus_theory._models._clock import drain
+    from cactus_theory._models._decode_spec import DecodeSpec
+    from cactus_theory._models._decoders import batched_decoder
+
+    out, seconds = [], 0.0
+    for i, x in enumerate(ids):
+        spec = DecodeSpec(settings=settings(), max_new_tokens=ctx.new_tokens, **flags)
+        sync(ctx.device)
+        start = time.perf_counter()
+        out.append(drain(batched_decoder(spec, ctx.verifier).steps([x], [i], {1}))[0])
+        sync(ctx.device)
+        seconds += time.perf_counter() - start
+    return out, seconds
+
+
+def _generate(ctx, ids, lengths, **options):
+    """``model.generate`` (sampling as ours) of each prompt for its length: seconds."""
     import torch
 
-    from cactus_theory import autoregressive_generate_batch
-    from cactus_theory.hf import encode_chat
-
-    s = settings()
-    prompts = make_prompts(ctx.alone_prompts, ctx.vocab, 2, "alone")
-    ids = [encode_chat(ctx.tokenizer, p.text) for p in prompts]
-    n = ctx.new_tokens
-    autoregressive_generate_batch(ctx.verifier, [ids[0]], [0], s, 4, {1})  # warm-up
-    ctx.verifier.generate(
-        input_ids=torch.tensor([ids[0]], device=ctx.device), do_sample=True, max_new_tokens=4, pad_token_id=0
-    )
-    ours, theirs, tokens = 0.0, 0.0, 0
-    for i, x in enumerate(ids):
+    s, seconds = settings(), 0.0
+    for x, n_out in zip(ids, lengths, strict=True):
         sync(ctx.device)
-        start = time.perf_counter()
-        got = autoregressive_generate_batch(ctx.verifier, [x], [i], s, n, {1})[0]
-        sync(ctx.device)
-        ours += time.perf_counter() - start
-        tokens += len(got.tokens)
         start = time.perf_counter()
         with torch.no_grad():
-            n_out = len(got.tokens)
             ctx.verifier.generate(
                 input_ids=torch.tensor([x], device=ctx.device),
                 do_sample=True,
@@ -252,19 +254,49 @@ def part_alone(ctx):
                 max_new_tokens=n_out,
                 min_new_tokens=n_out,
                 pad_token_id=0,
+                **options,
             )
         sync(ctx.device)
-        theirs += time.perf_counter() - start
-    row = {
-        "prompts": len(ids),
-        "tokens": tokens,
-        "tokens_per_second": tokens / ours,
-        "generate_tokens_per_second": tokens / theirs,
-        "ratio": theirs / ours,
-    }
+        seconds += time.perf_counter() - start
+    return seconds
+
+
+def part_alone(ctx):
+    """The verifier alone: ours eager, with the static cache, with CUDA graphs (a GPU), against
+    ``model.generate`` and Hugging Face's static-cache generate (which compiles the forward with
+    ``torch.compile``), each warmed up on one prompt first; the same tokens from the three of ours."""
+    from cactus_theory.hf import encode_chat
+
+    prompts = make_prompts(ctx.alone_prompts, ctx.vocab, 2, "alone")
+    ids = [encode_chat(ctx.tokenizer, p.text) for p in prompts]
+    variants = {"eager": {}, "static cache": {"static_cache": True}}
+    if ctx.device.startswith("cuda"):
+        variants["CUDA graphs"] = {"cuda_graphs": True}
+    row = {"prompts": len(ids)}
+    tokens_of = {}
+    for name, flags in variants.items():
+        _alone(ctx, ids[:1], **flags)  # warm-up: shapes, graphs captured
+        got, seconds = _alone(ctx, ids, **flags)
+        tokens_of[name] = [r.tokens for r in got]
+        row[f"{name} tokens_per_second"] = sum(len(t) for t in tokens_of[name]) / seconds
+    lengths = [len(t) for t in tokens_of["eager"]]
+    row["tokens"] = sum(lengths)
+    row["same_tokens"] = all(t == tokens_of["eager"] for t in tokens_of.values())
+    baselines = {"model.generate": {}, "static-cache generate (compiled)": {"cache_implementation": "static"}}
+    for name, options in baselines.items():
+        try:
+            _generate(ctx, ids[:1], lengths[:1], **options)  # warm-up (and the compile)
+            row[f"{name} tokens_per_second"] = row["tokens"] / _generate(ctx, ids, lengths, **options)
+        except Exception as exc:  # an older transformers without it: said on the page
+            row[f"{name} error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+    best = max(row[f"{v} tokens_per_second"] for v in variants)
+    for name in baselines:
+        if f"{name} tokens_per_second" in row:
+            row[f"ratio to {name}"] = best / row[f"{name} tokens_per_second"]
     print(
-        f"verifier alone: decode {row['tokens_per_second']:.1f} tok/s, model.generate "
-        f"{row['generate_tokens_per_second']:.1f} tok/s: {row['ratio']:.2f}x",
+        "verifier alone: "
+        + ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items())
+        + " tok/s",
         flush=True,
     )
     return [row]
@@ -279,7 +311,9 @@ def part_bench(ctx):
 
     devices = (("cuda", "float32"), ("cuda", "bfloat16")) if ctx.device.startswith("cuda") else (("cpu", "float32"),)
     bench.TARGETS.clear()
-    rows = bench.bench_rules(ctx.repeats, devices=devices, rows=ctx.bench_rows, vocab=ctx.bench_vocab)
+    rows = bench.bench_rules(
+        ctx.repeats, devices=devices, rows=ctx.bench_rows, vocab=ctx.bench_vocab, fused=ctx.device.startswith("cuda")
+    )
     for r in rows:
         print(" | ".join(r), flush=True)
     targets = []
@@ -354,8 +388,13 @@ def part_plan(ctx):
     rows = []
     rng = np.random.default_rng(0)
     baseline = None
-    for m in ctx.ms:
+    for m in ctx.ms:  # every (rule, m) warmed up untimed first: a new shape's first steps choose kernels
         for rule in rules:
+            decode_prompts(
+                verifier, ctx.draft, rule, prompts[:1], m=m, settings=settings(), max_new_tokens=8, progress=False
+            )
+    for i, m in enumerate(ctx.ms):
+        for rule in rules if i % 2 == 0 else rules[::-1]:  # the order alternates with m (ABBA)
             recs = decode_prompts(
                 verifier,
                 ctx.draft,
@@ -381,6 +420,7 @@ def part_plan(ctx):
             steps = sum(len(r["accepted"]) for r in recs)
             al = sum(sum(r["accepted"]) for r in recs) / max(steps, 1)
             p = predicted[(rule.describe(), m)]
+            decode_s = float(sum(t[1][1] for t in times))
             rows.append(
                 {
                     "rule": rule.describe(),
@@ -395,12 +435,14 @@ def part_plan(ctx):
                     "predicted_hi": p["request_speedup_hi"],
                     "error": p["request_speedup"] / measured - 1,
                     "covered": bool(p["request_speedup_lo"] <= measured <= p["request_speedup_hi"]),
+                    "step_ms": decode_s / max(steps, 1) * 1e3,
+                    "tokens_per_step": al + 1,
                 }
             )
             print(
                 f"{rule.describe()} m={m}: predicted {p['request_speedup']:.2f}x [{p['request_speedup_lo']:.2f}, "
                 f"{p['request_speedup_hi']:.2f}], measured {measured:.2f}x [{lo:.2f}, {hi:.2f}], AL {al:.2f} / "
-                f"{p['al']:.2f}",
+                f"{p['al']:.2f}, {rows[-1]['step_ms']:.1f} ms a step",
                 flush=True,
             )
     info = {
@@ -409,8 +451,47 @@ def part_plan(ctx):
         "verify_ms": {str(k): v * 1e3 for k, v in cost.verify_block.items()},
         "largest_spread": spread,
         "problems": cost.problems(),
+        "step_overhead_ms": cost.step_overhead * 1e3,
+        "alone_overhead_ms": cost.alone_overhead * 1e3,
+        "loop": cost.source.get("loop"),
     }
     return {"calibration": info, "rows": rows}
+
+
+# --- 5. the quality referee's throughput----------------------------------------------------------------
+
+
+def part_evaluate(ctx):
+    """``evaluate_rules`` at batch 64 on the device (the device decoder: no drift record) against batch 1,
+    on random multiple-choice questions over the pair's word vocabulary: answers an hour."""
+    from cactus_theory import evaluate_rules, load_problems, make_rules
+
+    rng = np.random.default_rng(5)
+    path = os.path.join(ctx.work, "choice.jsonl")
+    with open(path, "w", encoding="utf-8") as fh:
+        for _ in range(ctx.evaluate_problems):
+            words = lambda k: " ".join(f"w{int(i)}" for i in rng.integers(2, ctx.vocab, size=k))  # noqa: E731
+            record = {"question": words(24), "choices": [words(3) for _ in range(4)], "answer": "ABCD"[rng.integers(4)]}
+            fh.write(json.dumps(record) + "\n")
+    problems = load_problems("choice", path=path)
+    identity = {"name": "random-qwen2.5-1.5b-shape", "source": "built on the device", "files": {}}
+    verifier = (ctx.verifier, ctx.tokenizer, identity)
+    rules = make_rules("sps,cactus(delta=1)")
+    rows = []
+    for batch, chosen in ((ctx.evaluate_batch, problems), (1, problems[: max(2, len(problems) // 8)])):
+        options = {"m": 4, "settings": settings(), "max_new_tokens": ctx.new_tokens, "drift": False}
+        evaluate_rules(verifier, ctx.draft, chosen[:2], rules, batch=batch, progress=False, **options)  # warm-up
+        sync(ctx.device)
+        start = time.perf_counter()
+        recs = evaluate_rules(verifier, ctx.draft, chosen, rules, batch=batch, progress=False, **options)
+        sync(ctx.device)
+        seconds = time.perf_counter() - start
+        rows.append(
+            {"batch": batch, "answers": len(recs), "seconds": seconds, "answers_per_hour": len(recs) / seconds * 3600}
+        )
+        per_hour = rows[-1]["answers_per_hour"]
+        print(f"evaluate batch {batch}: {len(recs)} answers in {seconds:.1f} s: {per_hour:,.0f} an hour", flush=True)
+    return rows
 
 
 # --- the page -------------------------------------------------------------------------------------
@@ -457,12 +538,20 @@ def page(results, ctx):
         lines += [
             "## The verifier alone",
             "",
-            f"`decode`'s verifier alone (batch 1, on the device): "
-            f"{r['tokens_per_second']:.1f} tokens/s; `model.generate` on the same prompts and lengths: "
-            f"{r['generate_tokens_per_second']:.1f} tokens/s: **{r['ratio']:.2f}x** ({r['tokens']} tokens, "
-            f"{r['prompts']} prompts).",
+            f"`decode`'s verifier alone (batch 1, on the device) against Hugging Face's on the same prompts and "
+            f"lengths ({r['tokens']} tokens, {r['prompts']} prompts, each path warmed up on one prompt first); "
+            f"ours emit the same tokens on every path: {'yes' if r['same_tokens'] else 'NO'}.",
             "",
+            "| path | tokens/s |",
+            "|---|---|",
         ]
+        lines += [
+            f"| {k.replace(' tokens_per_second', '')} | {v:.1f} |"
+            for k, v in r.items()
+            if k.endswith("tokens_per_second")
+        ]
+        lines += [""] + [f"Ours (the fastest path) {k}: **{v:.2f}x**." for k, v in r.items() if k.startswith("ratio")]
+        lines += [f"{k}: `{v}`." for k, v in r.items() if k.endswith("error")] + [""]
     if "checks" in parts:
         r = parts["checks"][0]
         lines += [
@@ -503,17 +592,48 @@ def page(results, ctx):
             "seed), each rule's runs alternating with the verifier alone's; request speedups, prompt processing "
             "included, 95% intervals.",
             "",
-            "| rule | m | predicted [95%] | measured [95%] | error | covered | AL measured / trace |",
-            "|---|---|---|---|---|---|---|",
+            "| rule | m | predicted [95%] | measured [95%] | error | covered | AL measured / trace | ms a step |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for r in parts["plan"]["rows"]:
             lines.append(
                 f"| {r['rule']} | {r['m']} | {r['predicted']:.2f}x [{r['predicted_lo']:.2f}, "
                 f"{r['predicted_hi']:.2f}] | {r['measured']:.2f}x [{r['measured_lo']:.2f}, "
                 f"{r['measured_hi']:.2f}] | {r['error']:+.1%} | {'yes' if r['covered'] else 'no'} | "
-                f"{r['measured_al']:.2f} / {r['trace_al']:.2f} |"
+                f"{r['measured_al']:.2f} / {r['trace_al']:.2f} | {r.get('step_ms', float('nan')):.1f} |"
             )
+        lines += [
+            "",
+            f"The loop's own cost in the calibration (whole steps timed as the decoder runs them): "
+            f"{cal.get('step_overhead_ms', 0.0):.2f} ms a step beyond its forwards, "
+            f"{cal.get('alone_overhead_ms', 0.0):.2f} ms a token of the verifier alone beyond its forward. "
+            "Every (rule, m) is warmed up untimed before the timed runs, and the rules' order alternates with m, "
+            "so no rule pays for another's first steps at a new shape (the first GPU round timed SpS first at "
+            "every m; its steps cost about 1.45x Cactus's there).",
+        ]
         lines.append("")
+    if "evaluate" in parts:
+        lines += [
+            "## The quality referee's throughput",
+            "",
+            f"`evaluate_rules` (the verifier alone, SpS and Cactus(delta = 1), m = 4, {ctx.new_tokens} tokens an "
+            "answer, no drift record: the device decoder) on random multiple-choice questions over the pair's "
+            "vocabulary; each batch size warmed up first.",
+            "",
+            "| batch | answers | seconds | answers an hour |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['batch']} | {r['answers']} | {r['seconds']:.1f} | {r['answers_per_hour']:,.0f} |"
+            for r in parts["evaluate"]
+        ]
+        lines += [
+            "",
+            "The CPU's figures beside these (two cores, the Qwen2.5-Coder pair on llama.cpp): "
+            "the sampled quality referee's answers and minutes in `quality.md`, "
+            "the exact quality referee's minutes a thousand problems in `quality_exact.md`.",
+            "",
+        ]
     for name, error in results["errors"].items():
         lines += [f"Part {name} failed: `{error}`", ""]
     return "\n".join(lines)
@@ -538,6 +658,7 @@ class Context:
         self.alone_prompts = 2 if small else 4
         self.plan_prompts = 3 if small else 8
         self.bench_rows, self.bench_vocab = (8, 4096) if small else (256, 151_936)
+        self.evaluate_problems, self.evaluate_batch = (4, 4) if small else (64, 64)
         self.traces = {}
         shape = "small" if small else "full"
         self.vocab = SHAPES[shape]["vocab_size"]
@@ -558,7 +679,7 @@ def main(argv=None):
     parser.add_argument("--draft-layers", type=int, default=4)
     parser.add_argument("--scale", type=float, default=0.001)
     parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--parts", default="checks,dump,alone,bench,plan")
+    parser.add_argument("--parts", default="checks,dump,alone,bench,plan,evaluate")
     args = parser.parse_args(argv)
     import torch
     import transformers
@@ -583,7 +704,14 @@ def main(argv=None):
         "seconds": {},
     }
     os.makedirs(args.out, exist_ok=True)
-    runners = {"checks": part_checks, "dump": part_dump, "alone": part_alone, "bench": part_bench, "plan": part_plan}
+    runners = {
+        "checks": part_checks,
+        "dump": part_dump,
+        "alone": part_alone,
+        "bench": part_bench,
+        "plan": part_plan,
+        "evaluate": part_evaluate,
+    }
     for name in args.parts.split(","):
         start = time.perf_counter()
         try:

@@ -100,6 +100,12 @@ def main(argv=None):
     parser.add_argument("--sampled-problems", type=int, default=40, help="problems of the sampled check (0: none)")
     parser.add_argument("--samples", type=int, default=3, help="samples per problem and method of the sampled check")
     parser.add_argument("--bootstrap", type=int, default=2000)
+    parser.add_argument(
+        "--context",
+        type=int,
+        default=512,
+        help="tokens each model's cache holds (a prompt must fit; smaller is faster)",
+    )
     parser.add_argument("--records", default=os.path.join(CACHE, "quality", "exact_records.jsonl"))
     parser.add_argument("--out", default=os.path.join(HERE, "docs", "results"))
     args = parser.parse_args(argv)
@@ -114,7 +120,7 @@ def main(argv=None):
     except (OSError, ValueError):
         clock = {"exact": 0.0, "sampled": 0.0}
     pair = [os.path.join(args.models, name) for name in (VERIFIER, DRAFT)]
-    verifier, draft = (load_model(path, engine="llama.cpp", sequences=1) for path in pair)
+    verifier, draft = (load_model(path, engine="llama.cpp", sequences=1, context=args.context) for path in pair)
     t0 = time.perf_counter()
     exact = exact_choice_referee(verifier, draft, problems, rules, settings=SETTINGS, out=args.records, progress=True)
     clock["exact"] += time.perf_counter() - t0
@@ -152,7 +158,8 @@ def main(argv=None):
         "# The exact quality referee on ARC-Challenge",
         "",
         f"Command: `{command}` ({machine_description()}; Qwen2.5-Coder-0.5B-Instruct drafting for 1.5B, Q4_K_M, "
-        f"llama.cpp, temperature 0.6, top-k 20, top-p 0.95). {len(problems):,} problems of ARC-Challenge's test "
+        f"llama.cpp built with {verifier[0].kernels.replace(',', ', ')}, temperature 0.6, top-k 20, top-p 0.95). "
+        f"{len(problems):,} problems of ARC-Challenge's test "
         f"set, every method's exact expected accuracy at the answer position in {clock['exact'] / 60:.1f} minutes "
         f"of one prompt pass per model per problem ({per_1000:.1f} minutes a thousand problems); the records are "
         "`quality_exact_records.jsonl.gz` beside this page, and `cactus-theory evaluate --summarize` on them gives "

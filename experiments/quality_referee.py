@@ -218,7 +218,10 @@ def main(argv=None):
     summary = summarize_records(args.records, n_boot=args.bootstrap)
     records_count = sum(1 for line in open(args.records, encoding="utf-8") if line.strip())
     # the records beside the page, compressed: token ids and per-token drift kept, the answers' texts not
-    write_records(read_records(args.records), os.path.join(args.out, "quality_records.jsonl.gz"), drop=("text",))
+    held = read_records(args.records)
+    write_records(held, os.path.join(args.out, "quality_records.jsonl.gz"), drop=("text",))
+    kernels = held[0].get("setting", {}).get("arithmetic", {}).get("verifier", {}).get("kernels") if held else None
+    built = f" built with {kernels.replace(',', ', ')}" if kernels else ""
     paper = paper_rows()
     command = (
         f"python experiments/quality_referee.py --data DATA --minutes {args.minutes:g} --batch {args.batch} "
@@ -234,7 +237,7 @@ def main(argv=None):
         "# The quality referee on the real pair",
         "",
         f"Command: `{command}` ({machine_description()}; Qwen2.5-Coder-0.5B-Instruct drafting for 1.5B, Q4_K_M, "
-        f"llama.cpp, batch {args.batch}, m = {args.m}, temperature 0.6, top-k 20, top-p 0.95, at most "
+        f"llama.cpp{built}, batch {args.batch}, m = {args.m}, temperature 0.6, top-k 20, top-p 0.95, at most "
         f"{args.max_new_tokens} new tokens, one sample per problem and method). {records_count} graded answers in "
         f"{clock['main'] / 60:.0f} minutes of decoding every method on the first problems of each benchmark, "
         f"alternating between them, then {clock['control'] / 60:.0f} minutes of the positive control "

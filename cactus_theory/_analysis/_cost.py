@@ -21,6 +21,7 @@ from ._cost_fields import (
     _isotonic,
     _monotone_curve,
     _positive,
+    _read_json_file,
     _short,
     _size_map,
 )
@@ -49,7 +50,8 @@ class CostModel:
         slope of the last two fitted sizes (flat if one). So a step never takes less than the
         verifier's one token, and a predicted speedup never exceeds AL + 1.
     step_overhead : float
-        Per step, outside the forward passes (cropping the caches).
+        Per step, outside the forward passes: cropping, and what the loop costs beyond its forwards
+        (from whole steps timed as the decoder runs them: ``source["loop"]``).
     judge_token : float
         Per drafted token the rule judges (acceptance, and the correction when it rejects).
     source : dict
@@ -76,6 +78,8 @@ class CostModel:
         forward of B sequences with their B rows processed, and the verifier scoring k tokens of
         each of B sequences in one evaluation. ``at_batch(B)`` is the cost model at that batch.
         An entry may carry its own ``draft_read_token``.
+    alone_overhead : float
+        Per token of the verifier alone beyond ``verify_block[1]``: its loop's cost (``source["loop"]``).
     draft_read_token : float or None
         Seconds per token the drafter reads in one forward of several tokens: llama-server's
         drafter processes the verifier's block of L + 1 tokens every step
@@ -95,9 +99,11 @@ class CostModel:
     load: dict = field(default_factory=dict)
     batch: dict = field(default_factory=dict)
     draft_read_token: float | None = None
+    alone_overhead: float = 0.0
 
     def __post_init__(self):
         _positive(self.draft_token, "draft_token")
+        _positive(self.alone_overhead, "alone_overhead")
         if self.draft_read_token is not None:
             _positive(self.draft_read_token, "draft_read_token")
         _positive(self.step_overhead, "step_overhead")
@@ -343,8 +349,8 @@ class CostModel:
         reads=0.0,
         verify_mix=None,
     ):
-        """Tokens per second against the verifier alone: (AL + 1) verify(1) / step_time(m).
-        Finite, positive, and at most AL + 1 (a step costs at least one verifier token)."""
+        """Tokens per second against the verifier alone: (AL + 1) alone_token() / step_time(m).
+        Finite and positive."""
         step = self.step_time(
             m,
             accepted_length,
@@ -356,7 +362,11 @@ class CostModel:
             reads=reads,
             verify_mix=verify_mix,
         )
-        return (np.asarray(accepted_length) + 1) * self.verify(1, context) / step
+        return (np.asarray(accepted_length) + 1) * self.alone_token(context) / step
+
+    def alone_token(self, context=None):
+        """Seconds a token of the verifier alone (the baseline): verify(1, context) + alone_overhead."""
+        return self.verify(1, context) + self.alone_overhead
 
     # -- whole requests ---------------------------------------------------------------------------
     @property
@@ -394,7 +404,7 @@ class CostModel:
         {"prefill", "decode", "total", "baseline_prefill", "baseline_decode", "baseline_total"}.
 
         Speculative: both models process the prompt, then output / (AL + 1) steps; the verifier
-        alone: its prefill and one ``verify(1)`` per token. Steps run at the mean context during
+        alone: its prefill and one ``alone_token()`` per token. Steps run at the mean context during
         decoding (prompt + output / 2) when the model has a context slope."""
         prompt, output = float(prompt_tokens), float(output_tokens)
         context = prompt + output / 2
@@ -412,7 +422,7 @@ class CostModel:
             verify_mix=verify_mix,
         )
         base_prefill = self.prefill_time(prompt, "verifier")
-        base_decode = output * self.verify(1, context)
+        base_decode = output * self.alone_token(context)
         return {
             "prefill": prefill,
             "decode": decode,
@@ -459,34 +469,7 @@ def load_cost(path) -> CostModel:
     ``{"draft_token": 0.012, "verify_block": {"1": 0.03, "11": 0.034}, "step_overhead": 0.001,
     "judge_token": 0.0}``, in seconds). Unknown or missing fields are refused by name."""
     path = str(path)
-    if not os.path.isfile(path):
-        if os.path.isdir(path):
-            what = "is a directory"
-        elif os.path.exists(path):
-            what = "is not a regular file (a FIFO, socket or device)"
-        else:
-            what = "does not exist"
-        raise ValueError(f"cost file {path!r} {what} (write one with 'cactus-theory calibrate')")
-    size = os.path.getsize(path)
-    if size > _COST_MAX_BYTES:
-        raise ValueError(
-            f"cost file {path!r} has {size} bytes; a cost file is a few kB (the output of 'cactus-theory calibrate')"
-        )
-
-    def no_repeats(pairs):
-        keys = [k for k, _ in pairs]
-        repeated = next((k for k in keys if keys.count(k) > 1), None)
-        if repeated is not None:
-            raise ValueError(f"cost file {path!r}: the key {_short(repeated)} appears twice in one object")
-        return dict(pairs)
-
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh, object_pairs_hook=no_repeats)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"cost file {path!r} is not valid JSON ({_short(str(exc), 200)})") from None
-    except RecursionError:
-        raise ValueError(f"cost file {path!r} is nested too deeply to be a cost file") from None
+    data = _read_json_file(path, _COST_MAX_BYTES)
     if not isinstance(data, dict):
         raise ValueError(f"cost file {path!r} must hold a JSON object")
     if data.get("format", COST_FORMAT) != COST_FORMAT:

@@ -4,6 +4,9 @@ What a cost model is and does lives in ``_cost``; nothing here knows of it."""
 
 from __future__ import annotations
 
+import json
+import os
+
 import numpy as np
 
 from .._math._validation import is_integer
@@ -137,3 +140,37 @@ def _relative_spread(values):
     values = np.asarray(values, dtype=float)
     centre = np.median(values)
     return float(np.median(np.abs(values - centre)) / centre) if centre > 0 else 0.0
+
+
+def _read_json_file(path: str, max_bytes: int):
+    """The JSON a cost file holds, each problem a ValueError naming the file: not a regular file, over
+    ``max_bytes``, a key repeated in one object, not JSON, nested too deeply."""
+    if not os.path.isfile(path):
+        if os.path.isdir(path):
+            what = "is a directory"
+        elif os.path.exists(path):
+            what = "is not a regular file (a FIFO, socket or device)"
+        else:
+            what = "does not exist"
+        raise ValueError(f"cost file {path!r} {what} (write one with 'cactus-theory calibrate')")
+    size = os.path.getsize(path)
+    if size > max_bytes:
+        raise ValueError(
+            f"cost file {path!r} has {size} bytes; a cost file is a few kB (the output of 'cactus-theory calibrate')"
+        )
+
+    def no_repeats(pairs):
+        keys = [k for k, _ in pairs]
+        repeated = next((k for k in keys if keys.count(k) > 1), None)
+        if repeated is not None:
+            raise ValueError(f"cost file {path!r}: the key {_short(repeated)} appears twice in one object")
+        return dict(pairs)
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh, object_pairs_hook=no_repeats)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cost file {path!r} is not valid JSON ({_short(str(exc), 200)})") from None
+    except RecursionError:
+        raise ValueError(f"cost file {path!r} is nested too deeply to be a cost file") from None
+    return data

@@ -2,9 +2,9 @@
 setting under a drift bound, from an analysis and a cost model (``_cost.CostModel``: the parts of one
 step in seconds and ``CostModel.step_time``, the one step-cost formula; where the parts come from,
 ``_cost``). The speedup of a step of m drafts is the tokens it emits in expectation over its time,
-against the verifier alone's one token per ``verify(1)``:
+against the verifier alone's one token per ``alone_token()`` (``verify(1)`` and its loop's own cost):
 
-    speedup(m) = (AL(m) + 1) * verify(1) / step_time(m).
+    speedup(m) = (AL(m) + 1) * alone_token() / step_time(m).
 
 Per step means over the steps decoding takes (``renewal_steps``: a step at position t moves to
 t + 1 + A, so where drafts fail decoding takes a step per token): AL(m), the drafted tokens, the
@@ -244,7 +244,7 @@ def predict_speedup(
     labelled so). Returns a Plan; ``max_kl`` bounds the mean emitted KL(pi || q) per position
     for ``Plan.fastest``.
 
-    Per step: ``speedup`` = (AL + 1) verify(1) / step_time(m), exact given the cost model (the
+    Per step: ``speedup`` = (AL + 1) alone_token() / step_time(m), exact given the cost model (the
     tokens per step are the trace's exact expectations). Per request, when the cost model
     measured prompt processing (``CostModel.prefill``): ``request_speedup`` = the verifier
     alone's time for the request over speculative decoding's, both prefills included, for
@@ -346,7 +346,7 @@ def predict_speedup(
             reads=reads,
             verify_mix=mix,
         )
-        draws = (al + 1) * cost.verify(1) * f_one / step
+        draws = (al + 1) * cost.alone_token() * f_one / step
         if has_interval or timed:
             row["speedup_lo"], row["speedup_hi"] = (float(x) for x in np.percentile(draws, [2.5, 97.5]))
         else:
@@ -395,7 +395,7 @@ def predict_speedup(
                     verify_mix=mix,
                 )
                 spec = t["prefill"] + steps * step_c
-                base = t["baseline_prefill"] + output * cost.verify(1, context) * f_one
+                base = t["baseline_prefill"] + output * cost.alone_token(context) * f_one
                 row["request_speedup_lo"], row["request_speedup_hi"] = (
                     float(x) for x in np.percentile(base / spec, [2.5, 97.5])
                 )

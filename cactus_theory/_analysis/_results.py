@@ -10,7 +10,7 @@ import json
 import math
 import os
 
-__all__ = ["Result", "interval", "json_ready"]
+__all__ = ["Result", "RowsResult", "interval", "json_ready"]
 
 
 def interval(lo, hi, spec=".3f", percent=False) -> str:
@@ -92,3 +92,19 @@ class Result:
             files[f"{self.name}.png"] = figure_png(fig)
         os.makedirs(out_dir, exist_ok=True)
         return [atomic_write(os.path.join(out_dir, name), data) for name, data in files.items()]
+
+
+class RowsResult(Result):
+    """A result whose ``rows`` (dicts) are its records and whose table is Markdown already (``render``)."""
+
+    def records(self) -> list:
+        return [dict(r) for r in self.rows]
+
+    def render(self) -> str:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def table(self) -> str:
+        return self.render()
+
+    def markdown(self) -> str:
+        return self.render()

@@ -177,6 +177,9 @@ def decoding_spec(args, **more):
         "draft_mode": args.draft_mode,
         "drift": args.drift,
         "batch": args.batch,
+        "static_cache": getattr(args, "static_cache", False),
+        "cuda_graphs": getattr(args, "cuda_graphs", False),
+        "fuse_rule": getattr(args, "fuse_rule", False),
     }
     return DecodeSpec(**{**found, **more})
 

@@ -172,7 +172,9 @@ def run(args) -> int:
     print(
         f"draft token {cost.draft_token * 1e3:.1f} ms; verifier block of 1: {blocks[1] * 1e3:.1f} ms, of {top}: "
         f"{blocks[top] * 1e3:.1f} ms ({blocks[top] / blocks[1]:.2f}x one token); step overhead "
-        f"{cost.step_overhead * 1e3:.2f} ms; judging a token {cost.judge_token * 1e3:.2f} ms"
+        f"{cost.step_overhead * 1e3:.2f} ms (the decoding loop's, from whole steps); judging a token "
+        f"{cost.judge_token * 1e3:.2f} ms; the verifier alone's loop {cost.alone_overhead * 1e3:.2f} ms a token "
+        "beyond its forward"
     )
     print(f"draft / verifier cost ratio: {cost.draft_token / blocks[1]:.3f}")
     for name, per in cost.prefill.items():

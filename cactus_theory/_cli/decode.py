@@ -78,6 +78,22 @@ def add_parser(sub):
         "KL, estimated without bias); token rules",
     )
     c.add_argument(
+        "--static-cache",
+        action="store_true",
+        help="the device decoder's KV cache preallocated and every forward over every request's slot: one shape "
+        "a block size (Hugging Face engine)",
+    )
+    c.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        help="--static-cache with each shape's forward captured once as a CUDA graph and replayed (a CUDA device)",
+    )
+    c.add_argument(
+        "--fuse-rule",
+        action="store_true",
+        help="judge with the rule's torch path compiled by torch.compile (FusedRule; the device decoder)",
+    )
+    c.add_argument(
         "--draft-policy",
         default=None,
         help="stop a block early when the drafter is unsure: p-min(0.4), entropy(1), accept-prob(0.3)",

@@ -15,7 +15,10 @@ from .._util._files import utc_timestamp
 from .._util._machine import machine_sample, other_load
 from ._slots import to_device
 
-__all__ = ["calibrate_cost"]
+__all__ = ["LOOP_MS", "calibrate_cost", "loop_overheads"]
+
+#: The drafts per step whose whole steps the calibration times (those below its largest block).
+LOOP_MS = (1, 2, 4, 8, 16)
 
 
 def _timings(fn, repeats, sync=None, warm=1):
@@ -195,6 +198,7 @@ def calibrate_cost(
     prompt_lengths=(32, 128, 512),
     second_context=None,
     batch=(1,),
+    loop=True,
 ):
     """Time the parts of a step for a model pair on this machine: a CostModel.
 
@@ -217,6 +221,11 @@ def calibrate_cost(
     intervals and the trust checks read them; no untimed first call is among them) with the
     machine's load average before and after. Deterministic inputs; the timings are whatever this
     machine gives (run it idle: ``CostModel.problems`` says when it was not).
+
+    ``loop`` (default): then whole steps as the decoder runs them (``_loop_timings``: the verifier alone,
+    and speculative steps of the ``LOOP_MS`` drafts below ``max_block``), so the cost model holds what the loop
+    costs beyond its parts (``loop_overheads``): ``step_overhead`` (at least the cropping) and
+    ``alone_overhead`` (the baseline's loop); the timings are kept in ``source["loop"]``.
 
     ``batch``: batch sizes B whose step parts are timed too (``CostModel.batch``: B sequences, each
     with the same context, in one forward): one draft forward of B sequences with its B rows
@@ -275,7 +284,7 @@ def calibrate_cost(
         parts.verify(ver, ids[-k:] if k <= len(ids) else [token] * k, gen, None)
         ver.crop(len(ids))
 
-    bar = progress_bar(total=max_block + 5 + len(sizes), desc="calibrate", unit="part", enabled=progress)
+    bar = progress_bar(total=max_block + 6 + len(sizes), desc="calibrate", unit="part", enabled=progress)
     samples = {"verify_block": {}, "prefill": {"verifier": {}, "draft": {}}}
     with bar:
         samples["draft_token"] = _timings(draft_step, repeats, sync)
@@ -343,6 +352,12 @@ def calibrate_cost(
         for size in sizes:
             batches[size] = _batch_timings(parts, ids, token, size, max_block, repeats, gen, sync)
             bar.update(1)
+        whole = _loop_timings(v_model, d_model, ids, max_block, repeats, settings) if loop else None
+        bar.update(1)
+    crop_overhead = step_overhead
+    alone_overhead = 0.0
+    if whole is not None:
+        step_overhead, alone_overhead = loop_overheads(whole, draft_token, verify_block, judge_token, crop_overhead)
     busy = other_load(sample_start, machine_sample())
     arithmetic = dtype_and_device(v_model)
     load = {} if busy is None else {"other": busy, "cores": float(os.cpu_count() or 1)}
@@ -363,6 +378,12 @@ def calibrate_cost(
         "versions": software_versions(engine_of(v_model)),
         "created": utc_timestamp(),
     }
+    if whole is not None:
+        source["loop"] = {
+            "alone": whole["alone"],
+            "steps": {str(m): t for m, t in whole["steps"].items()},
+            "crop_overhead": crop_overhead,
+        }
     return CostModel(
         draft_token=draft_token,
         verify_block=verify_block,
@@ -375,7 +396,51 @@ def calibrate_cost(
         samples=samples,
         load=load,
         batch=batches,
+        alone_overhead=alone_overhead,
     )
+
+
+def _loop_timings(v_model, d_model, ids, max_block, repeats, settings):
+    """Whole steps as the decoder runs them (batch 1, after the calibration's context ``ids``), seconds:
+    {"alone": the verifier-alone decoder's median time between tokens, "steps": {m: the speculative
+    decoder's median time between steps of m drafts}} for m = 1 .. ``max_block`` - 1. The speculative
+    runs judge with the always-accept rule, so every step drafts and verifies its full m (a step's
+    work does not depend on what it accepts), and emits m + 1 tokens. Each setting runs once untimed,
+    then decodes ``repeats`` + 1 steps, the first of which (new shapes) is not a sample."""
+    from ._clock import drain
+    from ._decode_spec import DecodeSpec
+    from ._decoders import decoder_for
+
+    def step_times(spec, draft):
+        decoder = decoder_for(spec, v_model, draft, batch=1)
+        drain(decoder.steps([list(ids)], [1], set()))  # untimed: the loop's own first calls (lazy compiles)
+        result = drain(decoder.steps([list(ids)], [0], set()))[0]
+        tokens = np.asarray(result.token_seconds, dtype=float)
+        per = spec.m + 1 if spec.rule is not None else 1
+        durations = np.diff(np.concatenate([[0.0], tokens[per - 1 :: per]]))  # each step: to its last token
+        return durations[1:]  # the first step (new shapes) is not a sample
+
+    steps = int(repeats) + 2
+    alone = step_times(DecodeSpec(settings=settings, max_new_tokens=steps), None)
+    loop = {"alone": float(np.median(alone)), "steps": {}}
+    for m in [m for m in LOOP_MS if m < int(max_block)]:
+        spec = DecodeSpec(rule="always-accept", m=m, settings=settings, max_new_tokens=(m + 1) * steps)
+        loop["steps"][m] = float(np.median(step_times(spec, d_model)))
+    return loop
+
+
+def loop_overheads(loop, draft_token, verify_block, judge_token=0.0, floor=0.0):
+    """(step_overhead, alone_overhead) of whole-loop timings (``_loop_timings``): the median over m of
+    what a step of m drafts took beyond its parts (m drafted tokens, the verifier's block of m + 1, the
+    judging of m + 1 tokens), at least ``floor`` (the cropping timed alone); and what a token of the
+    verifier alone took beyond ``verify_block[1]``, at least 0."""
+    residuals = [
+        t - (m * draft_token + verify_block[m + 1] + (m + 1) * judge_token)
+        for m, t in loop["steps"].items()
+        if m + 1 in verify_block
+    ]
+    step = max(float(floor), float(np.median(residuals))) if residuals else float(floor)
+    return step, max(0.0, loop["alone"] - verify_block[1])
 
 
 def _batch_timings(parts, ids, token, size, max_block, repeats, gen, sync):

@@ -6,8 +6,7 @@ machine, one JSON Lines record per (prompt, rule), resumable. What a record says
 
 from __future__ import annotations
 
-from .._util._files import LockError
-from .._util._records import RecordLog
+from .._util._records import open_records
 from ._clock import INTERLEAVE_SECONDS, interleave
 from ._decode_spec import DecodeSpec
 from ._decoders import decoder_for
@@ -98,13 +97,8 @@ def decode_prompts(verifier, draft, rule, prompts, spec=None, *, out=None, progr
     draft = split_model(draft)[0]
     decoders = [decoder_for(r, model, draft) for r in rules]  # every rule checked against the drafter first
     alone = decoder_for(spec, model) if spec.baseline else None
-    done, log = {}, None
-    if out is not None:
-        log = RecordLog(out, KIND, setting)
-        try:
-            held = log.open()
-        except LockError as exc:
-            raise ValueError(str(exc)) from None
+    done, (log, held) = {}, open_records(out, KIND, setting)
+    if log is not None:
         for n, rec in enumerate(held, 1):
             try:
                 done[_record_key(rec)] = rec

@@ -49,7 +49,13 @@ class DecodeSpec:
     the drafter is unsure); ``gate`` (a ``RegionGate``, a callable or "OPEN:CLOSE": relaxed only where open);
     ``drift`` (record each emitted token's KL against the verifier); ``batch`` prompts decoded at once;
     ``baseline`` (the verifier alone beside each prompt, for the speedup) and ``chunk_seconds`` (compute a
-    run gets before the next takes the machine) for many prompts (``decode_prompts``).
+    run gets before the next takes the machine) for many prompts (``decode_prompts``); ``static_cache`` (the
+    device decoder's KV cache preallocated at its full length and every forward over every request's slot, so
+    a step has one shape per block size) and ``cuda_graphs`` (that, with each shape's forward captured once
+    as a CUDA graph and replayed: the host launches one graph a forward; a CUDA device only). Both emit the
+    eager path's tokens (its arithmetic up to the rounding of other shapes); ``fuse_rule`` (the device
+    decoder judges with the rule's torch path compiled: ``FusedRule``, equal to the eager path within the
+    rule's tolerance).
 
     Derived once: ``judgement`` (what the rule judges: ``judgement_of``), ``fallback`` (the lossless rule
     where the gate is closed, or None), ``need_logits`` (the rule reads raw logits), and the policy's and
@@ -69,6 +75,9 @@ class DecodeSpec:
     batch: int = 1
     baseline: bool = False
     chunk_seconds: float | None = None
+    static_cache: bool = False
+    cuda_graphs: bool = False
+    fuse_rule: bool = False
     judgement: Judgement | None = field(default=None, init=False, compare=False, repr=False)
     fallback: object = field(default=None, init=False, compare=False, repr=False)
     need_logits: bool = field(default=False, init=False, compare=False, repr=False)
@@ -84,7 +93,7 @@ class DecodeSpec:
         from .._data._prompts import prompt_seed
 
         prompt_seed(self.seed, "")  # the seed checked as every prompt's is derived from it
-        for name in ("drift", "baseline"):
+        for name in ("drift", "baseline", "static_cache", "cuda_graphs", "fuse_rule"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False; got {getattr(self, name)!r}")
         if self.chunk_seconds is not None:
@@ -106,6 +115,8 @@ class DecodeSpec:
                 f"draft policy {policy.describe()} needs a cost model: it is for the planner; decode with p-min, "
                 "entropy or accept-prob"
             )
+        if self.cuda_graphs:
+            put(self, "static_cache", True)  # a captured forward has one shape
         put(self, "draft_policy", policy)
         put(self, "gate", make_gate(self.gate))
         if self.rule is None:

@@ -32,6 +32,12 @@ def batched_decoder(spec, verifier, draft=None):
     _check_engines(verifier, draft)
     if OnDevice.ready(spec, verifier, draft):
         return OnDevice(spec, verifier, draft)
+    if spec.static_cache or spec.fuse_rule:
+        raise ValueError(
+            "static_cache / cuda_graphs / fuse_rule run in the Hugging Face engine's device decoder, which takes the "
+            "verifier alone or a token rule with the verifier's bonus and no gate, drafting policy, drift record or "
+            "raw logits: drop static_cache / fuse_rule, or those options"
+        )
     return HostBatch(spec, verifier, draft)
 
 
@@ -40,6 +46,6 @@ def decoder_for(spec, verifier, draft=None, *, batch=None):
     on llama.cpp at batch 1, else ``batched_decoder``'s choice (see the module docstring)."""
     batch = spec.batch if batch is None else batch
     _check_engines(verifier, draft)
-    if batch == 1 and engine_of(verifier) == "llama.cpp":
+    if batch == 1 and engine_of(verifier) == "llama.cpp" and not (spec.static_cache or spec.fuse_rule):
         return HostChain(spec, verifier, draft)
     return batched_decoder(spec, verifier, draft)

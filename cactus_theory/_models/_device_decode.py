@@ -65,17 +65,47 @@ class OnDevice(Decoder):
         if spec.rule is None:
             return (
                 yield from _autoregressive_steps(
-                    self.verifier, prompts_ids, seeds, spec.settings, spec.max_new_tokens, eos_ids
+                    self.verifier, prompts_ids, seeds, spec.settings, spec.max_new_tokens, eos_ids, spec
                 )
             )
         return (yield from _speculative_steps(self.verifier, self.draft, spec, prompts_ids, seeds, eos_ids))
 
 
-def _slots(model, count, prompts_ids, max_new_tokens, m=0):
+def _graph_kind(device):
+    """The graphs of a ``cuda_graphs`` run on ``device``: CUDA's (the tests' CPU stand-in replaces this)."""
+    if device.type != "cuda":
+        raise ValueError(
+            f"cuda_graphs captures CUDA graphs: the models are on {device}; on the CPU decode with static_cache alone"
+        )
+    return "cuda"
+
+
+def _slots(model, count, prompts_ids, max_new_tokens, m=0, spec=None):
+    """The slots of ``count`` requests: the whole length preallocated, and (``spec.static_cache``) every
+    forward over the whole span, through graphs where ``spec.cuda_graphs`` asks."""
     from ._slots import SlotModel
 
     longest = max(len(x) for x in prompts_ids) + max_new_tokens + m + 2
-    return SlotModel(model, count, context=longest)
+    static = spec is not None and spec.static_cache
+    graphs = _graph_kind(next(model.parameters()).device) if spec is not None and spec.cuda_graphs else None
+    return SlotModel(model, count, context=longest, fixed_span=static, graphs=graphs)
+
+
+def _forward(slots, rows, ids, counts, want, static):
+    """``slots.forward_rows`` of the slot numbers ``rows`` (token rows ``ids`` (R, T), left-padded, and their
+    counts). ``static``: every slot runs (the others as padding of count 0), so the forward's shape is the
+    number of slots and T alone; the asked rows' logits come back in their order."""
+    if not static:
+        return slots.forward_rows(rows, ids, counts, want)
+    torch = slots.torch
+    every = torch.full((slots.sequences, ids.shape[1]), slots.pad_token, dtype=ids.dtype, device=ids.device)
+    index = to_device(torch, list(rows), ids.device)
+    every.index_copy_(0, index, ids)
+    all_counts = [0] * slots.sequences
+    for row, count in zip(rows, counts, strict=True):
+        all_counts[row] = count
+    logits = slots.forward_rows(list(range(slots.sequences)), every, all_counts, want, all_slots=True)
+    return logits.index_select(0, index)
 
 
 def _left_padded(torch, lists, pad, device):
@@ -83,14 +113,15 @@ def _left_padded(torch, lists, pad, device):
     return to_device(torch, [[pad] * (width - len(x)) + list(x) for x in lists], device)
 
 
-def _autoregressive_steps(model, prompts_ids, seeds, sampling, max_new_tokens, eos_ids):
+def _autoregressive_steps(model, prompts_ids, seeds, sampling, max_new_tokens, eos_ids, spec=None):
     """The verifier alone on B prompts at once, on the device: a generator of steps whose value is
     one ``DecodeResult`` per prompt (timed as ``speculative_batch_steps`` times them)."""
     import torch
 
     from ._device import process_rows, row_uniforms, sample_rows
 
-    slots = _slots(model, len(prompts_ids), prompts_ids, max_new_tokens)
+    slots = _slots(model, len(prompts_ids), prompts_ids, max_new_tokens, spec=spec)
+    static = spec is not None and spec.static_cache
     device = slots.device
     clock = OwnClock()
     seqs = [slots.sequence() for _ in prompts_ids]
@@ -122,7 +153,7 @@ def _autoregressive_steps(model, prompts_ids, seeds, sampling, max_new_tokens, e
         active = [active[r] for r in going]
         if active:
             fed = drawn.index_select(0, to_device(torch, going, device))[:, None]
-            logits = slots.forward_rows([seqs[b].slot for b in active], fed, [1] * len(active), "last")
+            logits = _forward(slots, [seqs[b].slot for b in active], fed, [1] * len(active), "last", static)
             yield from paused(clock)
     slots.close()
     return results
@@ -152,8 +183,9 @@ def _speculative_steps(verifier, draft, spec, prompts_ids, seeds, eos_ids):
     m, max_new_tokens = spec.m, spec.max_new_tokens
     from ._device import process_rows, row_uniforms, sample_rows
 
-    v_slots = _slots(verifier, len(prompts_ids), prompts_ids, max_new_tokens, m)
-    d_slots = _slots(draft, len(prompts_ids), prompts_ids, max_new_tokens, m)
+    v_slots = _slots(verifier, len(prompts_ids), prompts_ids, max_new_tokens, m, spec)
+    d_slots = _slots(draft, len(prompts_ids), prompts_ids, max_new_tokens, m, spec)
+    static = spec.static_cache
     device = v_slots.device
     reqs = [
         _Request(ids, seed, v_slots.sequence(), d_slots.sequence())
@@ -183,7 +215,7 @@ def _speculative_steps(verifier, draft, spec, prompts_ids, seeds, eos_ids):
         counts = [len(f) for f in feeds]
         drafted, p_rows = [], []
         for j in range(width):
-            raw = d_slots.forward_rows([r.drf.slot for r in active], fed, counts, "last")
+            raw = _forward(d_slots, [r.drf.slot for r in active], fed, counts, "last", static)
             p, bad_p = process_rows(raw.float(), spec.settings)
             if greedy:
                 token = p.argmax(-1)
@@ -206,7 +238,7 @@ def _speculative_steps(verifier, draft, spec, prompts_ids, seeds, eos_ids):
             shift = to_device(torch, [width - b for b in budgets], device)
             cols = (torch.arange(width + 1, device=device)[None, :] - shift[:, None]).clamp_(min=0)
             blocks = blocks.gather(1, cols)
-        logits = v_slots.forward_rows([r.ver.slot for r in active], blocks, v_counts, "all")
+        logits = _forward(v_slots, [r.ver.slot for r in active], blocks, v_counts, "all", static)
         q, bad_q = process_rows(logits.float().reshape(-1, logits.shape[-1]), spec.settings)
         q = q.reshape(len(active), width + 1, -1)
         if min(budgets) < width:  # each row's q at its drafted places: aligned back to the left
@@ -276,6 +308,10 @@ def _judge_block(spec, p, q, drafted, budgets, seeds, base, row_uniforms, sample
     from .._math._validation import Pending
 
     rule = spec.rule
+    if spec.fuse_rule:
+        from ._fused import fused
+
+        rule = fused(rule)
     rows, width, vocab = p.shape
     pending = Pending()
     if spec.judgement.slot_dependent:

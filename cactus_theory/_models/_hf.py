@@ -88,10 +88,11 @@ def dtype_and_device(model) -> tuple[str, str]:
 
 
 def model_arithmetic(model) -> dict:
-    """What decides a model's rounding, as records keep it: its engine and (Hugging Face) dtype; {} for a
-    drafter without weights or a stand-in."""
+    """What decides a model's rounding, as records keep it: its engine and (Hugging Face) dtype or (llama.cpp)
+    the CPU features its kernels were built with; {} for a drafter without weights or a stand-in."""
     if engine_of(model) == "llama.cpp":
-        return {"engine": "llama.cpp"}
+        kernels = getattr(model, "kernels", None)
+        return {"engine": "llama.cpp", **({"kernels": kernels} if kernels else {})}
     try:
         return {"engine": "hf", "dtype": dtype_and_device(model)[0]}
     except (AttributeError, StopIteration, TypeError):

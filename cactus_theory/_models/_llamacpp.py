@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import re
 import weakref
 from types import SimpleNamespace
 
@@ -121,6 +122,14 @@ class LlamaSequence:
         self._finalizer()
 
 
+def kernels_of(lib) -> str:
+    """The CPU features llama.cpp's kernels were built with (``llama_print_system_info``: "AVX2,AVX512,..."),
+    which decide its rounding: a portable AVX2 build and an AVX-512 one give slightly different logits."""
+    info = lib.llama_print_system_info()
+    info = info.decode(errors="replace") if isinstance(info, bytes) else str(info)
+    return ",".join(re.findall(r"([A-Z0-9_]+) = 1", info))
+
+
 class LlamaCppModel:
     """A GGUF model loaded by llama.cpp, with one context of ``sequences`` sequences of
     ``context`` tokens each (``threads`` CPU threads; default: the cores this process may use).
@@ -161,6 +170,7 @@ class LlamaCppModel:
         vocab = lib.llama_model_get_vocab(model)
         self.vocab_size = int(lib.llama_vocab_n_tokens(vocab))
         self.batch_tokens, self.sequences = int(batch), int(sequences)
+        self.kernels = kernels_of(lib)
         self.context = int(lib.llama_n_ctx(ctx)) // int(sequences)
         eos = [int(lib.llama_vocab_eos(vocab)), int(lib.llama_vocab_eot(vocab))]
         self.config = SimpleNamespace(vocab_size=self.vocab_size)

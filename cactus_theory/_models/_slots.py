@@ -26,7 +26,12 @@ import weakref
 
 from .._math._validation import check_int
 
-__all__ = ["SlotModel", "SlotSequence", "to_device"]
+__all__ = ["GRAPH_KINDS", "SlotModel", "SlotSequence", "to_device"]
+
+#: How a fixed-span model's all-slot forwards run: eagerly (None), through CUDA graphs captured once per
+#: shape ("cuda"), or through the CPU stand-in of a graph (``"emulate"``: the same buffers, replayed by running
+#: the forward again on them; what the tests check the buffers' plumbing with).
+GRAPH_KINDS = (None, "cuda", "emulate")
 
 
 def to_device(torch, values, device, dtype=None):
@@ -75,6 +80,28 @@ def _registered() -> bool:
         except (ImportError, TypeError, ValueError, AttributeError):
             _REGISTERED.append(False)
     return _REGISTERED[0]
+
+
+def _capture(torch, kind, body):
+    """(replay, out): ``body`` (a forward reading only buffers that stay put) captured once. ``"cuda"``: warmed
+    up twice on a side stream, as PyTorch asks before a capture, then captured into a CUDA graph with its own
+    memory pool (graphs replayed in any order must not share one); ``out`` is the graph's output buffer.
+    ``"emulate"``: replay runs ``body`` again and copies its result into the first result's buffer, so a forward
+    that read anything but its own input buffers gives other logits than the eager path (the tests' check).
+    The warm-up writes the step's keys and values where the replay writes them again: the same values."""
+    if kind == "emulate":
+        out = body()
+        return (lambda: out.copy_(body())), out
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            body()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = body()
+    return graph.replay, out
 
 
 class _attention:
@@ -172,9 +199,13 @@ class SlotModel:
 
     engine = "hf"
 
-    def __init__(self, model, sequences, *, context=256, fixed_span=False, pad_token=0):
+    def __init__(self, model, sequences, *, context=256, fixed_span=False, pad_token=0, graphs=None):
         for name, value, low in (("sequences", sequences, 1), ("context", context, 1)):
             check_int(value, name, low)
+        if graphs not in GRAPH_KINDS:
+            raise ValueError(f"graphs must be one of {GRAPH_KINDS}; got {graphs!r}")
+        if graphs is not None and not fixed_span:
+            raise ValueError("graphs need fixed_span=True: a captured forward has one shape")
         implementation = str(getattr(model.config, "_attn_implementation", None) or "")
         if "flash" in implementation or "flex" in implementation:
             raise ValueError(
@@ -192,6 +223,12 @@ class SlotModel:
         self.model, self.torch = model, torch
         weight = next(model.parameters())
         self.device, self.dtype = weight.device, weight.dtype
+        if graphs == "cuda" and self.device.type != "cuda":
+            raise ValueError(
+                f"graphs='cuda' captures CUDA graphs: the model is on {self.device}; move it to a CUDA device, or "
+                "run without graphs (fixed_span alone gives the static shapes)"
+            )
+        self.graphs, self._graph_entries = graphs, {}
         self.sequences, self.capacity = int(sequences), int(context)
         self.fixed_span, self.pad_token = bool(fixed_span), int(pad_token)
         self.config = model.config
@@ -241,8 +278,8 @@ class SlotModel:
         self.capacity = grown
 
     def close(self):
-        """Free the cache buffers now."""
-        self._keys, self._values = [], []
+        """Free the cache buffers (and the captured graphs) now."""
+        self._keys, self._values, self._graph_entries = [], [], {}
 
     # -- forwards -------------------------------------------------------------------------------
     def _update(self, key_states, value_states, layer):
@@ -286,13 +323,26 @@ class SlotModel:
             [[a - (width - c) for a, c in zip(lengths, counts, strict=True)], [width - c for c in counts], list(slots)],
             self.device,
         )
+        every = all_slots and list(slots) == list(range(self.sequences))
+        if self.graphs is not None and every:
+            logits = self._replayed(input_ids, packed, span, want)
+        else:
+            logits = self._forward_packed(input_ids, packed, span, want, every)
+        for s, c in zip(slots, counts, strict=True):
+            self._lengths[s] += c
+        return logits
+
+    def _forward_packed(self, input_ids, packed, span, want, every):
+        """The forward of ``forward_rows`` from its device inputs alone: the token rows and ``packed``
+        (3, R): each row's first position, its padding, its slot. What a captured graph replays."""
+        torch = self.torch
+        width = input_ids.shape[1]
         column = torch.arange(width, device=self.device)
         real = column[None, :] >= packed[1][:, None]
         positions = torch.where(real, packed[0][:, None] + column[None, :], 0)
         where = torch.where(real, positions, self.capacity)  # padding writes to the scratch column
         visible = torch.arange(span, device=self.device)[None, None, :] <= positions[:, :, None]
-        mask = torch.where(visible, 0.0, torch.finfo(self.dtype).min).to(self.dtype)[:, None]
-        every = all_slots and list(slots) == list(range(self.sequences))
+        mask = ((~visible).to(self.dtype) * torch.finfo(self.dtype).min)[:, None]  # 0 where seen, else the lowest
         kwargs = {
             "input_ids": input_ids,
             "attention_mask": mask,
@@ -308,9 +358,23 @@ class SlotModel:
                 logits = self.model(**kwargs).logits
         finally:
             self._step = None
-        for s, c in zip(slots, counts, strict=True):
-            self._lengths[s] += c
         return logits[:, -1] if want == "last" else logits
+
+    def _replayed(self, input_ids, packed, span, want):
+        """``_forward_packed`` of every slot through a graph captured once per shape (rows are every slot:
+        the shape is the tokens a row and ``want``): the inputs copied into the graph's own buffers, the
+        graph replayed, its output buffer returned (valid until the next forward of that shape)."""
+        key = (int(input_ids.shape[1]), want)
+        entry = self._graph_entries.get(key)
+        if entry is None:
+            inputs = (input_ids.clone(), packed.clone())
+            replay, out = _capture(self.torch, self.graphs, lambda: self._forward_packed(*inputs, span, want, True))
+            entry = self._graph_entries[key] = (replay, inputs, out)
+        replay, (ids_in, packed_in), out = entry
+        ids_in.copy_(input_ids)
+        packed_in.copy_(packed)
+        replay()
+        return out
 
     def evaluate(self, requests):
         """Feed several slots at once: ``requests`` is a list of (``SlotSequence``, tokens, want), tokens

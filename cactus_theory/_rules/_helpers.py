@@ -170,6 +170,9 @@ def residual(b, h, p):
             return out
         return b.where(empty, fallback, out)
 
+    if b.name == "torch" and b.torch.compiler.is_compiling():  # a fused rule (``FusedRule``): no branch
+        hz = b.sum_last(h, keepdims=True)
+        return b.where(empty, b.asarray(h / b.where(hz > 0, hz, 1.0), like=out), out)
     pending = Pending.active()
     if pending is not None and _deferrable(out, b):
         pending.add_repair(empty.any(), repair)

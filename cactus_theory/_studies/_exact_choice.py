@@ -29,16 +29,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._analysis._results import Result
+from .._analysis._results import RowsResult
 from .._data._benchmarks import get_benchmark
 from .._data._benchmarks.choice import LETTERS
 from .._math._bootstrap import percentile_interval, resample_counts, resampled_sums
 from .._math._paired import paired_difference
 from .._math._sampling import SamplingSettings
 from .._math._validation import is_integer
-from .._util._files import LockError, Terminated, json_lines, termination_as_exception
+from .._util._files import Terminated, json_lines, termination_as_exception
 from .._util._progress import progress_bar
-from .._util._records import RecordLog
+from .._util._records import open_records
 
 __all__ = [
     "KIND",
@@ -165,14 +165,8 @@ def exact_choice_referee(
     }
     if _setting_only:  # what a cluster's worker says of its pair before the records file opens
         return setting
-    done, log = {}, None
-    if out is not None:
-        log = RecordLog(out, KIND, setting)
-        try:
-            held = log.open()
-        except LockError as exc:
-            raise ValueError(str(exc)) from None
-        done = {(r["id"], r["method"]): r for r in held}
+    log, held = open_records(out, KIND, setting)
+    done = {(r["id"], r["method"]): r for r in held}
     todo = [p for p in problems if any((p.id, m) not in done for m in methods)]
     fresh = 0
     verifier_row, draft_row = NextTokenLogits(model), NextTokenLogits(draft)
@@ -238,7 +232,7 @@ def exact_choice_referee(
 
 
 @dataclass(frozen=True)
-class ExactSummary(Result):
+class ExactSummary(RowsResult):
     """Per benchmark and method: the exact expected accuracy, the paired difference from the verifier alone
     with its 95% interval over problems, and the drift at the answer token (``rows``: dicts)."""
 
@@ -247,13 +241,7 @@ class ExactSummary(Result):
 
     name = "quality_exact"
 
-    def records(self) -> list:
-        return [dict(r) for r in self.rows]
-
-    def table(self) -> str:
-        return exact_markdown(self)
-
-    def markdown(self) -> str:
+    def render(self) -> str:
         return exact_markdown(self)
 
 

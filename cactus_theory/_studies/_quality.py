@@ -28,16 +28,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._analysis._results import Result
+from .._analysis._results import RowsResult
 from .._data._benchmarks import get_benchmark
 from .._data._graders import PROGRAM_SECONDS, grade, require_code_execution
 from .._data._prompts import prompt_seed
 from .._math._bootstrap import ratio_interval, resample_counts
 from .._math._paired import paired_difference
 from .._math._validation import RUN_LIMITS, check_count
-from .._util._files import LockError, Terminated, json_lines, termination_as_exception
+from .._util._files import Terminated, json_lines, termination_as_exception
 from .._util._progress import progress_bar
-from .._util._records import RecordLog
+from .._util._records import open_records
 
 __all__ = [
     "ALONE",
@@ -183,13 +183,8 @@ def evaluate_rules(
     decoders = {method: decoder_for(s, model, draft if s.rule is not None else None) for method, s in specs.items()}
     if _setting_only:  # what a cluster's worker says of its pair before the records file opens
         return setting
-    done, log = {}, None
-    if out is not None:
-        log = RecordLog(out, KIND, setting)
-        try:
-            held = log.open()
-        except LockError as exc:
-            raise ValueError(str(exc)) from None
+    done, (log, held) = {}, open_records(out, KIND, setting)
+    if log is not None:
         try:
             done = _done_records(held, by_id, out)
         except BaseException:
@@ -283,7 +278,7 @@ def _record(problem, method, sample, seed, result, tokenizer, setting, timeout) 
 
 
 @dataclass(frozen=True)
-class QualitySummary(Result):
+class QualitySummary(RowsResult):
     """Per benchmark and method: the paired comparison with the verifier alone (``rows``: dicts), and the
     problems and samples it covers; a study result as every other (``records``, ``table``, ``markdown``,
     ``write``)."""
@@ -294,13 +289,7 @@ class QualitySummary(Result):
 
     name = "quality"
 
-    def records(self) -> list:
-        return [dict(r) for r in self.rows]
-
-    def table(self) -> str:
-        return quality_markdown(self)
-
-    def markdown(self) -> str:
+    def render(self) -> str:
         return quality_markdown(self)
 
 

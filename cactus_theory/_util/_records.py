@@ -22,7 +22,7 @@ import stat
 
 from ._files import _NOFOLLOW, LockError, _umask
 
-__all__ = ["RECORD_FIELD", "RecordLog", "setting_difference"]
+__all__ = ["RECORD_FIELD", "RecordLog", "open_records", "setting_difference"]
 
 #: The first field of every record: the kind of log it belongs to.
 RECORD_FIELD = "record"
@@ -147,3 +147,15 @@ class RecordLog:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def open_records(path, kind: str, setting: dict):
+    """(the ``RecordLog`` of ``path``, the records it holds), or (None, []) where there is no path; a file
+    another process holds is a ValueError naming it."""
+    if path is None:
+        return None, []
+    log = RecordLog(path, kind, setting)
+    try:
+        return log, log.open()
+    except LockError as exc:
+        raise ValueError(str(exc)) from None

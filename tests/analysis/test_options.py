@@ -59,7 +59,11 @@ def test_one_decode_spec_holds_every_setting_of_decode_prompts_and_refuses_both_
         "batch",
         "baseline",
         "chunk_seconds",
+        "static_cache",
+        "cuda_graphs",
+        "fuse_rule",
     }
+    assert DecodeSpec(cuda_graphs=True).static_cache  # a captured forward has one shape
     spec = DecodeSpec(m=3, settings=SamplingSettings(temperature=0.5), draft_policy="p-min(0.4)", gate="1:2")
     assert spec.with_rule("cactus(delta=1)").policy_label == spec.policy_label == "p-min(0.4)"
     assert spec.with_rule("sps").judgement.per_token and spec.with_rule(None).judgement is None
@@ -69,6 +73,8 @@ def test_one_decode_spec_holds_every_setting_of_decode_prompts_and_refuses_both_
         ({"m": 0}, "m must be an integer between 1 and 256"),
         ({"batch": True}, "batch must be an integer"),
         ({"drift": 1}, "drift must be True or False"),
+        ({"cuda_graphs": "yes"}, "cuda_graphs must be True or False"),
+        ({"fuse_rule": 1}, "fuse_rule must be True or False"),
         ({"chunk_seconds": float("nan")}, "chunk_seconds must be a finite number"),
         ({"bonus_policy": "x"}, "bonus_policy must be one of"),
         ({"draft_policy": "cost-optimal"}, "needs a cost model"),

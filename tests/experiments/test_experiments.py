@@ -597,8 +597,13 @@ def test_gpu_check(tmp_path, capsys):
     """The GPU check's CPU smoke run: tiny shapes, every part, the page and its numbers written."""
     assert script("gpu_check").main(["--device", "cpu", "--small", "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "gpu.json").read_text())
-    assert not data["errors"] and set(data["parts"]) == {"checks", "dump", "alone", "bench", "plan"}
+    assert not data["errors"] and set(data["parts"]) == {"checks", "dump", "alone", "bench", "plan", "evaluate"}
     assert data["parts"]["checks"][0]["uniforms_bitwise_equal"]
+    alone = data["parts"]["alone"][0]
+    assert alone["same_tokens"] and alone["tokens"] > 0  # eager and static paths: the same tokens
+    assert {"eager tokens_per_second", "static cache tokens_per_second"} <= set(alone)
+    assert [(r["batch"], r["answers"]) for r in data["parts"]["evaluate"]] == [(4, 12), (1, 6)]
+    assert data["parts"]["plan"]["calibration"]["loop"]["steps"]  # the loop timed in the calibration
     assert [r["batch"] for r in data["parts"]["dump"]] == [1, 2, 4]
     assert all(r["positions"] == r["hf_positions"] for r in data["parts"]["dump"])  # like for like
     assert {(r["rule"], r["m"]) for r in data["parts"]["plan"]["rows"]} == {
@@ -606,6 +611,7 @@ def test_gpu_check(tmp_path, capsys):
     }
     page = (tmp_path / "gpu.md").read_text()
     assert "No GPU was lent" in page and "## The planner against decoding" in page
+    assert "## The quality referee's throughput" in page and "ms a step" in page
 
 
 @pytest.mark.models

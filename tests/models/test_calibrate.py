@@ -72,3 +72,33 @@ def test_a_tokenizer_that_encodes_the_text_to_nothing_is_named():
             progress=False,
             prompt_lengths=(4,),
         )
+
+
+def test_the_loop_s_own_cost_is_in_the_cost_model_and_the_baseline():
+    """Whole steps timed as the decoder runs them: the step overhead is the median over m of what a step
+    took beyond its timed parts (never below the cropping), the verifier alone's loop overhead what a token
+    took beyond verify(1); recomputed here from the recorded timings, and the planner's baseline token is
+    verify(1) plus it."""
+    import numpy as np
+
+    from cactus_theory._models._calibrate import LOOP_MS, calibrate_cost
+
+    tok = tiny_tokenizer()
+    identity = {"name": "tiny", "source": "test", "files": {}}
+
+    def calibrate(**options):
+        pair = ((tiny_model(0), tok, identity), (tiny_model(1, layers=1), tok, identity))
+        return calibrate_cost(*pair, context=8, progress=False, prompt_lengths=(4,), **options)
+
+    cost = calibrate(max_block=5, repeats=3)
+    loop = cost.source["loop"]
+    assert sorted(int(m) for m in loop["steps"]) == [m for m in LOOP_MS if m < 5] == [1, 2, 4]
+    residuals = [t - (int(m) * cost.draft_token + cost.verify_block[int(m) + 1]) for m, t in loop["steps"].items()]
+    assert cost.step_overhead == max(loop["crop_overhead"], float(np.median(residuals))) > 0
+    assert cost.alone_overhead == max(0.0, loop["alone"] - cost.verify_block[1])
+    assert all(t > 0 for t in [loop["alone"], *loop["steps"].values()])
+    assert cost.alone_token() == cost.verify(1) + cost.alone_overhead
+    step = cost.step_time(2, 1.5)
+    assert cost.speedup(2, 1.5) == pytest.approx(2.5 * (cost.verify(1) + cost.alone_overhead) / step, rel=1e-12)
+    without = calibrate(max_block=3, repeats=1, loop=False)
+    assert "loop" not in without.source and without.alone_overhead == 0.0

@@ -103,3 +103,79 @@ def test_the_host_path_on_slots_equals_one_prompt_at_a_time(models):
             verifier, draft, Cactus(1.0), 3, settings, 10, seed, ids, {1}, bonus_policy="relaxed"
         )
         assert got.tokens == one.tokens
+
+
+# --- the static path: a preallocated cache, every slot in every forward, graphs replayed ---------------------
+
+
+def _static_run(verifier, draft, rule, m, **flags):
+    from cactus_theory._models._clock import drain
+    from cactus_theory._models._decode_spec import DecodeSpec
+    from cactus_theory._models._decoders import batched_decoder
+
+    settings = SamplingSettings(temperature=1.0, top_k=20, top_p=0.9)
+    spec = DecodeSpec(rule=rule, m=m, settings=settings, max_new_tokens=14, **flags)
+    decoder = batched_decoder(spec, verifier, draft if rule is not None else None)
+    return drain(decoder.steps(PROMPTS, SEEDS, {1, 7}))
+
+
+@pytest.fixture(scope="module")
+def double_models():
+    """The pair in float64: the static path's other shapes round differently, by about 1e-16 here."""
+    return tiny_model(10).double(), tiny_model(11, layers=1).double()
+
+
+@pytest.mark.parametrize("rule", [None, SpS(), Cactus(1.0)])
+def test_the_static_cache_and_its_graphs_emit_the_eager_path_s_tokens(double_models, rule, monkeypatch):
+    """A fixed span and every slot in every forward (requests ending at different steps: the ended ones ride
+    as padding) give the dynamic path's tokens; graphs (the CPU stand-in, which replays the forward on the
+    graph's own input buffers) give the static path's bit for bit, so every input reaches those buffers."""
+    from cactus_theory._models import _device_decode
+
+    verifier, draft = double_models
+    eager = _static_run(verifier, draft, rule, 3)
+    static = _static_run(verifier, draft, rule, 3, static_cache=True)
+    assert [r.tokens for r in static] == [r.tokens for r in eager]
+    assert [r.accepted for r in static] == [r.accepted for r in eager]
+    assert len({len(r.tokens) for r in eager}) > 1  # requests ended at different steps
+    monkeypatch.setattr(_device_decode, "_graph_kind", lambda device: "emulate")
+    graphed = _static_run(verifier, draft, rule, 3, cuda_graphs=True)
+    assert [r.tokens for r in graphed] == [r.tokens for r in static]
+    assert [r.accepted for r in graphed] == [r.accepted for r in static]
+
+
+def test_graphs_replay_their_own_buffers_with_each_step_s_inputs(double_models):
+    """The stand-in's replays against eager forwards of the same fixed-span shapes, step by step: equal bit
+    for bit, with other tokens and positions each step (a forward that kept its first inputs would not be)."""
+    from cactus_theory._models._slots import SlotModel
+
+    verifier = double_models[0]
+    outs = []
+    for graphs in (None, "emulate"):
+        slots = SlotModel(verifier, 2, context=32, fixed_span=True, graphs=graphs)
+        seqs = [slots.sequence(), slots.sequence()]
+        slots.forward_rows([0, 1], torch.tensor([[5, 9, 14], [0, 2, 3]]), [3, 2], "last", all_slots=True)
+        rows = []
+        for step in range(4):
+            ids = torch.tensor([[20 + step], [30 + 2 * step]])
+            rows.append(slots.forward_rows([0, 1], ids, [1, 1], "last", all_slots=True).clone())
+        assert [s.length for s in seqs] == [7, 6]
+        outs.append(torch.stack(rows))
+    assert torch.equal(outs[0], outs[1])
+    assert not torch.equal(outs[0][0], outs[0][1])
+
+
+def test_static_options_refused_where_they_cannot_run(double_models):
+    verifier, draft = double_models
+    with pytest.raises(ValueError, match="cuda_graphs captures CUDA graphs: the models are on cpu"):
+        _static_run(verifier, draft, SpS(), 2, cuda_graphs=True)
+    with pytest.raises(
+        ValueError, match="static_cache / cuda_graphs / fuse_rule run in the Hugging Face engine's device"
+    ):
+        _static_run(verifier, draft, SpS(), 2, static_cache=True, drift=True)
+    from cactus_theory._models._slots import SlotModel
+
+    with pytest.raises(ValueError, match="graphs need fixed_span=True"):
+        SlotModel(verifier, 2, graphs="emulate")
+    with pytest.raises(ValueError, match="graphs='cuda' captures CUDA graphs: the model is on cpu"):
+        SlotModel(verifier, 2, fixed_span=True, graphs="cuda")

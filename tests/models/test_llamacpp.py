@@ -403,3 +403,24 @@ def test_the_build_runs_quantised_models(tmp_path, quantization):
     want = _reference(model, [3, 4, 5, 6, 7])
     scale = np.abs(want).max()
     assert np.abs(got - want).max() < (0.05 if quantization == "Q8_0" else 0.3) * scale  # the blocks' rounding
+
+
+@pytest.mark.parametrize("engine", ["llama.cpp", "hf"])
+def test_a_next_token_row_is_its_prompt_s_alone_whatever_came_before(pair, engine):
+    """The exact referee's one pass per prompt: a row after other prompts (sharing a prefix or not) equals the
+    row of a fresh cache bit for bit, so a problem's law does not depend on the problems before it (another
+    worker's, a resumed run's). Feeding only the unshared tail changes llama.cpp's kernels (measured)."""
+    from cactus_theory._models._llamacpp import LlamaCppModel
+    from cactus_theory._models._prefix import NextTokenLogits
+
+    model = LlamaCppModel(pair[2], sequences=2) if engine == "llama.cpp" else pair[0]
+    shared = [5, 9, 14, 3, 7, 22, 8, 11, 30, 2, 6, 17, 4, 12, 19, 25]
+    prompts = [[*shared, 40, 41, 42], [*shared, 43, 44], [7, 8, 9, 10] * 5, [*shared, 45, 46, 47, 48]]
+    rows = NextTokenLogits(model)
+    after_others = [rows(p) for p in prompts]
+    rows.close()
+    for prompt, got in zip(prompts, after_others, strict=True):
+        alone = NextTokenLogits(model)
+        np.testing.assert_array_equal(got, alone(prompt))
+        alone.close()
+        np.testing.assert_allclose(got, _reference(pair[0], prompt)[-1], atol=ATOL, rtol=0)

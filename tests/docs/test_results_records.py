@@ -1,0 +1,46 @@
+"""Every figure of the quality referee's pages comes from the records committed beside them: ``cactus-theory
+evaluate --summarize`` on the committed records prints the pages' tables line for line, and the exact page's
+sampled check is recomputed from its two record files."""
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+from cactus_theory._cli import main
+
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
+
+
+def _rows(page, first_cell):
+    return [line for line in (RESULTS / page).read_text().splitlines() if line.startswith(f"| {first_cell} |")]
+
+
+def test_the_exact_page_is_its_records_summarized(capsys):
+    assert main(["evaluate", "--summarize", str(RESULTS / "quality_exact_records.jsonl.gz")]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    rows = _rows("quality_exact.md", "arc_challenge")
+    assert len(rows) == 6 and all(row in printed for row in rows)
+
+
+def test_the_exact_page_s_sampled_check_is_its_records():
+    sys.path.insert(0, str(RESULTS.parents[1] / "experiments"))
+    import quality_exact
+
+    def read(name):
+        with gzip.open(RESULTS / name, "rt", encoding="utf-8") as fh:
+            return [r for r in map(json.loads, fh) if "method" in r]
+
+    exact, sampled = read("quality_exact_records.jsonl.gz"), read("quality_exact_sampled_records.jsonl.gz")
+    page = json.loads((RESULTS / "quality_exact.json").read_text())
+    methods = [r["method"] for r in page["sampled"]]
+    again = quality_exact.sampled_rows(sampled, exact, methods)
+    assert again == page["sampled"] and len(again) == 6
+    assert all(r["problems"] == 40 and r["inside"] for r in again)
+
+
+def test_the_sampled_page_is_its_records_summarized(capsys):
+    assert main(["evaluate", "--summarize", str(RESULTS / "quality_records.jsonl.gz")]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    rows = _rows("quality.md", "pooled") + _rows("quality.md", "gsm8k") + _rows("quality.md", "humaneval")
+    assert len(rows) >= 10 and all(row in printed for row in rows)

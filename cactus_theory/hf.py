@@ -2,10 +2,12 @@
 dequantised once and cached; or a GGUF file on the llama.cpp engine), its chat template, its
 end-of-sequence ids, teacher-forced logits, a file's sha256 and the user cache; several sequences
 in one Hugging Face forward (``SlotModel``) and the rows processed where the model runs
-(``process_rows``, ``sample_rows``, ``row_uniforms``, ``compress_rows``). Needs the
+(``process_rows``, ``sample_rows``, ``row_uniforms``, ``compress_rows``); the decoder a ``DecodeSpec`` picks
+for a pair (``decoder_for``: its ``generate`` decodes token ids with no chat template and no records). Needs the
 ``models`` extra (torch, transformers, gguf, accelerate); the llama.cpp engine the ``llamacpp``
 extra."""
 
+from ._models._decoders import decoder_for
 from ._models._device import compress_rows, process_rows, row_uniforms, sample_rows
 from ._models._hf import (
     cached_model,
@@ -28,6 +30,7 @@ __all__ = [
     "cache_root",
     "cached_model",
     "compress_rows",
+    "decoder_for",
     "encode_chat",
     "engine_of",
     "eos_ids",

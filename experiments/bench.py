@@ -1,7 +1,7 @@
 """Benchmarks as ratios against fair baselines measured in the same process (medians over repeats).
 
 Usage:
-    python experiments/bench.py [--repeats 5] [--quick] [--cuda-only]
+    python experiments/bench.py [--repeats 5] [--quick] [--cuda-only] [--sandbox-only]
 
 Every ratio divides our time by the time of what a user or a serving engine would write, run on
 the same arrays in the same process:
@@ -21,6 +21,8 @@ the same arrays in the same process:
   floats, and batched over 7,577 rows of 100 tokens;
 - the sampling step (temperature, top-k, top-p) on 1 and 9 rows of 151,936 logits in torch
   against the sort-based processing an engine writes (vLLM's ``apply_top_k_top_p``);
+- a HumanEval-sized program graded isolated by the operating system (``run_sandboxed``) against a
+  bare ``subprocess.run([python, "-c", program])``, what a harness without isolation runs;
 - analysis throughput: positions per second per core for the default rule set on the embedded
   trace, against only reading and processing the shards, with 1 and 2 processes, and where the
   time goes (reading, rules, bootstrap).
@@ -449,6 +451,49 @@ def bench_sampling(repeats, vocab):
     return rows
 
 
+# --- model-written code, isolated ----------------------------------------------------------------
+
+#: A HumanEval-sized program: the completion, its tests, the check call.
+GRADED_PROGRAM = """
+def add_even(numbers):
+    return sum(n for n in numbers if n % 2 == 0)
+
+
+def check(candidate):
+    assert candidate([1, 2, 3, 4]) == 6
+    assert candidate([]) == 0
+    assert candidate([7, 9]) == 0
+
+
+check(add_even)
+"""
+
+
+def bench_sandbox(repeats):
+    """One graded program run isolated by the operating system (``run_sandboxed``: namespaces, a root of
+    its own, limits, Landlock and seccomp where present) against what a harness without isolation runs:
+    ``subprocess.run([python, "-c", program])`` with a timeout."""
+    from cactus_theory.benchmarks import run_sandboxed
+
+    def plain():
+        done = subprocess.run([sys.executable, "-c", GRADED_PROGRAM], capture_output=True, timeout=10)
+        assert done.returncode == 0, done.stderr
+
+    def ours():
+        result = run_sandboxed(GRADED_PROGRAM, timeout=10)
+        assert result.passed and result.isolated, result
+
+    base, mine, ratio = paired_times(plain, ours, repeats)
+    return [
+        (
+            "one graded program (HumanEval-sized), isolated: namespaces, own root, limits",
+            f"{ratio:.2f}x a bare subprocess.run(python -c)",
+            f"ours {mine:.3f} s a program",
+            f"bare {base:.3f} s",
+        )
+    ]
+
+
 # --- analysis throughput -------------------------------------------------------------------------
 
 
@@ -603,6 +648,7 @@ def main(argv=None):
     parser.add_argument("--gamma-only", action="store_true", help="only the exact-gamma rows")
     parser.add_argument("--sampling-only", action="store_true", help="only the sampling-step rows")
     parser.add_argument("--analysis-only", action="store_true", help="only the embedded trace's analysis row")
+    parser.add_argument("--sandbox-only", action="store_true", help="only the isolated program's row")
     parser.add_argument("--positions", type=int, default=100_000, help="positions of the scaling rows' synthetic trace")
     args = parser.parse_args(argv)
     import torch
@@ -626,6 +672,8 @@ def main(argv=None):
         rows += bench_sampling(args.repeats, 20_000 if args.quick else VOCAB)
     elif args.analysis_only:
         rows += bench_analysis(args.repeats)
+    elif args.sandbox_only:
+        rows += bench_sandbox(args.repeats)
     elif not args.cuda_only:
         if args.quick:
             rows += bench_rules(1, rows=8, vocab=4096) + bench_gamma(1, 20_000) + bench_trace_stats(1, 100_000)
@@ -634,7 +682,7 @@ def main(argv=None):
             rows += bench_rules(args.repeats) + bench_gamma(args.repeats, 1_000_000)
             rows += bench_trace_stats(args.repeats, 1_000_000) + bench_emitted(args.repeats, VOCAB)
             rows += bench_sampling(args.repeats, VOCAB)
-            rows += bench_analysis(3) + bench_scaling(args.positions)
+            rows += bench_analysis(3) + bench_scaling(args.positions) + bench_sandbox(args.repeats)
     load = other_load(started, machine_sample())
     print("| what | ratio | ratio | note |")
     print("|---|---|---|---|")

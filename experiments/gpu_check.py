@@ -221,16 +221,15 @@ def part_dump(ctx):
 def _alone(ctx, ids, **flags):
     """``decode``'s verifier alone (batch 1, on the device) on each prompt, with the DecodeSpec ``flags``:
     (the DecodeResults, seconds)."""
-    from cactus_theory._models._clock import drain
-    from cactus_theory._models._decode_spec import DecodeSpec
-    from cactus_theory._models._decoders import batched_decoder
+    from cactus_theory import DecodeSpec
+    from cactus_theory.hf import decoder_for
 
     out, seconds = [], 0.0
     for i, x in enumerate(ids):
         spec = DecodeSpec(settings=settings(), max_new_tokens=ctx.new_tokens, **flags)
         sync(ctx.device)
         start = time.perf_counter()
-        out.append(drain(batched_decoder(spec, ctx.verifier).steps([x], [i], {1}))[0])
+        out.append(decoder_for(spec, ctx.verifier, batch=1).generate([x], [i], {1})[0])
         sync(ctx.device)
         seconds += time.perf_counter() - start
     return out, seconds

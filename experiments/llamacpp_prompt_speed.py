@@ -30,9 +30,10 @@ def main(argv=None):
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
-    ids = [int(t) for t in np.random.default_rng(0).integers(1000, 20000, size=args.tokens)]
     for name in PAIR:
         model = load_model(os.path.join(args.models, name), engine="llama.cpp", sequences=1, context=args.context)[0]
+        high = min(20_000, model.vocab_size)  # ordinary tokens of the vocabulary, the same for both models
+        ids = [int(t) for t in np.random.default_rng(0).integers(high // 20, high, size=args.tokens)]
         seq = model.sequence()
         times = []
         for _ in range(args.repeats + 1):

@@ -27,8 +27,10 @@ import time
 
 import numpy as np
 
+# the sampled quality referee's pair, rules and sampling: the two referees judge the same methods the same way
+from quality_referee import CACHE, DRAFT, RULES, SETTINGS, VERIFIER
+
 from cactus_theory import (
-    SamplingSettings,
     evaluate_rules,
     exact_choice_referee,
     load_model,
@@ -39,11 +41,6 @@ from cactus_theory import (
 )
 from cactus_theory.io import atomic_write, machine_description, write_records, write_results
 
-VERIFIER, DRAFT = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-RULES = "sps,cactus(delta=1),cactus(delta=4),lossy(alpha=0.5),always-accept"
-CACHE = os.path.join(os.path.expanduser("~"), ".cache", "cactus_theory")
-#: The paper's sampling.
-SETTINGS = SamplingSettings(temperature=0.6, top_k=20, top_p=0.95)
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

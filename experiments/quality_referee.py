@@ -165,9 +165,11 @@ def decode(args, pair, problems, rules, per_round, phase, minutes, clock_path):
             "allow_code_execution": args.allow_code_execution,
             "benchmarks": args.all_benchmarks,  # one records file for both phases
         }
-        evaluate_rules(verifier, draft, problems[:upto], rules, out=args.records, progress=False, **options)
-        clock[phase] += time.perf_counter() - t0
-        atomic_write(clock_path, json.dumps(clock) + "\n")
+        try:
+            evaluate_rules(verifier, draft, problems[:upto], rules, out=args.records, progress=False, **options)
+        finally:  # an interrupted round's time is counted too: its records are kept and skipped on resume
+            clock[phase] += time.perf_counter() - t0
+            atomic_write(clock_path, json.dumps(clock) + "\n")
         print(f"{phase}: {upto} problems, {clock[phase] / 60:.1f} of {minutes:g} minutes", file=sys.stderr, flush=True)
     return clock
 

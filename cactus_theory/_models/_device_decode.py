@@ -28,7 +28,7 @@ from ._decode_result import DecodeResult
 from ._decoder import Decoder
 from ._drafters import NgramDrafter
 from ._hf import engine_of
-from ._host_decode import extend
+from ._host_decode import book_step
 from ._slots import to_device
 
 __all__ = ["OnDevice"]
@@ -262,20 +262,10 @@ def _speculative_steps(verifier, draft, spec, prompts_ids, seeds, eos_ids):
         for i, r in enumerate(active):
             _refuse_bad(host[i, -1], "verifier or the draft")
             n_acc, emitted = _emitted(host[i], budgets[i], width, eos_ids)
-            res = r.result
-            res.drafted.append(budgets[i])
-            res.accepted.append(n_acc)
-            res.draft_seconds += t1 - t0
-            res.verify_seconds += t2 - t1
             keep = len(r.context) + n_acc
             r.ver.crop(keep)
             r.drf.crop(keep)
-            ended = extend(res, r.context, emitted, [], max_new_tokens, clock, eos_ids)
-            if ended or len(res.tokens) >= max_new_tokens:
-                res.total_seconds = clock.elapsed()
-                r.ver.close()
-                r.drf.close()
-            else:
+            if not book_step(r, (budgets[i], n_acc, emitted, [], t1 - t0, t2 - t1), max_new_tokens, clock, eos_ids):
                 still.append(r)
         active = still
         if active:

@@ -152,6 +152,26 @@ def extend(result, context, emitted, kls, max_new_tokens, clock, eos_ids) -> boo
     return any(t in eos_ids for t in emitted)
 
 
+def book_step(row, step, max_new_tokens, clock, eos_ids) -> bool:
+    """Book one step of a batch's ``row`` (``step``: drafted, accepted, emitted tokens, their per-token KLs,
+    drafting and verifying seconds); True when the row is done (its output ended or full): its time taken
+    and its caches closed."""
+    drafted, n_acc, emitted, kls, draft_seconds, verify_seconds = step
+    res = row.result
+    res.drafted.append(drafted)
+    res.accepted.append(n_acc)
+    res.draft_seconds += draft_seconds
+    res.verify_seconds += verify_seconds
+    ended = extend(res, row.context, emitted, kls, max_new_tokens, clock, eos_ids)
+    if not (ended or len(res.tokens) >= max_new_tokens):
+        return False
+    res.total_seconds = clock.elapsed()
+    row.ver.close()
+    if row.drf is not None:
+        row.drf.close()
+    return True
+
+
 class HostChain(Decoder):
     """One sequence at a time, rows on the host: a KV-cached runner per model (``cached_model``); the
     verifier checks the m drafts in one forward, and after a rejection both caches are cropped back to
@@ -382,18 +402,8 @@ class HostBatch(Decoder):
             for r, (n_acc, emitted, kls) in zip(active, steps, strict=True):
                 if r.drf is not None:
                     r.drf.crop(len(r.context) + n_acc)
-                res = r.result
-                res.drafted.append(len(r.drafted))
-                res.accepted.append(n_acc)
-                res.draft_seconds += t1 - t0
-                res.verify_seconds += t3 - t1
-                ended = extend(res, r.context, emitted, kls, max_new_tokens, clock, eos_ids)
-                if ended or len(res.tokens) >= max_new_tokens:
-                    res.total_seconds = clock.elapsed()
-                    r.ver.close()
-                    if r.drf is not None:
-                        r.drf.close()
-                else:
+                step = (len(r.drafted), n_acc, emitted, kls, t1 - t0, t3 - t1)
+                if not book_step(r, step, max_new_tokens, clock, eos_ids):
                     still.append(r)
             active = still
             if active:

@@ -24,7 +24,6 @@ rules are refused: their first token's law is not a per-token law.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,9 +35,9 @@ from .._math._bootstrap import percentile_interval, resample_counts, resampled_s
 from .._math._paired import paired_difference
 from .._math._sampling import SamplingSettings
 from .._math._validation import is_integer
-from .._util._files import Terminated, json_lines, termination_as_exception
+from .._util._files import json_lines
 from .._util._progress import progress_bar
-from .._util._records import open_records
+from .._util._records import open_records, resumable_run
 
 __all__ = [
     "KIND",
@@ -172,8 +171,13 @@ def exact_choice_referee(
     verifier_row, draft_row = NextTokenLogits(model), NextTokenLogits(draft)
     bar = None
     try:
-        with termination_as_exception(), model_threads_for([model, draft], threads) as (used, line):
-            bar = progress_bar(total=len(todo), desc=f"exact referee ({line})", unit="problem", enabled=progress)
+        with (
+            resumable_run(out, lambda: f"{fresh} record(s) of this run kept") as run,
+            model_threads_for([model, draft], threads) as (used, line),
+        ):
+            bar = run.bar = progress_bar(
+                total=len(todo), desc=f"exact referee ({line})", unit="problem", enabled=progress
+            )
             for problem in todo:
                 ids = encode_chat(tokenizer, problem.prompt.text, f"problem {problem.id!r}", chat=False)
                 q_raw, p_raw = verifier_row(ids), draft_row(ids)
@@ -215,12 +219,6 @@ def exact_choice_referee(
                     done[(rec["id"], rec["method"])] = rec
                 fresh += len(records)
                 bar.update(1)
-    except (KeyboardInterrupt, Terminated):
-        if bar is not None:
-            bar.close()
-        where = f" in {out}: rerun the same command to resume" if out else ""
-        print(f"stopped: {fresh} record(s) of this run kept{where}", file=sys.stderr, flush=True)
-        raise
     finally:
         if bar is not None:
             bar.close()

@@ -23,7 +23,6 @@ from __future__ import annotations
 import collections
 import json
 import os
-import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,9 +34,9 @@ from .._data._prompts import prompt_seed
 from .._math._bootstrap import ratio_interval, resample_counts
 from .._math._paired import paired_difference
 from .._math._validation import RUN_LIMITS, check_count
-from .._util._files import Terminated, json_lines, termination_as_exception
+from .._util._files import json_lines
 from .._util._progress import progress_bar
-from .._util._records import open_records
+from .._util._records import open_records, resumable_run
 
 __all__ = [
     "ALONE",
@@ -195,8 +194,11 @@ def evaluate_rules(
     units = sum(1 for k in range(samples) for method in methods for p in problems if (p.id, method, k) not in done)
     fresh, bar = [], None
     try:
-        with termination_as_exception(), model_threads_for([model, draft], threads) as (_, line):
-            bar = progress_bar(total=units, desc=f"evaluate ({line})", unit="answer", enabled=progress)
+        with (
+            resumable_run(out, lambda: f"{len(fresh)} answer(s) of this run graded and kept") as run,
+            model_threads_for([model, draft], threads) as (_, line),
+        ):
+            bar = run.bar = progress_bar(total=units, desc=f"evaluate ({line})", unit="answer", enabled=progress)
             # problems in groups of ``batch``, every method on a group before the next: a stopped run holds
             # paired answers of every method on the problems it reached
             for k, start in ((k, s) for k in range(samples) for s in range(0, len(problems), batch)):
@@ -217,12 +219,6 @@ def evaluate_rules(
                         done[(rec["id"], rec["method"], rec["sample"])] = rec
                         fresh.append(rec)
                     bar.update(len(group))
-    except (KeyboardInterrupt, Terminated):
-        if bar is not None:
-            bar.close()
-        where = f" in {out}: rerun the same command to resume" if out else ""
-        print(f"stopped: {len(fresh)} answer(s) of this run graded and kept{where}", file=sys.stderr, flush=True)
-        raise
     finally:
         if bar is not None:
             bar.close()

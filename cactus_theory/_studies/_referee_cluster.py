@@ -14,11 +14,9 @@ on its GPU once.
 
 from __future__ import annotations
 
-import sys
-
-from .._util._files import LockError, Terminated, termination_as_exception
+from .._util._files import LockError
 from .._util._progress import progress_bar
-from .._util._records import RecordLog
+from .._util._records import RecordLog, resumable_run
 
 __all__ = ["evaluate_on_cluster"]
 
@@ -104,7 +102,8 @@ def evaluate_on_cluster(
 
     futures = [client.submit(_worker_shard, job, pure=False) for job in jobs]
     try:
-        with termination_as_exception():
+        with resumable_run(out, lambda: "the shards completed are kept") as run:
+            run.bar = bar
             for future in as_completed(futures):
                 records = [r for r in future.result() if key(r) not in done]
                 if log is not None and records:
@@ -113,11 +112,6 @@ def evaluate_on_cluster(
                 for r in records:
                     done[key(r)] = r
                 bar.update(1)
-    except (KeyboardInterrupt, Terminated):
-        bar.close()
-        where = f" in {out}: rerun the same command to resume" if out else ""
-        print(f"stopped: the shards completed are kept{where}", file=sys.stderr, flush=True)
-        raise
     finally:
         client.cancel(futures)
         bar.close()

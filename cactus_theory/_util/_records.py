@@ -15,14 +15,16 @@ back to skip what is done, and that nothing else is ever mistaken for.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import stat
+import sys
 
-from ._files import _NOFOLLOW, LockError, _umask
+from ._files import _NOFOLLOW, LockError, Terminated, _umask, termination_as_exception
 
-__all__ = ["RECORD_FIELD", "RecordLog", "open_records", "setting_difference"]
+__all__ = ["RECORD_FIELD", "RecordLog", "open_records", "resumable_run", "setting_difference"]
 
 #: The first field of every record: the kind of log it belongs to.
 RECORD_FIELD = "record"
@@ -159,3 +161,28 @@ def open_records(path, kind: str, setting: dict):
         return log, log.open()
     except LockError as exc:
         raise ValueError(str(exc)) from None
+
+
+class _Run:
+    """What a resumable run's interruption line needs: its bar (closed first) and what it has kept."""
+
+    def __init__(self, kept):
+        self.bar, self.kept = None, kept
+
+
+@contextlib.contextmanager
+def resumable_run(out, kept):
+    """A long run that appends to the records file ``out``: within the block SIGTERM and SIGHUP raise
+    ``Terminated`` (``termination_as_exception``); on an interruption (those, or Ctrl-C) the run's bar
+    (``run.bar``, set by the caller) is closed and one line on stderr says what is kept (``kept()``, a
+    phrase such as "12 record(s) of this run kept") and how to resume; the interruption then goes on."""
+    run = _Run(kept)
+    try:
+        with termination_as_exception():
+            yield run
+    except (KeyboardInterrupt, Terminated):
+        if run.bar is not None:
+            run.bar.close()
+        where = f" in {out}: rerun the same command to resume" if out else ""
+        print(f"stopped: {run.kept()}{where}", file=sys.stderr, flush=True)
+        raise

@@ -7,6 +7,7 @@ small synthetic one. Nothing is downloaded and nothing in the repository is writ
 import hashlib
 import importlib.util
 import json
+import math
 import os
 import pathlib
 import shutil
@@ -28,7 +29,10 @@ PAIR = ("qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_
 
 
 def script(name):
-    """An experiment script as a module (its ``main(argv)`` is what the command line runs)."""
+    """An experiment script as a module (its ``main(argv)`` is what the command line runs), its folder first on
+    the path as ``python experiments/NAME.py`` puts it (a script may import a sibling's constants)."""
+    if str(EXPERIMENTS) not in sys.path:
+        sys.path.insert(0, str(EXPERIMENTS))
     spec = importlib.util.spec_from_file_location(f"experiment_{name}", EXPERIMENTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -127,6 +131,14 @@ def test_bench_quick(capsys):
     out = capsys.readouterr().out
     assert "the plain NumPy Taylor expression" in out and "load: " in out
     assert "| target | measured | status |" in out and "exact KL gamma <= 10x" in out
+
+
+@pytest.mark.isolation
+def test_bench_sandbox(capsys):
+    script("bench").main(["--sandbox-only", "--repeats", "1"])
+    row = next(line for line in capsys.readouterr().out.splitlines() if "graded program" in line)
+    ratio = float(row.split("|")[2].strip().split("x")[0])
+    assert ratio > 0 and math.isfinite(ratio)
 
 
 @pytest.mark.distributed
@@ -743,3 +755,22 @@ def test_quality_exact(models, tmp_path):
     assert (tmp_path / "quality_exact.md").read_text().split("minutes")[1:] != [] and read_exact_records(
         tmp_path / "quality_exact_records.jsonl.gz"
     ) == committed
+
+
+@pytest.mark.llamacpp
+@pytest.mark.models
+def test_llamacpp_prompt_speed(models, capsys):
+    assert script("llamacpp_prompt_speed").main(["--models", models, "--tokens", "8", "--repeats", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(": ")[0] for line in lines] == [f"{name}.gguf" for name in PAIR]
+    for line in lines:
+        rate = float(line.split(": ")[2].split(" tokens/s")[0])
+        assert rate > 0 and "8 prompt tokens" in line and "llama.cpp built with" in line
+
+
+@pytest.mark.torch
+def test_rule_order_cost(capsys):
+    assert script("rule_order_cost").main(["--rows", "2", "--vocab", "64", "--calls", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" (")[0] for line in lines] == ["order sps,cactus", "order cactus,sps"]
+    assert all("sps first" in line and "cactus first" in line and "nan" not in line for line in lines)

@@ -92,8 +92,10 @@ def test_the_program_is_not_main_and_its_main_block_does_not_run():
     assert res.passed and res.stdout == "__cactus_program__\n"
 
 
-def test_it_may_write_inside_its_own_directory_and_nowhere_else():
+def test_it_may_write_inside_its_own_directory_and_nowhere_else(tmp_path):
     here = os.path.abspath(__file__)
+    host_tmp = tmp_path / "the_machine_s_temporary_file"  # in the machine's /tmp (or $TMPDIR)
+    host_tmp.write_text("x")
     res = _run(f"""
         import os, tempfile
         with open('scratch.txt', 'w') as fh:
@@ -108,10 +110,12 @@ def test_it_may_write_inside_its_own_directory_and_nowhere_else():
                 pass
             else:
                 raise SystemExit('wrote ' + path)
-        print(os.getcwd(), os.path.exists({here!r}), os.path.exists('/etc/passwd'), os.path.exists('/tmp'))
+        print(os.getcwd(), os.path.exists({here!r}), os.path.exists('/etc/passwd'), os.path.exists({str(host_tmp)!r}))
     """)
     assert res.passed, res.stderr
-    assert res.stdout.split() == ["/sandbox", "False", "False", "False"]  # neither this file nor the system's
+    # neither this file, nor the system's, nor the machine's temporary files (only the Python environment is
+    # mounted: under /tmp when the checkout is there, so /tmp itself may exist, holding nothing else)
+    assert res.stdout.split() == ["/sandbox", "False", "False", "False"]
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from ._cost_fields import (
     _isotonic,
     _monotone_curve,
     _positive,
-    _read_json_file,
+    _read_cost_json,
     _short,
     _size_map,
 )
@@ -469,7 +469,7 @@ def load_cost(path) -> CostModel:
     ``{"draft_token": 0.012, "verify_block": {"1": 0.03, "11": 0.034}, "step_overhead": 0.001,
     "judge_token": 0.0}``, in seconds). Unknown or missing fields are refused by name."""
     path = str(path)
-    data = _read_json_file(path, _COST_MAX_BYTES)
+    data = _read_cost_json(path, _COST_MAX_BYTES)
     if not isinstance(data, dict):
         raise ValueError(f"cost file {path!r} must hold a JSON object")
     if data.get("format", COST_FORMAT) != COST_FORMAT:

@@ -142,7 +142,7 @@ def _relative_spread(values):
     return float(np.median(np.abs(values - centre)) / centre) if centre > 0 else 0.0
 
 
-def _read_json_file(path: str, max_bytes: int):
+def _read_cost_json(path: str, max_bytes: int):
     """The JSON a cost file holds, each problem a ValueError naming the file: not a regular file, over
     ``max_bytes``, a key repeated in one object, not JSON, nested too deeply."""
     if not os.path.isfile(path):

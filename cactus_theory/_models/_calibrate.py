@@ -406,7 +406,7 @@ def _loop_timings(v_model, d_model, ids, max_block, repeats, settings):
     decoder's median time between steps of m drafts}} for m = 1 .. ``max_block`` - 1. The speculative
     runs judge with the always-accept rule, so every step drafts and verifies its full m (a step's
     work does not depend on what it accepts), and emits m + 1 tokens. Each setting runs once untimed,
-    then decodes ``repeats`` + 1 steps, the first of which (new shapes) is not a sample."""
+    then decodes ``repeats`` + 2 steps, the first of which (new shapes) is not a sample."""
     from ._clock import drain
     from ._decode_spec import DecodeSpec
     from ._decoders import decoder_for

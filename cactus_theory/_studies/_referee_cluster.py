@@ -14,9 +14,8 @@ on its GPU once.
 
 from __future__ import annotations
 
-from .._util._files import LockError
 from .._util._progress import progress_bar
-from .._util._records import RecordLog, resumable_run
+from .._util._records import open_records, resumable_run
 
 __all__ = ["evaluate_on_cluster"]
 
@@ -77,14 +76,9 @@ def evaluate_on_cluster(
     # checks it) before the records file is opened or any shard is sent
     ask = (verifier, draft, options, how, problems, rules, {**kwargs, "_setting_only": True})
     setting = client.submit(_worker_shard, ask, pure=False).result()
-    log, done = None, {}
+    done, (log, held) = {}, open_records(out, EXACT_KIND if exact else KIND, setting)
     key = (lambda r: (r["id"], r["method"])) if exact else (lambda r: (r["id"], r["method"], r["sample"]))
-    if out is not None:
-        log = RecordLog(out, EXACT_KIND if exact else KIND, setting)
-        try:
-            held = log.open()
-        except LockError as exc:
-            raise ValueError(str(exc)) from None
+    if log is not None:
         try:
             done = {key(r): r for r in held} if exact else _done_records(held, {p.id: p.digest for p in problems}, out)
         except BaseException:

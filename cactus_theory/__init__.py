@@ -4,10 +4,16 @@ from ._analysis._analyze import AnalysisResult, AnalysisRow, analyze_trace, pars
 from ._analysis._batch import BatchResult, batch_requests, simulate_batch, steps_law, verify_budget
 from ._analysis._calibrations import default_cost_path
 from ._analysis._cost import DEFAULT_COST_PROFILE, CostModel, cost_profiles, fit_to_profiles, load_cost, roofline_cost
+from ._analysis._decode_records import (
+    answer_drift,
+    batch_throughput,
+    decoding_flags,
+    decoding_summary,
+    matched_times,
+)
 from ._analysis._engines import local_dask_cluster
 from ._analysis._plan import Plan, batch_plan, break_even, predict_speedup
 from ._analysis._plotting import (
-    figure_png,
     plot_al_vs_kl,
     plot_delta_sweep,
     plot_delta_sweep_by_task,
@@ -71,22 +77,14 @@ from ._math._surrogate import cactus_surrogate
 from ._math._synthetic import SYNTHETIC_KINDS, synthetic_pairs
 from ._math._vocab import VocabularyMap
 from ._models._calibrate import calibrate_cost
-from ._models._decode import (
+from ._models._decode_spec import DecodeSpec
+from ._models._decoding import (
     DecodeResult,
     NgramDrafter,
     autoregressive_generate,
     autoregressive_generate_batch,
     speculative_generate,
     speculative_generate_batch,
-)
-from ._models._decode_prompts import decode_prompts
-from ._models._decode_spec import DecodeSpec
-from ._models._decode_summary import (
-    answer_drift,
-    batch_throughput,
-    decoding_flags,
-    decoding_summary,
-    matched_times,
 )
 from ._models._dump import DumpSummary, dump_trace
 from ._models._hf import load_model
@@ -108,11 +106,19 @@ from ._servers._dump import dump_server_trace
 from ._servers._protocols import open_server
 from ._servers._referee import drive_server
 from ._studies._block_study import BlockComparison, compare_block_verification
-from ._studies._exact_choice import ExactSummary, exact_choice_referee, read_exact_records, summarize_exact
-from ._studies._quality import QualitySummary, evaluate_rules, read_records, summarize_records
-from ._studies._referee_cluster import evaluate_on_cluster
+from ._studies._decoding import DecodeStudy, decode_prompts
+from ._studies._exact_choice import (
+    ExactReferee,
+    ExactSummary,
+    exact_choice_referee,
+    read_exact_records,
+    summarize_exact,
+)
+from ._studies._quality import QualitySummary, SampledReferee, evaluate_rules, read_records, summarize_records
 from ._studies._trees import MULTI_DRAFT_METHODS, MultiDraftComparison, compare_multi_draft
 from ._studies._zoo import compare_rules, comparison_entries, comparison_markdown, write_comparison
+from ._util._results import Result, RowsResult, figure_png
+from ._util._study import Study, run_study
 
 __version__ = "0.1.0"
 
@@ -197,6 +203,7 @@ __all__ = [
     "comparison_markdown",
     "cost_profiles",
     "data_directory",
+    "DecodeStudy",
     "decode_prompts",
     "decoding_flags",
     "decoding_summary",
@@ -214,7 +221,12 @@ __all__ = [
     "read_exact_records",
     "read_records",
     "summarize_exact",
-    "evaluate_on_cluster",
+    "ExactReferee",
+    "SampledReferee",
+    "Result",
+    "RowsResult",
+    "Study",
+    "run_study",
     "grade",
     "load_problems",
     "mcnemar_exact",

@@ -7,8 +7,8 @@ for a pair (``decoder_for``: its ``generate`` decodes token ids with no chat tem
 ``models`` extra (torch, transformers, gguf, accelerate); the llama.cpp engine the ``llamacpp``
 extra."""
 
-from ._models._decoders import decoder_for
-from ._models._device import compress_rows, process_rows, row_uniforms, sample_rows
+from ._models._decoding import decoder_for
+from ._models._device_rows import compress_rows, process_rows, row_uniforms, sample_rows
 from ._models._hf import (
     cached_model,
     encode_chat,

@@ -1,5 +1,6 @@
-"""The conformance checks every acceptance rule passes: ``check_rule``, like scikit-learn's
-``check_estimator``, for the rules of this package and for anyone's.
+"""The conformance checks every acceptance rule passes (``check_rule``) and every long run keeps
+(``check_study``), like scikit-learn's ``check_estimator``, for the rules and studies of this package and for
+anyone's.
 
 Each check is a named function over random inputs (raw logits processed with random sampling
 settings, so p and q have exact zeros, one-hot rows and ties, and rules that need raw logits get
@@ -30,6 +31,7 @@ from ._checks._conformance import (
     sequence_tv_rows,
     small_cases,
 )
+from ._checks._studies import STUDY_CHECKS, check_study
 
 #: The checks by name (name -> function), in the order ``check_rule`` runs them;
 #: ``check_rule(rule, checks=[...])`` runs the ones named.
@@ -37,8 +39,10 @@ CHECKS = _conformance.CHECKS
 
 __all__ = [
     "CHECKS",
+    "STUDY_CHECKS",
     "check_rule",
     "check_sane",
+    "check_study",
     "conformance_rules",
     "emitted_bruteforce",
     "make_case",

@@ -8,7 +8,7 @@ import threading
 
 import numpy as np
 
-from cactus_theory._models._decode_result import DecodeResult
+from cactus_theory._models._decode_spec import DecodeResult
 
 FLIP = 0.3
 TOKEN_KL = [0.25, 0.05]
@@ -83,7 +83,7 @@ def fake_decoder_for(spec, verifier, draft=None, *, batch=None):
 
 def install(set_attribute=setattr):
     """Put the fake decoder where the referee picks its decoders (``monkeypatch.setattr`` in a test)."""
-    import cactus_theory._models._decoders as decoders
+    import cactus_theory._models._decoding as decoders
 
     set_attribute(decoders, "decoder_for", fake_decoder_for)
 

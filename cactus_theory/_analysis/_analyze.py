@@ -22,9 +22,9 @@ from .._rules import BONUS_POLICIES, judgement_of, make_rules
 from .._util._files import csv_text
 from .._util._options import merged_options
 from .._util._progress import progress_bar
+from .._util._results import Result
 from ._engines import run_dask, run_local
 from ._options import AnalysisOptions
-from ._results import Result
 from ._shards import ShardJob, _rule_label, shard_statistics
 
 __all__ = ["METRICS", "AnalysisResult", "AnalysisRow", "analyze_trace", "parse_rules"]

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._math._validation import check_int, seeded_rng
+from .._util._results import Result
 
 __all__ = ["MAX_BATCH", "BatchResult", "batch_parts", "batch_requests", "simulate_batch", "steps_law", "verify_budget"]
 
@@ -150,9 +151,10 @@ def _without(law, probs):
 
 
 @dataclass(frozen=True)
-class BatchResult:
+class BatchResult(Result):
     """One static batch of requests: expected time and tokens of speculative decoding and of the
-    verifier alone, and each request's expected latency under both."""
+    verifier alone, and each request's expected latency under both; a result as every other (``records``:
+    one row per request; ``table``)."""
 
     tokens: int
     time: float
@@ -168,6 +170,26 @@ class BatchResult:
     def latency_speedup(self) -> float:
         """The mean over the requests of the ratio of their expected latencies."""
         return float(np.mean(self.latency_alone / self.latency))
+
+    name = "batch"
+
+    def records(self) -> list:
+        """One row per request: its expected latency speculative and alone, and their ratio."""
+        return [
+            {"request": i, "latency": float(a), "latency_alone": float(b), "speedup": float(b / a)}
+            for i, (a, b) in enumerate(zip(np.ravel(self.latency), np.ravel(self.latency_alone), strict=True))
+        ]
+
+    def table(self) -> str:
+        head = (
+            f"{self.tokens} tokens in {self.time:.6g} s ({self.time_alone:.6g} s alone): throughput speedup "
+            f"{self.throughput_speedup:.3f}x, latency speedup {self.latency_speedup:.3f}x"
+        )
+        rows = [
+            f"{r['request']:>7} {r['latency']:>12.6g} {r['latency_alone']:>13.6g} {r['speedup']:>8.3f}x"
+            for r in self.records()
+        ]
+        return "\n".join([head, f"{'request':>7} {'latency, s':>12} {'alone, s':>13} {'speedup':>9}", *rows])
 
 
 #: The largest batch the batch planner takes: the roofline's range (``_roofline``), and what the exact

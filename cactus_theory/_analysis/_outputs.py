@@ -30,7 +30,8 @@ def analysis_figures(result) -> dict:
     import matplotlib
 
     matplotlib.use("Agg")
-    from ._plotting import figure_png, plot_al_vs_kl, plot_delta_sweep, plot_delta_sweep_by_task
+    from .._util._results import figure_png
+    from ._plotting import plot_al_vs_kl, plot_delta_sweep, plot_delta_sweep_by_task
 
     out = {
         "acceptance_al_vs_delta.png": figure_png(plot_delta_sweep(result.rows, result.settings)),

@@ -32,8 +32,8 @@ import numpy as np
 from .._laws._policies import make_draft_policy
 from .._math._validation import check_int, seeded_rng
 from .._util._files import csv_text
+from .._util._results import Result, interval
 from ._cost import CostModel, load_cost
-from ._results import Result, interval
 
 __all__ = ["Plan", "batch_plan", "break_even", "predict_speedup"]
 

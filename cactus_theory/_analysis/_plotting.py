@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import textwrap
 
 import numpy as np
@@ -17,16 +16,6 @@ __all__ = [
     "plot_step",
     "rule_colours",
 ]
-
-
-def figure_png(fig, dpi=110) -> bytes:
-    """PNG bytes of a matplotlib figure, which is then closed."""
-    import matplotlib.pyplot as plt
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
-    plt.close(fig)
-    return buf.getvalue()
 
 
 #: Markers for the settings of one family (delta, parameters), in order.

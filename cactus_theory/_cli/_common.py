@@ -138,9 +138,21 @@ def _command_line(args) -> str:
 
 def _settings(args):
     """The SamplingSettings of the options ``_sampling_options`` adds."""
-    from .._math._sampling import SamplingSettings
+    from .._math._sampling import DEFAULT_CHAIN, SamplingSettings
 
-    return SamplingSettings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    chain = getattr(args, "chain", None) or DEFAULT_CHAIN
+    if "," in chain:  # a user's steps in order
+        chain = tuple(step.strip() for step in chain.split(","))
+    try:
+        return SamplingSettings(
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            min_p=getattr(args, "min_p", 0.0),
+            chain=chain,
+        )
+    except ValueError as exc:  # the settings' own words, with the flags that give them
+        raise ValueError(f"--temperature / --top-k / --top-p / --min-p / --chain: {exc}") from None
 
 
 def analysis_options(args, **more):
@@ -384,6 +396,17 @@ def _sampling_options(parser, temperature=0.6):
     parser.add_argument("--temperature", type=float, default=temperature, help="sampling temperature (0 = greedy)")
     parser.add_argument("--top-k", type=_int_at_least(0), default=20, help="top-k of both models (0 = off)")
     parser.add_argument("--top-p", type=float, default=0.95, help="top-p of both models (1 = off)")
+    parser.add_argument(
+        "--min-p", type=float, default=0.0, help="min-p of both models (0 = off; llama.cpp's own is 0.05)"
+    )
+    parser.add_argument(
+        "--chain",
+        default=None,
+        metavar="ENGINE|STEPS",
+        help="the sampler chain that applies them, as the engine you deploy on does: vllm (default: temperature, "
+        "min-p, top-k, top-p), hf, sglang, llama.cpp (top-k, top-p and min-p untempered, temperature last), or "
+        "your steps in order, comma-separated (temperature,top_k,top_k_exact,top_p,min_p)",
+    )
 
 
 def _draft_mode_option(parser):

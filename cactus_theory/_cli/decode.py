@@ -105,12 +105,12 @@ def add_parser(sub):
 
 def run(args) -> int:
     from .._analysis._analyze import parse_rules
-    from .._analysis._results import interval
+    from .._analysis._decode_records import answer_drift, decoding_summary
     from .._data._prompts import Prompt
-    from .._models._decode import NgramDrafter
-    from .._models._decode_prompts import decode_prompts
-    from .._models._decode_summary import answer_drift, decoding_summary
+    from .._models._decoding import NgramDrafter
     from .._models._hf import load_model
+    from .._studies._decoding import decode_prompts
+    from .._util._results import interval
 
     _check_out(args, [*(args.prompts or []), *_model_inputs(args)], directory=False)
     check_model_arguments(args)

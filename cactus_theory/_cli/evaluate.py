@@ -101,8 +101,9 @@ def add_parser(sub):
 def run(args) -> int:
 
     from .._studies._exact_choice import KIND as EXACT
-    from .._studies._exact_choice import exact_choice_referee, read_exact_records, summarize_exact
-    from .._studies._quality import evaluate_rules, quality_markdown, read_records, summarize_records
+    from .._studies._exact_choice import ExactReferee, read_exact_records, summarize_exact
+    from .._studies._quality import SampledReferee, quality_markdown, read_records, summarize_records
+    from .._util._study import run_study
 
     if args.summarize:
         if args.verifier or args.draft or args.rule:
@@ -135,48 +136,43 @@ def run(args) -> int:
             f"{args.benchmark} is graded by sampling: drop --exact"
         )
     problems = load_problems(args.benchmark, args.data, path=args.file, limit=args.limit, start=args.start)
-    if args.exact:
-        kwargs = {"settings": _settings(args), "threads": args.threads}
-    else:
-        kwargs = {
-            "m": args.m,
-            "settings": _settings(args),
-            "max_new_tokens": args.max_new_tokens,
-            "samples": args.samples,
-            "seed": args.seed,
-            "batch": args.batch,
-            "drift": not args.no_drift,
-            "allow_code_execution": args.allow_code_execution or None,
-            "threads": args.threads,
-        }
     opts = {"device": args.device, "dtype": args.dtype, "cache": not args.no_model_cache, "engine": args.engine}
     if args.engine == "llama.cpp":
         opts["sequences"] = 1 if args.exact else args.batch
-    if args.scheduler:
-        from .._analysis._engines import close_quietly, connect_scheduler
-        from .._studies._referee_cluster import evaluate_on_cluster
+    client = None
+    if args.scheduler:  # the workers load the pair from its paths, once each
+        from .._analysis._engines import connect_scheduler
 
         client = connect_scheduler(args.scheduler)
-        try:
-            records = evaluate_on_cluster(
-                args.verifier,
-                args.draft,
-                problems,
-                rules,
-                client=client,
-                load_options={**opts, "progress": False},
-                exact=args.exact,
-                out=args.out,
-                progress=_progress(args),
-                **kwargs,
-            )
-        finally:
-            close_quietly(client)
+        pair, load = (args.verifier, args.draft), opts
     else:
         verifier = load_model(args.verifier, progress=_progress(args), **opts)
-        draft = load_model(args.draft, progress=_progress(args), **opts)  # the whole triple: its identity is recorded
-        referee = exact_choice_referee if args.exact else evaluate_rules
-        records = referee(verifier, draft, problems, rules, out=args.out, progress=_progress(args), **kwargs)
+        pair, load = (verifier, load_model(args.draft, progress=_progress(args), **opts)), None
+    if args.exact:
+        study = ExactReferee(*pair, problems, rules, settings=_settings(args), threads=args.threads, load_options=load)
+    else:
+        study = SampledReferee(
+            *pair,
+            problems,
+            rules,
+            m=args.m,
+            settings=_settings(args),
+            max_new_tokens=args.max_new_tokens,
+            samples=args.samples,
+            seed=args.seed,
+            batch=args.batch,
+            drift=not args.no_drift,
+            allow_code_execution=args.allow_code_execution or None,
+            threads=args.threads,
+            load_options=load,
+        )
+    try:
+        records = run_study(study, out=args.out, progress=_progress(args), client=client)
+    finally:
+        if client is not None:
+            from .._analysis._engines import close_quietly
+
+            close_quietly(client)
     if args.exact:
         print(summarize_exact(records, n_boot=args.bootstrap, seed=args.seed).table())
     else:

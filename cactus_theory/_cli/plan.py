@@ -101,7 +101,7 @@ def add_parser(sub):
 def _print_batches(args, result, cost):
     """The ``--batch`` tables: per task, per rule its best m and throughput speedup at each batch size."""
     from .._analysis._plan import batch_plan, break_even
-    from .._analysis._results import interval
+    from .._util._results import interval
 
     plans = batch_plan(
         result,
@@ -254,8 +254,9 @@ def run(args) -> int:
     if args.batch:
         _print_batches(args, result, cost)
     if args.out:
-        from .._analysis._plotting import figure_png, plot_plan
+        from .._analysis._plotting import plot_plan
         from .._util._files import atomic_write
+        from .._util._results import figure_png
 
         written = [atomic_write(os.path.join(args.out, "plan.csv"), plan.to_csv().encode())]
         written.append(atomic_write(os.path.join(args.out, "plan.json"), plan.to_json().encode()))

@@ -10,15 +10,16 @@ from dataclasses import dataclass, field
 
 from .._util._files import Terminated, termination_as_exception
 from .._util._progress import progress_bar
+from .._util._results import Result
 from ._trace_writer import TraceWriter
 
 __all__ = ["DumpSession", "DumpSummary"]
 
 
 @dataclass
-class DumpSummary:
+class DumpSummary(Result):
     """What a dump did: prompts and positions written by this run, prompts refused (their ids), the
-    trace's totals, and the seconds this run took."""
+    trace's totals, and the seconds this run took; a result as every other (one record; ``table``)."""
 
     written_prompts: int
     written_positions: int
@@ -34,6 +35,28 @@ class DumpSummary:
 
     #: The verifier's generation speed as the server dump reported it (the same number).
     tokens_per_second = positions_per_second
+
+    name = "dump"
+
+    def records(self) -> list:
+        return [
+            {
+                "written_prompts": self.written_prompts,
+                "written_positions": self.written_positions,
+                "refused": len(self.refused),
+                "trace_prompts": self.trace_prompts,
+                "trace_positions": self.trace_positions,
+                "seconds": self.seconds,
+                "positions_per_second": self.positions_per_second,
+            }
+        ]
+
+    def table(self) -> str:
+        return (
+            f"{self.written_prompts} prompt(s), {self.written_positions} position(s) written in {self.seconds:.1f} s "
+            f"({self.positions_per_second:.1f} positions/s), {len(self.refused)} refused; the trace holds "
+            f"{self.trace_prompts} prompt(s), {self.trace_positions} position(s)"
+        )
 
 
 def _note(message):  # what a user must know, progress bars or not: resumed, stopped, done

@@ -141,7 +141,7 @@ class TraceSequence:
                 return probs
             return (*probs, RuleLogits(target=rows["target"], draft=rows["draft"], temperature=s.temperature))
         k = min(self.topk_ids["target"].shape[-1], self.topk_ids["draft"].shape[-1])
-        exact = s.greedy or 0 < s.top_k <= k
+        exact = s.support_within(k)
         if not exact and not self.manifest_tail_known:
             raise TraceError(
                 f"settings {s} need the tail mass beyond the stored top-{k}, which this trace does not know "

@@ -163,7 +163,7 @@ _ABSENT_MEANS = {
 }
 
 
-#: How a dump of models loaded here draws its tokens (recorded as ``sampler``; ``_models._device``).
+#: How a dump of models loaded here draws its tokens (recorded as ``sampler``; ``_models._device_rows``).
 SAMPLER = "splitmix64 uniforms per prompt seed and position, inverse transform (row_uniforms)"
 
 

@@ -9,14 +9,15 @@ import numpy as np
 from .._math._validation import check_int, seeded_rng
 from .._rules._protocol import BONUS_POLICIES, judgement_of
 from .._rules._registry import as_rule
+from .._util._results import Result
 from ._gate import fallback_for
 
 __all__ = ["SimulationResult", "simulate"]
 
 
 @dataclass(frozen=True)
-class SimulationResult:
-    """What ``simulate`` observed.
+class SimulationResult(Result):
+    """What ``simulate`` observed; a result as every other (``records``: one row per position; ``table``).
 
     Attributes
     ----------
@@ -51,6 +52,31 @@ class SimulationResult:
     def mean_acceptance_length(self) -> float:
         """vLLM's mean acceptance length: 1 + AL."""
         return 1.0 + self.accepted_length
+
+    name = "simulation"
+
+    def records(self) -> list:
+        """One row per position: drafts verified there, drafts accepted, the observed acceptance."""
+        rate = self.acceptance_rate
+        return [
+            {
+                "position": t,
+                "drafts": int(self.drafts[t]),
+                "accepts": int(self.accepts[t]),
+                "acceptance": float(rate[t]),
+            }
+            for t in range(self.drafts.shape[0])
+        ]
+
+    def table(self) -> str:
+        head = (
+            f"m = {self.m}: {self.accepted.size} verifications, AL {self.accepted_length:.4f} "
+            f"(vLLM's mean acceptance length {self.mean_acceptance_length:.4f})"
+        )
+        rows = [
+            f"{r['position']:>8} {r['drafts']:>7} {r['accepts']:>8} {r['acceptance']:>11.4f}" for r in self.records()
+        ]
+        return "\n".join([head, f"{'position':>8} {'drafts':>7} {'accepts':>8} {'acceptance':>11}", *rows])
 
     @property
     def acceptance_rate(self) -> np.ndarray:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize
 
+from .._util._results import Result
 from ._divergences import FDivergence, get_divergence
 from ._gamma_kernels import dd_residuals, exact_closed_gamma, exact_kl_gamma
 from ._jit import HAVE_NUMBA
@@ -44,8 +45,9 @@ APPROX_METHODS = ("taylor", "taylor3", "newton", "safe")
 
 
 @dataclass(frozen=True)
-class GammaResult:
-    """What ``exact_gamma(..., full_output=True)`` reports besides gamma (scipy style).
+class GammaResult(Result):
+    """What ``exact_gamma(..., full_output=True)`` reports besides gamma (scipy style), a result as every other
+    (``records``: one row per element; ``table``).
 
     Attributes
     ----------
@@ -77,9 +79,33 @@ class GammaResult:
     residual: np.ndarray | None = None
     function_calls: np.ndarray | None = None
 
+    name = "gamma"
+
     @property
     def all_converged(self) -> bool:
         return bool(np.all(self.converged))
+
+    def records(self) -> list:
+        """One row per element: gamma, iterations, converged, the residual and the function calls."""
+        columns = {"gamma": self.gamma, "iterations": self.iterations, "converged": self.converged}
+        for key in ("residual", "function_calls"):
+            if getattr(self, key) is not None:
+                columns[key] = getattr(self, key)
+        flat = {k: np.broadcast_to(np.asarray(v), np.shape(self.gamma)).ravel() for k, v in columns.items()}
+        size = np.size(self.gamma)
+        return [{k: v[i].item() for k, v in flat.items()} | {"method": self.method} for i in range(size)]
+
+    def table(self) -> str:
+        lines = [
+            f"method: {self.method}; {self.flag}",
+            f"{'gamma':>22} {'iterations':>10} {'converged':>9} {'residual':>12}",
+        ]
+        for r in self.records()[:20]:
+            residual = f"{r['residual']:12.3e}" if "residual" in r else " " * 12
+            lines.append(f"{r['gamma']:>22.17g} {r['iterations']:>10} {r['converged']!s:>9} {residual}")
+        if np.size(self.gamma) > 20:
+            lines.append(f"... ({np.size(self.gamma)} elements)")
+        return "\n".join(lines)
 
 
 def _inputs(target_prob, delta):

@@ -81,7 +81,7 @@ class _HostParts:
         """Seconds SpS takes to judge one drafted token (``rule_step`` on float64 host rows)."""
         from .._math._sampling import processed_probs
         from .._rules import SpS
-        from ._host_decode import rule_step
+        from ._host_loop import rule_step
 
         q_row = processed_probs(runner_v.feed([token])[-1][None], self.settings)[0].double().cpu().numpy()
         p_row = processed_probs(runner_d.feed([token])[-1][None], self.settings)[0].double().cpu().numpy()
@@ -150,7 +150,7 @@ class _DeviceParts:
         return v, d, [v.sequence() for _ in range(size)], [d.sequence() for _ in range(size)]
 
     def batch_draft(self, model, seqs, token, gen):
-        from ._device import process_rows, row_uniforms, sample_rows
+        from ._device_rows import process_rows, row_uniforms, sample_rows
 
         torch = self.torch
         ids = torch.full((len(seqs), 1), int(token), dtype=torch.int64, device=model.device)
@@ -161,7 +161,7 @@ class _DeviceParts:
 
     def batch_verify(self, model, seqs, block, gen):
         from .._rules import SpS
-        from ._device import process_rows, row_uniforms, sample_rows
+        from ._device_rows import process_rows, row_uniforms, sample_rows
 
         torch = self.torch
         rows, k = len(seqs), len(block)
@@ -409,7 +409,7 @@ def _loop_timings(v_model, d_model, ids, max_block, repeats, settings):
     then decodes ``repeats`` + 2 steps, the first of which (new shapes) is not a sample."""
     from ._clock import drain
     from ._decode_spec import DecodeSpec
-    from ._decoders import decoder_for
+    from ._decoding import decoder_for
 
     def step_times(spec, draft):
         decoder = decoder_for(spec, v_model, draft, batch=1)

@@ -1,7 +1,7 @@
 """A run's own time, and runs that take turns: ``OwnClock`` (seconds a run spent running, none while another
 had the machine), ``paused`` (a generator's point where another may run), ``drain`` (a generator of steps run
 to its end), ``interleave`` (several runs alternating in short chunks, each timed by its own clock). Every
-decoder (``_decoders``) and the sampling loop (``_hf.generate_steps``) are generators of steps timed so."""
+decoder (``_decoding``) and the sampling loop (``_hf.generate_steps``) are generators of steps timed so."""
 
 from __future__ import annotations
 

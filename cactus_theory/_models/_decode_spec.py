@@ -1,14 +1,19 @@
-"""Every setting of a decoding run in one frozen record, built and checked once (``DecodeSpec``): the rule (or
-none: the verifier alone), how many drafts a step, the sampling, the length, the seed, the bonus policy, the
-draft mode, the drafting policy, the gate, the drift record, the batch. Every decoder (``_decoders``) reads
-the rule's kind from the spec's ``judgement`` (``judgement_of``, asked once here) and nothing else re-checks
-what the spec holds."""
+"""What a decoding run is, whichever decoder runs it: every setting in one frozen record, built and checked once
+(``DecodeSpec``: the rule, or none for the verifier alone, how many drafts a step, the sampling, the length, the
+seed, the bonus policy, the draft mode, the drafting policy, the gate, the drift record, the batch), the one
+interface every decoder implements (``Decoder``: the host loop's ``HostChain`` and ``HostBatch``, the device
+loop's ``OnDevice``; ``_decoding.decoder_for`` picks one), and what a run gives back for one prompt
+(``DecodeResult``). Every decoder reads the rule's kind from the spec's ``judgement`` (``judgement_of``, asked
+once here) and nothing else re-checks what the spec holds."""
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import math
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from .._laws._block import DRAFT_MODES
 from .._laws._gate import gated_rule, make_gate
@@ -17,9 +22,11 @@ from .._math._sampling import SamplingSettings
 from .._math._validation import check_count
 from .._rules._protocol import BONUS_POLICIES, Judgement, judgement_of
 from .._rules._registry import as_rule
+from .._util._results import Result
+from ._clock import drain
 from ._drafters import NgramDrafter
 
-__all__ = ["CHAINS_ONLY", "DecodeSpec", "check_chain_rule"]
+__all__ = ["CHAINS_ONLY", "DecodeResult", "DecodeSpec", "Decoder", "check_chain_rule"]
 
 #: Why a multi-draft rule is refused here.
 CHAINS_ONLY = (
@@ -172,3 +179,102 @@ class DecodeSpec:
                 f"{self.rule.describe()} with bonus_policy={self.bonus_policy!r} needs a draft model with "
                 "probabilities and logits; the n-gram drafter has none"
             )
+
+
+class Decoder(abc.ABC):
+    """Decodes prompts under one ``spec`` with ``verifier`` (a model) and ``draft`` (a model, an
+    ``NgramDrafter``, or None for the verifier alone). Each prompt is decoded with its own seed (the
+    generators of its draws), so its tokens do not depend on the prompts beside it."""
+
+    def __init__(self, spec, verifier, draft=None):
+        if spec.rule is not None:
+            if draft is None:
+                raise ValueError(f"{spec.label} needs a drafter: give a draft model or an NgramDrafter")
+            spec.check_drafter(draft)
+        self.spec, self.verifier, self.draft = spec, verifier, draft
+
+    def steps(self, prompts_ids, seeds, eos_ids=()):
+        """A generator of steps whose value is one ``DecodeResult`` per prompt of ``prompts_ids`` (lists of
+        token ids, each decoded with its seed of ``seeds``)."""
+        prompts_ids, seeds = [list(x) for x in prompts_ids], list(seeds)
+        if not prompts_ids or len(prompts_ids) != len(seeds):
+            raise ValueError(
+                f"give one seed per prompt, and at least one prompt; got {len(prompts_ids)} prompt(s) and "
+                f"{len(seeds)} seed(s)"
+            )
+        if any(len(ids) < 1 for ids in prompts_ids):
+            raise ValueError("every prompt's ids must hold at least one token")
+        return (yield from self._run(prompts_ids, seeds, set(eos_ids)))
+
+    @abc.abstractmethod
+    def _run(self, prompts_ids, seeds, eos_ids):
+        """``steps`` once its arguments are checked."""
+
+    def generate(self, prompts_ids, seeds, eos_ids=()) -> list:
+        """``steps`` run to its end: one ``DecodeResult`` per prompt."""
+        return drain(self.steps(prompts_ids, seeds, eos_ids))
+
+
+@dataclass
+class DecodeResult(Result):
+    """Tokens emitted, and per verification step the drafted and accepted counts; a result as every other
+    (``records``: one row per verification step; ``table``)."""
+
+    tokens: list
+    drafted: list = field(default_factory=list)
+    accepted: list = field(default_factory=list)
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    total_seconds: float = 0.0
+    #: Seconds processing the prompt (both models; the verifier alone: its own).
+    prefill_seconds: float = 0.0
+    #: Seconds after the prefill at which each emitted token was available (per token).
+    token_seconds: list = field(default_factory=list)
+    #: With ``drift=True``: per emitted token, KL(pi_t || q_t) of the law the rule emitted it from
+    #: (given the output before it and its place in the block) against the verifier's there.
+    token_kl: list | None = None
+
+    @property
+    def answer_kl(self) -> float:
+        """sum_t KL(pi_t || q_t) along this output (``drift=True``; NaN otherwise): an unbiased
+        estimate, over outputs, of an upper bound of KL(law of the answer || the verifier's)."""
+        return float(np.sum(self.token_kl)) if self.token_kl is not None else float("nan")
+
+    @property
+    def decode_seconds(self) -> float:
+        """Seconds after the prefill."""
+        return self.total_seconds - self.prefill_seconds
+
+    @property
+    def accepted_length(self) -> float:
+        """AL: accepted draft tokens per verification step (Hao & Mou, ICLR 2026, experiments)."""
+        return float(np.mean(self.accepted)) if self.accepted else 0.0
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """vLLM's mean acceptance length: 1 + AL."""
+        return 1.0 + self.accepted_length
+
+    @property
+    def tokens_per_second(self) -> float:
+        return len(self.tokens) / self.total_seconds if self.total_seconds > 0 else float("nan")
+
+    name = "decode"
+
+    def records(self) -> list:
+        """One row per verification step: drafts judged and accepted."""
+        return [
+            {"step": i, "drafted": int(d), "accepted": int(a)}
+            for i, (d, a) in enumerate(zip(self.drafted, self.accepted, strict=True))
+        ]
+
+    def table(self) -> str:
+        line = (
+            f"{len(self.tokens)} tokens, {len(self.accepted)} verifications, AL {self.accepted_length:.2f} "
+            f"(vLLM's mean acceptance length {self.mean_acceptance_length:.2f}), {self.tokens_per_second:.2f} tok/s "
+            f"(prefill {self.prefill_seconds:.2f} s, draft {self.draft_seconds:.2f} s, "
+            f"verify {self.verify_seconds:.2f} s)"
+        )
+        if self.token_kl is not None:
+            line += f", answer KL {self.answer_kl:.4f}"
+        return line

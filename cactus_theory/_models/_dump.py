@@ -276,7 +276,7 @@ def _pack(rows, k):
 
 
 def _compress(rows, k):
-    from ._device import compress_rows
+    from ._device_rows import compress_rows
 
     return compress_rows(rows, k)
 
@@ -460,7 +460,7 @@ def _step(run, live, rows):
     """One step of every live sequence: sample its token, store its rows, feed the token to both models."""
     import torch
 
-    from ._device import process_rows, row_uniforms, sample_rows
+    from ._device_rows import process_rows, row_uniforms, sample_rows
 
     order = sorted(live)
     index = to_device(torch, order, run.device)

@@ -89,10 +89,20 @@ def dtype_and_device(model) -> tuple[str, str]:
 
 def model_arithmetic(model) -> dict:
     """What decides a model's rounding, as records keep it: its engine and (Hugging Face) dtype or (llama.cpp)
-    the CPU features its kernels were built with; {} for a drafter without weights or a stand-in."""
+    the CPU features its kernels were built with, whether it used flash attention and llama-cpp-python's version
+    (its llama.cpp); {} for a drafter without weights or a stand-in."""
     if engine_of(model) == "llama.cpp":
-        kernels = getattr(model, "kernels", None)
-        return {"engine": "llama.cpp", **({"kernels": kernels} if kernels else {})}
+        from ._llamacpp import llama_cpp_version
+
+        out = {"engine": "llama.cpp"}
+        for key, value in (
+            ("kernels", getattr(model, "kernels", None)),
+            ("flash_attention", getattr(model, "flash_attention", None)),
+            ("version", llama_cpp_version() if getattr(model, "kernels", None) else None),
+        ):
+            if value:
+                out[key] = value
+        return out
     try:
         return {"engine": "hf", "dtype": dtype_and_device(model)[0]}
     except (AttributeError, StopIteration, TypeError):

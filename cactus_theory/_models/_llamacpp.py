@@ -78,8 +78,31 @@ def _lib():
 _LOG_CALLBACK = None
 
 
+#: While a context is made, llama.cpp's log lines are kept here (what it decided of its flash attention).
+_HEARD: list | None = None
+
+
 def _drop_log(level, text, user_data):  # pragma: no cover - called from C
+    if _HEARD is not None:
+        _HEARD.append(text.decode(errors="replace") if isinstance(text, bytes) else str(text))
     return None
+
+
+#: ``flash_attention`` as llama.cpp's context parameter takes it.
+_FLASH = {"auto": -1, False: 0, True: 1}
+
+
+def _flash_attention_used(requested, heard) -> str:
+    """ "enabled" or "disabled": what llama.cpp used, as asked or, asked "auto", as it said it decided (its log
+    line "Flash Attention enabled" / "... set to disabled"); "auto" where it said nothing."""
+    if requested is not True and requested is not False:
+        text = "".join(heard)
+        if "Flash Attention enabled" in text:
+            return "enabled"
+        if "Flash Attention not supported" in text:
+            return "disabled"
+        return "auto"
+    return "enabled" if requested else "disabled"
 
 
 def llama_cpp_version():
@@ -140,11 +163,23 @@ class LlamaCppModel:
 
     engine = "llama.cpp"
 
-    def __init__(self, path, *, threads=None, context=DEFAULT_CONTEXT, sequences=8, batch=DEFAULT_BATCH, device="cpu"):
+    def __init__(
+        self,
+        path,
+        *,
+        threads=None,
+        context=DEFAULT_CONTEXT,
+        sequences=8,
+        batch=DEFAULT_BATCH,
+        device="cpu",
+        flash_attention="auto",
+    ):
         from ._identity import default_threads
 
         for name, value, low in (("context", context, 8), ("sequences", sequences, 1), ("batch", batch, 1)):
             check_int(value, name, low)
+        if not (flash_attention is True or flash_attention is False or flash_attention == "auto"):
+            raise ValueError(f"flash_attention must be 'auto', True or False; got {flash_attention!r}")
         lib = _lib()
         self.lib, self.path = lib, str(path)
         self.threads = int(threads) if threads is not None else default_threads()
@@ -159,7 +194,15 @@ class LlamaCppModel:
         cparams.n_batch = cparams.n_ubatch = int(batch)
         cparams.n_threads = cparams.n_threads_batch = self.threads
         cparams.no_perf = True
-        ctx = lib.llama_init_from_model(model, cparams)
+        cparams.flash_attn_type = _FLASH["auto" if flash_attention == "auto" else flash_attention]
+        global _HEARD
+        _HEARD = []
+        try:
+            ctx = lib.llama_init_from_model(model, cparams)
+            #: What llama.cpp used ("enabled" / "disabled"): it changes the logits (by up to 0.1 here).
+            self.flash_attention = _flash_attention_used(flash_attention, _HEARD)
+        finally:
+            _HEARD = None
         if not ctx:
             lib.llama_model_free(model)
             raise ValueError(f"llama.cpp cannot make a context of {sequences} x {context} tokens for {self.path!r}")
@@ -299,9 +342,12 @@ def load_tokenizer(path, progress=None):
     return tokenizer
 
 
-def load_llamacpp(spec, device="cpu", *, progress=None, threads=None, context=DEFAULT_CONTEXT, sequences=8):
+def load_llamacpp(
+    spec, device="cpu", *, progress=None, threads=None, context=DEFAULT_CONTEXT, sequences=8, flash_attention="auto"
+):
     """(``LlamaCppModel``, tokenizer, identity) for a GGUF file (the identity as the HF path
-    records it: name, source, the file's sha256 and size)."""
+    records it: name, source, the file's sha256 and size). ``flash_attention``: "auto" (llama.cpp decides;
+    on the CPU it enables it), True or False."""
     from ._identity import file_entry, model_identity, source_of_gguf
 
     if isinstance(spec, tuple) or not str(spec).endswith(".gguf"):
@@ -312,7 +358,9 @@ def load_llamacpp(spec, device="cpu", *, progress=None, threads=None, context=DE
     path = os.path.expanduser(str(spec))
     if not os.path.isfile(path):
         raise ValueError(f"GGUF file {path!r} does not exist (experiments/fetch_models.py builds the Qwen pair)")
-    model = LlamaCppModel(path, threads=threads, context=context, sequences=sequences, device=device)
+    model = LlamaCppModel(
+        path, threads=threads, context=context, sequences=sequences, device=device, flash_attention=flash_attention
+    )
     tokenizer = load_tokenizer(path, progress)
     name = os.path.basename(path)
     identity = model_identity(name[: -len(".gguf")], source_of_gguf(path), {name: file_entry(path)})

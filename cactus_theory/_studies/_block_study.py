@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .._analysis._results import Result, interval
+from .._util._results import Result, interval
 
 __all__ = ["BlockComparison", "compare_block_verification"]
 

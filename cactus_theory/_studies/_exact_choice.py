@@ -24,11 +24,12 @@ rules are refused: their first token's law is not a per-token law.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
-from .._analysis._results import RowsResult
 from .._data._benchmarks import get_benchmark
 from .._data._benchmarks.choice import LETTERS
 from .._math._bootstrap import percentile_interval, resample_counts, resampled_sums
@@ -36,11 +37,14 @@ from .._math._paired import paired_difference
 from .._math._sampling import SamplingSettings
 from .._math._validation import is_integer
 from .._util._files import json_lines
-from .._util._progress import progress_bar
-from .._util._records import open_records, resumable_run
+from .._util._results import RowsResult
+from .._util._study import Study, run_study
+from ._pair import ModelPair
+from ._quality_trace import ANSWER_ROWS, answer_rows
 
 __all__ = [
     "KIND",
+    "ExactReferee",
     "ExactSummary",
     "exact_answer_accuracy",
     "exact_choice_referee",
@@ -116,117 +120,186 @@ def read_exact_records(path) -> list:
     return out
 
 
+class ExactReferee(Study):
+    """The exact referee as a study (``run_study``): one unit per problem, the records of the verifier alone and
+    of each rule of ``rules`` there (see the module docstring); the verifier alone's carries the problem's
+    answer rows (``_quality_trace``), from which any token rule under any chain is scored again without a model.
+
+    ``verifier``, ``draft``: loaded ((model, tokenizer, identity) triples, or a bare draft model), or paths /
+    ids with ``load_options`` (``load_model``'s; a Dask worker loads them once). ``settings``: the sampling and
+    its chain (default: the paper's, vLLM's chain). ``threads``: CPU threads of the forwards (default: the CPUs
+    this process may use; ``model_threads_for``), said in the progress line."""
+
+    kind: ClassVar[str] = KIND
+    unit_name: ClassVar[str] = "problem"
+
+    def __init__(self, verifier, draft, problems, rules, *, settings=None, threads=None, load_options=None):
+        from .._models._decode_spec import DecodeSpec
+
+        self.settings = settings or SamplingSettings()
+        if not problems:
+            raise ValueError("problems: give at least one problem (load_problems)")
+        for bench in sorted({p.benchmark for p in problems}):
+            if not get_benchmark(bench).one_token:
+                raise ValueError(
+                    f"benchmark {bench!r}: the exact referee needs one token to decide the grade (a multiple-choice "
+                    "benchmark asked at the answer position: choice, arc_challenge, ...); grade it by sampling instead"
+                )
+        self.problems = list(problems)
+        _distinct_problems(self.problems)
+        base = DecodeSpec(settings=self.settings)
+        self.specs = [base.with_rule(r) for r in rules]
+        for spec in self.specs:
+            exact_answer_accuracy(spec.rule, np.ones(2) / 2, np.ones(2) / 2, [0])  # block rules refused up front
+        self.methods = [ALONE, *(s.label for s in self.specs)]
+        if len(set(self.methods)) != len(self.methods):
+            raise ValueError(f"the rules must be distinct; got {self.methods[1:]}")
+        self.threads = threads
+        self.pair = ModelPair(verifier, draft, load_options)
+        self._rows = None
+
+    def setting(self) -> dict:
+        from .._models._hf import model_arithmetic, split_model
+
+        model, tokenizer = self.pair.verifier[0], self.pair.verifier[1]
+        draft, draft_identity = split_model(self.pair.draft)
+        needed = sorted({c for p in self.problems for c in p.reference.get("letters", p.reference["answer"])})
+        self._letters = letter_token_ids(tokenizer, "".join(needed))
+        return {
+            "sampling": self.settings.as_dict(),
+            "models": {"verifier": split_model(tuple(self.pair.verifier))[1], "draft": draft_identity},
+            "arithmetic": {"verifier": model_arithmetic(model), "draft": model_arithmetic(draft)},
+            "benchmarks": sorted({p.benchmark for p in self.problems}),
+            "answer_tokens": dict(self._letters),
+            "answer_rows": ANSWER_ROWS,
+        }
+
+    def units(self) -> list:
+        return self.problems
+
+    def unit_keys(self, problem) -> list:
+        return [(problem.id, method) for method in self.methods]
+
+    def key(self, record) -> tuple:
+        return (record["id"], record["method"])
+
+    def check_held(self, records) -> None:
+        _same_problems(records, self.problems)
+
+    @contextlib.contextmanager
+    def running(self):
+        from .._models._hf import model_threads_for, split_model
+
+        models = [self.pair.verifier[0], split_model(self.pair.draft)[0]]
+        with model_threads_for(models, self.threads) as (used, line):
+            self._used = used
+            yield line
+
+    def run_unit(self, problem, held) -> list:
+        from .._math._logits import RuleLogits
+        from .._math._sampling import processed_probs
+        from .._models._hf import encode_chat, split_model
+        from .._models._prefix import NextTokenLogits
+
+        if not hasattr(self, "_letters"):  # on a worker: the setting was asked of another
+            self.setting()
+        if getattr(self, "_rows", None) is None:
+            self._rows = (NextTokenLogits(self.pair.verifier[0]), NextTokenLogits(split_model(self.pair.draft)[0]))
+        tokenizer, settings = self.pair.verifier[1], self.settings
+        ids = encode_chat(tokenizer, problem.prompt.text, f"problem {problem.id!r}", chat=False)
+        q_raw, p_raw = self._rows[0](ids), self._rows[1](ids)
+        q = np.asarray(processed_probs(q_raw[None], settings)[0], dtype=np.float64)
+        p = np.asarray(processed_probs(p_raw[None], settings)[0], dtype=np.float64)
+        answer = problem.reference["answer"]
+        correct = self._letters[answer]
+        own = problem.reference.get("letters", answer)
+        records = []
+        for method, spec in zip(self.methods, [None, *self.specs], strict=True):
+            if (problem.id, method) in held:
+                continue
+            rule = None if spec is None else spec.rule
+            logits = None
+            if rule is not None and rule.needs_logits:
+                logits = RuleLogits(target=q_raw, draft=p_raw, temperature=settings.temperature)
+            law = exact_answer_accuracy(rule, p, q, correct, logits=logits)
+            records.append(
+                {
+                    "id": problem.id,
+                    "problem": problem.digest,
+                    "benchmark": problem.benchmark,
+                    "method": method,
+                    "answer": answer,
+                    **law,
+                    "q_correct": float(q[correct].sum()),
+                    "p_correct": float(p[correct].sum()),
+                    "q_letters": float(q[[i for c in own for i in self._letters[c]]].sum()),
+                    "prompt_tokens": len(ids),
+                    "threads": getattr(self, "_used", None),
+                    # what rescoring needs: the rows' tops and their log-sum-exps, beside the correct ids
+                    **({"rows": answer_rows(q_raw, p_raw, correct)} if spec is None else {}),
+                }
+            )
+        return records
+
+    def summarize(self, records):
+        return summarize_exact(records)
+
+    def close(self) -> None:
+        if getattr(self, "_rows", None) is not None:
+            for row in self._rows:
+                row.close()
+            self._rows = None
+
+    @property
+    def label(self) -> str:
+        return "exact referee"
+
+
+def _distinct_problems(problems) -> None:
+    """Two different problems under one id are refused."""
+    by_id = {}
+    for p in problems:
+        if by_id.setdefault(p.id, p.digest) != p.digest:
+            raise ValueError(f"problems: two different problems share the id {p.id!r}")
+
+
+def _same_problems(records, problems) -> None:
+    """A held record whose id names another problem than this run's (another file of the same benchmark) is
+    refused."""
+    by_id = {p.id: p.digest for p in problems}
+    for n, rec in enumerate(records, 1):
+        if rec.get("id") in by_id and rec.get("problem") != by_id[rec["id"]]:
+            raise ValueError(
+                f"the records file holds answers to another problem under the id {rec['id']!r} (record {n}; another "
+                "--file?): write to another file"
+            )
+
+
 def exact_choice_referee(
-    verifier, draft, problems, rules, *, settings=None, out=None, progress=None, threads=None, _setting_only=False
+    verifier,
+    draft,
+    problems,
+    rules,
+    *,
+    settings=None,
+    out=None,
+    progress=None,
+    threads=None,
+    client=None,
+    load_options=None,
 ) -> list:
     """The exact expected accuracy of the verifier alone and of each token rule of ``rules`` on
-    ``problems`` (``load_problems`` of a benchmark whose one token decides: ``choice``, ``arc_challenge``),
+    ``problems`` (``load_problems`` of a benchmark whose one token decides: ``choice``, ``arc_challenge``, ...),
     without sampling (see the module docstring): one record per problem and method (id, problem digest,
-    method, accuracy, the drift at the answer token, and the mass p and q put on the correct letter).
-    ``verifier``: a (model, tokenizer, identity) triple; ``draft``: a model or its triple. ``settings``:
-    the sampling that processes both rows (default: the paper's). ``out``: a records file (``RecordLog``:
-    resumed, refused when it holds another setting). ``threads``: CPU threads of the forwards (default: the
-    CPUs this process may use; ``model_threads_for``), said in the progress line. Returns the records,
+    method, accuracy, the drift at the answer token, and the mass p and q put on the correct letter; the
+    verifier alone's with the answer rows). ``ExactReferee`` run by ``run_study``: ``out`` a records file
+    (resumed, refused when it holds another setting), ``client`` a Dask client to spread the problems over
+    (``verifier`` and ``draft`` then paths, loaded on each worker with ``load_options``). Returns the records,
     problems in order, methods in order."""
-
-    from .._math._logits import RuleLogits
-    from .._math._sampling import processed_probs
-    from .._models._decode_spec import DecodeSpec
-    from .._models._hf import encode_chat, model_arithmetic, model_threads_for, split_model
-    from .._models._prefix import NextTokenLogits
-
-    settings = settings or SamplingSettings()
-    if not problems:
-        raise ValueError("problems: give at least one problem (load_problems)")
-    for bench in sorted({p.benchmark for p in problems}):
-        if not get_benchmark(bench).one_token:
-            raise ValueError(
-                f"benchmark {bench!r}: the exact referee needs one token to decide the grade (a multiple-choice "
-                "benchmark asked at the answer position: choice, arc_challenge); grade it by sampling instead"
-            )
-    base = DecodeSpec(settings=settings)
-    specs = [base.with_rule(r) for r in rules]
-    for spec in specs:
-        exact_answer_accuracy(spec.rule, np.ones(2) / 2, np.ones(2) / 2, [0])  # block rules refused up front
-    methods = [ALONE, *(s.label for s in specs)]
-    if len(set(methods)) != len(methods):
-        raise ValueError(f"the rules must be distinct; got {methods[1:]}")
-    model, tokenizer = verifier[0], verifier[1]
-    draft, draft_identity = split_model(draft)
-    needed = sorted({c for p in problems for c in p.reference.get("letters", p.reference["answer"])})
-    letters = letter_token_ids(tokenizer, "".join(needed))
-    setting = {
-        "sampling": settings.as_dict(),
-        "models": {"verifier": split_model(tuple(verifier))[1], "draft": draft_identity},
-        "arithmetic": {"verifier": model_arithmetic(model), "draft": model_arithmetic(draft)},
-        "benchmarks": sorted({p.benchmark for p in problems}),
-        "answer_tokens": {k: v for k, v in letters.items()},
-    }
-    if _setting_only:  # what a cluster's worker says of its pair before the records file opens
-        return setting
-    log, held = open_records(out, KIND, setting)
-    done = {(r["id"], r["method"]): r for r in held}
-    todo = [p for p in problems if any((p.id, m) not in done for m in methods)]
-    fresh = 0
-    verifier_row, draft_row = NextTokenLogits(model), NextTokenLogits(draft)
-    bar = None
-    try:
-        with (
-            resumable_run(out, lambda: f"{fresh} record(s) of this run kept") as run,
-            model_threads_for([model, draft], threads) as (used, line),
-        ):
-            bar = run.bar = progress_bar(
-                total=len(todo), desc=f"exact referee ({line})", unit="problem", enabled=progress
-            )
-            for problem in todo:
-                ids = encode_chat(tokenizer, problem.prompt.text, f"problem {problem.id!r}", chat=False)
-                q_raw, p_raw = verifier_row(ids), draft_row(ids)
-                q = np.asarray(processed_probs(q_raw[None], settings)[0], dtype=np.float64)
-                p = np.asarray(processed_probs(p_raw[None], settings)[0], dtype=np.float64)
-                answer = problem.reference["answer"]
-                correct = letters[answer]
-                own = problem.reference.get("letters", answer)
-                records = []
-                for method, spec in zip(methods, [None, *specs], strict=True):
-                    if (problem.id, method) in done:
-                        continue
-                    rule = None if spec is None else spec.rule
-                    logits = None
-                    if rule is not None and rule.needs_logits:
-                        logits = RuleLogits(target=q_raw, draft=p_raw, temperature=settings.temperature)
-                    law = exact_answer_accuracy(rule, p, q, correct, logits=logits)
-                    records.append(
-                        {
-                            "id": problem.id,
-                            "problem": problem.digest,
-                            "benchmark": problem.benchmark,
-                            "method": method,
-                            "answer": answer,
-                            **law,
-                            "q_correct": float(q[correct].sum()),
-                            "p_correct": float(p[correct].sum()),
-                            "q_letters": float(q[[i for c in own for i in letters[c]]].sum()),
-                            "prompt_tokens": len(ids),
-                            "threads": used,
-                        }
-                    )
-                if log is not None:
-                    log.append(records)
-                    records = [log.stamped(r) for r in records]
-                else:
-                    records = [{**r, "setting": setting} for r in records]
-                for rec in records:
-                    done[(rec["id"], rec["method"])] = rec
-                fresh += len(records)
-                bar.update(1)
-    finally:
-        if bar is not None:
-            bar.close()
-        verifier_row.close()
-        draft_row.close()
-        if log is not None:
-            log.close()
-    return [done[(p.id, m)] for p in problems for m in methods]
+    study = ExactReferee(
+        verifier, draft, problems, rules, settings=settings, threads=threads, load_options=load_options
+    )
+    return run_study(study, out=out, progress=progress, client=client)
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,14 @@ only with ``allow_code_execution=True`` or ``CACTUS_ALLOW_CODE_EXECUTION=1``, ch
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
-from .._analysis._results import RowsResult
 from .._data._benchmarks import get_benchmark
 from .._data._graders import PROGRAM_SECONDS, grade, require_code_execution
 from .._data._prompts import prompt_seed
@@ -35,13 +36,16 @@ from .._math._bootstrap import ratio_interval, resample_counts
 from .._math._paired import paired_difference
 from .._math._validation import RUN_LIMITS, check_count
 from .._util._files import json_lines
-from .._util._progress import progress_bar
-from .._util._records import open_records, resumable_run
+from .._util._results import RowsResult
+from .._util._study import Study, run_study
+from ._exact_choice import _distinct_problems, _same_problems
+from ._pair import ModelPair
 
 __all__ = [
     "ALONE",
     "LIMITS",
     "QualitySummary",
+    "SampledReferee",
     "check_evaluate_limits",
     "evaluate_rules",
     "quality_markdown",
@@ -104,144 +108,183 @@ def _setting(m, settings, max_new_tokens, seed, models, arithmetic, benchmarks, 
     }
 
 
+class SampledReferee(Study):
+    """The sampled referee as a study (``run_study``): a unit is one group of ``batch`` problems at one sample,
+    every method on it (so a stopped run holds paired answers of every method on the problems it reached);
+    its records, one per (problem, method, sample), as ``evaluate_rules`` describes them. ``verifier``,
+    ``draft``: loaded, or paths / ids with ``load_options`` (a Dask worker loads them once)."""
+
+    kind: ClassVar[str] = KIND
+    unit_name: ClassVar[str] = "group"
+
+    def __init__(
+        self,
+        verifier,
+        draft,
+        problems,
+        rules,
+        *,
+        m=8,
+        settings=None,
+        max_new_tokens=512,
+        samples=1,
+        seed=0,
+        batch=1,
+        drift=True,
+        timeout=PROGRAM_SECONDS,
+        allow_code_execution=None,
+        benchmarks=None,
+        threads=None,
+        load_options=None,
+    ):
+        from .._models._decode_spec import DecodeSpec
+
+        check_evaluate_limits(m=m, max_new_tokens=max_new_tokens, batch=batch, samples=samples)
+        # the run's one spec, checked once; each rule's is the same settings for it
+        spec = DecodeSpec(m=m, settings=settings, max_new_tokens=max_new_tokens, seed=seed, batch=batch, drift=drift)
+        self.specs = {ALONE: spec, **{s.label: s for s in (spec.with_rule(r) for r in rules)}}
+        self.methods = list(self.specs)
+        if len(self.methods) != len(rules) + 1:
+            raise ValueError(f"the rules must be distinct; got {[spec.with_rule(r).label for r in rules]}")
+        if not problems:
+            raise ValueError("problems: give at least one problem (load_problems)")
+        _distinct_problems(problems)
+        present = sorted({p.benchmark for p in problems})
+        self.benchmarks = present if benchmarks is None else sorted({str(b) for b in benchmarks})
+        if set(present) - set(self.benchmarks):
+            raise ValueError(f"benchmarks: the problems hold {present}, beyond the benchmarks named, {self.benchmarks}")
+        for bench in present:
+            require_code_execution(bench, allow_code_execution)
+        if any(get_benchmark(b).runs_code for b in present):
+            from .._util._sandbox import _isolation_decision
+
+            _isolation_decision(None)  # no isolation and no knowing consent: refused before anything is decoded
+        self.problems, self.spec, self.samples, self.seed = list(problems), spec, int(samples), int(seed)
+        self.timeout, self.threads = timeout, threads
+        self.pair = ModelPair(verifier, draft, load_options)
+        self._decoders = None
+
+    def setting(self) -> dict:
+        from .._models._hf import model_arithmetic, split_model
+
+        model = self.pair.verifier[0]
+        draft, draft_identity = split_model(self.pair.draft)
+        arithmetic = {"verifier": model_arithmetic(model), "draft": model_arithmetic(draft)}
+        models = {"verifier": split_model(tuple(self.pair.verifier))[1], "draft": draft_identity}
+        spec = self.spec
+        self._setting = _setting(
+            spec.m, spec.settings, spec.max_new_tokens, self.seed, models, arithmetic, self.benchmarks, self.timeout
+        )
+        self._ready()
+        return self._setting
+
+    def _ready(self):
+        """The decoders and the prompts' ids, made once in the process that runs the units."""
+        if getattr(self, "_decoders", None) is not None:
+            return
+        from .._models._decoding import decoder_for
+        from .._models._hf import encode_chat, eos_ids, split_model
+
+        model, tokenizer = self.pair.verifier[0], self.pair.verifier[1]
+        draft = split_model(self.pair.draft)[0]
+        self._eos = eos_ids(model, tokenizer)
+        self._decoders = {
+            method: decoder_for(s, model, draft if s.rule is not None else None) for method, s in self.specs.items()
+        }
+        chat = {b: get_benchmark(b).chat for b in self.benchmarks}
+        self._ids = {
+            p.id: encode_chat(tokenizer, p.prompt.text, f"problem {p.id!r}", chat=chat[p.benchmark])
+            for p in self.problems
+        }
+
+    def units(self) -> list:
+        batch = self.spec.batch
+        return [(k, s) for k in range(self.samples) for s in range(0, len(self.problems), batch)]
+
+    def _group(self, unit):
+        k, start = unit
+        return k, self.problems[start : start + self.spec.batch]
+
+    def unit_keys(self, unit) -> list:
+        k, group = self._group(unit)
+        return [(p.id, method, k) for method in self.methods for p in group]
+
+    def key(self, record) -> tuple:
+        return (record["id"], record["method"], record["sample"])
+
+    def check_held(self, records) -> None:
+        _same_problems(records, self.problems)
+
+    @contextlib.contextmanager
+    def running(self):
+        from .._models._hf import model_threads_for, split_model
+
+        with model_threads_for([self.pair.verifier[0], split_model(self.pair.draft)[0]], self.threads) as (_, line):
+            yield line
+
+    def run_unit(self, unit, held) -> list:
+        if not hasattr(self, "_setting"):  # on a worker: the setting was asked of another
+            self.setting()
+        k, group = self._group(unit)
+        tokenizer, records = self.pair.verifier[1], []
+        for method in self.methods:
+            todo = [p for p in group if (p.id, method, k) not in held]
+            if not todo:
+                continue
+            seeds = [_method_seed(self.seed, p.id, method, k) for p in todo]
+            results = self._decoders[method].generate([self._ids[p.id] for p in todo], seeds, self._eos)
+            records += [
+                _record(p, method, k, s, res, tokenizer, self._setting, self.timeout)
+                for p, s, res in zip(todo, seeds, results, strict=True)
+            ]
+        return records
+
+    def summarize(self, records):
+        return summarize_records(records)
+
+    @property
+    def label(self) -> str:
+        return "evaluate"
+
+
 def evaluate_rules(
     verifier,
     draft,
     problems,
     rules,
     *,
-    m=8,
-    settings=None,
-    max_new_tokens=512,
-    samples=1,
-    seed=0,
-    batch=1,
     out=None,
     progress=None,
-    drift=True,
-    timeout=PROGRAM_SECONDS,
-    allow_code_execution=None,
-    benchmarks=None,
-    threads=None,
-    _setting_only=False,
+    client=None,
+    **options,
 ) -> list:
     """Decode and grade ``problems`` (``load_problems``) with the verifier alone and each of ``rules``:
     the records (dicts: id, benchmark, method, sample, seed, token ids, text, correct, what was
     extracted, and for a rule its accepted counts and, with ``drift``, token_kl and answer_kl).
+    ``SampledReferee`` run by ``run_study``; ``options`` are its keywords:
 
     ``verifier``: a (model, tokenizer, identity) triple (``load_model``); ``draft``: a model or its
-    triple (its identity is recorded). ``m`` drafts a step; ``settings`` the sampling (default: the
-    paper's); ``batch`` problems decoded at once (either engine; at 1 on llama.cpp, ``speculative_generate``
-    as ``decode`` runs it). Each answer has its own seed (from ``seed``, the problem, the method and the
-    sample), so it does not depend on what else the run holds; whether it depends on ``batch``: not in
-    float32 on the Hugging Face engine (tested: the same tokens at batch 1 and 3), but in bfloat16 and
-    float16 the batched kernels round with the batch's shape (padding, tiling), and on llama.cpp batches of
-    another shape round differently too, so an answer can change with the batch there: compare runs of one
-    batch size, or use float32. ``out``: a JSON Lines file the records are appended to as each batch
-    completes (``RecordLog``); a rerun with the same setting skips the (problem, method, sample) it holds,
-    and anything else is refused before decoding. ``timeout``: seconds a program under test may run
+    triple (its identity is recorded); or both as paths with ``load_options``. ``m`` drafts a step;
+    ``settings`` the sampling (default: the paper's); ``batch`` problems decoded at once (either engine; at 1
+    on llama.cpp, ``speculative_generate`` as ``decode`` runs it). Each answer has its own seed (from ``seed``,
+    the problem, the method and the sample), so it does not depend on what else the run holds; whether it
+    depends on ``batch``: not in float32 on the Hugging Face engine (tested: the same tokens at batch 1 and
+    3), but in bfloat16 and float16 the batched kernels round with the batch's shape (padding, tiling), and on
+    llama.cpp batches of another shape round differently too, so an answer can change with the batch there:
+    compare runs of one batch size, or use float32. ``out``: a JSON Lines file the records are appended to as
+    each batch completes (``RecordLog``); a rerun with the same setting skips the (problem, method, sample)
+    it holds, and anything else is refused before decoding. ``timeout``: seconds a program under test may run
     (HumanEval, MBPP); those programs run only with ``allow_code_execution=True`` (or
     ``CACTUS_ALLOW_CODE_EXECUTION=1``), isolated by the operating system (``_util._sandbox``).
     ``benchmarks``: the benchmarks ``out`` is for (default: those of ``problems``), part of its setting: a
     run that pools several benchmarks in one file over several calls names them all. ``threads``: CPU threads
     of the forwards (default: the CPUs this process may use: ``model_threads_for``), said in the progress
-    line."""
-    from .._models._decode_spec import DecodeSpec
-    from .._models._decoders import decoder_for
-    from .._models._hf import encode_chat, eos_ids, model_arithmetic, model_threads_for, split_model
-
-    check_evaluate_limits(m=m, max_new_tokens=max_new_tokens, batch=batch, samples=samples)
-    # the run's one spec, checked once; each rule's is the same settings for it
-    spec = DecodeSpec(m=m, settings=settings, max_new_tokens=max_new_tokens, seed=seed, batch=batch, drift=drift)
-    specs = {ALONE: spec, **{s.label: s for s in (spec.with_rule(r) for r in rules)}}
-    methods = list(specs)
-    if len(methods) != len(rules) + 1:
-        raise ValueError(f"the rules must be distinct; got {[spec.with_rule(r).label for r in rules]}")
-    if not problems:
-        raise ValueError("problems: give at least one problem (load_problems)")
-    by_id = {}
-    for p in problems:
-        if by_id.setdefault(p.id, p.digest) != p.digest:
-            raise ValueError(f"problems: two different problems share the id {p.id!r}")
-    present = sorted({p.benchmark for p in problems})
-    benchmarks = present if benchmarks is None else sorted({str(b) for b in benchmarks})
-    if set(present) - set(benchmarks):
-        raise ValueError(f"benchmarks: the problems hold {present}, beyond the benchmarks named, {benchmarks}")
-    for bench in present:
-        require_code_execution(bench, allow_code_execution)
-    if any(get_benchmark(b).runs_code for b in present):
-        from .._util._sandbox import _isolation_decision
-
-        _isolation_decision(None)  # no isolation and no knowing consent: refused before anything is decoded
-    model, tokenizer = verifier[0], verifier[1]
-    draft, draft_identity = split_model(draft)
-    eos = eos_ids(model, tokenizer)
-    arithmetic = {"verifier": model_arithmetic(model), "draft": model_arithmetic(draft)}
-    models = {"verifier": split_model(tuple(verifier))[1], "draft": draft_identity}
-    setting = _setting(m, spec.settings, max_new_tokens, seed, models, arithmetic, benchmarks, timeout)
-    decoders = {method: decoder_for(s, model, draft if s.rule is not None else None) for method, s in specs.items()}
-    if _setting_only:  # what a cluster's worker says of its pair before the records file opens
-        return setting
-    done, (log, held) = {}, open_records(out, KIND, setting)
-    if log is not None:
-        try:
-            done = _done_records(held, by_id, out)
-        except BaseException:
-            log.close()
-            raise
-    chat = {b: get_benchmark(b).chat for b in present}
-    ids = {p.id: encode_chat(tokenizer, p.prompt.text, f"problem {p.id!r}", chat=chat[p.benchmark]) for p in problems}
-    units = sum(1 for k in range(samples) for method in methods for p in problems if (p.id, method, k) not in done)
-    fresh, bar = [], None
-    try:
-        with (
-            resumable_run(out, lambda: f"{len(fresh)} answer(s) of this run graded and kept") as run,
-            model_threads_for([model, draft], threads) as (_, line),
-        ):
-            bar = run.bar = progress_bar(total=units, desc=f"evaluate ({line})", unit="answer", enabled=progress)
-            # problems in groups of ``batch``, every method on a group before the next: a stopped run holds
-            # paired answers of every method on the problems it reached
-            for k, start in ((k, s) for k in range(samples) for s in range(0, len(problems), batch)):
-                for method in methods:
-                    group = [p for p in problems[start : start + batch] if (p.id, method, k) not in done]
-                    if not group:
-                        continue
-                    seeds = [_method_seed(seed, p.id, method, k) for p in group]
-                    results = decoders[method].generate([ids[p.id] for p in group], seeds, eos)
-                    records = [
-                        _record(p, method, k, s, res, tokenizer, setting, timeout)
-                        for p, s, res in zip(group, seeds, results, strict=True)
-                    ]
-                    if log is not None:
-                        log.append(records)
-                        records = [log.stamped(r) for r in records]
-                    for rec in records:
-                        done[(rec["id"], rec["method"], rec["sample"])] = rec
-                        fresh.append(rec)
-                    bar.update(len(group))
-    finally:
-        if bar is not None:
-            bar.close()
-        if log is not None:
-            log.close()
-    wanted = {(p.id, method, k) for k in range(samples) for method in methods for p in problems}
-    order = {p.id: i for i, p in enumerate(problems)}
-    return [done[key] for key in sorted(wanted, key=lambda x: (x[2], methods.index(x[1]), order[x[0]]))]
-
-
-def _done_records(held, by_id, out) -> dict:
-    """The records a log holds (all of this run's setting: ``RecordLog`` checked), by (problem, method,
-    sample); a record whose problem id names another problem than this run's (another file of the same
-    benchmark) is refused."""
-    done = {}
-    for n, rec in enumerate(held, 1):
-        if rec.get("id") in by_id and rec.get("problem") != by_id[rec["id"]]:
-            raise ValueError(
-                f"{out} holds answers to another problem under the id {rec['id']!r} (record {n}; another --file?): "
-                "write to another file"
-            )
-        done[(rec["id"], rec["method"], rec["sample"])] = rec
-    return done
+    line. ``client``: a Dask client to spread the groups over (``verifier`` and ``draft`` then paths). Returns
+    the records by sample, then method, then problem."""
+    study = SampledReferee(verifier, draft, problems, rules, **options)
+    records = run_study(study, out=out, progress=progress, client=client)
+    order = {p.id: i for i, p in enumerate(study.problems)}
+    return sorted(records, key=lambda r: (r["sample"], study.methods.index(r["method"]), order[r["id"]]))
 
 
 def _record(problem, method, sample, seed, result, tokenizer, setting, timeout) -> dict:

@@ -11,10 +11,10 @@ import os
 import time
 
 from .._analysis._cost import DEFAULT_COST_PROFILE
-from .._analysis._plotting import figure_png as _png
-from .._analysis._results import interval
 from .._util._files import check_output, publish_directory
 from .._util._progress import say as _say
+from .._util._results import figure_png as _png
+from .._util._results import interval
 from ._report_figures import _fig_emitted_kl, _fig_entropy, _fig_gamma, _fig_overspend, worst_case_curve
 
 __all__ = ["build_report"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._analysis._plotting import _delta_axis, rule_colours
-from .._analysis._plotting import figure_png as _png
+from .._util._results import figure_png as _png
 
 __all__ = ["gamma_figure_divergences", "worst_case_curve"]
 

@@ -12,10 +12,10 @@ from typing import ClassVar
 import numpy as np
 
 from .._analysis._analyze import analyze_trace
-from .._analysis._results import Result, interval
 from .._math._bootstrap import check_resamples
 from .._math._validation import check_int, is_integer
 from .._rules import judgement_of, make_rule
+from .._util._results import Result, interval
 
 __all__ = ["MULTI_DRAFT_METHODS", "MultiDraftComparison", "compare_multi_draft", "multi_draft_methods"]
 

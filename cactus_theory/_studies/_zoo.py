@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from .._analysis._analyze import analyze_trace
-from .._analysis._results import Result, interval
 from .._math._pareto import pareto_front
 from .._rules import available_rules, make_rule
+from .._util._results import Result, interval
 
 __all__ = [
     "RulesComparison",
@@ -206,8 +206,9 @@ def write_comparison(comparison, out_dir, *, command, seconds, trace_label=None)
     import os
     import platform
 
-    from .._analysis._plotting import figure_png, plot_rule_front
+    from .._analysis._plotting import plot_rule_front
     from .._util._files import atomic_write
+    from .._util._results import figure_png
 
     where = trace_label or "the embedded one (Qwen2.5-Coder-0.5B drafting for 1.5B)."
     title = "on the embedded trace" if trace_label is None else "on a trace"

@@ -43,7 +43,7 @@ def test_one_decode_spec_holds_every_setting_of_decode_prompts_and_refuses_both_
     from cactus_theory import SamplingSettings, decode_prompts
 
     takes = set(inspect.signature(decode_prompts).parameters)
-    assert takes == {"verifier", "draft", "rule", "prompts", "spec", "out", "progress", "settings"}
+    assert takes == {"verifier", "draft", "rule", "prompts", "spec", "out", "progress", "client", "settings"}
     fields = {f.name for f in dataclasses.fields(DecodeSpec) if f.init}
     assert fields == {
         "rule",

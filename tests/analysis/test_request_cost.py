@@ -186,7 +186,7 @@ def _record(id_, tokens, base_tokens, prefill=1.0, step=0.5, base_step=1.0, othe
 
 def test_decoding_summary_compares_like_with_like_and_flags():
     records = [_record("a", 10, 40), _record("b", 40, 40), _record("c", 40, 40, other=0.5)]
-    text = decoding_summary(records)
+    text = decoding_summary(records).table()
     # matched: a compares 10 tokens each; decode speedup = (10 + 40 + 40) * 1.0 / ((10 + 40 + 40) * 0.5) = 2
     line = text.splitlines()[1]
     assert "2.00x" in line

@@ -197,8 +197,9 @@ def test_several_rules_share_one_baseline_and_interleaving_changes_no_token(
 ):
     from cactus_theory import autoregressive_generate_batch, make_rule, speculative_generate_batch
     from cactus_theory._math._sampling import SamplingSettings
-    from cactus_theory._models import _decode_prompts, _device_decode
+    from cactus_theory._models import _device_loop as _device_decode
     from cactus_theory._models._hf import encode_chat, eos_ids, load_model
+    from cactus_theory._studies import _decoding as _decode_prompts
 
     v, d = gguf_pair
     calls = []

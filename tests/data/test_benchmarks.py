@@ -19,12 +19,13 @@ PLUGIN = pathlib.Path(__file__).with_name("toy_benchmark.py")
 def test_the_packages_own_benchmarks_are_one_module_each():
     from cactus_theory._data import _benchmarks
 
+    choices = ("arc_challenge", "arc_easy", "commonsense_qa", "openbook_qa")
     modules = {m.__name__.rsplit(".", 1)[1] for m in _benchmarks._MODULES}
-    assert modules == {"gsm8k", "humaneval", "mbpp", "choice", "mt_bench", "spec_bench"}
-    names = ("gsm8k", "humaneval", "mbpp", "choice", "arc_challenge", "mt_bench", "spec_bench")
+    assert modules == {"gsm8k", "humaneval", "mbpp", "choice", *choices, "mt_bench", "spec_bench"}
+    names = ("gsm8k", "humaneval", "mbpp", "choice", *choices, "mt_bench", "spec_bench")
     assert benchmark_names(plugins=False) == names
-    assert benchmark_names(graded=True, plugins=False) == names[:5]
-    assert [n for n in names if get_benchmark(n).one_token] == ["choice", "arc_challenge"]
+    assert benchmark_names(graded=True, plugins=False) == names[:8]
+    assert [n for n in names if get_benchmark(n).one_token] == ["choice", *choices]
     assert [n for n in benchmark_names(plugins=False) if get_benchmark(n).runs_code] == ["humaneval", "mbpp"]
     with pytest.raises(ValueError, match="graded benchmark must be one of gsm8k, humaneval, mbpp, choice, arc_chall"):
         get_benchmark("mt_bench", graded=True)
@@ -107,3 +108,33 @@ def test_evaluate_grades_a_plugin_benchmark(gguf_pair, tmp_path):
     assert "| toy-sums | verifier alone | 3 |" in done.stdout and "| toy-sums | sps | 3 |" in done.stdout
     helped = subprocess.run([*common, "evaluate", "--help"], capture_output=True, text=True, timeout=HANG_GUARD)
     assert "toy-sums" in helped.stdout
+
+
+def test_the_gauntlet_sets_ask_each_question_at_the_answer_position(tmp_path):
+    """Each of llm-foundry's four sets read from its own format into the one multiple-choice prompt: the question,
+    the choices lettered, "Answer:"; CommonsenseQA's choices read back from its query (written out here by
+    hand from the fixture files)."""
+    from locations import FIXTURES
+
+    from cactus_theory import load_problems
+
+    BENCHMARKS = FIXTURES / "benchmarks"
+
+    expected = {
+        "arc_easy": ("gh ef?", ["ab", "cd", "ef", "gh"], "D", "science"),
+        "commonsense_qa": ("ab gh cd?", ["ef ab", "cd", "gh gh", "ab"], "C", None),
+        "openbook_qa": ("ab cd ef gh is", ["ab", "cd", "ef", "gh"], "C", "science"),
+        "arc_challenge": ("ab cd ef?", ["ab", "cd", "ef", "gh"], "B", "science"),
+    }
+    for name, (question, choices, answer, subject) in expected.items():
+        problems = load_problems(name, BENCHMARKS, limit=None)
+        assert len(problems) == (4 if name == "arc_challenge" else 3)
+        head = f"The following are multiple choice questions (with answers) about {subject}.\n\n" if subject else ""
+        lettered = "".join(f"{'ABCD'[i]}. {c}\n" for i, c in enumerate(choices))
+        assert problems[0].prompt.text == f"{head}{question}\n{lettered}Answer:"
+        assert problems[0].reference == {"answer": answer, "letters": "ABCD"}
+        assert "8c8dd48f72168c5d51e2f7b151595892a8fba43d" in get_benchmark(name).source
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"query": "Question: a?\\nChoices:\\nA. x\\nAnswer:", "choices": ["A", "B"], "gold": 0}\n')
+    with pytest.raises(ValueError, match="the query letters 1 choices where 'choices' has 2"):
+        load_problems("commonsense_qa", path=str(bad))

@@ -338,4 +338,13 @@ def test_bad_records_are_named(tmp_path):
             load_problems(bench, path=path)
     with pytest.raises(ValueError, match="completion must be"):
         grade(load_problems("gsm8k", FIXTURES, limit=1)[0], None)
-    assert GRADED == ("gsm8k", "humaneval", "mbpp", "choice", "arc_challenge")
+    assert GRADED == (
+        "gsm8k",
+        "humaneval",
+        "mbpp",
+        "choice",
+        "arc_challenge",
+        "arc_easy",
+        "commonsense_qa",
+        "openbook_qa",
+    )

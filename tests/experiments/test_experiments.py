@@ -710,14 +710,20 @@ def test_fetch_benchmark(tmp_path, monkeypatch):
     fetch = script("fetch_benchmark")
     copy = BENCHMARKS / "arc_challenge" / "test.jsonl"
     with pytest.raises(SystemExit, match="not the pinned"):  # a file of another content is refused, nothing written
-        fetch.main(["--data", str(tmp_path / "data"), "--from", str(copy)])
+        fetch.main(["--data", str(tmp_path / "data"), "--benchmark", "arc_challenge", "--from", str(copy)])
     assert not (tmp_path / "data" / "arc_challenge" / "test.jsonl").exists()
+    with pytest.raises(SystemExit):  # --from is one file: the benchmark must be named
+        fetch.main(["--data", str(tmp_path / "data"), "--from", str(copy)])
     import hashlib
 
-    monkeypatch.setattr(fetch, "SHA256", hashlib.sha256(copy.read_bytes()).hexdigest())
-    path = fetch.fetch(str(tmp_path / "data"), str(copy))
-    assert open(path, "rb").read() == copy.read_bytes()
+    path, _, licence = fetch.FILES["arc_challenge"]
+    monkeypatch.setitem(fetch.FILES, "arc_challenge", (path, hashlib.sha256(copy.read_bytes()).hexdigest(), licence))
+    got = fetch.fetch(str(tmp_path / "data"), str(copy), "arc_challenge")
+    assert open(got, "rb").read() == copy.read_bytes()
     assert "CC BY-SA 4.0" in (tmp_path / "data" / "arc_challenge" / "PROVENANCE.txt").read_text()
+    # from a directory of copies: each file checked against its own pin (the others' copies are missing)
+    with pytest.raises(SystemExit, match=r"no arc_easy\.jsonl"):
+        fetch.main(["--data", str(tmp_path / "data"), "--benchmark", "arc_easy", "--from-dir", str(tmp_path)])
 
 
 @pytest.mark.llamacpp

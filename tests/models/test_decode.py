@@ -11,7 +11,7 @@ from tiny_models import tiny_model
 
 from cactus_theory import SCD, TAS, Cactus, Lossy, RuleLogits, SpS, SyntheticAcceptance, emitted_distribution
 from cactus_theory._math._sampling import SamplingSettings, processed_probs
-from cactus_theory._models._decode import NgramDrafter, autoregressive_generate, speculative_generate
+from cactus_theory._models._decoding import NgramDrafter, autoregressive_generate, speculative_generate
 from cactus_theory._models._hf import CachedModel
 
 pytestmark = pytest.mark.models  # every test here runs tiny Hugging Face models

@@ -1,4 +1,4 @@
-"""Decoding on the device (``_models._device_decode``, through ``speculative_batch_steps``): lossless where
+"""Decoding on the device (``_models._device_loop``, through ``speculative_batch_steps``): lossless where
 the rule is, the same tokens at any batch size, greedy SpS equal to the greedy verifier, the verifier alone
 equal to the dump, and the host path (options the device path leaves to it) equal to one prompt at a time."""
 
@@ -11,7 +11,7 @@ from tiny_models import tiny_model, tiny_tokenizer
 from cactus_theory import Cactus, SamplingSettings, SpS, Trace, dump_trace
 from cactus_theory._data._prompts import Prompt, prompt_seed
 from cactus_theory._math._sampling import processed_probs
-from cactus_theory._models._decode import (
+from cactus_theory._models._decoding import (
     autoregressive_generate_batch,
     speculative_generate,
     speculative_generate_batch,
@@ -111,7 +111,7 @@ def test_the_host_path_on_slots_equals_one_prompt_at_a_time(models):
 def _static_run(verifier, draft, rule, m, **flags):
     from cactus_theory._models._clock import drain
     from cactus_theory._models._decode_spec import DecodeSpec
-    from cactus_theory._models._decoders import batched_decoder
+    from cactus_theory._models._decoding import batched_decoder
 
     settings = SamplingSettings(temperature=1.0, top_k=20, top_p=0.9)
     spec = DecodeSpec(rule=rule, m=m, settings=settings, max_new_tokens=14, **flags)
@@ -130,7 +130,7 @@ def test_the_static_cache_and_its_graphs_emit_the_eager_path_s_tokens(double_mod
     """A fixed span and every slot in every forward (requests ending at different steps: the ended ones ride
     as padding) give the dynamic path's tokens; graphs (the CPU stand-in, which replays the forward on the
     graph's own input buffers) give the static path's bit for bit, so every input reaches those buffers."""
-    from cactus_theory._models import _device_decode
+    from cactus_theory._models import _device_loop as _device_decode
 
     verifier, draft = double_models
     eager = _static_run(verifier, draft, rule, 3)

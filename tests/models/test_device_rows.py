@@ -1,4 +1,4 @@
-"""Rows processed on the device (``_models._device``): the random streams against splitmix64 written
+"""Rows processed on the device (``_models._device_rows``): the random streams against splitmix64 written
 out here, the processing against the definition row by row, sampling against the inverse of the
 cumulative distribution, and the compressed rows against the host's ``compress_logits``."""
 
@@ -27,7 +27,7 @@ def splitmix64(seed, n):
 
 @given(seeds=st.lists(st.integers(0, 2**63 - 1), min_size=1, max_size=5), start=st.integers(0, 2**40))
 def test_uniforms_are_the_top_53_bits_of_splitmix64(seeds, start):
-    from cactus_theory._models._device import row_uniforms
+    from cactus_theory._models._device_rows import row_uniforms
 
     counters = np.arange(start, start + 7)
     got = row_uniforms(torch.tensor(seeds), torch.tensor(np.tile(counters, (len(seeds), 1))))
@@ -38,7 +38,7 @@ def test_uniforms_are_the_top_53_bits_of_splitmix64(seeds, start):
 
 
 def test_a_stream_does_not_depend_on_the_rows_beside_it():
-    from cactus_theory._models._device import row_uniforms
+    from cactus_theory._models._device_rows import row_uniforms
 
     alone = row_uniforms(torch.tensor([123]), torch.tensor([[5, 6, 7]]))
     among = row_uniforms(torch.tensor([9, 123, 4]), torch.tensor([[1, 2, 3], [5, 6, 7], [0, 0, 0]]))
@@ -57,7 +57,7 @@ SETTINGS = st.builds(
 def test_processing_on_the_device_matches_the_definition(seed, settings, masked, ties):
     """Exact given the logits (float64 rows): ties with the k-th logit kept in index order, -inf tokens
     never kept, top-p over the stable descending order."""
-    from cactus_theory._models._device import process_rows
+    from cactus_theory._models._device_rows import process_rows
 
     rng = np.random.default_rng(seed)
     logits = rng.integers(-3, 4, size=(5, 40)).astype(float) if ties else rng.normal(0, 2, size=(5, 40))
@@ -70,8 +70,24 @@ def test_processing_on_the_device_matches_the_definition(seed, settings, masked,
     assert not bool(bad.any())
 
 
+@given(seed=st.integers(0, 2**32 - 1), chain=st.sampled_from(["llama.cpp", "hf", "sglang", "vllm"]))
+def test_processing_on_the_device_follows_any_chain(seed, chain):
+    """Another engine's chain (or a min-p) on the device: the chain written out by plain loops."""
+    from sampling_reference import reference_chain_probs
+
+    from cactus_theory._math._sampling import CHAINS
+    from cactus_theory._models._device_rows import process_rows
+
+    logits = np.random.default_rng(seed).normal(0, 2, size=(4, 50))
+    settings = SamplingSettings(temperature=0.7, top_k=9, top_p=0.6, min_p=0.1, chain=chain)
+    probs, bad = process_rows(torch.tensor(logits), settings)
+    want = reference_chain_probs(logits, 0.7, 9, 0.6, 0.1, CHAINS[chain])
+    np.testing.assert_allclose(probs.numpy(), want, rtol=1e-9, atol=1e-12)
+    assert not bool(bad.any())
+
+
 def test_processing_flags_rows_with_nan_or_every_token_masked_and_shares_infinite_logits():
-    from cactus_theory._models._device import process_rows
+    from cactus_theory._models._device_rows import process_rows
 
     logits = torch.zeros(4, 6)
     logits[0, 2] = float("nan")
@@ -85,7 +101,7 @@ def test_processing_flags_rows_with_nan_or_every_token_masked_and_shares_infinit
 
 
 def test_sampling_inverts_the_cumulative_distribution_and_never_draws_a_token_of_probability_zero():
-    from cactus_theory._models._device import sample_rows
+    from cactus_theory._models._device_rows import sample_rows
 
     probs = torch.tensor([[0.0, 0.25, 0.0, 0.5, 0.25, 0.0]] * 7)
     u = torch.tensor([0.0, 0.2499, 0.25, 0.5, 0.7499, 0.75, 1 - 2**-53], dtype=torch.float64)
@@ -100,7 +116,7 @@ def test_sampling_inverts_the_cumulative_distribution_and_never_draws_a_token_of
 
 @given(seed=st.integers(0, 2**32 - 1), k=st.sampled_from([1, 5, 16, 64]))
 def test_compressed_rows_equal_the_hosts_in_a_fixed_order(seed, k):
-    from cactus_theory._models._device import compress_rows
+    from cactus_theory._models._device_rows import compress_rows
 
     rng = np.random.default_rng(seed)
     logits = np.round(rng.normal(0, 2, size=(6, 40)), 1).astype(np.float32)  # rounded: many ties

@@ -113,7 +113,7 @@ def _prompts():
     ],
 )
 def test_a_batch_of_prompts_decodes_as_each_prompt_alone(pair, rule, options):
-    from cactus_theory._models._decode import speculative_batch_steps, speculative_generate
+    from cactus_theory._models._decoding import speculative_batch_steps, speculative_generate
     from cactus_theory._models._hf import drain, encode_chat, eos_ids, load_model
 
     _, _, v_path, d_path = pair
@@ -135,7 +135,7 @@ def test_a_batch_of_prompts_decodes_as_each_prompt_alone(pair, rule, options):
 def test_a_drafter_equal_to_the_verifier_is_always_accepted_in_a_batch(pair):
     """SpS with p = q accepts every draft: each step emits m + 1 tokens, and the draft caches
     that lack the last accepted draft get it (the all-accepted path)."""
-    from cactus_theory._models._decode import autoregressive_batch_steps, speculative_batch_steps
+    from cactus_theory._models._decoding import autoregressive_batch_steps, speculative_batch_steps
     from cactus_theory._models._hf import drain, encode_chat, load_model
 
     _, _, v_path, _ = pair
@@ -155,7 +155,7 @@ def test_a_drafter_equal_to_the_verifier_is_always_accepted_in_a_batch(pair):
 
 
 def test_batches_need_one_engine_and_one_seed_per_prompt(pair):
-    from cactus_theory._models._decode import speculative_batch_steps
+    from cactus_theory._models._decoding import speculative_batch_steps
     from cactus_theory._models._hf import drain, load_model
 
     v_path = pair[2]

@@ -410,7 +410,7 @@ def test_bad_multi_draft_input_is_refused_by_name():
     with pytest.raises(ValueError, match="step_metrics gives its acceptance over the drafts"):
         step_metrics(rule, p, q, 0)
     with pytest.raises(ValueError, match="tree attention is not implemented"):
-        from cactus_theory._models._decode import check_chain_rule
+        from cactus_theory._models._decoding import check_chain_rule
 
         check_chain_rule(rule)
 

@@ -181,7 +181,6 @@ def test_the_command_line_runs_the_exact_referee_and_summarises_its_records(gguf
 def test_a_cluster_of_two_workers_gives_what_one_process_gives(gguf_pair, tiny_pair, tmp_path):
     from cactus_theory._analysis._engines import close_quietly, local_dask_cluster
     from cactus_theory._studies._quality import evaluate_rules, summarize_records
-    from cactus_theory._studies._referee_cluster import evaluate_on_cluster
 
     verifier, draft = tiny_pair
     problems = load_problems("choice", path=_choices(tmp_path, 6))
@@ -192,11 +191,9 @@ def test_a_cluster_of_two_workers_gives_what_one_process_gives(gguf_pair, tiny_p
     client, cluster = local_dask_cluster(2)
     try:
         out = tmp_path / "cluster.jsonl"
-        spread = evaluate_on_cluster(
-            *gguf_pair, problems, RULES[:2], client=client, load_options=options, out=out, **kwargs
-        )
-        exact_spread = evaluate_on_cluster(
-            *gguf_pair, problems, RULES, client=client, load_options=options, exact=True, settings=SETTINGS
+        spread = evaluate_rules(*gguf_pair, problems, RULES[:2], client=client, load_options=options, out=out, **kwargs)
+        exact_spread = exact_choice_referee(
+            *gguf_pair, problems, RULES, client=client, load_options=options, settings=SETTINGS
         )
     finally:
         close_quietly(client, cluster)

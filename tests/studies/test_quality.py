@@ -277,7 +277,7 @@ def test_kill_9_then_resume_gives_the_same_records_and_summary(tmp_path):
 @pytest.mark.models
 def test_an_answer_is_the_engines_own_decoding_at_any_batch_size(gguf_pair, tmp_path):
     from cactus_theory._math._sampling import SamplingSettings
-    from cactus_theory._models._decode import autoregressive_generate, speculative_generate
+    from cactus_theory._models._decoding import autoregressive_generate, speculative_generate
     from cactus_theory._models._hf import encode_chat, eos_ids, load_model
 
     v_path, d_path = gguf_pair

@@ -4,7 +4,9 @@ the choices lettered ``A.``, ``B.``, ..., then ``Answer:``; no chat template, so
 (``_studies._exact_choice``) computes each rule's expected accuracy from the law of that token alone.
 
 ``choice``: GPQA-style JSON Lines you give (``--file``): a ``question``, ``choices`` (a list of texts, at most
-10), an ``answer`` letter. ``arc_challenge``: AI2's ARC-Challenge test set (``experiments/fetch_benchmark.py``).
+10), an ``answer`` letter. The public sets of one provenance (MosaicML's llm-foundry evaluation gauntlet at one
+commit, ``GauntletChoice``; ``experiments/fetch_benchmark.py`` fetches them with their checksums): ARC-Challenge,
+ARC-Easy, CommonsenseQA, OpenBookQA, one module each.
 
 The letter an answer gives (``choice_letter``): the letter it starts with (the answer-position prompt's
 grade: a one-token answer `` A``); for a longer answer the last "the answer is (X)" / "answer: X" (the letter
@@ -23,9 +25,10 @@ from ._registry import PROGRAM_SECONDS, Benchmark, Grade
 __all__ = [
     "ANSWER_PATTERN",
     "CHOICE_PATTERN",
+    "GAUNTLET",
     "LETTERS",
     "LONE_LETTER_PATTERN",
-    "ArcChallenge",
+    "GauntletChoice",
     "MultipleChoice",
     "answer_position_prompt",
     "choice_letter",
@@ -99,29 +102,48 @@ class MultipleChoice(Benchmark):
         return Grade(letter is not None and letter == reference["answer"], letter, "letter")
 
 
-class ArcChallenge(MultipleChoice):
-    """AI2's ARC-Challenge test set (Clark et al. 2018, CC BY-SA 4.0): 1,172 grade-school science questions
-    of 3 to 5 choices, as MosaicML's llm-foundry keeps it (``{"query": "Question: ...", "choices": [...],
-    "gold": index}``), fetched with its checksum by ``experiments/fetch_benchmark.py``."""
+class GauntletChoice(MultipleChoice):
+    """The base of the multiple-choice sets MosaicML's llm-foundry keeps in its evaluation gauntlet, at one commit
+    (``GAUNTLET``): ``{"query": ..., "choices": [...], "gold": index}``, where the query is "Question: ..." (ARC),
+    a sentence to complete (OpenBookQA), or the question with its choices already lettered and "Answer:" (the
+    choices then read "A", "B", ...: CommonsenseQA). Each is asked here as every multiple-choice benchmark is
+    (``answer_position_prompt``), so one token decides. A subclass gives its ``name``, ``file`` and ``gauntlet``
+    (its path in the gauntlet)."""
 
-    name: ClassVar[str] = "arc_challenge"
-    file: ClassVar[str] = "arc_challenge/test.jsonl"
-    source: ClassVar[str] = (
-        "github.com/mosaicml/llm-foundry @ 8c8dd48f72168c5d51e2f7b151595892a8fba43d, "
-        "scripts/eval/local_data/world_knowledge/arc_challenge.jsonl (AI2 ARC, CC BY-SA 4.0): "
-        "python experiments/fetch_benchmark.py"
-    )
-    order: ClassVar[int] = 45
-    subject: ClassVar[str | None] = "science"
+    #: Its path in llm-foundry's tree at ``GAUNTLET``.
+    gauntlet: ClassVar[str] = ""
+    #: Its licence, for the source line.
+    licence: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs):
+        if cls.__dict__.get("gauntlet"):
+            cls.source = (
+                f"github.com/mosaicml/llm-foundry @ {GAUNTLET}, {cls.gauntlet} ({cls.licence}): "
+                f"python experiments/fetch_benchmark.py --benchmark {cls.__dict__.get('name', '')}"
+            )
+        super().__init_subclass__(**kwargs)
 
     def fields(self, record, where):
         query, choices, gold = record.get("query"), record.get("choices"), record.get("gold")
         if not isinstance(query, str) or not isinstance(choices, list) or not is_integer(gold):
-            raise ValueError(f"{where}: an arc_challenge record needs 'query', 'choices' and 'gold' (an index)")
+            raise ValueError(f"{where}: a {self.name} record needs 'query', 'choices' and 'gold' (an index)")
         if not 0 <= gold < min(len(choices), len(LETTERS)):
             raise ValueError(f"{where}: 'gold' {gold!r} names no choice (there are {len(choices)})")
-        question = query[len("Question:") :].strip() if query.startswith("Question:") else query
+        question = query.strip()
+        if choices == list(LETTERS[: len(choices)]) and "\nChoices:\n" in question:  # lettered in the query
+            question, _, listed = question.partition("\nChoices:\n")
+            listed = listed.removesuffix("Answer:").strip().split("\n")
+            texts = [line[3:] for line in listed if re.match(r"[A-J]\. ", line)]
+            if len(texts) != len(choices):
+                raise ValueError(f"{where}: the query letters {len(texts)} choices where 'choices' has {len(choices)}")
+            choices = texts
+        if question.startswith("Question:"):
+            question = question[len("Question:") :].strip()
         return question, choices, LETTERS[gold]
+
+
+#: The commit of llm-foundry whose evaluation gauntlet the multiple-choice sets are taken from.
+GAUNTLET = "8c8dd48f72168c5d51e2f7b151595892a8fba43d"
 
 
 def _last_letter(pattern, completion):

@@ -16,7 +16,7 @@ t-th number of its stream, as the dumper does: it emits the tokens a dump of tha
 
 Covers token rules with the verifier's bonus, sampled or greedy drafting, and no gate, drafting
 policy, drift record or raw-logit need (``OnDevice.ready``); the other options run on the host
-(``_host_decode.HostBatch``), on either engine.
+(``_host_loop.HostBatch``), on either engine.
 """
 
 from __future__ import annotations
@@ -24,11 +24,10 @@ from __future__ import annotations
 import time
 
 from ._clock import OwnClock, paused
-from ._decode_result import DecodeResult
-from ._decoder import Decoder
+from ._decode_spec import Decoder, DecodeResult
 from ._drafters import NgramDrafter
 from ._hf import engine_of
-from ._host_decode import book_step
+from ._host_loop import book_step
 from ._slots import to_device
 
 __all__ = ["OnDevice"]
@@ -118,7 +117,7 @@ def _autoregressive_steps(model, prompts_ids, seeds, sampling, max_new_tokens, e
     one ``DecodeResult`` per prompt (timed as ``speculative_batch_steps`` times them)."""
     import torch
 
-    from ._device import process_rows, row_uniforms, sample_rows
+    from ._device_rows import process_rows, row_uniforms, sample_rows
 
     slots = _slots(model, len(prompts_ids), prompts_ids, max_new_tokens, spec=spec)
     static = spec is not None and spec.static_cache
@@ -181,7 +180,7 @@ def _speculative_steps(verifier, draft, spec, prompts_ids, seeds, eos_ids):
     import torch
 
     m, max_new_tokens = spec.m, spec.max_new_tokens
-    from ._device import process_rows, row_uniforms, sample_rows
+    from ._device_rows import process_rows, row_uniforms, sample_rows
 
     v_slots = _slots(verifier, len(prompts_ids), prompts_ids, max_new_tokens, m, spec)
     d_slots = _slots(draft, len(prompts_ids), prompts_ids, max_new_tokens, m, spec)

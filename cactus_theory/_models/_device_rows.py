@@ -87,12 +87,13 @@ def process_rows(logits, settings):
     come from ``torch.topk`` (sorted by value, then id), the tokens tied with the k-th logit keep
     their place in index order (the stable sort's), and top-p's mass before each token is the
     mass above the ties plus its rank among them times their common probability. Without top-k,
-    top-p sorts each row (``_sorted_probs``). Exact given the logits, up to the order of the
+    top-p sorts each row (``_sorted_probs``). Another chain than vLLM's (or a min-p) sorts each row and
+    applies the chain's steps (``_sorted_probs``). Exact given the logits, up to the order of the
     normalising sums (float32 rounding)."""
     import torch
 
     from .._math._backend import namespace
-    from .._math._sampling import _sorted_probs
+    from .._math._sampling import CHAINS, DEFAULT_CHAIN, _sorted_probs
 
     x = logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
     vocab = x.shape[-1]
@@ -104,6 +105,10 @@ def process_rows(logits, settings):
     if settings.greedy:
         out = torch.zeros_like(x)
         return out.scatter_(-1, x.argmax(-1, keepdim=True), 1.0), bad
+    if settings.steps != CHAINS[DEFAULT_CHAIN] or settings.min_p > 0:  # another chain: the general path, sorted
+        b = namespace(x)
+        values, idx = b.sort_desc_last(x)
+        return b.scatter_last(_sorted_probs(b, values, settings, vocab), idx), bad
     k = settings.top_k if 0 < settings.top_k < vocab else 0
     if not k and settings.top_p >= 1:
         return torch.softmax(x / settings.temperature, -1).nan_to_num_(0.0), bad

@@ -23,8 +23,7 @@ from .._laws._policies import draft_features
 from .._math._logits import RuleLogits
 from .._math._sampling import processed_probs
 from ._clock import OwnClock, paused
-from ._decode_result import DecodeResult
-from ._decoder import Decoder
+from ._decode_spec import Decoder, DecodeResult
 from ._drafters import NgramDrafter
 from ._hf import cached_model, engine_of, generate_steps, sample_token
 

@@ -10,7 +10,7 @@ import json
 import math
 import os
 
-__all__ = ["Result", "RowsResult", "interval", "json_ready"]
+__all__ = ["Result", "RowsResult", "figure_png", "interval", "json_ready"]
 
 
 def interval(lo, hi, spec=".3f", percent=False) -> str:
@@ -23,6 +23,18 @@ def interval(lo, hi, spec=".3f", percent=False) -> str:
     if percent:
         return f"[{lo:+.2%}, {hi:+.2%}]"
     return f"[{lo:{spec}}, {hi:{spec}}]"
+
+
+def figure_png(fig, dpi=110) -> bytes:
+    """PNG bytes of a matplotlib figure, which is then closed."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    plt.close(fig)
+    return buf.getvalue()
 
 
 def json_ready(value):
@@ -58,6 +70,10 @@ class Result:
         """The rows as Markdown (default: the text table in a code block)."""
         return "```\n" + self.table() + "\n```"
 
+    def __str__(self) -> str:
+        """The text table (``print(result)``)."""
+        return self.table()
+
     def figure(self):
         """A matplotlib Figure of the result (None when it has none)."""
         return None
@@ -77,8 +93,7 @@ class Result:
         """Write ``<name>.md`` (the Markdown, headed by ``command`` when given: how to reproduce it),
         ``<name>.json``, ``<name>.csv`` and ``<name>.png`` (when there is a figure) into ``out_dir``,
         each atomically; returns the paths."""
-        from .._util._files import atomic_write, csv_text
-        from ._plotting import figure_png
+        from ._files import atomic_write, csv_text
 
         head = f"Command: `{command}`\n\n" if command else ""
         files = {f"{self.name}.md": head + self.markdown() + "\n", f"{self.name}.json": self.to_json()}

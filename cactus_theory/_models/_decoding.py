@@ -1,39 +1,100 @@
-"""Real speculative decoding with any acceptance rule, and the verifier alone: the public functions, each a
-``DecodeSpec`` built and checked once, then the decoder that runs it (``_decoders``): one sequence on the host
-(``speculative_generate``, ``autoregressive_generate``), or B prompts at once
-(``speculative_generate_batch``, ``autoregressive_generate_batch``: on the model's device where the spec
-allows, else on the host). Each ``*_steps`` function is the same run as a generator of steps (``interleave``
-alternates several on one machine). Both distributions are processed with the same sampling settings
-(temperature, top-k, top-p) before the rule sees them, as in vLLM and the paper; temperature 0 is greedy.
+"""Which decoder runs a decoding spec (``decoder_for``: the choice in one place), and the public functions of
+real speculative decoding with any acceptance rule and of the verifier alone, each a ``DecodeSpec`` built and
+checked once and then the decoder chosen here:
+
+- ``HostChain`` (``_host_loop``): one sequence, rows on the host (``speculative_generate``,
+  ``autoregressive_generate``; llama.cpp at batch 1);
+- ``OnDevice`` (``_device_loop``): B prompts on the Hugging Face engine where the spec allows it
+  (``OnDevice.ready``: a token rule, the verifier's bonus, no gate, drafting policy, drift record or raw
+  logits; and the verifier alone), rows on the model's device, one host synchronisation a step;
+- ``HostBatch`` (``_host_loop``): every other batch (llama.cpp batches, and the Hugging Face engine under the
+  other options).
+
+Each ``*_steps`` function is the same run as a generator of steps (``interleave`` alternates several on one
+machine). Both distributions are processed with the same sampling settings and chain (temperature, top-k,
+top-p, min-p) before the rule sees them, as in vLLM and the paper; temperature 0 is greedy. The options of a
+speculative call (``bonus_policy``, ``draft_mode``, ``draft_policy``, ``gate``, ``drift``) are
+``DecodeSpec``'s, written there once.
 """
 
 from __future__ import annotations
 
 from ._clock import drain
-from ._decode_result import DecodeResult
-from ._decode_spec import DecodeSpec, check_chain_rule
-from ._decoders import batched_decoder
+from ._decode_spec import DecodeResult, DecodeSpec, check_chain_rule
+from ._device_loop import OnDevice
 from ._drafters import NgramDrafter
-from ._host_decode import HostChain
+from ._hf import engine_of
+from ._host_loop import HostBatch, HostChain
 
 __all__ = [
     "DecodeResult",
+    "HostBatch",
+    "HostChain",
     "NgramDrafter",
+    "OnDevice",
     "autoregressive_batch_steps",
     "autoregressive_generate",
     "autoregressive_generate_batch",
     "autoregressive_steps",
+    "batched_decoder",
+    "chain_decoder",
     "check_chain_rule",
+    "decoder_for",
     "speculative_batch_steps",
     "speculative_generate",
     "speculative_generate_batch",
     "speculative_steps",
 ]
 
+#: The options of a speculative call beside its positional arguments: ``DecodeSpec``'s fields of those names.
+OPTIONS = ("bonus_policy", "draft_mode", "draft_policy", "gate", "drift")
 
-def _spec(rule, m, sampling, max_new_tokens, options=None) -> DecodeSpec:
-    """The spec of a call's loose arguments (the public functions' signatures), checked once."""
-    return DecodeSpec(rule=rule, m=m, settings=sampling, max_new_tokens=max_new_tokens, **(options or {}))
+
+def _check_engines(verifier, draft):
+    """One engine for both models (the n-gram drafter has none)."""
+    if draft is None or isinstance(draft, NgramDrafter):
+        return
+    engines = {engine_of(verifier), engine_of(draft)}
+    if len(engines) > 1:
+        raise ValueError(f"the verifier and the draft run on different engines ({sorted(engines)}): load both on one")
+
+
+def chain_decoder(spec, verifier, draft=None):
+    """The decoder of one sequence on the host (``HostChain``), on either engine."""
+    _check_engines(verifier, draft)
+    return HostChain(spec, verifier, draft)
+
+
+def batched_decoder(spec, verifier, draft=None):
+    """The decoder of a batch of prompts: ``OnDevice`` where it is ready, else ``HostBatch``."""
+    _check_engines(verifier, draft)
+    if OnDevice.ready(spec, verifier, draft):
+        return OnDevice(spec, verifier, draft)
+    if spec.static_cache or spec.fuse_rule:
+        raise ValueError(
+            "static_cache / cuda_graphs / fuse_rule run in the Hugging Face engine's device decoder, which takes the "
+            "verifier alone or a token rule with the verifier's bonus and no gate, drafting policy, drift record or "
+            "raw logits: drop static_cache / fuse_rule, or those options"
+        )
+    return HostBatch(spec, verifier, draft)
+
+
+def decoder_for(spec, verifier, draft=None, *, batch=None):
+    """The decoder of ``spec`` for this pair at ``batch`` prompts a call (default: the spec's): ``HostChain``
+    on llama.cpp at batch 1, else ``batched_decoder``'s choice (see the module docstring)."""
+    batch = spec.batch if batch is None else batch
+    if batch == 1 and engine_of(verifier) == "llama.cpp" and not (spec.static_cache or spec.fuse_rule):
+        return chain_decoder(spec, verifier, draft)
+    return batched_decoder(spec, verifier, draft)
+
+
+def _spec(rule, m, sampling, max_new_tokens, options) -> DecodeSpec:
+    """The spec of a call's arguments (the public functions' signatures), checked once; ``options`` may hold
+    ``OPTIONS`` only."""
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"unknown decoding option(s) {unknown}; the options are {', '.join(OPTIONS)}")
+    return DecodeSpec(rule=rule, m=m, settings=sampling, max_new_tokens=max_new_tokens, **options)
 
 
 def _one(steps):
@@ -45,8 +106,8 @@ def _one(steps):
 def autoregressive_steps(model, prompt_ids, sampling=None, max_new_tokens=128, seed=0, eos_ids=()):
     """``autoregressive_generate`` as a generator of steps (one per token; ``interleave`` runs
     several in alternation); its value is the ``DecodeResult``, timed by the run's own clock."""
-    spec = _spec(None, 1, sampling, max_new_tokens)
-    return (yield from _one(HostChain(spec, model).steps([prompt_ids], [seed], eos_ids)))
+    spec = _spec(None, 1, sampling, max_new_tokens, {})
+    return (yield from _one(chain_decoder(spec, model).steps([prompt_ids], [seed], eos_ids)))
 
 
 def autoregressive_generate(model, prompt_ids, sampling=None, max_new_tokens=128, seed=0, eos_ids=()):
@@ -55,21 +116,7 @@ def autoregressive_generate(model, prompt_ids, sampling=None, max_new_tokens=128
 
 
 def speculative_generate(
-    verifier,
-    draft,
-    rule,
-    m,
-    sampling=None,
-    max_new_tokens=128,
-    seed=0,
-    prompt_ids=(),
-    eos_ids=(),
-    *,
-    bonus_policy="verifier",
-    draft_mode="sampled",
-    draft_policy=None,
-    gate=None,
-    drift=False,
+    verifier, draft, rule, m, sampling=None, max_new_tokens=128, seed=0, prompt_ids=(), eos_ids=(), **options
 ):
     """Speculative decoding of ``prompt_ids`` with ``rule``; ``draft`` is a causal LM or an ``NgramDrafter``.
 
@@ -96,72 +143,29 @@ def speculative_generate(
     q_t)], which bounds the KL of the whole answer's law from the verifier's from above (the chain
     rule over the tokens and the block's hidden accept decisions, then the data processing
     inequality; equal to 0 for a lossless rule). Token rules only (a block rule's law at a slot
-    depends on drafts not yet drawn).
+    depends on drafts not yet drawn). The options (``bonus_policy``, ``draft_mode``, ``draft_policy``,
+    ``gate``, ``drift``) are ``DecodeSpec``'s.
     Returns a ``DecodeResult`` with timings (the prefill apart, and when each token was out). ``speculative_steps`` is
     the same run as a generator of steps.
     """
     return drain(
-        speculative_steps(
-            verifier,
-            draft,
-            rule,
-            m,
-            sampling,
-            max_new_tokens,
-            seed,
-            prompt_ids,
-            eos_ids,
-            bonus_policy=bonus_policy,
-            draft_mode=draft_mode,
-            draft_policy=draft_policy,
-            gate=gate,
-            drift=drift,
-        )
+        speculative_steps(verifier, draft, rule, m, sampling, max_new_tokens, seed, prompt_ids, eos_ids, **options)
     )
 
 
 def speculative_steps(
-    verifier,
-    draft,
-    rule,
-    m,
-    sampling=None,
-    max_new_tokens=128,
-    seed=0,
-    prompt_ids=(),
-    eos_ids=(),
-    *,
-    bonus_policy="verifier",
-    draft_mode="sampled",
-    draft_policy=None,
-    gate=None,
-    drift=False,
+    verifier, draft, rule, m, sampling=None, max_new_tokens=128, seed=0, prompt_ids=(), eos_ids=(), **options
 ):
     """``speculative_generate`` as a generator that yields after the prefill and after each
     verification step, so several runs (the verifier alone among them) can alternate on one
     machine (``interleave``); its value is the ``DecodeResult``, timed by the run's own clock
     (``OwnClock``: the chunks of the other runs are not counted)."""
-    options = {"bonus_policy": bonus_policy, "draft_mode": draft_mode, "draft_policy": draft_policy, "gate": gate}
-    spec = _spec(rule, m, sampling, max_new_tokens, {**options, "drift": drift})
-    return (yield from _one(HostChain(spec, verifier, draft).steps([prompt_ids], [seed], eos_ids)))
+    spec = _spec(rule, m, sampling, max_new_tokens, options)
+    return (yield from _one(chain_decoder(spec, verifier, draft).steps([prompt_ids], [seed], eos_ids)))
 
 
 def speculative_batch_steps(
-    verifier,
-    draft,
-    rule,
-    m,
-    prompts_ids,
-    seeds,
-    sampling=None,
-    max_new_tokens=128,
-    eos_ids=(),
-    *,
-    bonus_policy="verifier",
-    draft_mode="sampled",
-    draft_policy=None,
-    gate=None,
-    drift=False,
+    verifier, draft, rule, m, prompts_ids, seeds, sampling=None, max_new_tokens=128, eos_ids=(), **options
 ):
     """Speculative decoding of B prompts at once, as a generator of steps (``interleave`` alternates
     it with other runs); its value is one ``DecodeResult`` per prompt. On the Hugging Face engine,
@@ -186,8 +190,7 @@ def speculative_batch_steps(
     model), ``token_seconds`` when each token was out, ``total_seconds`` the request's own latency
     (the batch's clock when it ended); ``draft_seconds`` / ``verify_seconds`` the batch's steps
     while it ran. Options as in ``speculative_generate``."""
-    options = {"bonus_policy": bonus_policy, "draft_mode": draft_mode, "draft_policy": draft_policy, "gate": gate}
-    spec = _spec(rule, m, sampling, max_new_tokens, {**options, "drift": drift})
+    spec = _spec(rule, m, sampling, max_new_tokens, options)
     return (yield from batched_decoder(spec, verifier, draft).steps(prompts_ids, seeds, eos_ids))
 
 
@@ -214,5 +217,5 @@ def autoregressive_batch_steps(model, prompts_ids, seeds, sampling=None, max_new
     ``seeds[b]``), on the Hugging Face engine on the device with the dumper's streams
     (``device_autoregressive_steps``); a generator of steps whose value is one ``DecodeResult`` per
     prompt, timed as ``speculative_batch_steps`` times them."""
-    spec = _spec(None, 1, sampling, max_new_tokens)
+    spec = _spec(None, 1, sampling, max_new_tokens, {})
     return (yield from batched_decoder(spec, model).steps(prompts_ids, seeds, eos_ids))

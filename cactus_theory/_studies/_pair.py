@@ -1,0 +1,56 @@
+"""The model pair a study runs (``ModelPair``): the verifier and the draft as the caller loaded them, or what
+``load_model`` takes (paths or ids, and load options), loaded once in each process that runs the study (a Dask
+worker loads the pair the first time a unit needs it, and keeps it for every later unit)."""
+
+from __future__ import annotations
+
+__all__ = ["ModelPair"]
+
+#: The pairs this process loaded: {(verifier, draft, options): (verifier triple, draft triple)}.
+_LOADED: dict = {}
+
+
+class ModelPair:
+    """``verifier``: a (model, tokenizer, identity) triple, or a path / id; ``draft``: a model, its triple, a
+    drafter, or a path / id; ``load_options``: ``load_model``'s keywords for the paths (device, dtype, engine,
+    context...). A pair given by paths travels to Dask workers (each loads it once); a pair of loaded models
+    runs in this process only."""
+
+    def __init__(self, verifier, draft, load_options=None):
+        by_path = [isinstance(x, str) or hasattr(x, "__fspath__") for x in (verifier, draft)]
+        if any(by_path) and not all(by_path):
+            raise ValueError("give the verifier and the draft both as paths (with load_options) or both loaded")
+        self.paths = (str(verifier), str(draft)) if all(by_path) else None
+        self.options = dict(load_options or {})
+        if self.paths is None and self.options:
+            raise ValueError("load_options apply to a pair given by paths")
+        self._loaded = None if self.paths else (verifier, draft)
+
+    def _pair(self):
+        if self._loaded is None:
+            from .._models._hf import load_model
+
+            key = (*self.paths, tuple(sorted(self.options.items())))
+            if key not in _LOADED:
+                options = {"progress": False, **self.options}
+                _LOADED[key] = tuple(load_model(path, **options) for path in self.paths)
+            self._loaded = _LOADED[key]
+        return self._loaded
+
+    @property
+    def verifier(self):
+        """The verifier's (model, tokenizer, identity) triple."""
+        return self._pair()[0]
+
+    @property
+    def draft(self):
+        """The draft as given (a model, its triple, or a drafter)."""
+        return self._pair()[1]
+
+    def __getstate__(self):
+        if self.paths is None:
+            raise TypeError(
+                "a study of models loaded in this process cannot be sent to a Dask worker: give the verifier and the "
+                "draft as paths (and load_options), which each worker loads once"
+            )
+        return {"paths": self.paths, "options": self.options, "_loaded": None}

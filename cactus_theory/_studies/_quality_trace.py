@@ -1,0 +1,136 @@
+"""Quality traces: what the exact referee keeps of each problem so that any token rule, under any sampler chain,
+can be scored again from the records alone, without a model.
+
+At the answer position each model's raw logit row is kept as its ``ANSWER_ROWS`` largest logits (token ids and
+values, decreasing, ties by the lower id) and the log-sum-exp of the whole row, beside the correct letter's token
+ids (``answer_rows``). A chain whose every processed law lies inside the kept tokens (``SamplingSettings
+.support_within``: a top-k of at most that many, applied before any top-p; the paper's and the engines' chains
+with top-k 20 all are) gives the same probabilities from the kept rows as from the whole ones, so a rule's law of
+the answer token, its accuracy, KL and TV come out the same (to the rounding of sums over more or fewer zeros:
+within 1e-12, tested for every registered token rule). Rules that read raw logits get them with what a top-K
+trace knows (``RuleLogits``: the kept values, the row's log-sum-exp, an upper bound of the rest) and say per row
+whether that decides them (``Rule.logits_exact``); where it does not, rescoring refuses.
+
+The logits are float32 (both engines give float32 rows) and are written with 9 significant digits, which read
+back to the same float32. A problem's rows take about 2.3 kB of JSON at 64 logits a model (about 1 kB
+compressed).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._math._validation import is_integer
+
+__all__ = ["ANSWER_ROWS", "AnswerRows", "answer_rows", "read_answer_rows"]
+
+#: Logits kept per model at the answer position: a top-k of at most this many is rescored exactly.
+ANSWER_ROWS = 64
+_ROLES = ("target", "draft")
+
+
+def _top(row: np.ndarray, n: int):
+    """(ids, values) of the ``n`` largest entries of ``row``, decreasing, ties by the lower id."""
+    n = min(int(n), row.shape[-1])
+    part = np.argpartition(-row, n - 1)[:n] if n < row.shape[-1] else np.arange(row.shape[-1])
+    kth = row[part].min()
+    chosen = np.flatnonzero(row >= kth)  # every tie of the n-th, then cut by (value, id)
+    order = np.lexsort((chosen, -row[chosen]))[:n]
+    ids = chosen[order]
+    return ids, row[ids]
+
+
+def _lse(row: np.ndarray) -> float:
+    top = float(np.max(row))
+    return float(np.log(np.sum(np.exp(row - top))) + top)
+
+
+def answer_rows(target_logits, draft_logits, correct_ids, n: int = ANSWER_ROWS) -> dict:
+    """The record entry of one problem's answer position (see the module docstring): {"n", "vocab",
+    "correct": the correct letter's token ids, "target" / "draft": {"ids", "logits" (float32 values to 9
+    significant digits), "lse" (of the whole row, float64)}}. The rows are a model's raw logits there (V,)."""
+    out = {"n": int(n), "vocab": int(np.shape(target_logits)[-1]), "correct": sorted(int(i) for i in correct_ids)}
+    for role, raw in zip(_ROLES, (target_logits, draft_logits), strict=True):
+        row = np.asarray(raw, dtype=np.float64)
+        if row.ndim != 1 or not np.all(np.isfinite(row)):
+            raise ValueError(f"the {role}'s answer row must be one finite logit row; got shape {row.shape}")
+        ids, values = _top(row, n)
+        out[role] = {
+            "ids": [int(i) for i in ids],
+            "logits": [float(f"{float(np.float32(v)):.9g}") for v in values],
+            "lse": _lse(row),
+        }
+    return out
+
+
+class AnswerRows:
+    """One problem's answer rows read back (``read_answer_rows``): per role ``ids`` (int64), ``logits``
+    (float64 holding float32 values) and ``lse``; ``correct`` ids, ``n`` and ``vocab``."""
+
+    def __init__(self, entry: dict, where: str):
+        self.where = where
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where}: 'rows' must be an object (the answer rows); got {type(entry).__name__}")
+        self.n, self.vocab = entry.get("n"), entry.get("vocab")
+        if not _whole(self.n, 1) or not _whole(self.vocab, 2):
+            raise ValueError(f"{where}: 'rows' needs 'n' and 'vocab', whole numbers (the logits kept, the vocabulary)")
+        correct = entry.get("correct")
+        if not isinstance(correct, list) or not correct or not all(_whole(i, 0) for i in correct):
+            raise ValueError(f"{where}: 'rows' holds no correct letter's token ids ('correct'): rerun the referee")
+        self.correct = np.asarray(sorted(set(correct)), dtype=np.int64)
+        if self.correct.max() >= self.vocab:
+            raise ValueError(f"{where}: a correct letter's id {int(self.correct.max())} is outside the vocabulary")
+        self.ids, self.logits, self.lse = {}, {}, {}
+        for role in _ROLES:
+            self._read(role, entry.get(role))
+
+    def _read(self, role, part):
+        where = f"{self.where}: the {role}'s row"
+        if not isinstance(part, dict) or not all(k in part for k in ("ids", "logits", "lse")):
+            raise ValueError(f"{where} needs 'ids', 'logits' and 'lse'")
+        try:
+            ids = np.asarray(part["ids"], dtype=np.int64)
+            values = np.asarray(part["logits"], dtype=np.float64).astype(np.float32).astype(np.float64)
+            lse = float(part["lse"])
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError(f"{where}: 'ids' must be integers and 'logits', 'lse' numbers") from None
+        if ids.ndim != 1 or ids.shape != values.shape or not 1 <= ids.size <= self.n:
+            raise ValueError(f"{where}: 'ids' and 'logits' must be two lists of the same length, 1 to n = {self.n}")
+        if ids.min() < 0 or ids.max() >= self.vocab:
+            raise ValueError(f"{where} holds ids outside the vocabulary [0, {self.vocab}) (another tokenizer's rows?)")
+        if len(set(ids.tolist())) != ids.size:
+            raise ValueError(f"{where} lists a token twice")
+        if not (np.all(np.isfinite(values)) and math.isfinite(lse)):
+            raise ValueError(f"{where} holds a logit or log-sum-exp that is not a finite number (NaN?)")
+        if np.any(np.diff(values) > 0):
+            raise ValueError(f"{where}: its logits must be in decreasing order (the largest kept)")
+        # the kept tokens' mass under the whole row's law is at most 1: exp(logits - lse) sums to <= 1
+        head = float(np.log(np.sum(np.exp(values - values[0]))) + values[0])
+        if head > lse + 1e-6 * max(1.0, abs(lse)):
+            raise ValueError(
+                f"{where}: its kept logits hold more than the whole row's mass (log-sum-exp {lse:.6g} below theirs, "
+                f"{head:.6g}): not a row of logits"
+            )
+        self.ids[role], self.logits[role], self.lse[role] = ids, values, lse
+
+    def support(self) -> np.ndarray:
+        """The union of both models' kept ids and the correct ones, sorted."""
+        return np.unique(np.concatenate([self.ids["target"], self.ids["draft"], self.correct]))
+
+    def kth(self, role, k) -> float:
+        """The ``k``-th largest kept logit of ``role`` (None where fewer are kept)."""
+        values = self.logits[role]
+        return float(values[k - 1]) if k <= values.size else None
+
+
+def _whole(value, low) -> bool:
+    return is_integer(value) and value >= low
+
+
+def read_answer_rows(entry, where: str = "rows") -> AnswerRows:
+    """A record's ``rows`` entry, checked (ids inside the vocabulary and distinct, finite logits in decreasing
+    order, a log-sum-exp that bounds them, the correct letter's ids): a ValueError naming ``where`` and what is
+    wrong."""
+    return AnswerRows(entry, where)

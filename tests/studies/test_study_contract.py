@@ -1,0 +1,53 @@
+"""Every long run of the package is a study that keeps the runner's contract (``check_study``): the exact
+referee, the sampled referee and decoding many prompts, on the tiny GGUF pair given by path (so that two Dask
+worker processes load it too): a resumed run gives the uninterrupted run's records, two workers give one
+process's, records of another setting are refused, and the summary is a function of the records alone."""
+
+import json
+
+import pytest
+from optional import torch  # noqa: F401  (the models extra)
+
+from cactus_theory import DecodeSpec, DecodeStudy, ExactReferee, Prompt, SampledReferee, SamplingSettings
+from cactus_theory._data._graders import load_problems
+from cactus_theory.testing import check_study
+
+pytestmark = [pytest.mark.models, pytest.mark.distributed]
+OPTIONS = {"dtype": "float32", "cache": False}
+SETTINGS = SamplingSettings(temperature=1.0, top_k=8, top_p=1.0)
+
+
+@pytest.fixture(scope="module")
+def problems(tmp_path_factory):
+    path = tmp_path_factory.mktemp("choices") / "choices.jsonl"
+    rows = [{"question": f"ab cd {i}", "choices": ["ab", "cd", "ef", "gh"], "answer": "ABCD"[i % 4]} for i in range(4)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return load_problems("choice", path=str(path))
+
+
+def test_the_exact_referee_keeps_the_study_contract(gguf_pair, problems):
+    rules = ["sps", "cactus(delta=1)"]
+    check_study(lambda: ExactReferee(*gguf_pair, problems, rules, settings=SETTINGS, load_options=OPTIONS))
+
+
+def test_the_sampled_referee_keeps_the_study_contract(gguf_pair, problems):
+    def make():
+        return SampledReferee(
+            *gguf_pair,
+            problems,
+            ["sps"],
+            m=2,
+            settings=SETTINGS,
+            max_new_tokens=2,
+            samples=2,
+            batch=2,
+            load_options=OPTIONS,
+        )
+
+    check_study(make)
+
+
+def test_decoding_keeps_the_study_contract(gguf_pair):
+    prompts = [Prompt(id=f"p{i}", task="t", text=f"ab cd {i}", index=i) for i in range(3)]
+    spec = DecodeSpec(m=2, settings=SETTINGS, max_new_tokens=4, baseline=True, chunk_seconds=0.0)
+    check_study(lambda: DecodeStudy(*gguf_pair, ["sps", "cactus(delta=1)"], prompts, spec, load_options=OPTIONS))

@@ -13,13 +13,13 @@ Which log-probabilities (checked in the source, see ``docs/howto/servers.md``):
 from __future__ import annotations
 
 from ._http import ServerError, shown
-from ._llamacpp_protocol import LlamaCppNative
 from ._protocol import (
     AlignmentError,
     Generation,
     ServerInfo,
     ServerProtocol,
     json_object,
+    protocol_class,
     rows_from_entries,
     sampling_fields,
     token_id,
@@ -57,7 +57,8 @@ class OpenAICompletions(ServerProtocol):
         owner = str(first.get("owned_by", ""))
         props_status, props = self.client.probe("/props")
         if props_status == 200 and isinstance(props, dict) and "build_info" in props:  # llama-server
-            self._llama = LlamaCppNative(self.client, model=self._model, openai=True)
+            # llama-server's own protocol speaks for it (asked of the registry, as every protocol is)
+            self._llama = protocol_class("llama.cpp")(self.client, model=self._model, openai=True)
             base = self._llama.info()
             self.flavour = "llama.cpp"
             return ServerInfo(

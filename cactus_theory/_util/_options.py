@@ -1,5 +1,6 @@
 """A call that takes its settings as one record or as keywords: how the two meet (``merged_options``).
-The records: ``_analysis._options.AnalysisOptions``, ``_models._decode_prompts.DecodeOptions``."""
+The record: ``_analysis._options.AnalysisOptions`` (decoding's, ``_models._decode_spec.DecodeSpec``, is given
+whole or built from the keywords by ``decode_prompts`` itself)."""
 
 from __future__ import annotations
 

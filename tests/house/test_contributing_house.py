@@ -180,13 +180,11 @@ def integer_violations(sources) -> list:
 
 def protocol_import_violations(sources) -> list:
     """Modules that import a built-in protocol module by name (the registry finds them by listing the wing:
-    a new protocol is one file), other than a protocol module building on another."""
+    a new protocol is one file; a protocol that speaks through another asks the registry for it)."""
     found = []
     protocols = {n[len("_servers/") : -3] for n in sources if re.fullmatch(r"_servers/_\w+_protocol\.py", n)}
     protocols.discard("_protocol")
     for name, text in sources.items():
-        if name.startswith("_servers/_") and name.endswith("_protocol.py") and name != "_servers/_protocol.py":
-            continue
         for match in re.finditer(
             r"^\s*(?:from\s+[.\w]*\s+import\s+[^\n]*\b(_\w+_protocol)\b|from\s+[.\w]*\.(_\w+_protocol)\s+import)",
             text,
@@ -295,3 +293,174 @@ def test_the_formatter_decides_the_layout():
     )
     assert skips < 30, f"{skips} '# fmt: skip' markers: let the formatter lay the code out"
     assert "ruff format --check" in (ROOT / "scripts" / "check.sh").read_text(encoding="utf-8")
+
+
+# --- what the page says of the wings, each checked on the code and shown to fail on a planted violation --------
+
+#: What ``_util`` may import beyond the standard library (the page's table says why each).
+UTIL_IMPORTS = {"tqdm", "matplotlib", "pandas", "dask", "distributed"}
+
+
+def util_import_violations(sources) -> list:
+    """Imports of the ``_util`` wing beyond the standard library and ``UTIL_IMPORTS``."""
+    import ast
+    import sys
+
+    found = []
+    for name, text in sources.items():
+        if not name.startswith("_util/"):
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                modules = [node.module]
+            else:
+                continue
+            for module in modules:
+                top = module.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in UTIL_IMPORTS and top != "__future__":
+                    found.append(f"{name} imports {module}")
+    return found
+
+
+def test_the_util_wing_imports_what_the_page_says():
+    assert not util_import_violations(_sources())
+    row = next(line for line in PAGE.splitlines() if line.startswith("| `_util` |"))
+    for module in ("the standard library", "tqdm", "matplotlib", "pandas", "distributed", "py-landlock"):
+        assert module in row, module
+
+
+@pytest.mark.parametrize("planted", ["import numpy as np\n", "from scipy import stats\n", "import torch\n"])
+def test_the_util_import_check_fails_on_a_planted_violation(planted):
+    sources = _sources()
+    sources["_util/_files.py"] += "\n" + planted
+    assert any(v.startswith("_util/_files.py") for v in util_import_violations(sources)), planted
+
+
+def test_a_protocol_module_imports_no_other_protocol_module_either():
+    sources = _sources()
+    sources["_servers/_openai_protocol.py"] += "\nfrom ._llamacpp_protocol import LlamaCppNative  # noqa: F401\n"
+    assert any(v.startswith("_servers/_openai_protocol.py") for v in protocol_import_violations(sources))
+
+
+#: Building a decoder: a call of one of the decoder classes.
+_DECODER_BUILT = re.compile(r"(?<![\w.])(?:HostChain|HostBatch|OnDevice)\(")
+
+
+def decoder_violations(sources) -> list:
+    """Modules other than the chooser (``_models/_decoding.py``) that build a decoder."""
+    return [
+        f"{name}: {m.group(0)}"
+        for name, text in sources.items()
+        if name != "_models/_decoding.py"
+        for m in _DECODER_BUILT.finditer(text.replace("class HostChain(", "").replace("class HostBatch(", ""))
+        if not text[max(0, m.start() - 6) : m.start()].endswith("class ")
+    ]
+
+
+def test_the_decoder_is_chosen_in_the_chooser_alone():
+    assert not decoder_violations(_sources())
+    assert "chosen in `cactus_theory/_models/_decoding.py` alone" in PAGE
+
+
+@pytest.mark.parametrize("planted", ["runner = HostChain(spec, model, draft)\n", "d = OnDevice(spec, model)\n"])
+def test_the_decoder_check_fails_on_a_planted_violation(planted):
+    sources = _sources()
+    sources["_studies/_quality.py"] += "\n" + planted
+    assert any(v.startswith("_studies/_quality.py") for v in decoder_violations(sources)), planted
+
+
+#: A long run's machinery: the record log and the interruption line, which the runner alone opens and writes.
+_RUN_LOOP = re.compile(r"(?<![\w.])(?:open_records|RecordLog|resumable_run)\(")
+
+
+def run_loop_violations(sources) -> list:
+    """Modules other than the runner (``_util/_study.py``) and the record log's own that write a run loop."""
+    return [
+        f"{name}: {m.group(0)}"
+        for name, text in sources.items()
+        if name not in ("_util/_study.py", "_util/_records.py")
+        for m in _RUN_LOOP.finditer(text)
+    ]
+
+
+def test_every_long_run_goes_through_the_one_runner():
+    assert not run_loop_violations(_sources())
+
+
+@pytest.mark.parametrize(
+    "planted", ["log, held = open_records(out, KIND, setting)\n", "with resumable_run(out, kept) as run:\n    pass\n"]
+)
+def test_the_runner_check_fails_on_a_planted_violation(planted):
+    sources = _sources()
+    sources["_studies/_exact_choice.py"] += "\n" + planted
+    assert any(v.startswith("_studies/_exact_choice.py") for v in run_loop_violations(sources)), planted
+
+
+def missing_test_folders(folders) -> list:
+    """The wings of the page's table without a test folder of their own among ``folders``."""
+    return sorted({w.lstrip("_") for w in _table_wings()} - set(folders))
+
+
+def test_every_wing_has_its_test_folder():
+    folders = {p.name for p in (ROOT / "tests").iterdir() if p.is_dir() and any(p.glob("test_*.py"))}
+    assert not missing_test_folders(folders)
+    assert missing_test_folders(folders - {"checks"}) == ["checks"]  # planted: a wing's folder gone
+
+
+#: A reference to a module of the package (and maybe a name in it) as docstrings write them: ``_wing._module.Name``.
+_REFERENCE = re.compile(r"``(_[a-z]+\._[A-Za-z0-9_]+(?:\.[A-Za-z_][A-Za-z0-9_]*)*)``")
+
+
+def dangling_references(sources) -> list:
+    """References ``_wing._module[.Name]`` in the package's text that name no module or no name of it."""
+    import importlib
+
+    found = []
+    for name, text in sources.items():
+        for match in _REFERENCE.finditer(text):
+            parts = match.group(1).split(".")
+            for i in range(len(parts), 0, -1):
+                try:
+                    obj = importlib.import_module("cactus_theory." + ".".join(parts[:i]))
+                    break
+                except ImportError:
+                    obj = None
+            try:
+                for part in parts[i:] if obj is not None else [None]:
+                    obj = getattr(obj, part)
+            except (AttributeError, TypeError):
+                obj = None
+            if obj is None:
+                found.append(f"{name}: {match.group(1)}")
+    return found
+
+
+def test_every_module_a_docstring_names_exists():
+    assert not dangling_references(_sources())
+
+
+def test_the_reference_check_fails_on_a_planted_violation():
+    sources = _sources()
+    sources["_util/_options.py"] += '\n"""The records: ``_models._decode_prompts.DecodeOptions``."""\n'
+    assert dangling_references(sources) == ["_util/_options.py: _models._decode_prompts.DecodeOptions"]
+
+
+def test_the_public_names_are_grouped_as_the_api_reference_and_each_documented_once():
+    """``cactus_theory._API``: one group per section of docs/api.md, in its order, each sorted; every public
+    name documented once, in its own group's section (the rule classes in the registry's generated list)."""
+    import cactus_theory
+
+    api = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    headings = [h for h in re.findall(r"^## (.+)$", api, flags=re.M) if h != "Submodules for scripts"]
+    assert list(cactus_theory._API) == headings
+    sections = dict(zip(headings, re.split(r"^## .+$", api, flags=re.M)[1:], strict=False))
+    documented = re.findall(r"\.\. (?:auto\w+|py:\w+):: cactus_theory\.(\w+)\s*$", api, flags=re.M)
+    for heading, names in cactus_theory._API.items():
+        assert list(names) == sorted(names, key=lambda n: (n.lower(), n)), heading
+        here = re.findall(r"\.\. (?:auto\w+|py:\w+):: cactus_theory\.(\w+)\s*$", sections[heading], flags=re.M)
+        for name in names:
+            assert here.count(name) == 1 and documented.count(name) == 1, f"{name}: documented once, under {heading}"
+    grouped = [n for names in cactus_theory._API.values() for n in names]
+    assert sorted(set(cactus_theory.__all__) - set(cactus_theory._RULE_EXPORTS)) == sorted(grouped)

@@ -143,6 +143,9 @@ class Rule:
     #: "token" otherwise. Every layer asks it through ``judgement_of`` (the one place a rule's kind
     #: is read).
     judges: ClassVar[str | None] = None
+    #: The family's settings on the deployment frontier (``plan --quality``): parameter dicts, from the least
+    #: to the most relaxed; () where the rule is one setting (it enters at its defaults when named).
+    frontier: ClassVar[tuple] = ()
     #: Parameters that take a grid's values when a spec leaves them out (``make_rules``,
     #: ``--delta``): only those with the grid's meaning, e.g. ("delta",) for a divergence budget.
     grid_parameters: ClassVar[tuple] = ()

@@ -156,6 +156,9 @@ class Cactus(GeneralizedRule):
         "emitted": "O(V log V) mixture",
         "lossless": "only δ = 0",
     }
+    frontier: ClassVar[tuple] = tuple(
+        {"delta": d, "bonus": bonus} for bonus in ("taylor", "exact") for d in (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0)
+    )
     comparison: ClassVar[tuple] = (
         ("CACTUS", {"delta": 0.1}, "verifier"),
         ("CACTUS", {"delta": 0.25}, "verifier"),

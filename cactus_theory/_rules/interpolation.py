@@ -31,6 +31,7 @@ class Interpolation(GeneralizedRule):
         "emitted": "h",
         "lossless": "only α = 0",
     }
+    frontier: ClassVar[tuple] = tuple({"alpha": a} for a in (0.1, 0.3, 0.5, 0.7))
     comparison: ClassVar[tuple] = (("", {"alpha": 0.5}, "verifier"),)
     examples: ClassVar[tuple] = ({"alpha": 0.4},)
 

@@ -29,6 +29,7 @@ class Lenience(GeneralizedRule):
         "emitted": "GSS formula",
         "lossless": "only l = 1",
     }
+    frontier: ClassVar[tuple] = tuple({"leniency": x} for x in (0.9, 0.7, 0.5, 0.3))
     comparison: ClassVar[tuple] = (("", {"leniency": 0.5}, "verifier"),)
     examples: ClassVar[tuple] = ({"leniency": 0.6},)
 

@@ -43,6 +43,7 @@ class Lossy(GeneralizedRule):
         "emitted": "min(p, q/(1−α)) + R·norm((q − p)+)",
         "lossless": "only α = 0",
     }
+    frontier: ClassVar[tuple] = tuple({"alpha": a} for a in (0.1, 0.3, 0.5, 0.7, 0.9))
     comparison: ClassVar[tuple] = (
         ("mentored-dec", {"alpha": 0.95}, "verifier"),
         ("mentored-dec", {"alpha": 0.7}, "verifier"),

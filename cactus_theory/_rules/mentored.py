@@ -139,6 +139,7 @@ class Mentored(GeneralizedRule):
         "emitted": "h",
         "lossless": "only δ = 0",
     }
+    frontier: ClassVar[tuple] = tuple({"delta": d} for d in (0.05, 0.1, 0.25, 0.5, 1.0))
     comparison: ClassVar[tuple] = (("", {"delta": 0.25}, "verifier"), ("", {"delta": 1.0}, "verifier"))
     examples: ClassVar[tuple] = ({"delta": 0.2},)
 

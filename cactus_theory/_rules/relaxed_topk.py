@@ -26,7 +26,10 @@ class RelaxedTopK(Rule):
     NVIDIA/TensorRT-LLM @ 3585984) takes the top-N of the softmax of the verifier's raw logits at
     temperature 1 and compares *probabilities*: ``threshold = p_top1 - relaxed_delta``, the top-1
     always accepted, and a rejection or a fully accepted block emits the top-1 ("golden") token
-    (its decoding is greedy). ``probs="logits"`` (the default) does the same here: it needs the
+    (its decoding is greedy). TensorRT-LLM's MTP options ``relaxed_topk`` and ``relaxed_delta``
+    (``MTPDecodingConfig``, with ``use_relaxed_acceptance_for_thinking``) are this rule's ``top_n`` and
+    ``delta``: one rule, not two (``tests/rules/test_engine_rules_2026.py`` checks it against the kernel's
+    description written out). ``probs="logits"`` (the default) does the same here: it needs the
     verifier's raw logits (``RuleLogits(target=...)``); ``probs="processed"`` uses q, the
     distribution after temperature / top-k / top-p. The ``ratio`` form (q(n) >= ratio q_max) is
     the scale-free variant of the same idea found in vLLM ports; give ``delta`` or ``ratio``, not
@@ -62,7 +65,10 @@ class RelaxedTopK(Rule):
         {"top_n": 2, "delta": None, "ratio": 0.3, "probs": "processed"},
         {"top_n": 1, "delta": 0.0, "probs": "processed"},
     )
+    frontier: ClassVar[tuple] = tuple({"top_n": 10, "delta": d} for d in (0.05, 0.1, 0.2, 0.3, 0.45, 0.6))
     label_fields: ClassVar[tuple] = ("top_n", "delta", "ratio")
+    #: Only tokens the processed q keeps are accepted (the engines' softmax of raw logits has no zeros).
+    within_support: ClassVar[bool] = True
     deterministic: ClassVar[bool] = True
 
     def __post_init__(self):
@@ -100,7 +106,7 @@ class RelaxedTopK(Rule):
         in_top = rank < self.top_n
         if b.name != "numpy":
             in_top = b.torch.as_tensor(in_top, device=s.device)
-        return close & in_top & (q > 0)
+        return close & in_top & (q > 0) if self.within_support else close & in_top
 
     def _acceptance(self, b, p, q, n, lg):
         accepted = self._accepted_set(b, q, lg)

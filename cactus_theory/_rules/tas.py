@@ -41,6 +41,8 @@ class TAS(Rule):
         "emitted": "p·1{accepted} + rest on argmax q",
         "lossless": "no",
     }
+    #: The paper's script sets epsilon = t, alpha = sqrt(t).
+    frontier: ClassVar[tuple] = tuple({"epsilon": t, "alpha": round(t**0.5, 6)} for t in (0.01, 0.03, 0.09, 0.2, 0.3))
     comparison: ClassVar[tuple] = (("", {}, "verifier"),)
     label_fields: ClassVar[tuple] = ()
     examples: ClassVar[tuple] = ({"epsilon": 0.5, "alpha": 0.7},)

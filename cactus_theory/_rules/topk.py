@@ -42,6 +42,7 @@ class TopK(GeneralizedRule):
         "emitted": "GSS formula",
         "lossless": "no",
     }
+    frontier: ClassVar[tuple] = tuple({"k": k} for k in (2, 3, 5, 10))
     comparison: ClassVar[tuple] = (("", {"k": 5}, "verifier"), ("", {"k": 5, "semantics": "authors"}, "verifier"))
     examples: ClassVar[tuple] = ({"k": 3}, {"k": 3, "semantics": "authors"})
 

@@ -72,6 +72,13 @@ def add_parser(sub):
         "--summarize", default=None, metavar="RECORDS", help="only summarise a records file (either kind; no model)"
     )
     e.add_argument(
+        "--rescore",
+        default=None,
+        metavar="RECORDS",
+        help="score --rule again from an exact referee's records (their answer rows), no model: any token rule or "
+        "grid, under the records' sampling or the chain given (--chain, --temperature, ...); --out writes the records",
+    )
+    e.add_argument(
         "--exact",
         action="store_true",
         help="the exact expected accuracy where one token decides (a multiple-choice benchmark asked at the answer "
@@ -105,6 +112,8 @@ def run(args) -> int:
     from .._studies._quality import SampledReferee, quality_markdown, read_records, summarize_records
     from .._util._study import run_study
 
+    if args.rescore:
+        return _rescore(args)
     if args.summarize:
         if args.verifier or args.draft or args.rule:
             raise ValueError("--summarize reads a records file alone: drop --verifier, --draft and --rule")
@@ -189,3 +198,25 @@ def _first_kind(path):
     for _, rec in json_lines(path, "a record of cactus-theory evaluate"):
         return rec.get("record") if isinstance(rec, dict) else None
     return None
+
+
+def _rescore(args) -> int:
+    """``--rescore RECORDS``: the exact referee's records of ``--rule`` scored again from the answer rows alone."""
+    from .._analysis._analyze import parse_rules
+    from .._studies._exact_choice import rescore_exact, summarize_exact
+    from .._util._files import write_records
+    from ._common import _check_out
+
+    if args.verifier or args.draft or args.summarize or args.exact:
+        raise ValueError("--rescore reads a records file alone: drop --verifier, --draft, --exact and --summarize")
+    if not args.rule:
+        raise ValueError("--rescore needs at least one --rule to score (specs; several: 'cactus(delta=0.5),lossy(alpha=0.3)')")
+    _check_out(args, [args.rescore], directory=False)
+    given = [a.split("=")[0] for a in getattr(args, "command_line", None) or ()]
+    flags = ("--temperature", "--top-k", "--top-p", "--min-p", "--chain")
+    settings = _settings(args) if any(f in given for f in flags) else None
+    records = rescore_exact(args.rescore, parse_rules(args.rule, [1.0]), settings=settings)
+    print(summarize_exact(records, n_boot=args.bootstrap, seed=args.seed).table())
+    if args.out:
+        print(f"records in {write_records(records, args.out)}")
+    return 0

@@ -60,6 +60,20 @@ def add_parser(sub):
     )
     pl.add_argument("--trust-cost", action="store_true", help="plan even from a cost model with problems")
     pl.add_argument(
+        "--quality",
+        default=None,
+        metavar="RECORDS",
+        help="the deployment decision: with the exact referee's records (evaluate --exact --out), every rule family's "
+        "grid (declared by each rule) and SpS, each m: the predicted speedup against the exact accuracy difference, "
+        "both with intervals, the front, and the fastest setting within --max-loss (--rules adds settings)",
+    )
+    pl.add_argument(
+        "--max-loss",
+        type=_nonnegative("a number of points", finite=True),
+        default=None,
+        help="with --quality: the accuracy budget, points (the loss's upper 95%% bound; default 0.5)",
+    )
+    pl.add_argument(
         "--prompt-tokens",
         type=_nonnegative("a token count", finite=True),
         default=None,
@@ -229,8 +243,12 @@ def run(args) -> int:
         )
     for size in args.batch or ():
         cost.at_batch(size)  # a batch size the cost model did not time is refused before the analysis
-    _check_out(args, [*_trace_inputs(args), args.cost])
+    _check_out(args, [*_trace_inputs(args), args.cost, args.quality])
     traces = traces if traces is not None else _traces(args)
+    if args.quality:
+        return _frontier(args, traces, cost)
+    if args.max_loss is not None:
+        raise ValueError("--max-loss is the accuracy budget of --quality RECORDS: give the records too, or drop it")
     options = analysis_options(args, draft_policies=policies, cost=cost)
     result = analyze_trace(traces, parse_rules(args.rules, args.delta), progress=_progress(args), options=options)
     plan = predict_speedup(
@@ -265,3 +283,37 @@ def run(args) -> int:
         for path in written:
             print(f"wrote {path}")
     return 0
+
+
+def _frontier(args, traces, cost) -> int:
+    """``--quality RECORDS``: the deployment frontier and its recommendation (``deployment_frontier``)."""
+    from .._analysis._analyze import parse_rules
+    from .._studies._frontier import MAX_LOSS, deployment_frontier
+    from ._common import _command_line, _settings
+
+    if len(args.batch or ()) > 1:
+        raise ValueError("--quality takes one --batch size (the concurrency deployed at); got several")
+    given = [a.split("=")[0] for a in getattr(args, "command_line", None) or ()]
+    explicit = any(flag in given for flag in SAMPLING_FLAGS)
+    frontier = deployment_frontier(
+        traces,
+        args.quality,
+        cost,
+        rules=parse_rules(args.rules, args.delta) if "--rules" in given else None,
+        ms=args.m,
+        settings=_settings(args) if explicit else None,
+        max_loss=MAX_LOSS if args.max_loss is None else args.max_loss,
+        batch=args.batch[0] if args.batch else None,
+        n_boot=args.bootstrap or 1000,
+        allow_untrusted=args.trust_cost,
+        progress=_progress(args),
+    )
+    print(frontier.table())
+    if args.out:
+        for path in frontier.write(args.out, command=_command_line(args)):
+            print(f"wrote {path}")
+    return 0
+
+
+#: The flags that set the sampling: given, they override the records' own for --quality.
+SAMPLING_FLAGS = ("--temperature", "--top-k", "--top-p", "--min-p", "--chain")

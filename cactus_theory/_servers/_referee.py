@@ -63,7 +63,8 @@ def spec_counters(client) -> dict:
 
 def drive_server(speaker, prompts, settings, max_new_tokens, *, concurrency=1, seed=0):
     """(records in prompt order, wall seconds, counters before, counters after) of ``prompts`` (lists of
-    token ids) sent to the llama-server behind ``speaker`` (llama.cpp's protocol, ``_llamacpp_protocol.LlamaCppNative``)."""
+    token ids) sent to the llama-server behind ``speaker`` (llama.cpp's protocol,
+    ``_llamacpp_protocol.LlamaCppNative``)."""
     from .._data._prompts import prompt_seed
 
     client = speaker.client

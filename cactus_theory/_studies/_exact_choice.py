@@ -50,6 +50,7 @@ __all__ = [
     "exact_choice_referee",
     "letter_token_ids",
     "read_exact_records",
+    "rescore_exact",
     "summarize_exact",
 ]
 
@@ -273,6 +274,50 @@ def _same_problems(records, problems) -> None:
                 f"the records file holds answers to another problem under the id {rec['id']!r} (record {n}; another "
                 "--file?): write to another file"
             )
+
+
+def rescore_exact(records, rules, *, settings=None) -> list:
+    """The exact referee's records of ``rules`` (token rules: specs or objects) under ``settings`` (the
+    sampling and its chain; default: the records' own), scored again from the answer rows the verifier
+    alone's records keep (``_quality_trace``), without a model: one record per problem and method, the
+    verifier alone's first, as ``exact_choice_referee`` makes them (its accuracy, KL and TV to 1e-12 of the
+    model run's, where the run's sampling is the same). ``records``: a list or the path of a records file.
+    Their setting is kept but for its ``sampling``, and ``rescored`` (the sampling the rows were made with)."""
+    from .._rules._registry import as_rule
+    from ._quality_trace import read_answer_rows, rescored_laws
+
+    if not isinstance(records, list):
+        records = read_exact_records(records)
+    alone = [r for r in records if r.get("method") == ALONE]
+    if not alone:
+        raise ValueError("records: none of the verifier alone, whose records keep the answer rows")
+    missing = [r["id"] for r in alone if "rows" not in r]
+    if missing:
+        raise ValueError(
+            f"records: {len(missing)} problem(s) (the first {missing[0]!r}) keep no answer rows (records made before "
+            "the referee kept them): run the referee again to rescore them"
+        )
+    source = alone[0].get("setting") or {}
+    made = SamplingSettings.from_dict(source.get("sampling"), "the records' setting.sampling")
+    settings = settings or made
+    rules = [as_rule(r) for r in rules]
+    methods = [ALONE, *(r.describe() for r in rules)]
+    if len(set(methods)) != len(methods):
+        raise ValueError(f"the rules must be distinct; got {methods[1:]}")
+    rows = [read_answer_rows(r["rows"], f"record of {r['id']!r}") for r in alone]
+    laws = rescored_laws(rows, rules, settings)
+    setting = {**source, "sampling": settings.as_dict(), "rescored": made.as_dict()}
+    out = []
+    for i, rec in enumerate(alone):
+        base = {k: rec[k] for k in ("id", "problem", "benchmark", "answer", "prompt_tokens") if k in rec}
+        common = {
+            "q_correct": float(laws[ALONE]["accuracy"][i]),
+            "p_correct": float(laws[ALONE]["p_correct"][i]),
+        }
+        for method in methods:
+            law = {k: float(laws[method][k][i]) for k in ("accuracy", "kl", "tv")}
+            out.append({"record": KIND, **base, "method": method, **law, **common, "setting": setting})
+    return out
 
 
 def exact_choice_referee(

@@ -24,7 +24,7 @@ import numpy as np
 
 from .._math._validation import is_integer
 
-__all__ = ["ANSWER_ROWS", "AnswerRows", "answer_rows", "read_answer_rows"]
+__all__ = ["ANSWER_ROWS", "AnswerRows", "answer_rows", "read_answer_rows", "rescored_laws"]
 
 #: Logits kept per model at the answer position: a top-k of at most this many is rescored exactly.
 ANSWER_ROWS = 64
@@ -67,10 +67,18 @@ def answer_rows(target_logits, draft_logits, correct_ids, n: int = ANSWER_ROWS) 
 
 class AnswerRows:
     """One problem's answer rows read back (``read_answer_rows``): per role ``ids`` (int64), ``logits``
-    (float64 holding float32 values) and ``lse``; ``correct`` ids, ``n`` and ``vocab``."""
+    (float64 holding float32 values) and ``lse``; ``correct`` ids, ``n`` and ``vocab``; ``kind`` "logits" (raw
+    rows: any chain rescored) or "probabilities" (a processed law only: refused by rescoring)."""
 
     def __init__(self, entry: dict, where: str):
         self.where = where
+        self.kind = "logits"
+        if isinstance(entry, dict) and "probs" in (entry.get("target") or {}):
+            raise ValueError(
+                f"{where}: these rows hold the verifier's processed probabilities, not raw logits: a rule or a chain "
+                "cannot be scored again from them (it needs the logits before the sampler); run the referee with "
+                "the models"
+            )
         if not isinstance(entry, dict):
             raise ValueError(f"{where}: 'rows' must be an object (the answer rows); got {type(entry).__name__}")
         self.n, self.vocab = entry.get("n"), entry.get("vocab")
@@ -134,3 +142,107 @@ def read_answer_rows(entry, where: str = "rows") -> AnswerRows:
     order, a log-sum-exp that bounds them, the correct letter's ids): a ValueError naming ``where`` and what is
     wrong."""
     return AnswerRows(entry, where)
+
+
+def _confinement(rows: list, settings) -> None:
+    """Refuse, in one line, a chain whose processed law may reach past the logits kept: its top-k must keep at
+    most the rows' N before any top-p (``support_within``), and every token tied with the k-th must be kept."""
+    kept = min(min(r.logits[role].size for role in _ROLES) for r in rows)
+    if rows[0].kind != "logits":
+        return
+    if not settings.support_within(kept):
+        raise ValueError(
+            f"--chain / sampling {settings.describe()}: its law may keep tokens beyond the {kept} logits the records "
+            f"hold per model (it needs a top-k of at most {kept} applied before any top-p): rescoring refused; run "
+            "the referee again with the models"
+        )
+    if settings.greedy:
+        return
+    k = settings.top_k
+    for r in rows:
+        for role in _ROLES:
+            values = r.logits[role]
+            if values.size < r.vocab and values.size > k and values[k - 1] == values[-1]:
+                raise ValueError(
+                    f"{r.where}: the {role}'s logits tied with its {k}-th reach past the {values.size} kept: the "
+                    "top-k set is not decided by the records; rescoring refused"
+                )
+
+
+def _batch(rows: list):
+    """Both models' rows of every problem on one padded support (the union of their kept ids and the correct
+    ones, sorted by id; padding at the end): (logits (P, S) per role with -inf where a model's logit is not
+    kept, the kept masks, the floors, the lse's, the correct mask (P, S))."""
+    supports = [r.support() for r in rows]
+    width = max(s.size for s in supports)
+    count = len(rows)
+    values = {role: np.full((count, width), -np.inf) for role in _ROLES}
+    known = {role: np.zeros((count, width), dtype=bool) for role in _ROLES}
+    floor = {role: np.full(count, -np.inf) for role in _ROLES}
+    lse = {role: np.zeros(count) for role in _ROLES}
+    correct = np.zeros((count, width), dtype=bool)
+    for i, (r, support) in enumerate(zip(rows, supports, strict=True)):
+        where = {int(t): j for j, t in enumerate(support)}
+        for role in _ROLES:
+            cols = [where[int(t)] for t in r.ids[role]]
+            values[role][i, cols] = r.logits[role]
+            known[role][i, cols] = True
+            lse[role][i] = r.lse[role]
+            head = float(np.log(np.sum(np.exp(r.logits[role] - r.logits[role][0]))) + r.logits[role][0])
+            with np.errstate(divide="ignore"):
+                tail = r.lse[role] + np.log(max(-np.expm1(head - r.lse[role]), 0.0))
+            floor[role][i] = min(float(r.logits[role][-1]), tail)
+        correct[i, [where[int(t)] for t in r.correct]] = True
+        known["target"][i, support.size :] = known["draft"][i, support.size :] = True  # padding: no token
+    return values, known, floor, lse, correct
+
+
+def rescored_laws(rows: list, rules, settings) -> dict:
+    """{method: {"accuracy", "kl", "tv"} arrays over the problems of ``rows`` (``AnswerRows``)}: the verifier
+    alone ("verifier alone") and each rule of ``rules``, from the kept rows alone under ``settings`` (the
+    sampling and its chain), batched over the problems. The same values the referee computes from the whole
+    rows (to 1e-12: see the module docstring); a chain that may reach past the kept logits, or a rule the kept
+    logits do not decide (``Rule.logits_exact``), is refused in one line."""
+    from .._laws._emitted import emitted_distribution
+    from .._math._logits import RuleLogits
+    from .._math._sampling import processed_probs
+    from .._rules._protocol import judgement_of
+
+    if not rows:
+        raise ValueError("records: no problem's answer rows to rescore")
+    _confinement(rows, settings)
+    values, known, floor, lse, correct = _batch(rows)
+    q = processed_probs(values["target"], settings)
+    p = processed_probs(values["draft"], settings)
+    zero = np.zeros(len(rows))
+    out = {"verifier alone": {"accuracy": np.where(correct, q, 0.0).sum(-1), "kl": zero, "tv": zero}}
+    out["verifier alone"]["p_correct"] = np.where(correct, p, 0.0).sum(-1)
+    for rule in rules:
+        if not judgement_of(rule).per_token:
+            raise ValueError(f"{rule.describe()} judges whole blocks or several drafts: rescoring needs a token rule")
+        logits = None
+        if rule.needs_logits:
+            fields = {"temperature": settings.temperature}
+            for role in _ROLES:
+                fields[role] = np.where(known[role], values[role], floor[role][:, None])
+                fields[f"{role}_known"] = known[role]
+                fields[f"{role}_lse"] = lse[role]
+                fields[f"{role}_floor"] = floor[role]
+            logits = RuleLogits(**fields)
+            exact = rule.logits_exact(p, q, logits=logits)
+            if not np.all(exact):
+                first = rows[int(np.flatnonzero(~exact)[0])].where
+                raise ValueError(
+                    f"{rule.describe()} reads raw logits the records do not keep ({first}): rescoring refused; run "
+                    "the referee with the models for it"
+                )
+        pi = np.asarray(emitted_distribution(rule.at_slot(0), p, q, logits=logits), dtype=np.float64)
+        support = pi > 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            terms = np.where(support, pi * (np.log(np.where(support, pi, 1.0)) - np.log(q)), 0.0)
+        out[rule.describe()] = {
+            "accuracy": np.where(correct, pi, 0.0).sum(-1),
+            "kl": terms.sum(-1),
+            "tv": 0.5 * np.abs(pi - q).sum(-1),
+        }
+    return out

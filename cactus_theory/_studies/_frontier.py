@@ -1,0 +1,314 @@
+"""The deployment decision: every rule's predicted speedup against its exact accuracy cost, on one frontier, and
+the fastest setting within an accuracy budget (``deployment_frontier``).
+
+For each rule family over the grid its class declares (``Rule.frontier``: delta for Cactus and exact Cactus,
+alpha for the lossy rule, each threshold rule's threshold), SpS, and any rule the user adds, and for each draft
+length m:
+
+- the speed: the planner's predicted speedup with its 95% interval (``predict_speedup`` on a logit trace and a
+  cost model: per request where the cost model timed prompt processing, else per step; with ``batch``, the
+  throughput speedup at that many requests in flight, ``batch_plan``);
+- the cost in answers: the exact referee's paired accuracy difference from the verifier alone with its 95%
+  interval over problems (``summarize_exact``), every setting scored again from the records' answer rows
+  (``rescore_exact``: no model), pooled over the benchmarks the records hold (each benchmark's row beside it);
+- the front: the settings no other is at least as fast and as accurate as, one of the two strictly;
+- the recommendation: the fastest setting (by its predicted speedup) whose loss's upper 95% bound stays within
+  ``max_loss`` points (the interval's lower end of the difference at or above -max_loss), or SpS (lossless, the
+  difference exactly 0) at its fastest m where none does.
+
+Both computations process the logits with one sampler chain (``settings``: the chain of the engine deployed
+on), said on every line. The trace and the records come from different prompts (a workload's and a
+benchmark's): the frontier says so; a trace and records of different model pairs are refused.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._math._pareto import pareto_front
+from .._math._sampling import SamplingSettings
+from .._util._results import Result, interval
+
+__all__ = ["FRONTIER_MS", "Frontier", "decide", "deployment_frontier", "frontier_rules"]
+
+#: The draft lengths the frontier tries by default.
+FRONTIER_MS = (2, 4, 6, 8, 10)
+#: The accuracy budget by default: the loss's upper 95% bound, in points.
+MAX_LOSS = 0.5
+
+
+def frontier_rules(extra=()) -> list:
+    """SpS and every registered token rule family at each setting of its declared grid (``Rule.frontier``),
+    then ``extra`` (specs or rules), each once."""
+    from .._rules._protocol import judgement_of
+    from .._rules._registry import as_rule, rule_classes
+
+    out = [as_rule("sps")]
+    for _, (cls, fixed) in rule_classes().items():
+        if fixed or not cls.frontier:
+            continue
+        for params in cls.frontier:
+            rule = cls(**params)
+            if judgement_of(rule).per_token:
+                out.append(rule)
+    out += [as_rule(r) for r in extra]
+    seen, unique = set(), []
+    for rule in out:
+        if rule.describe() not in seen:
+            seen.add(rule.describe())
+            unique.append(rule)
+    return unique
+
+
+def _family(label: str) -> str:
+    return label.split("(")[0]
+
+
+@dataclass(frozen=True)
+class Frontier(Result):
+    """``deployment_frontier``'s result: ``rows`` (one per rule and m: the rule, its family, m, the speedup and
+    its interval, the accuracy difference in points and its interval, the drift at the answer token, whether the
+    setting is on the front, whether its loss is within the budget), the ``recommendation`` (a row), the
+    ``budget`` (points), the ``settings`` (sampling and chain), ``speed`` (what the speedup is: per request, per
+    step or at a batch size), ``benchmarks`` (per benchmark and method, the accuracy rows), and ``notes``."""
+
+    rows: list
+    recommendation: dict
+    budget: float
+    settings: SamplingSettings
+    speed: str
+    benchmarks: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+    name = "frontier"
+
+    def records(self) -> list:
+        return [dict(r) for r in self.rows]
+
+    def recommendation_line(self) -> str:
+        """The decision in one line, with its two intervals."""
+        r = self.recommendation
+        return (
+            f"deploy {r['rule']} at m = {r['m']}: {self.speed} {r['speedup']:.2f}x "
+            f"{interval(r['speedup_lo'], r['speedup_hi'], '.2f')}, accuracy {r['difference']:+.2f} points "
+            f"{interval(r['low'], r['high'], '+.2f')} (the fastest setting whose loss stays within {self.budget:g} "
+            f"points at 95%{'; none other does' if r['rule'] == 'sps' else ''}); chain {self.settings.chain_name}"
+        )
+
+    def table(self) -> str:
+        lines = [
+            f"sampling: {self.settings.describe()}; speed: {self.speed}; accuracy: exact, paired with the verifier "
+            f"alone, pooled over {', '.join(sorted({b['benchmark'] for b in self.benchmarks} - {'all'}))}",
+            *(f"note: {n}" for n in self.notes),
+            f"{'rule':<42} {'m':>3} {'speedup':>8} {'95%':>14} {'accuracy, points':>16} {'95%':>16} {'KL':>8}"
+            f" {'front':>5} {'budget':>6}",
+        ]
+        for r in sorted(self.rows, key=lambda r: (-r["speedup"], r["rule"], r["m"])):
+            speed = interval(r["speedup_lo"], r["speedup_hi"], ".2f")
+            lines.append(
+                f"{r['rule']:<42} {r['m']:>3} {r['speedup']:>7.2f}x {speed:>14} "
+                f"{r['difference']:>+16.2f} {interval(r['low'], r['high'], '+.2f'):>16} {r['kl']:>8.4f} "
+                f"{'*' if r['front'] else '':>5} {'ok' if r['within'] else '':>6}"
+            )
+        return "\n".join([*lines, "", self.recommendation_line()])
+
+    def markdown(self) -> str:
+        head = (
+            "| rule | m | speedup [95%] | accuracy difference, points [95%] | KL at the answer token | on the front | "
+            f"loss within {self.budget:g} pts |\n|---|---|---|---|---|---|---|"
+        )
+        body = [
+            f"| {r['rule']} | {r['m']} | {r['speedup']:.2f}x {interval(r['speedup_lo'], r['speedup_hi'], '.2f')} | "
+            f"{r['difference']:+.2f} {interval(r['low'], r['high'], '+.2f')} | {r['kl']:.4f} | "
+            f"{'yes' if r['front'] else ''} | {'yes' if r['within'] else ''} |"
+            for r in sorted(self.rows, key=lambda r: (not r["front"], -r["speedup"]))
+            if r["front"] or r["best_m"]
+        ]
+        return "\n".join([head, *body, "", f"**{self.recommendation_line()}**"])
+
+    def figure(self):
+        """Speedup against the accuracy difference, error bars on both axes (each family at its best m), the
+        front drawn, SpS and the verifier alone marked, the recommendation circled."""
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+
+        from .._analysis._plotting import rule_colours
+
+        fig, ax = plt.subplots(figsize=(8.5, 5.6))
+        shown = [r for r in self.rows if r["best_m"] or r["front"]]
+        colours = rule_colours(sorted({_family(r["rule"]) for r in shown}))
+        for r in shown:
+            colour = colours.get(_family(r["rule"]), "C0")
+            xerr = [[r["difference"] - r["low"]], [r["high"] - r["difference"]]]
+            yerr = [[r["speedup"] - r["speedup_lo"]], [r["speedup_hi"] - r["speedup"]]]
+            if not all(np.isfinite(v[0]) for v in (*xerr, *yerr)):
+                xerr = yerr = None
+            ax.errorbar(
+                r["difference"],
+                r["speedup"],
+                xerr=xerr,
+                yerr=yerr,
+                fmt="o" if r["front"] else ".",
+                color=colour,
+                alpha=0.9 if r["front"] else 0.45,
+                ms=6 if r["front"] else 4,
+                capsize=2,
+                lw=0.8,
+            )
+        front = sorted((r for r in self.rows if r["front"]), key=lambda r: r["difference"])
+        ax.plot([r["difference"] for r in front], [r["speedup"] for r in front], "-", color="0.3", lw=1, label="front")
+        sps = max((r for r in self.rows if r["rule"] == "sps"), key=lambda r: r["speedup"])
+        ax.plot([0], [sps["speedup"]], "s", color="black", ms=8, mfc="none", label=f"SpS (m = {sps['m']})")
+        ax.plot([0], [1.0], "D", color="black", ms=7, label="verifier alone")
+        rec = self.recommendation
+        ax.plot([rec["difference"]], [rec["speedup"]], "o", ms=16, mfc="none", mec="red", mew=2, label="recommended")
+        ax.axvline(-self.budget, color="red", lw=0.8, ls="--", label=f"budget: -{self.budget:g} points")
+        for family in sorted({_family(r["rule"]) for r in shown}):
+            ax.plot([], [], "o", color=colours.get(family, "C0"), label=family)
+        ax.set_xlabel("accuracy difference from the verifier alone, points (exact, 95% interval over problems)")
+        ax.set_ylabel(f"predicted speedup ({self.speed}, 95% interval)")
+        ax.set_title(f"Which rule should I deploy? (chain {self.settings.chain_name})")
+        ax.legend(fontsize=7, loc="best", ncol=2)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        return fig
+
+
+def decide(rows: list, max_loss: float) -> dict:
+    """Mark ``rows`` (dicts with rule, m, speedup, difference, low: points) in place: ``front`` (no other row at
+    least as fast and as accurate, one of the two strictly), ``within`` (SpS, or the difference's lower 95% end at
+    or above -max_loss: the loss's upper bound within the budget), ``best_m`` (the rule's fastest m); and return
+    the recommendation: the fastest row within the budget (SpS on a tie)."""
+    labels = [f"{r['rule']}@{r['m']}" for r in rows]
+    front = set(pareto_front([(lab, r["speedup"], -r["difference"]) for lab, r in zip(labels, rows, strict=True)]))
+    best = {}
+    for r in rows:
+        if r["rule"] not in best or r["speedup"] > best[r["rule"]]["speedup"]:
+            best[r["rule"]] = r
+    for lab, r in zip(labels, rows, strict=True):
+        r["front"] = lab in front
+        r["within"] = bool(r["rule"] == "sps" or (np.isfinite(r["low"]) and r["low"] >= -max_loss))
+        r["best_m"] = best[r["rule"]] is r
+    within = [r for r in rows if r["within"]]
+    if not within:
+        raise ValueError("no setting of SpS among the rows: the frontier always holds SpS, the lossless fallback")
+    return max(within, key=lambda r: (r["speedup"], r["rule"] == "sps"))
+
+
+def _same_pair(trace_meta: dict, setting: dict) -> list:
+    """Notes on the trace's and the records' model pairs; a ValueError when the weights differ."""
+    notes = []
+    for role, key in (("verifier", "verifier"), ("draft", "draft")):
+        a = (trace_meta.get(key) or {}).get("files") or {}
+        b = ((setting.get("models") or {}).get(role) or {}).get("files") or {}
+        sums_a = sorted(v.get("sha256") for v in a.values())
+        sums_b = sorted(v.get("sha256") for v in b.values())
+        if sums_a and sums_b and sums_a != sums_b:
+            raise ValueError(
+                f"the trace's {role} ({(trace_meta.get(key) or {}).get('name')}) and the records' "
+                f"({((setting.get('models') or {}).get(role) or {}).get('name')}) are different weights: a frontier "
+                "pairs one model pair's speed with its own accuracy; give a trace and records of the same pair"
+            )
+        if not (sums_a and sums_b):
+            notes.append(f"the {role}'s weights cannot be compared (a checksum is missing): check they are the same")
+    engine = (setting.get("arithmetic") or {}).get("verifier", {}).get("engine")
+    if engine and trace_meta.get("dtype") and engine != "hf":
+        notes.append(
+            f"the trace was dumped on the Hugging Face engine ({trace_meta.get('dtype')}), the records on {engine}: "
+            "the same weights, another arithmetic"
+        )
+    return notes
+
+
+def deployment_frontier(
+    trace,
+    records,
+    cost,
+    *,
+    rules=None,
+    ms=FRONTIER_MS,
+    settings=None,
+    max_loss=MAX_LOSS,
+    batch=None,
+    n_boot=2000,
+    seed=0,
+    allow_untrusted=False,
+    progress=None,
+) -> Frontier:
+    """Every rule setting's predicted speedup and exact accuracy difference, the front, and the recommendation
+    (see the module docstring). ``trace``: a logit trace of the pair (what ``analyze_trace`` takes); ``records``:
+    the exact referee's records with answer rows (a list or a path); ``cost``: the planner's cost model (a
+    ``CostModel``, a cost file, or a draft / verifier cost ratio); ``rules``: the settings (default:
+    ``frontier_rules()``; SpS is always added); ``ms``: draft lengths; ``settings``: the sampling and its chain
+    (default: the records'); ``max_loss``: the budget, points; ``batch``: a number of requests in flight (the
+    throughput speedup there; the cost model must have timed it)."""
+    from .._analysis._analyze import analyze_trace
+    from .._analysis._plan import batch_plan, predict_speedup
+    from .._data._traceset import open_traces
+    from .._rules._registry import as_rule
+    from ._exact_choice import read_exact_records, rescore_exact, summarize_exact
+
+    if not (isinstance(max_loss, (int, float)) and not isinstance(max_loss, bool) and 0 <= max_loss < 100):
+        raise ValueError(f"max_loss must be a number of points in [0, 100); got {max_loss!r}")
+    if not isinstance(records, list):
+        records = read_exact_records(records)
+    if not records:
+        raise ValueError("records: none (the exact referee's records, with answer rows)")
+    setting = records[0].get("setting") or {}
+    settings = settings or SamplingSettings.from_dict(setting.get("sampling"), "the records' setting.sampling")
+    rules = [as_rule(r) for r in (frontier_rules() if rules is None else ["sps", *rules])]
+    rules = list({r.describe(): r for r in rules}.values())
+    traces = open_traces(trace)
+    notes = _same_pair(traces.metadata, setting)
+    notes.append(
+        "the speed comes from the trace's prompts, the accuracy from the benchmark's problems: two samples of the "
+        "pair's behaviour, not one"
+    )
+    analysis = analyze_trace(
+        traces, rules, ms=tuple(ms), settings=settings, n_boot=n_boot, seed=seed, progress=progress
+    )
+    options = {"allow_untrusted": allow_untrusted, "seed": seed}
+    if batch is not None:
+        plan = batch_plan(analysis, cost, [batch], **options)[batch]
+        speed = f"throughput at {batch} requests in flight"
+    else:
+        plan = predict_speedup(analysis, cost, **options)
+        speed = "per request" if plan.key == "request_speedup" else "per step"
+    key = plan.key
+    rescored = rescore_exact(records, [r for r in rules if r.describe() != "sps"] + [as_rule("sps")], settings=settings)
+    summary = summarize_exact(rescored, n_boot=n_boot, seed=seed)
+    pooled = "all" if any(r["benchmark"] == "all" for r in summary.rows) else summary.rows[0]["benchmark"]
+    accuracy = {r["method"]: r for r in summary.rows if r["benchmark"] == pooled}
+    rows = []
+    for r in plan.rows:
+        if r["task"] != "all" or r.get("draft_policy"):
+            continue
+        a = accuracy[r["rule"]]
+        rows.append(
+            {
+                "rule": r["rule"],
+                "family": _family(r["rule"]),
+                "m": int(r["m"]),
+                "speedup": float(r[key]),
+                "speedup_lo": float(r.get(f"{key}_lo", math.nan)),
+                "speedup_hi": float(r.get(f"{key}_hi", math.nan)),
+                "al": float(r["al"]),
+                "difference": 100 * a["difference"],
+                "low": 100 * a["low"],
+                "high": 100 * a["high"],
+                "accuracy": 100 * a["accuracy"],
+                "kl": float(a["kl"]),
+                "tv": float(a["tv"]),
+                "problems": int(a["problems"]),
+            }
+        )
+    recommendation = decide(rows, max_loss)
+    benchmarks = [
+        {k: r[k] for k in ("benchmark", "method", "problems", "accuracy", "difference", "low", "high", "kl", "tv")}
+        for r in summary.rows
+    ]
+    return Frontier(rows, recommendation, float(max_loss), settings, speed, benchmarks, notes)

@@ -210,7 +210,7 @@ def _rescore(args) -> int:
     if args.verifier or args.draft or args.summarize or args.exact:
         raise ValueError("--rescore reads a records file alone: drop --verifier, --draft, --exact and --summarize")
     if not args.rule:
-        raise ValueError("--rescore needs at least one --rule to score (specs; several: 'cactus(delta=0.5),lossy(alpha=0.3)')")
+        raise ValueError("--rescore needs at least one --rule to score (several: 'cactus(delta=0.5),lossy(alpha=0.3)')")
     _check_out(args, [args.rescore], directory=False)
     given = [a.split("=")[0] for a in getattr(args, "command_line", None) or ()]
     flags = ("--temperature", "--top-k", "--top-p", "--min-p", "--chain")

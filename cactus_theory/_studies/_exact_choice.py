@@ -35,7 +35,8 @@ from .._data._benchmarks.choice import LETTERS
 from .._math._bootstrap import percentile_interval, resample_counts, resampled_sums
 from .._math._paired import paired_difference
 from .._math._sampling import SamplingSettings
-from .._math._validation import is_integer
+from .._math._validation import check_int, is_integer
+from .._rules._protocol import judgement_of
 from .._util._files import json_lines
 from .._util._results import RowsResult
 from .._util._study import Study, run_study
@@ -134,7 +135,9 @@ class ExactReferee(Study):
     kind: ClassVar[str] = KIND
     unit_name: ClassVar[str] = "problem"
 
-    def __init__(self, verifier, draft, problems, rules, *, settings=None, threads=None, load_options=None):
+    def __init__(
+        self, verifier, draft, problems, rules, *, settings=None, threads=None, load_options=None, rows=ANSWER_ROWS
+    ):
         from .._models._decode_spec import DecodeSpec
 
         self.settings = settings or SamplingSettings()
@@ -150,12 +153,16 @@ class ExactReferee(Study):
         _distinct_problems(self.problems)
         base = DecodeSpec(settings=self.settings)
         self.specs = [base.with_rule(r) for r in rules]
-        for spec in self.specs:
-            exact_answer_accuracy(spec.rule, np.ones(2) / 2, np.ones(2) / 2, [0])  # block rules refused up front
+        for spec in self.specs:  # block and multi-draft rules refused up front
+            if not judgement_of(spec.rule).per_token:
+                raise ValueError(
+                    f"{spec.rule.describe()} judges whole blocks or several drafts: the exact referee needs a token "
+                    "rule's law"
+                )
         self.methods = [ALONE, *(s.label for s in self.specs)]
         if len(set(self.methods)) != len(self.methods):
             raise ValueError(f"the rules must be distinct; got {self.methods[1:]}")
-        self.threads = threads
+        self.threads, self.rows = threads, check_int(rows, "rows", 1, what="logits kept per model and problem")
         self.pair = ModelPair(verifier, draft, load_options)
         self._rows = None
 
@@ -172,7 +179,7 @@ class ExactReferee(Study):
             "arithmetic": {"verifier": model_arithmetic(model), "draft": model_arithmetic(draft)},
             "benchmarks": sorted({p.benchmark for p in self.problems}),
             "answer_tokens": dict(self._letters),
-            "answer_rows": ANSWER_ROWS,
+            "answer_rows": self.rows,
         }
 
     def units(self) -> list:
@@ -237,7 +244,7 @@ class ExactReferee(Study):
                     "prompt_tokens": len(ids),
                     "threads": getattr(self, "_used", None),
                     # what rescoring needs: the rows' tops and their log-sum-exps, beside the correct ids
-                    **({"rows": answer_rows(q_raw, p_raw, correct)} if spec is None else {}),
+                    **({"rows": answer_rows(q_raw, p_raw, correct, self.rows)} if spec is None else {}),
                 }
             )
         return records
@@ -332,6 +339,7 @@ def exact_choice_referee(
     threads=None,
     client=None,
     load_options=None,
+    rows=ANSWER_ROWS,
 ) -> list:
     """The exact expected accuracy of the verifier alone and of each token rule of ``rules`` on
     ``problems`` (``load_problems`` of a benchmark whose one token decides: ``choice``, ``arc_challenge``, ...),
@@ -339,10 +347,11 @@ def exact_choice_referee(
     method, accuracy, the drift at the answer token, and the mass p and q put on the correct letter; the
     verifier alone's with the answer rows). ``ExactReferee`` run by ``run_study``: ``out`` a records file
     (resumed, refused when it holds another setting), ``client`` a Dask client to spread the problems over
-    (``verifier`` and ``draft`` then paths, loaded on each worker with ``load_options``). Returns the records,
-    problems in order, methods in order."""
+    (``verifier`` and ``draft`` then paths, loaded on each worker with ``load_options``); ``rows``: the logits
+    kept per model at each answer position (``ANSWER_ROWS``). Returns the records, problems in order, methods in
+    order."""
     study = ExactReferee(
-        verifier, draft, problems, rules, settings=settings, threads=threads, load_options=load_options
+        verifier, draft, problems, rules, settings=settings, threads=threads, load_options=load_options, rows=rows
     )
     return run_study(study, out=out, progress=progress, client=client)
 

@@ -1,0 +1,121 @@
+"""The deployment frontier: every setting's predicted speedup beside its exact accuracy difference, the front
+against a brute-force dominance check, the recommendation on rows where the answer is known (a setting just inside
+the budget and a faster one just outside), and end to end on a random trace and synthetic referee records (whose
+pairs must match)."""
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from trace_builders import random_trace, trace_metadata
+
+from cactus_theory import SamplingSettings
+from cactus_theory._studies._frontier import decide, deployment_frontier, frontier_rules
+from cactus_theory._studies._quality_trace import answer_rows
+
+SETTINGS = SamplingSettings(temperature=1.0, top_k=8, top_p=1.0)
+
+
+def _row(rule, m, speedup, difference, low):
+    return {"rule": rule, "m": m, "speedup": speedup, "difference": difference, "low": low}
+
+
+@settings(max_examples=80, deadline=None)
+@given(points=st.lists(st.tuples(st.floats(0.5, 3), st.floats(-10, 2)), min_size=2, max_size=12))
+def test_the_front_is_every_point_no_other_dominates(points):
+    rows = [_row("sps" if i == 0 else f"r{i}", 1, s, d, d - 1) for i, (s, d) in enumerate(points)]
+    decide(rows, 0.5)
+    for i, a in enumerate(rows):
+        dominated = any(
+            b["speedup"] >= a["speedup"]
+            and b["difference"] >= a["difference"]
+            and (b["speedup"] > a["speedup"] or b["difference"] > a["difference"])
+            for j, b in enumerate(rows)
+            if j != i
+        )
+        assert a["front"] == (not dominated)
+
+
+def test_the_recommendation_is_the_fastest_setting_whose_loss_stays_within_the_budget():
+    rows = [
+        _row("sps", 4, 1.5, 0.0, 0.0),
+        _row("cactus(delta=1)", 4, 1.9, -0.3, -0.49),  # just inside 0.5 points: its loss's upper bound 0.49
+        _row("cactus(delta=4)", 4, 2.1, -0.3, -0.51),  # faster, just outside
+        _row("lossy(alpha=0.5)", 4, 1.7, +0.2, -0.1),
+    ]
+    assert decide(rows, 0.5)["rule"] == "cactus(delta=1)"
+    assert [r["within"] for r in rows] == [True, True, False, True]
+    assert decide(rows, 0.52)["rule"] == "cactus(delta=4)"
+    assert decide(rows, 0.15)["rule"] == "lossy(alpha=0.5)"
+    assert decide([r for r in rows if r["rule"] != "lossy(alpha=0.5)"], 0.05)["rule"] == "sps"  # none: SpS
+    assert [r["best_m"] for r in rows] == [True] * 4
+
+
+def _records(seed, problems=40, vocab=40, models=("a", "b")):
+    """Exact-referee records of random answer rows (the verifier alone's, which keep them)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    setting = {
+        "sampling": SETTINGS.as_dict(),
+        "models": {
+            "verifier": {"name": "v", "files": {"v.bin": {"sha256": models[0] * 64}}},
+            "draft": {"name": "d", "files": {"d.bin": {"sha256": models[1] * 64}}},
+        },
+        "benchmarks": ["choice"],
+    }
+    for i in range(problems):
+        target = rng.normal(size=vocab) * 2
+        draft = target + rng.normal(size=vocab)
+        correct = [int(rng.integers(vocab))]
+        out.append(
+            {
+                "record": "cactus-theory evaluate --exact",
+                "id": f"choice-{i}",
+                "problem": f"{i:016x}",
+                "benchmark": "choice",
+                "method": "verifier alone",
+                "answer": "A",
+                "accuracy": 0.0,
+                "kl": 0.0,
+                "tv": 0.0,
+                "rows": answer_rows(target, draft, correct, n=16),
+                "setting": setting,
+            }
+        )
+    return out
+
+
+def test_the_frontier_end_to_end(tmp_path):
+    trace = random_trace(tmp_path / "t", 0, [f"q-{i}" for i in range(8)])
+    rules = ["cactus(delta=1)", "lossy(alpha=0.5)", "tas"]
+    frontier = deployment_frontier(trace, _records(1), 0.2, rules=rules, ms=(2, 4), n_boot=200)
+    assert sorted({r["rule"] for r in frontier.rows}) == sorted(["sps", "cactus(delta=1)", "lossy(alpha=0.5)", "tas"])
+    assert {r["m"] for r in frontier.rows} == {2, 4}
+    sps = [r for r in frontier.rows if r["rule"] == "sps"]
+    assert all(r["difference"] == 0 and r["low"] == 0 and r["within"] for r in sps)
+    chosen = frontier.recommendation
+    assert chosen["within"] and chosen["speedup"] == max(r["speedup"] for r in frontier.rows if r["within"])
+    assert "deploy" in frontier.recommendation_line() and "chain vllm" in frontier.recommendation_line()
+    assert any("two samples" in n for n in frontier.notes)
+    written = frontier.write(tmp_path / "out")
+    assert sorted(p.rsplit("/", 1)[1] for p in written) == [
+        "frontier.csv",
+        "frontier.json",
+        "frontier.md",
+        "frontier.png",
+    ]
+    with pytest.raises(ValueError, match="different weights"):
+        deployment_frontier(trace, _records(1, models=("z", "b")), 0.2, rules=rules, ms=(2,), n_boot=50)
+    with pytest.raises(ValueError, match="max_loss must be"):
+        deployment_frontier(trace, _records(1), 0.2, rules=rules, max_loss=-1)
+
+
+def test_every_family_enters_the_frontier_with_its_declared_grid():
+    labels = [r.describe() for r in frontier_rules()]
+    assert labels[0] == "sps" and len(labels) == len(set(labels))
+    for family in ("cactus", "cactus-exact", "lossy", "mars", "relaxed-thinking", "relaxed-topk", "tas", "topk"):
+        assert sum(label.split("(")[0] == family for label in labels) >= 4, family
+    assert list(itertools.islice(labels, 1)) == ["sps"]
+    assert trace_metadata()["verifier"]["files"]

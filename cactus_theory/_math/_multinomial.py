@@ -1,0 +1,129 @@
+"""Whether counts were drawn from a given law: the likelihood-ratio (G) test with a Monte Carlo p-value, the
+test's power as a total variation it detects, and the total variation between the counts and the law with its
+interval. What the engine oracle (``conform``) reports per context and over all of them.
+
+- ``g_test``: G = 2 sum_x c(x) log(c(x) / (n P(x))) over the categories of the law; a count where the law puts
+  no mass makes G infinite (p = 0: the engine emitted what the law forbids). The p-value is Monte Carlo:
+  (1 + #{G_b >= G}) / (B + 1) over B multinomial draws from the law itself (exact in the limit of B, valid at
+  any B: a p-value of this form is never below its nominal level under the law; Davison & Hinkley 1997, 4.2).
+- Contexts are combined by the sum of their G's, its null law simulated the same way from the per-context draws
+  (``combined_test``): a defect present in every context adds up.
+- ``detectable_tv``: the smallest total variation the test detects with probability ``power`` at level
+  ``alpha`` with n draws, against the least favourable alternative of its kind: mass moved between the two most
+  likely categories (the direction the G test is least sensitive to: noncentrality n eps^2 (1/P_1 + 1/P_2)), from
+  the noncentral chi-square with K - 1 degrees of freedom (asymptotic; the tests compare it with simulation).
+- ``tv_with_interval``: the total variation between the empirical law and the law, with the percentile interval
+  of a multinomial bootstrap of the counts (it carries the plug-in estimate's upward bias of ~ sqrt(K / n)).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["combined_test", "detectable_tv", "draws_for_tv", "g_statistic", "g_test", "tv_with_interval"]
+
+
+def _checked(counts, law):
+    counts = np.asarray(counts, dtype=np.float64)
+    law = np.asarray(law, dtype=np.float64)
+    if counts.shape != law.shape or counts.ndim != 1:
+        raise ValueError(
+            f"counts and law must be two vectors over the same categories; got {counts.shape}, {law.shape}"
+        )
+    if not (np.all(np.isfinite(law)) and np.all(law >= 0) and abs(law.sum() - 1) <= 1e-9):
+        raise ValueError(f"law must be probabilities summing to 1; got a sum of {law.sum()!r}")
+    if not (np.all(np.isfinite(counts)) and np.all(counts >= 0) and np.all(counts == np.round(counts))):
+        raise ValueError("counts must be whole numbers >= 0")
+    return counts, law
+
+
+def g_statistic(counts, law) -> float:
+    """G = 2 sum_x c(x) log(c(x) / (n P(x))) (0 log 0 = 0); infinite where a count falls where P = 0."""
+    counts, law = _checked(counts, law)
+    n = counts.sum()
+    if np.any((counts > 0) & (law <= 0)):
+        return float("inf")
+    seen = counts > 0
+    return float(2.0 * np.sum(counts[seen] * np.log(counts[seen] / (n * law[seen]))))
+
+
+def _null_draws(law, n, sims, rng):
+    """G of ``sims`` multinomial draws of n from ``law`` (its support only)."""
+    support = law > 0
+    p = law[support] / law[support].sum()
+    draws = rng.multinomial(int(n), p, size=int(sims)).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(draws > 0, draws * np.log(draws / (n * p)), 0.0)
+    return 2.0 * terms.sum(-1)
+
+
+def g_test(counts, law, *, sims=2000, seed=0):
+    """(G, its Monte Carlo p-value, the null draws of G) of ``counts`` against ``law`` (see the module docstring);
+    ``seed`` fixes the draws, so the p-value is a function of the counts and the law."""
+    counts, law = _checked(counts, law)
+    stat = g_statistic(counts, law)
+    null = _null_draws(law, counts.sum(), sims, np.random.default_rng(seed))
+    if not np.isfinite(stat):  # a token the law forbids: no draw of the law reaches it
+        return stat, 0.0, null
+    # ties within rounding count as reaching the statistic (the p-value stays valid)
+    return stat, float((1.0 + np.sum(null >= stat - 1e-9 * max(1.0, stat))) / (sims + 1.0)), null
+
+
+def combined_test(stats, nulls):
+    """(sum of G, its Monte Carlo p-value) over contexts: ``stats`` each context's G, ``nulls`` its null draws (the
+    same number each; summed draw by draw, the contexts being independent)."""
+    stats = np.asarray(stats, dtype=np.float64)
+    total = float(stats.sum())
+    if not np.isfinite(total):
+        return total, 0.0
+    null = np.sum(np.stack([np.asarray(x, dtype=np.float64) for x in nulls]), axis=0)
+    return total, float((1.0 + np.sum(null >= total - 1e-9 * max(1.0, abs(total)))) / (null.size + 1.0))
+
+
+def _noncentrality(df, alpha, power):
+    """The noncentrality at which a chi-square test of ``df`` degrees of freedom at level ``alpha`` has ``power``."""
+    from scipy import optimize, stats
+
+    critical = stats.chi2.ppf(1 - alpha, df)
+    return float(optimize.brentq(lambda lam: stats.ncx2.sf(critical, df, lam) - power, 1e-9, 1e6))
+
+
+def _least_favourable(law) -> float:
+    top = np.sort(np.asarray(law, dtype=np.float64)[np.asarray(law) > 0])[::-1]
+    if top.size < 2:
+        return float("inf")  # one category: no alternative moves mass inside the support
+    return float(1.0 / top[0] + 1.0 / top[1])
+
+
+def detectable_tv(law, n, *, alpha=0.01, power=0.8) -> float:
+    """The smallest total variation the G test at level ``alpha`` detects with probability ``power`` from ``n``
+    draws, mass moved between the two most likely categories (see the module docstring). NaN for a law of one
+    category (nothing can move inside it)."""
+    law = np.asarray(law, dtype=np.float64)
+    k = int(np.sum(law > 0))
+    if k < 2 or n <= 0:
+        return float("nan")
+    lam = _noncentrality(k - 1, alpha, power)
+    return float(np.sqrt(lam / (n * _least_favourable(law))))
+
+
+def draws_for_tv(law, tv, *, alpha=0.01, power=0.8) -> float:
+    """The draws the G test needs to detect a total variation ``tv`` with probability ``power`` at level ``alpha``
+    (``detectable_tv`` solved for n)."""
+    law = np.asarray(law, dtype=np.float64)
+    k = int(np.sum(law > 0))
+    if k < 2:
+        return float("nan")
+    return float(np.ceil(_noncentrality(k - 1, alpha, power) / (tv**2 * _least_favourable(law))))
+
+
+def tv_with_interval(counts, law, *, n_boot=1000, seed=0):
+    """(TV(empirical, law), the 2.5% and 97.5% percentiles of a multinomial bootstrap of the counts)."""
+    counts, law = _checked(counts, law)
+    n = counts.sum()
+    empirical = counts / n
+    tv = 0.5 * float(np.abs(empirical - law).sum())
+    boot = np.random.default_rng(seed).multinomial(int(n), empirical, size=int(n_boot)) / n
+    spread = 0.5 * np.abs(boot - law).sum(-1)
+    low, high = np.percentile(spread, [2.5, 97.5])
+    return tv, float(low), float(high)

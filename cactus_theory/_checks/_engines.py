@@ -52,6 +52,11 @@ class Engine(abc.ABC):
         the rules that read them; None where the engine does not give them (an HTTP server's rows)."""
         return None
 
+    def forget(self) -> None:
+        """Drop the rows the engine keeps, so that the next ask goes to the engine again (the recheck)."""
+        self.__dict__.pop("_rows", None)
+        self.__dict__.pop("_cache", None)
+
     def close(self) -> None:
         return None
 

@@ -65,10 +65,10 @@ def chain_decoder(spec, verifier, draft=None):
     return HostChain(spec, verifier, draft)
 
 
-def batched_decoder(spec, verifier, draft=None):
-    """The decoder of a batch of prompts: ``OnDevice`` where it is ready, else ``HostBatch``."""
+def batched_decoder(spec, verifier, draft=None, *, device=True):
+    """The decoder of a batch of prompts: ``OnDevice`` where it is ready (and ``device``), else ``HostBatch``."""
     _check_engines(verifier, draft)
-    if OnDevice.ready(spec, verifier, draft):
+    if device and OnDevice.ready(spec, verifier, draft):
         return OnDevice(spec, verifier, draft)
     if spec.static_cache or spec.fuse_rule:
         raise ValueError(

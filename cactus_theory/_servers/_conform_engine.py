@@ -2,7 +2,7 @@
 post-sampling probabilities (``/completion`` with ``n_probs`` and ``post_sampling_probs``: the law its sampler
 chain leaves, the candidates it draws from), and its samples are its own speculative decoding (a server started
 with ``--model-draft``), one request per sample with its seed, its counters from the answer's ``timings``
-(``draft_n``, ``draft_n_accepted``).
+(``draft_n``, ``draft_n_accepted``: kept where one position is tested, the only one then drafted).
 
 What llama-server drafts (read in its source, ``tools/server/server-context.cpp`` and ``common/speculative.cpp``
 of the llama.cpp llama-cpp-python 0.3.36 vendors): the first generated token is sampled from the prompt's last
@@ -57,7 +57,6 @@ class LlamaServerEngine(Engine):
         self.url, self.draft_url, self.timeout, self.m = url, draft_url, float(timeout), m
         self.n_probs = int(n_probs) if n_probs is not None else max(self.settings.top_k, 1) + 20
         self._clients = None
-        self._rows = {}
 
     def _client(self, which):
         if self._clients is None:
@@ -144,11 +143,10 @@ class LlamaServerEngine(Engine):
 
     def rows(self, prefix):
         key = tuple(int(t) for t in prefix)
-        if key not in self._rows:
-            target = self._row("verifier", key)
-            draft = self._row("draft", key) if self.draft_url else None
-            self._rows[key] = (target, draft)
-        return self._rows[key]
+        kept = self.__dict__.setdefault("_rows", {})
+        if key not in kept:
+            kept[key] = (self._row("verifier", key), self._row("draft", key) if self.draft_url else None)
+        return kept[key]
 
     def sample(self, context, tokens, seed):
         answer = self._ask("verifier", self._body(context, tokens + 1, seed, 0))
@@ -157,7 +155,9 @@ class LlamaServerEngine(Engine):
             raise ServerError(f"{self._client('verifier').public}/completion: no 'tokens' in the answer")
         timings = answer.get("timings") or {}
         counters = None
-        if "draft_n" in timings:
+        # a request of one tested token drafts that token alone (at most the tokens left less one): its counters
+        # are the first drafted position's; longer requests draft at several positions, which the totals mix
+        if "draft_n" in timings and tokens == self.first_drafted + 1:
             counters = {"drafted": int(timings["draft_n"]), "accepted": int(timings.get("draft_n_accepted", 0))}
         return [int(t) for t in got[:tokens]], counters
 

@@ -17,8 +17,9 @@ the empirical law against the exact one:
   Block and multi-draft rules are taken where they are lossless.
 - **the test**: the G test with a Monte Carlo p-value per context, contexts combined by the sum of their G's
   (``_math._multinomial``); per context and over all: the p-value, the total variation between the empirical
-  and the exact law with its bootstrap interval, the power (the smallest total variation detected at 80% with
-  the N kept, mass moved between the two most likely outcomes) and the N that would detect 0.02.
+  and the exact law with a 95% interval for the engine's own (Weissman et al.'s bound: valid, wide), the power
+  (the smallest total variation detected at 80% with the N kept, mass moved between the two most likely
+  outcomes) and the N that would detect 0.02.
 - **the counters**: where the engine reports its drafted and accepted counts, the acceptance of the first
   drafted position is compared with each candidate law (SpS with a sampled draft sum_x min(p, q); sampler
   match with a sampled draft sum_x p q; sampler match with a greedy draft q(argmax p); the claimed rule's
@@ -76,7 +77,10 @@ class DecoderEngine(Engine):
         if spec.rule is None:
             raise ValueError("spec: give the rule the decoders run (DecodeSpec(rule=...))")
         if path not in ("auto", "chain", "batch"):
-            raise ValueError(f"path must be 'auto' (decoder_for's choice), 'chain' or 'batch'; got {path!r}")
+            raise ValueError(
+                f"path must be 'auto' (decoder_for's choice), 'chain' (the host loop, one sequence) or 'batch' (the "
+                f"host loop, a batch); got {path!r}"
+            )
         self.spec, self.m, self.path = spec, spec.m, path
         self.pair = ModelPair(verifier, draft, load_options)
 
@@ -84,8 +88,9 @@ class DecoderEngine(Engine):
         from .._models._decoding import batched_decoder, chain_decoder, decoder_for
 
         model, draft = self._models()
-        chooser = {"auto": decoder_for, "chain": chain_decoder, "batch": batched_decoder}[self.path]
-        return chooser(spec, model, draft)
+        if self.path == "batch":  # the host loop, however ready the device loop is
+            return batched_decoder(spec, model, draft, device=False)
+        return {"auto": decoder_for, "chain": chain_decoder}[self.path](spec, model, draft)
 
     def _models(self):
         from .._models._hf import split_model
@@ -248,6 +253,7 @@ class ConformanceStudy(Study):
             record["counters"] = {"requests": counted, "drafted": drafted, "accepted": accepted}
             record["candidates"] = candidate_acceptances(self.engine, self.rule, prefix)
         if self.recheck:  # the same context asked again: an engine whose rows move is flagged, never trusted
+            self.engine.forget()
             again = exact_tested_law(self.engine, self.rule, prefix, self.tokens, self.engine.m)
             keys = set(law) | set(again)
             record["row_drift"] = 0.5 * sum(abs(law.get(k, 0.0) - again.get(k, 0.0)) for k in keys)
@@ -340,7 +346,7 @@ def summarize_conformance(records, *, alpha=0.01) -> ConformanceResult:
         if c.sum() == 0:
             raise ValueError(f"context {rec['context']}: no sample kept (its forced first token never came)")
         g, pv, null = g_test(c, p / p.sum(), sims=SIMS, seed=seed)
-        tv, low, high = tv_with_interval(c, p / p.sum(), n_boot=1000, seed=seed)
+        tv, low, high = tv_with_interval(c, p / p.sum())
         row = {
             "context": rec["context"],
             "kept": int(rec["kept"]),
@@ -360,9 +366,10 @@ def summarize_conformance(records, *, alpha=0.01) -> ConformanceResult:
                 f"context {rec['context']}: the engine reported other rows for the same context when asked again "
                 f"(TV {rec['row_drift']:.2g} between the two laws): its verdict is not to be trusted"
             )
+        if "counters" in rec:
+            row["drafted"], row["accepted"] = rec["counters"]["drafted"], rec["counters"]["accepted"]
         if "counters" in rec and rec.get("candidates"):
             counters = rec["counters"]
-            row["drafted"], row["accepted"] = counters["drafted"], counters["accepted"]
             row["consistent"] = [
                 name
                 for name, rate in rec["candidates"].items()

@@ -139,13 +139,14 @@ class FakeEngine(Engine):
     def sample(self, context, tokens, seed):
         # as LlamaServerEngine asks: one token more than tested, so the last tested position can be drafted
         out, counters = speculative_sample(self.world, int(context[0]), tokens + 1, seed, self.defect, self.m)
-        return out[:tokens], counters
+        return out[:tokens], counters if tokens == self.first_drafted + 1 else None
 
 
-def fake_llama_server(world, defect="none", m=2, *, drift=0.0, no_probs=False, stall=None):
+def fake_llama_server(world, defect="none", m=2, *, drift=0.0, no_probs=False, stall=None, draft=False):
     """A handler for ``local_servers.FakeServer`` answering llama-server's ``/completion`` from the world:
     ``drift`` adds noise to the rows each time they are asked (a server whose rows move), ``no_probs`` leaves
-    them out (n_probs ignored), ``stall`` sleeps that many seconds before a sample's answer."""
+    them out (n_probs ignored), ``stall`` sleeps that many seconds before a sample's answer; ``draft``: the draft
+    model's server (its rows are p)."""
     import time
 
     asked = [0]
@@ -159,7 +160,7 @@ def fake_llama_server(world, defect="none", m=2, *, drift=0.0, no_probs=False, s
         i, c = len(prompt) - CONTEXT, int(prompt[0])
         if body.get("n_probs", 0) > 0 and body.get("n_predict", 0) == 1:
             asked[0] += 1
-            q = world.q(c, i)
+            q = world.p(c, i) if draft else world.q(c, i)
             if drift:
                 q = q * np.exp(np.random.default_rng(asked[0]).normal(0, drift, q.shape))
                 q = q / q.sum()

@@ -111,6 +111,9 @@ BUILTIN_COLOURS = {
     "traversal-tree": 28,
     "sglang-chain": 29,
     "tli": 31,
+    "mars": 30,
+    "relaxed-thinking": 32,
+    "sampler-match": 33,
 }
 
 

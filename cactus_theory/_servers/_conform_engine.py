@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from .._checks._engines import Engine
 from .._math._sampling import SamplingSettings
-from ._http import ServerClient, ServerError
+from ._http import LLAMA_NEUTRAL_SAMPLERS, ServerClient, ServerError
 
 __all__ = ["LlamaServerEngine"]
 
@@ -94,13 +94,7 @@ class LlamaServerEngine(Engine):
             "top_p": float(s.top_p),
             "min_p": float(s.min_p),
             "samplers": list(_SAMPLERS),
-            "typical_p": 1.0,
-            "repeat_penalty": 1.0,
-            "presence_penalty": 0.0,
-            "frequency_penalty": 0.0,
-            "dry_multiplier": 0.0,
-            "xtc_probability": 0.0,
-            "mirostat": 0,
+            **LLAMA_NEUTRAL_SAMPLERS,
         }
 
     def _ask(self, which, body):

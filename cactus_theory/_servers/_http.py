@@ -35,7 +35,7 @@ import urllib.parse
 
 from .._math._validation import check_int
 
-__all__ = ["MAX_BODY_BYTES", "ServerClient", "ServerError", "public_url", "shown"]
+__all__ = ["LLAMA_NEUTRAL_SAMPLERS", "MAX_BODY_BYTES", "ServerClient", "ServerError", "public_url", "shown"]
 
 #: The largest response body read from a server: the log-probs of a long answer are a few MB.
 MAX_BODY_BYTES = 64 * 2**20
@@ -323,3 +323,16 @@ def _error_text(text: str) -> str:
             error = error.get("message", error)
         return str(error)[:300]
     return str(body)[:300]
+
+
+#: llama-server's samplers beyond temperature, top-k, top-p and min-p, each at its neutral value: a request that
+#: reads or tests the law of those four sends these too, so that no server default changes it.
+LLAMA_NEUTRAL_SAMPLERS = {
+    "typical_p": 1.0,
+    "repeat_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "dry_multiplier": 0.0,
+    "xtc_probability": 0.0,
+    "mirostat": 0,
+}

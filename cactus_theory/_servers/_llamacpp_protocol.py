@@ -13,7 +13,7 @@ Which log-probabilities (checked in its source, see ``docs/howto/servers.md``):
 from __future__ import annotations
 
 from .._math._validation import is_integer
-from ._http import ServerError, shown
+from ._http import LLAMA_NEUTRAL_SAMPLERS, ServerError, shown
 from ._protocol import (
     AlignmentError,
     Generation,
@@ -110,13 +110,7 @@ class LlamaCppNative(ServerProtocol):
             "cache_prompt": False,
             "stream": False,
             "min_p": 0.0,
-            "typical_p": 1.0,
-            "repeat_penalty": 1.0,
-            "presence_penalty": 0.0,
-            "frequency_penalty": 0.0,
-            "dry_multiplier": 0.0,
-            "xtc_probability": 0.0,
-            "mirostat": 0,
+            **LLAMA_NEUTRAL_SAMPLERS,
         }
 
     def _post(self, body):

@@ -24,6 +24,7 @@ from cactus_theory._analysis._plotting import (
     figure_problems,
     rule_colours,
 )
+from cactus_theory._util import _results
 
 
 def _lab(hex_colour):
@@ -56,7 +57,7 @@ def report_figures(tmp_path_factory):
         mp.setattr(_report, "SIDE_PROCESS", False)  # every figure drawn in this process, where it is captured
         for module in (_report, _report_figures):  # each module that draws a report figure
             mp.setattr(module, "_png", capture)
-        mp.setattr(_plotting, "figure_png", capture)
+        mp.setattr(_results, "figure_png", capture)  # Result.figure and the zoo's figures
         _report.build_report(str(out), progress=False, max_positions=2500)
     md = (out / "report.md").read_text()
     # run here, one section after the other: the time table says so (no "meanwhile")

@@ -1,7 +1,8 @@
 """Every long run of the package is a study that keeps the runner's contract (``check_study``): the exact
-referee, the sampled referee and decoding many prompts, on the tiny GGUF pair given by path (so that two Dask
-worker processes load it too): a resumed run gives the uninterrupted run's records, two workers give one
-process's, records of another setting are refused, and the summary is a function of the records alone."""
+referee, the sampled referee, decoding many prompts and the engine oracle, on the tiny GGUF pair given by path
+(so that two Dask worker processes load it too): a resumed run gives the uninterrupted run's records, two
+workers give one process's, records of another setting are refused, and the summary is a function of the records
+alone."""
 
 import json
 
@@ -51,3 +52,15 @@ def test_decoding_keeps_the_study_contract(gguf_pair):
     prompts = [Prompt(id=f"p{i}", task="t", text=f"ab cd {i}", index=i) for i in range(3)]
     spec = DecodeSpec(m=2, settings=SETTINGS, max_new_tokens=4, baseline=True, chunk_seconds=0.0)
     check_study(lambda: DecodeStudy(*gguf_pair, ["sps", "cactus(delta=1)"], prompts, spec, load_options=OPTIONS))
+
+
+def test_the_engine_oracle_keeps_the_study_contract(gguf_pair):
+    from cactus_theory import make_rule
+    from cactus_theory._studies._conform import ConformanceStudy, DecoderEngine
+
+    rule = make_rule("sps")
+    spec = DecodeSpec(rule=rule, m=2, settings=SETTINGS, batch=2)
+    contexts = [("a", [3, 4, 5]), ("b", [5, 6]), ("c", [7, 3, 2, 1])]
+    check_study(
+        lambda: ConformanceStudy(DecoderEngine(*gguf_pair, spec, load_options=OPTIONS), rule, contexts, samples=12)
+    )

@@ -5,6 +5,7 @@ included), the records it returns, the checks every answer passes, and the trans
 server."""
 
 from ._servers._http import ServerClient, ServerError
+from ._servers._local_server import free_port, local_llama_server
 from ._servers._protocol import (
     AlignmentError,
     Generation,
@@ -27,7 +28,9 @@ __all__ = [
     "ServerProtocol",
     "compare_tokenizers",
     "detect_protocol",
+    "free_port",
     "json_object",
+    "local_llama_server",
     "make_protocol",
     "open_server",
     "protocol_class",

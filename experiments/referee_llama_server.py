@@ -33,12 +33,9 @@ Writes referee_llama_server.md / .json into --out. The machine should be otherwi
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -48,50 +45,19 @@ import numpy as np
 
 from cactus_theory import SamplingSettings, analyze_trace, benchmark_file, load_prompts, load_trace, predict_speedup
 from cactus_theory.io import write_results
+from cactus_theory.servers import local_llama_server
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PAIR = ("qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m")
 SETTINGS = SamplingSettings(temperature=0.6, top_k=20, top_p=0.95)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
 def server(binary, args, log):
-    """A llama-server on 127.0.0.1 and a free port, until the block ends; its URL."""
-    import httpx
-
-    port = free_port()
-    with open(log, "ab") as fh:
-        proc = subprocess.Popen(
-            [binary, *args, "--host", "127.0.0.1", "--port", str(port), "--no-webui", "--metrics"],
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        while proc.poll() is None:
-            try:
-                if httpx.get(url + "/health", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        if proc.poll() is not None:
-            raise RuntimeError(f"llama-server exited ({proc.returncode}); see {log}")
-        yield url
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+    """A llama-server on 127.0.0.1 and a free port for the block (``args``: "-m MODEL" and its flags); its URL.
+    Stopped however the script ends: its own process group, on a normal end, an error, Ctrl-C, SIGTERM or
+    SIGHUP, and killed by the kernel should this script die without a clean-up (``local_llama_server``)."""
+    assert args[0] == "-m", args
+    return local_llama_server(binary, args[1], *args[2:], "--metrics", log=log)
 
 
 def held_out_prompts(data, mbpp, mt_bench):

@@ -12,7 +12,7 @@ def tiny_tokenizer(vocab_size=64):
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0", eos_token="t1")
 
 
-def tiny_model(seed=0, vocab_size=64, layers=2):
+def tiny_model(seed=0, vocab_size=64, layers=2, positions=4096):
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -24,7 +24,7 @@ def tiny_model(seed=0, vocab_size=64, layers=2):
         num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=256,
+        max_position_embeddings=positions,
         eos_token_id=1,
         bos_token_id=0,
         tie_word_embeddings=False,

@@ -92,62 +92,97 @@ def _step_profile(accept, m, max_steps=None):
     """Per step s = 0..S-1 of one request: (P(still running), P(running and accepting every one of its m
     drafts: its drafter then reads its last draft in one more forward), E[drafts accepted, 0 when done]),
     exactly under independent positions (``steps_law``'s dynamic programme)."""
-    n = accept.shape[0]
-    law = _step_law(np.asarray(accept, dtype=np.float64), m)
-    steps = n if max_steps is None else min(n, max_steps)
-    move = np.zeros((n + 1, n + 1))  # one step's transition between positions (n: done, absorbing)
-    move[n, n] = 1.0
-    for i in range(m + 1):
-        np.add.at(move, (np.arange(n), np.minimum(np.arange(n) + i + 1, n)), law[:, i])
-    mean = law @ np.arange(m + 1)
-    at = np.zeros(n + 1)  # P(at position t after s steps)
-    at[0] = 1.0
-    running, full, accepted = np.zeros(steps), np.zeros(steps), np.zeros(steps)
+    accept = np.asarray(accept, dtype=np.float64)
+    running, full, accepted = _step_profiles([accept], m, max_steps, floor=0.0)
+    return running[0], full[0], accepted[0]
+
+
+#: Below this chance of a request still running, a profile's later steps are zero (their time is under
+#: 1e-16 of a step's): the dynamic programme stops there rather than run to the request's length.
+_NEGLIGIBLE = 1e-16
+
+
+def _step_profiles(accepts, m, max_steps=None, *, floor=_NEGLIGIBLE):
+    """``_step_profile`` of every request at once, (R, S) arrays each: the chain over positions advanced
+    for all requests together, one step a time, each step's move the m + 1 shifts of the positions (a
+    banded transition, O(R N m) a step, not a dense N x N product). Rows are zero past a request's
+    length; the steps stop where no request still runs with chance over ``floor`` (or at ``max_steps``)."""
+    lengths = np.array([a.shape[0] for a in accepts])
+    n = int(lengths.max())
+    steps = n if max_steps is None else min(n, int(max_steps))
+    padded = np.zeros((len(accepts), n + m))
+    for i, a in enumerate(accepts):
+        padded[i, : a.shape[0]] = a  # positions past the end count as rejections
+    # P(a step from t accepts i drafts): a_t ... a_{t+i-1} (1 - a_{t+i}), and all m: a_t ... a_{t+m-1}
+    windows = np.stack([padded[:, i : i + n] for i in range(m)], axis=-1)  # (R, N, m)
+    reach = np.concatenate([np.ones((len(accepts), n, 1)), np.cumprod(windows, axis=-1)], axis=-1)
+    law = reach.copy()
+    law[..., :m] *= 1.0 - windows
+    inside = np.arange(n)[None, :] < lengths[:, None]
+    law *= inside[..., None]
+    mean = law @ np.arange(m + 1.0)
+    at = np.zeros((len(accepts), n + m + 1))  # P(at position t after s steps); t >= the request's length: done
+    at[:, 0] = 1.0
+    running, full, accepted = (np.zeros((len(accepts), steps)) for _ in range(3))
     for s in range(steps):
-        running[s] = 1.0 - at[n]
-        full[s] = at[:n] @ law[:, m]
-        accepted[s] = at[:n] @ mean
-        at = at @ move
+        here = at[:, :n] * inside
+        running[:, s] = here.sum(-1)
+        if running[:, s].max() <= floor:
+            running[:, s] = 0.0
+            break
+        full[:, s] = (here * law[..., m]).sum(-1)
+        accepted[:, s] = (here * mean).sum(-1)
+        at = np.zeros_like(at)
+        for i in range(m + 1):
+            at[:, i + 1 : i + 1 + n] += here * law[..., i]
     return np.clip(running, 0.0, 1.0), np.clip(full, 0.0, 1.0), accepted
 
 
 def _poisson_binomial(probs):
-    """The law of the number of successes of independent trials with success chances ``probs``."""
-    law = np.array([1.0])
-    for p in probs:
-        law = np.convolve(law, [1.0 - p, p])
-    return law
+    """The law of the number of successes of independent trials with success chances ``probs`` (..., n):
+    (..., n + 1), one law per leading index."""
+    return _counts(1.0 - np.asarray(probs, dtype=np.float64), probs)
 
 
 def _counts(p_out, p_in):
     """sum over the subsets S of independent trials of prod_{i in S} p_in[i] prod_{i not in S} p_out[i], by |S|:
     the law of the number of trials "in" when each trial is out, in, or (with the rest of its chance) neither,
-    restricted to no trial being neither."""
-    law = np.array([1.0])
-    for a, b in zip(p_out, p_in, strict=True):
-        law = np.convolve(law, [a, b])
+    restricted to no trial being neither. Arrays (..., n), one law (..., n + 1) per leading index."""
+    p_out, p_in = np.asarray(p_out, dtype=np.float64), np.asarray(p_in, dtype=np.float64)
+    n = p_out.shape[-1]
+    law = np.zeros((*p_out.shape[:-1], n + 1))
+    law[..., 0] = 1.0
+    for i in range(n):
+        head = law[..., : i + 2].copy()
+        law[..., : i + 1] = head[..., : i + 1] * p_out[..., i : i + 1]
+        law[..., 1 : i + 2] += head[..., : i + 1] * p_in[..., i : i + 1]
     return law
 
 
-def _without(law, probs):
-    """Per trial i, the law of the other trials' successes, (R, n), from the law of all n of them and
-    each one's chance ``probs`` (R,): the convolution with Bernoulli(p_i) undone from its stable end
-    (forwards where p_i <= 1/2, backwards otherwise)."""
-    n = law.size - 1
-    p = np.asarray(probs, dtype=np.float64)[:, None]
-    forward = np.zeros((p.shape[0], n))
-    backward = np.zeros((p.shape[0], n))
+def _mean_without(law, probs, values):
+    """Per trial i, E[values[the other trials' successes]], (..., R): from the law of all n trials'
+    successes (..., n + 1) and each one's chance ``probs`` (..., R), the law of the others' successes is
+    the convolution with Bernoulli(p_i) undone from its stable end (forwards where p_i <= 1/2, backwards
+    otherwise), its terms clipped at 0 and normalised; ``values`` (n,) is read as it is built, so the
+    (..., R, n) laws are never held."""
+    law = np.asarray(law, dtype=np.float64)
+    n = law.shape[-1] - 1
+    p = np.asarray(probs, dtype=np.float64)
+    forward, backward = np.zeros((2, *p.shape)), np.zeros((2, *p.shape))  # (E numerator, total) each
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        prev = np.zeros((p.shape[0], 1))
+        prev = np.zeros(p.shape)
         for k in range(n):
-            prev = forward[:, k : k + 1] = np.maximum((law[k] - p * prev) / (1.0 - p), 0.0)
-        nxt = np.zeros((p.shape[0], 1))
+            prev = np.maximum((law[..., k, None] - p * prev) / (1.0 - p), 0.0)
+            forward[0] += prev * values[k]
+            forward[1] += prev
+        nxt = np.zeros(p.shape)
         for k in range(n, 0, -1):
-            nxt = backward[:, k - 1 : k] = np.maximum((law[k] - (1.0 - p) * nxt) / p, 0.0)
-    out = np.where(p <= 0.5, forward, backward)
-    out = np.nan_to_num(out, nan=0.0, posinf=0.0)
-    total = out.sum(-1, keepdims=True)
-    return np.where(total > 0, out / np.where(total > 0, total, 1.0), out)
+            nxt = np.maximum((law[..., k, None] - (1.0 - p) * nxt) / p, 0.0)
+            backward[0] += nxt * values[k - 1]
+            backward[1] += nxt
+        mean, total = np.where(p <= 0.5, forward, backward)
+        out = np.where(np.isfinite(total) & (total > 0), mean / total, 0.0)
+    return np.nan_to_num(out, nan=0.0, posinf=0.0)
 
 
 @dataclass(frozen=True)
@@ -243,34 +278,66 @@ def simulate_batch(accepts, m, cost, *, width=1):
     accepts = _checked_acceptances(accepts, "accepts")
     m = _checked_draft_length(m)
     width = _checked_draft_length(width, "width")
-    size = checked_batch_size(len(accepts), "the number of requests (len(accepts))")
-    parts = {b: batch_parts(cost, b) for b in range(1, size + 1)}
-    step = np.array([0.0] + [m * parts[b][0] + parts[b][1](width * m + 1) for b in range(1, size + 1)])
-    drafts = np.array([0.0] + [parts[b][0] for b in range(1, size + 1)])
-    alone = np.array([0.0] + [parts[b][1](1) for b in range(1, size + 1)])
-    profiles = [_step_profile(a, m) for a in accepts]
-    horizon = max(p[0].size for p in profiles)
-    alive, full, accepted = (np.zeros((size, horizon)) for _ in range(3))
-    for i, (r, f, a) in enumerate(profiles):
-        alive[i, : r.size], full[i, : f.size], accepted[i, : a.size] = r, f, a
-    total, latency = 0.0, np.zeros(size)
-    for s in range(horizon):
-        law = _poisson_binomial(alive[:, s])  # P(b requests in flight at step s)
-        busy = 1.0 - law[0]
-        # one more draft forward, of the batch in flight, when any request accepted its whole block: P(b in flight
-        # and one of them accepted all) = P(b in flight) - P(b in flight, none of them accepting all)
-        none_full = _counts(1.0 - alive[:, s], alive[:, s] - full[:, s])
-        catch_up = float((law - none_full[: law.size]) @ drafts[: law.size])
-        extra = catch_up + cost.step_overhead * busy + cost.judge_token * (alive[:, s] + accepted[:, s]).sum()
-        total += float(law @ step[: law.size]) + extra
-        live = np.flatnonzero(alive[:, s] > 0)
-        others = _without(law, alive[live, s])  # per request, the law of the others in flight
-        latency[live] += alive[live, s] * (others @ step[1 : others.shape[1] + 1] + extra / max(busy, 1e-300))
-    lengths = np.array([a.size for a in accepts])
-    in_flight = np.array([(lengths > s).sum() for s in range(lengths.max())])
-    time_alone = float(alone[in_flight].sum())
-    latency_alone = np.array([alone[in_flight[:n]].sum() for n in lengths])
-    return BatchResult(int(lengths.sum()), total, time_alone, latency, latency_alone)
+    checked_batch_size(len(accepts), "the number of requests (len(accepts))")
+    lengths = np.array([[a.size for a in accepts]])
+    profiles = tuple(a[None] for a in _step_profiles(accepts, m))
+    return _simulate(profiles, lengths, m, cost, width, _StepCosts(cost))[0]
+
+
+class _StepCosts:
+    """The cost model's step parts at each number of requests in flight (``batch_parts``), each size asked
+    once: a sweep over batch sizes and groups reads the same sizes again and again."""
+
+    def __init__(self, cost):
+        self.cost, self._parts, self._arrays = cost, {}, {}
+
+    def parts(self, size):
+        if size not in self._parts:
+            self._parts[size] = batch_parts(self.cost, size)
+        return self._parts[size]
+
+    def arrays(self, size, m, width):
+        """(step seconds, draft seconds, the verifier alone's seconds), each indexed by the requests in
+        flight 0..size."""
+        known = self._arrays.get((m, width))
+        if known is None or known[0].size <= size:
+            parts = [self.parts(b) for b in range(1, size + 1)]
+            step = np.array([0.0] + [m * d + v(width * m + 1) for d, v in parts])
+            drafts = np.array([0.0] + [d for d, _ in parts])
+            alone = np.array([0.0] + [v(1) for _, v in parts])
+            known = self._arrays[(m, width)] = (step, drafts, alone)
+        return tuple(a[: size + 1] for a in known)
+
+
+def _simulate(profiles, lengths, m, cost, width, costs):
+    """``simulate_batch`` of G batches of B requests at once: their step profiles ((G, B, S) arrays of
+    ``_step_profiles``), their lengths (G, B) and the cost model's parts (``_StepCosts``); every step of
+    every batch together, the laws of the requests in flight as arrays over (batch, step). A list of G
+    ``BatchResult``."""
+    alive, full, accepted = (np.swapaxes(a, 1, 2) for a in profiles)  # (G, S, B)
+    groups, _, size = alive.shape
+    step, drafts, alone = costs.arrays(size, m, width)
+    law = _poisson_binomial(alive)  # (G, S, B + 1): P(b requests in flight at step s)
+    busy = 1.0 - law[..., 0]
+    # one more draft forward, of the batch in flight, when any request accepted its whole block: P(b in flight
+    # and one of them accepted all) = P(b in flight) - P(b in flight, none of them accepting all)
+    catch_up = (law - _counts(1.0 - alive, alive - full)) @ drafts
+    extra = catch_up + cost.step_overhead * busy + cost.judge_token * (alive + accepted).sum(-1)
+    total = (law @ step).sum(-1) + extra.sum(-1)
+    per_busy = extra / np.maximum(busy, 1e-300)
+    # per request, its step's expected time given it is in flight: the others in flight with it, each step
+    others = _mean_without(law, alive, step[1 : size + 1])
+    latency = (alive * (others + per_busy[..., None])).sum(1)
+    results = []
+    for g in range(groups):
+        # the verifier alone: one token per request a step, the batch shrinking as its requests end
+        ends = np.sort(lengths[g])
+        in_flight = size - np.searchsorted(ends, np.arange(ends[-1]), side="right")
+        elapsed = np.cumsum(alone[in_flight])
+        results.append(
+            BatchResult(int(ends.sum()), float(total[g]), float(elapsed[-1]), latency[g], elapsed[lengths[g] - 1])
+        )
+    return results
 
 
 def verify_budget(accepts, top1s, m, cost, size, *, steps=2000, seed=0, visits=None):
@@ -319,15 +386,25 @@ def verify_budget(accepts, top1s, m, cost, size, *, steps=2000, seed=0, visits=N
             raise ValueError("visits must hold one array of expected visits >= 0 per request, as long as its accepts")
         picks = rng.choice(weights.size, size=(steps, size), p=weights / weights.sum())
     est, gain = survival[picks], reach[picks]  # (steps, B, m)
-    order = np.argsort(-est.reshape(steps, -1), axis=-1, kind="stable")
-    ranked = np.take_along_axis(est.reshape(steps, -1), order, -1)
+    flat = est.reshape(steps, -1)
+    ranked = np.sort(flat, axis=-1)[:, ::-1]  # the marginal drafts, most likely to survive first
     counts = np.arange(size * m + 1)
-    seconds = m * draft + np.array([verify(1 + n / size) for n in counts])
+    seconds = m * draft + np.asarray(verify(1 + counts / size), dtype=np.float64)
     value = (size + np.concatenate([np.zeros((steps, 1)), np.cumsum(ranked, -1)], -1)) / seconds[None, :]
     best = np.argmax(value, -1)
-    chosen = np.zeros((steps, size * m), dtype=bool)
-    np.put_along_axis(chosen, order, counts[1:][None, :] <= best[:, None], -1)
-    # a request's drafts are verified as a prefix: its chosen count, taken from the front
+    # the best N drafts, ties taken in the order of the requests (a stable ranking): those above the N-th
+    # largest, then as many of those equal to it as N still wants, first come first taken
+    threshold = np.where(best > 0, ranked[np.arange(steps), np.maximum(best - 1, 0)], np.inf)[:, None]
+    chosen = flat > threshold
+    tied = flat == threshold
+    wanted = best - chosen.sum(-1)
+    split = np.flatnonzero(wanted < tied.sum(-1))  # states where only some of the tied drafts are taken
+    chosen |= tied
+    if split.size:
+        chosen[split] = (flat[split] > threshold[split]) | (
+            tied[split] & (np.cumsum(tied[split], -1) <= wanted[split, None])
+        )
+    # a request's drafts are verified as a prefix (its estimates never rise along its block): its chosen count
     verified = chosen.reshape(steps, size, m).sum(-1)
     tokens = size + np.where(np.arange(m)[None, None, :] < verified[..., None], gain, 0.0).sum((-1, -2))
     # the rest of a step's cost (``simulate_batch``): the drafters of the requests that accepted their whole
@@ -339,7 +416,7 @@ def verify_budget(accepts, top1s, m, cost, size, *, steps=2000, seed=0, visits=N
     extra_fixed = (
         draft * (1.0 - np.prod(1.0 - gain[..., m - 1], -1)) + cost.step_overhead + (cost.judge_token * tokens_fixed)
     )
-    seconds_budget = m * draft + np.array([verify(1 + n / size) for n in verified.sum(-1) / 1.0]) + extra_budget
+    seconds_budget = m * draft + np.asarray(verify(1 + verified.sum(-1) / size), dtype=np.float64) + extra_budget
     seconds_fixed = m * draft + verify(m + 1) + extra_fixed
     baseline = size / verify(1)
 
@@ -414,19 +491,25 @@ def batch_requests(
                 top1[(name, seq.id) if several else seq.id] = np.asarray(p, dtype=np.float64).max(-1)
     rows = []
     rng = seeded_rng(seed)
+    costs, profiles = _StepCosts(cost), {}
     for (spec, size), m in sorted(settings.items()):
         if spec not in labels:
             continue
+        checked_batch_size(size)
         rule = make_rule(spec)
         width = rule.draft_count
         accepts = [s.rules[labels[spec]].position_acceptance for s in sequences]
         tops = [top1[(s.trace, s.id) if several else s.id] for s in sequences]
+        lengths = np.array([a.size for a in accepts])
+        if (spec, m) not in profiles:  # every request's step profile, once per rule and m for every batch size
+            profiles[(spec, m)] = _step_profiles(accepts, m)
+        alive, full, accepted = profiles[(spec, m)]
         groups = n_groups if n_groups is not None else max(4, -(-len(accepts) // size))
         order = np.concatenate([rng.permutation(len(accepts)) for _ in range(-(-groups * size // len(accepts)))])
-        results = [
-            simulate_batch([accepts[i] for i in order[g * size : (g + 1) * size]], m, cost, width=width)
-            for g in range(groups)
-        ]
+        chosen = order[: groups * size].reshape(groups, size)
+        steps = int(np.flatnonzero(alive[chosen].max((0, 1)) > 0).max(initial=0)) + 1  # past it, nobody runs
+        group = (alive[chosen, :steps], full[chosen, :steps], accepted[chosen, :steps])
+        results = _simulate(group, lengths[chosen], m, cost, width, costs)
         throughput = [r.throughput_speedup for r in results]
         latency = [r.latency_speedup for r in results]
         # the batch's requests sit where decoding visits them: the steps of fixed blocks of m start there

@@ -460,7 +460,12 @@ the weights once loaded. On --engine llama.cpp the GGUF file runs as stored: loa
 the pair in about 3 GB (docs/results/llama-cpp-against-hugging-face.md has the measured ratios)."""
 
 
-def _model_options(parser):
+def llama_options(args) -> dict:
+    """The llama.cpp options a command's flags give (``--context``), for ``load_model``."""
+    return {"context": args.llama_context} if getattr(args, "llama_context", None) is not None else {}
+
+
+def _model_options(parser, *, context=True):
     parser.add_argument(
         "--engine",
         default="hf",
@@ -469,6 +474,16 @@ def _model_options(parser):
         "quantised kernels (pip install -e '.[llamacpp]'; --dtype and --no-model-cache do not apply)",
     )
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (checked before any model loads)")
+    if context:
+        parser.add_argument(
+            "--context",
+            dest="llama_context",
+            metavar="TOKENS",
+            type=_int_at_least(8),
+            default=None,
+            help="--engine llama.cpp: the tokens each sequence's context holds, a prompt and its continuation "
+            "(default 2048; at most the model's own limit)",
+        )
     parser.add_argument(
         "--dtype",
         default="bfloat16",
@@ -540,6 +555,8 @@ def _positive_float(text):
 def check_model_arguments(args) -> None:
     """What can be refused before a model loads: a ``--device`` this machine lacks (torch's own message
     would come only after the weights load)."""
+    if getattr(args, "llama_context", None) is not None and getattr(args, "engine", "hf") != "llama.cpp":
+        raise ValueError("--context sizes llama.cpp's context: it applies with --engine llama.cpp only")
     if getattr(args, "device", None) is not None and getattr(args, "engine", "hf") in ("hf", "llama.cpp"):
         from .._models._hf import check_device
 

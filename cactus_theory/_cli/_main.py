@@ -49,13 +49,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _explain(exc: BaseException):
-    """(exit code, one line) for an expected failure: 2 for bad arguments or input, 1 for the rest."""
+def _explain(exc: BaseException, flags=None):
+    """(exit code, one line) for an expected failure: 2 for bad arguments or input, 1 for the rest. ``flags``: the
+    command's words for the library's settings ({setting: flag}; a ``SettingError`` of one is said with it)."""
+    flags = flags or {}
     from .._data._trace_format import TraceError
     from .._servers._protocol import ProtocolPluginError
     from .._util._isolation import IsolationUnavailable
 
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    setting = getattr(exc, "setting", None)
+    if setting is not None and setting in flags:  # a library setting's refusal, in the command's own words
+        first = f"{flags[setting]}: {exc.why}"
     if isinstance(exc, (IsolationUnavailable, ProtocolPluginError)):  # the machine or a plugin, not the input
         return 1, first
     if isinstance(exc, (ValueError, TraceError, TypeError)):
@@ -175,7 +180,7 @@ def main(argv=None) -> int:
     except Exception as exc:
         if args.debug:
             raise
-        code, line = _explain(exc)
+        code, line = _explain(exc, getattr(sys.modules.get(args.func.__module__), "FLAGS", None))
         print(f"cactus-theory: error: {line}", file=sys.stderr)
         return code
 

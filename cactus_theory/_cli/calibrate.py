@@ -23,6 +23,8 @@ from ._common import (
 )
 
 ORDER = 5
+#: The library\'s settings as this command\'s flags (its refusals say them so).
+FLAGS = {"context": "--context"}
 
 
 def add_parser(sub):
@@ -44,7 +46,7 @@ def add_parser(sub):
         "--timeout", type=_positive_float, default=600.0, help="seconds a request to a server may take in all"
     )
     group.add_argument("--retries", type=_int_at_least(0), default=4, help="retries on 429 / 503 / dropped connections")
-    _model_options(cb)
+    _model_options(cb, context=False)  # its own --context: the tokens cached while timing
     _sampling_options(cb)
     cb.add_argument(
         "--max-block",

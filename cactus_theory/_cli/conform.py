@@ -13,9 +13,12 @@ from ._common import (
     _progress_options,
     _sampling_options,
     _settings,
+    llama_options,
 )
 
 ORDER = 4.7
+#: The library\'s settings as this command\'s flags (its refusals say them so).
+FLAGS = {"context": "--context"}
 
 
 def add_parser(sub):
@@ -87,6 +90,8 @@ def run(args) -> int:
         from .._models._hf import encode_chat, load_model
 
         opts = {"engine": args.engine, "dtype": args.dtype, "device": args.device, "progress": _progress(args)}
+        if args.engine == "llama.cpp":
+            opts.update(llama_options(args))
         verifier, draft = load_model(args.verifier, **opts), load_model(args.draft, **opts)
         spec = DecodeSpec(rule=args.rule, m=args.m, settings=settings, batch=args.batch)
         engine = DecoderEngine(verifier, draft, spec)

@@ -24,9 +24,19 @@ from ._common import (
     _sampling_options,
     check_model_arguments,
     decoding_spec,
+    llama_options,
 )
 
 ORDER = 4
+#: The library's settings as this command's flags (its refusals say them so).
+FLAGS = {
+    "drift": "--drift",
+    "bonus_policy": "--bonus-policy",
+    "static_cache": "--static-cache / --cuda-graphs",
+    "fuse_rule": "--fuse-rule",
+    "draft": "--draft ngram",
+    "context": "--context",
+}
 
 
 def add_parser(sub):
@@ -127,7 +137,7 @@ def run(args) -> int:
         prompts = _prompts_from(args)[: args.limit]
     opts = {"cache": not args.no_model_cache, "progress": _progress(args)}
     if args.engine == "llama.cpp":  # a sequence per prompt of a batch, per rule and for the baseline
-        opts.update(engine="llama.cpp", sequences=args.batch * (len(rules) + 1))
+        opts.update(engine="llama.cpp", sequences=args.batch * (len(rules) + 1), **llama_options(args))
     verifier = load_model(args.verifier, args.device, args.dtype, **opts)
     # the whole triple: its identity is recorded
     draft = NgramDrafter() if args.draft == "ngram" else load_model(args.draft, args.device, args.dtype, **opts)

@@ -24,6 +24,8 @@ from ._common import (
 )
 
 ORDER = 2
+#: The library\'s settings as this command\'s flags (its refusals say them so).
+FLAGS = {"context": "--context"}
 
 
 def add_parser(sub):
@@ -203,6 +205,7 @@ def run(args) -> int:
         part=args.part,
         engine=args.engine,
         batch=args.batch,
+        context=args.llama_context,
     )
     print(
         f"wrote {summary.written_positions} positions to {args.out}"

@@ -16,9 +16,12 @@ from ._common import (
     _rules_epilog,
     _sampling_options,
     _settings,
+    llama_options,
 )
 
 ORDER = 4.5
+#: The library's settings as this command's flags (its refusals say them so).
+FLAGS = {"drift": "the drift record (on unless --no-drift)", "context": "--context"}
 
 
 def add_parser(sub):
@@ -145,9 +148,18 @@ def run(args) -> int:
             f"{args.benchmark} is graded by sampling: drop --exact"
         )
     problems = load_problems(args.benchmark, args.data, path=args.file, limit=args.limit, start=args.start)
+    if not args.exact:  # each rule's decoding settings checked before any model loads
+        from .._models._decode_spec import DecodeSpec
+
+        spec = DecodeSpec(
+            m=args.m, settings=_settings(args), max_new_tokens=args.max_new_tokens, drift=not args.no_drift
+        )
+        for rule in rules:
+            spec.with_rule(rule)
     opts = {"device": args.device, "dtype": args.dtype, "cache": not args.no_model_cache, "engine": args.engine}
     if args.engine == "llama.cpp":
         opts["sequences"] = 1 if args.exact else args.batch
+        opts.update(llama_options(args))
     client = None
     if args.scheduler:  # the workers load the pair from its paths, once each
         from .._analysis._engines import connect_scheduler

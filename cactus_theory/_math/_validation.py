@@ -326,3 +326,13 @@ RUN_LIMITS = {"m": 256, "max_new_tokens": 131_072, "batch": 1024, "samples": 10_
 def check_count(value, name: str, *, what: str = "", error=ValueError) -> int:
     """``value`` as an int in [1, ``RUN_LIMITS[name]``] (``check_int``'s one-line error otherwise)."""
     return check_int(value, name, 1, high=RUN_LIMITS[name], what=what, error=error)
+
+
+class SettingError(ValueError):
+    """A refusal of one setting, said in the library's words (``str``: "setting=...: why") and known by the
+    ``setting`` it concerns, so that a command line can say the same ``why`` in its own words: the flag that gave
+    the setting (``_cli._main``)."""
+
+    def __init__(self, setting: str, why: str, *, given: str = ""):
+        self.setting, self.why = setting, why
+        super().__init__(f"{given or setting}: {why}")

@@ -19,7 +19,7 @@ from .._laws._block import DRAFT_MODES
 from .._laws._gate import gated_rule, make_gate
 from .._laws._policies import make_draft_policy
 from .._math._sampling import SamplingSettings
-from .._math._validation import check_count
+from .._math._validation import SettingError, check_count
 from .._rules._protocol import BONUS_POLICIES, Judgement, judgement_of
 from .._rules._registry import as_rule
 from .._util._results import Result
@@ -135,13 +135,27 @@ class DecodeSpec:
         put(self, "fallback", gated_rule(self.gate, rule))  # None: not gated (no gate, or a lossless rule)
         put(self, "need_logits", bool(rule.needs_logits))
         if self.drift and not judgement.token_drift:
-            raise ValueError(
-                f"drift=True records the law of each emitted token: {rule.describe()} judges whole blocks, "
-                "whose law at a slot depends on drafts not yet drawn; record it for a token rule"
+            raise SettingError(
+                "drift",
+                f"the law of each emitted token is recorded for token rules only: {rule.describe()} judges whole "
+                "blocks, whose law at a slot depends on drafts not yet drawn",
+                given="drift=True",
+            )
+        device_only = self.static_cache or self.fuse_rule
+        simple = judgement.per_token and self.bonus_policy == "verifier" and not self.need_logits
+        if device_only and not (simple and self.gate is None and self.draft_policy is None and not self.drift):
+            raise SettingError(
+                "static_cache" if self.static_cache else "fuse_rule",
+                "the static cache, CUDA graphs and the fused rule run in the Hugging Face engine's device decoder, "
+                "which takes the verifier alone or a token rule with the verifier's bonus and no gate, drafting "
+                "policy, drift record or raw logits: drop them, or those options",
+                given="static_cache / cuda_graphs / fuse_rule",
             )
         if judgement.block and self.bonus_policy != "verifier":
-            raise ValueError(
-                f"{rule.describe()} judges whole blocks: its bonus token is the verifier's (bonus_policy='verifier')"
+            raise SettingError(
+                "bonus_policy",
+                f"{rule.describe()} judges whole blocks: its bonus token is the verifier's ('verifier')",
+                given=f"bonus_policy={self.bonus_policy!r}",
             )
 
     @property
@@ -175,9 +189,11 @@ class DecodeSpec:
                 f"draft policy {self.policy_label} reads the drafter's probabilities; the n-gram drafter has none"
             )
         if self.bonus_policy == "relaxed" or "draft" in self.rule.needs_logits:
-            raise ValueError(
-                f"{self.rule.describe()} with bonus_policy={self.bonus_policy!r} needs a draft model with "
-                "probabilities and logits; the n-gram drafter has none"
+            raise SettingError(
+                "bonus_policy" if self.bonus_policy == "relaxed" else "draft",
+                f"{self.rule.describe()} needs a draft model with probabilities and logits here; the n-gram drafter "
+                "has none",
+                given=f"bonus_policy={self.bonus_policy!r}",
             )
 
 

@@ -115,6 +115,7 @@ def dump_trace(
     threads=None,
     engine="hf",
     batch=None,
+    context=None,
 ) -> DumpSummary:
     """Dump a trace of ``prompts`` (``Prompt`` objects) into directory ``out``; resumable.
 
@@ -185,6 +186,8 @@ def dump_trace(
         batch = recorded if is_integer(recorded) and recorded >= 1 else 1
 
     options = {"engine": engine, "sequences": int(batch)} if engine != "hf" else {}
+    if context is not None:  # llama.cpp: tokens each sequence's context holds
+        options["context"] = context
     v_model, v_tok, v_info = load_model(verifier, device, dtype, cache=cache, progress=progress, **options)
     d_model, _d_tok, d_info = load_model(draft, device, dtype, cache=cache, progress=progress, **options)
     vocab = v_model.config.vocab_size if hasattr(v_model.config, "vocab_size") else None

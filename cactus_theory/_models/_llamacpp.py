@@ -30,7 +30,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .._math._validation import check_int
+from .._math._validation import SettingError, check_int
 from .._util._files import utc_timestamp
 from .._util._paths import cache_root
 
@@ -155,7 +155,9 @@ def kernels_of(lib) -> str:
 
 class LlamaCppModel:
     """A GGUF model loaded by llama.cpp, with one context of ``sequences`` sequences of
-    ``context`` tokens each (``threads`` CPU threads; default: the cores this process may use).
+    ``context`` tokens each (default 2,048, or the model's own limit, ``train_context``, when it is
+    shorter; more than that limit is refused) (``threads`` CPU threads; default: the cores this process
+    may use). A sequence that would outgrow its context is refused with the length it needs.
 
     ``config.vocab_size`` and ``generation_config.eos_token_id`` read as a transformers model's do,
     so the dumper, the decoder and the calibration take either. ``device="cuda"`` offloads every
@@ -168,7 +170,7 @@ class LlamaCppModel:
         path,
         *,
         threads=None,
-        context=DEFAULT_CONTEXT,
+        context=None,
         sequences=8,
         batch=DEFAULT_BATCH,
         device="cpu",
@@ -177,7 +179,8 @@ class LlamaCppModel:
         from ._identity import default_threads
 
         for name, value, low in (("context", context, 8), ("sequences", sequences, 1), ("batch", batch, 1)):
-            check_int(value, name, low)
+            if value is not None or name != "context":
+                check_int(value, name, low)
         if not (flash_attention is True or flash_attention is False or flash_attention == "auto"):
             raise ValueError(f"flash_attention must be 'auto', True or False; got {flash_attention!r}")
         lib = _lib()
@@ -188,6 +191,16 @@ class LlamaCppModel:
         model = lib.llama_model_load_from_file(self.path.encode(), params)
         if not model:
             raise ValueError(f"llama.cpp cannot load {self.path!r} (not a GGUF model file it knows)")
+        #: The context the model was trained with (its own limit; llama.cpp's n_ctx_train).
+        self.train_context = int(lib.llama_model_n_ctx_train(model))
+        if context is None:  # the default, within the model's own limit
+            context = min(DEFAULT_CONTEXT, self.train_context) if self.train_context > 0 else DEFAULT_CONTEXT
+        elif int(context) > self.train_context > 0:
+            lib.llama_model_free(model)
+            limit = self.train_context
+            raise SettingError(
+                "context", f"{context} tokens is more than the model's own limit of {limit}", given="context"
+            )
         cparams = lib.llama_context_default_params()
         cparams.n_ctx = int(context) * int(sequences)
         cparams.n_seq_max = int(sequences)
@@ -212,9 +225,18 @@ class LlamaCppModel:
         self._memory = lib.llama_get_memory(ctx)
         vocab = lib.llama_model_get_vocab(model)
         self.vocab_size = int(lib.llama_vocab_n_tokens(vocab))
-        self.batch_tokens, self.sequences = int(batch), int(sequences)
+        # llama.cpp shortens the batch to a context smaller than it: a larger chunk would fail its assertion
+        self.batch_tokens, self.sequences = min(int(batch), int(lib.llama_n_batch(ctx))), int(sequences)
         self.kernels = kernels_of(lib)
         self.context = int(lib.llama_n_ctx(ctx)) // int(sequences)
+        self.train_context = int(lib.llama_model_n_ctx_train(model))
+        if int(context) > self.train_context > 0:
+            self._finalizer()
+            raise SettingError(
+                "context",
+                f"{context} tokens is more than the model's own limit of {self.train_context}",
+                given="context",
+            )
         eos = [int(lib.llama_vocab_eos(vocab)), int(lib.llama_vocab_eot(vocab))]
         self.config = SimpleNamespace(vocab_size=self.vocab_size)
         self.generation_config = SimpleNamespace(eos_token_id=[t for t in eos if t >= 0])
@@ -259,9 +281,17 @@ class LlamaCppModel:
             if want not in ("all", "last"):
                 raise ValueError(f"want must be 'all' or 'last'; got {want!r}")
             if seq.length + len(tokens) > self.context:
-                raise ValueError(
-                    f"sequence {seq.seq_id} would hold {seq.length + len(tokens)} tokens, more than its context of "
-                    f"{self.context}: load the model with a longer context (load_model(..., context=N))"
+                needed = seq.length + len(tokens)
+                within = (
+                    f"give at least {needed}, within the model's own limit of {self.train_context}"
+                    if needed <= self.train_context
+                    else f"more than the model's own limit of {self.train_context} too: shorten the prompt"
+                )
+                raise SettingError(
+                    "context",
+                    f"a sequence would hold {needed} tokens, more than the context of {self.context} each has: "
+                    + within,
+                    given="load_model(..., context=N)",
                 )
         # the batch holds the sequences in ascending id: llama.cpp splits a batch whose sequence ids are out of
         # order into several passes (measured on the 1.5B verifier, 2 cores: 4 sequences 1.4-1.9x slower a step)
@@ -343,7 +373,7 @@ def load_tokenizer(path, progress=None):
 
 
 def load_llamacpp(
-    spec, device="cpu", *, progress=None, threads=None, context=DEFAULT_CONTEXT, sequences=8, flash_attention="auto"
+    spec, device="cpu", *, progress=None, threads=None, context=None, sequences=8, flash_attention="auto"
 ):
     """(``LlamaCppModel``, tokenizer, identity) for a GGUF file (the identity as the HF path
     records it: name, source, the file's sha256 and size). ``flash_attention``: "auto" (llama.cpp decides;

@@ -25,6 +25,7 @@ rules are refused: their first token's law is not a per-token law.
 from __future__ import annotations
 
 import contextlib
+import json
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -104,7 +105,8 @@ def exact_answer_accuracy(rule, draft_probs, target_probs, correct_ids, *, logit
     support = pi > 0
     with np.errstate(divide="ignore", invalid="ignore"):
         kl = float(np.sum(pi[support] * (np.log(pi[support]) - np.log(q[support]))))
-    return {"accuracy": float(pi[correct].sum()), "kl": kl, "tv": float(0.5 * np.abs(pi - q).sum())}
+    # a KL is never negative: a lossless rule's pi equals q to rounding, whose sum can fall a hair below 0
+    return {"accuracy": float(pi[correct].sum()), "kl": max(kl, 0.0), "tv": float(0.5 * np.abs(pi - q).sum())}
 
 
 def read_exact_records(path) -> list:
@@ -312,6 +314,19 @@ def rescore_exact(records, rules, *, settings=None) -> list:
     if len(set(methods)) != len(methods):
         raise ValueError(f"the rules must be distinct; got {methods[1:]}")
     rows = [read_answer_rows(r["rows"], f"record of {r['id']!r}") for r in alone]
+    vocabularies = sorted({r.vocab for r in rows})
+    if len(vocabularies) > 1:  # another tokenizer's rows among them: never scored together
+        other = next(rec["id"] for rec, r in zip(alone, rows, strict=True) if r.vocab != rows[0].vocab)
+        raise ValueError(
+            f"records: rows of vocabularies of {vocabularies} tokens (the first of another size: {other!r}): records "
+            "of different tokenizers are never rescored together; rescore each model pair's records apart"
+        )
+    settings_seen = {json.dumps(r.get("setting"), sort_keys=True) for r in alone}
+    if len(settings_seen) > 1:
+        raise ValueError(
+            f"records: the verifier alone's records hold {len(settings_seen)} different settings (models, sampling or "
+            "benchmarks of other runs): rescore each run's records apart"
+        )
     laws = rescored_laws(rows, rules, settings)
     setting = {**source, "sampling": settings.as_dict(), "rescored": made.as_dict()}
     out = []
@@ -412,8 +427,8 @@ def summarize_exact(records, *, n_boot=2000, seed=0) -> ExactSummary:
                 "needed_half": float(cmp.needed_1 * 4),
                 "needed_1": cmp.needed_1,
             }
-            for key in ("kl", "tv"):
-                values = np.array([recs[i][key] for i in ids], dtype=np.float64)
+            for key in ("kl", "tv"):  # never negative: rounding below 0 (records of earlier versions) reads as 0
+                values = np.maximum(np.array([recs[i][key] for i in ids], dtype=np.float64), 0.0)
                 row[key] = float(values.mean())
                 counts = resample_counts(ids, n_boot, seed)
                 if counts is not None and np.all(np.isfinite(values)):

@@ -242,7 +242,7 @@ def rescored_laws(rows: list, rules, settings) -> dict:
             terms = np.where(support, pi * (np.log(np.where(support, pi, 1.0)) - np.log(q)), 0.0)
         out[rule.describe()] = {
             "accuracy": np.where(correct, pi, 0.0).sum(-1),
-            "kl": terms.sum(-1),
+            "kl": np.maximum(terms.sum(-1), 0.0),  # never negative (rounding below 0 of a lossless law)
             "tv": 0.5 * np.abs(pi - q).sum(-1),
         }
     return out

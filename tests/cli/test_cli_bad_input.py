@@ -65,6 +65,8 @@ BAD = [
     ["evaluate", "--verifier", "v", "--draft", "d", "--rule", "nonsense", "--out", "{tmp}/e.jsonl"],
     ["evaluate", "--verifier", "v", "--draft", "d", "--rule", "sps", "--limit", "0", "--out", "{tmp}/e.jsonl"],
     ["evaluate", "--summarize", "/nonexistent/records.jsonl"],
+    ["conform", "--server", "http://127.0.0.1:9", "--contexts", "0"],
+    ["conform", "--verifier", "v", "--alpha", "2"],
 ]
 
 
@@ -83,3 +85,89 @@ def test_every_subcommand_refuses_bad_input_in_one_line_with_exit_2(argv, tmp_pa
     assert code == 2, (argv, captured.err)
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and "error" in lines[0] and "Traceback" not in captured.err, captured.err
+
+
+#: Words of the library's own signatures, which a command line user never typed.
+LIBRARY_WORDS = (
+    "drift=True",
+    "drift=",
+    "bonus_policy",
+    "static_cache",
+    "cuda_graphs",
+    "fuse_rule",
+    "max_new_tokens",
+    "draft_policy",
+    "draft_mode",
+    "allow_code_execution",
+    "load_model(",
+    "context=",
+    "=True",
+    "=False",
+)
+ARC = "tests/fixtures/benchmarks/arc_challenge/test.jsonl"
+REFUSALS = [
+    (["decode", "--rule", "block", "--drift"], "--drift"),
+    (["decode", "--rule", "hsd", "--drift"], "--drift"),
+    (["decode", "--rule", "fly", "--drift"], "--drift"),
+    (["decode", "--rule", "block", "--bonus-policy", "relaxed"], "--bonus-policy"),
+    (["decode", "--rule", "sps", "--bonus-policy", "relaxed", "--draft", "ngram"], "--bonus-policy"),
+    (["decode", "--rule", "sps", "--static-cache", "--drift"], "--static-cache"),
+    (["decode", "--rule", "sps", "--cuda-graphs", "--gate", "0:1"], "--static-cache"),
+    (["decode", "--rule", "block", "--fuse-rule"], "--fuse-rule"),
+    (["decode", "--rule", "sps", "--draft-policy", "llama.cpp(p_min=0.5)"], "draft policy"),
+    (["decode", "--rule", "sps", "--draft-policy", "p-min(0.4)", "--draft", "ngram"], "draft policy"),
+    (["evaluate", "--rule", "block", "--benchmark", "arc_challenge", "--file", ARC], "--no-drift"),
+    (["evaluate", "--rule", "hsd", "--benchmark", "arc_challenge", "--file", ARC], "--no-drift"),
+    (["evaluate", "--rule", "sps", "--benchmark", "humaneval"], "--allow-code-execution"),
+    (
+        ["evaluate", "--rule", "sps", "--benchmark", "gsm8k", "--exact", "--data", "tests/fixtures/benchmarks"],
+        "--exact",
+    ),
+]
+
+
+@pytest.mark.parametrize(("argv", "flag"), REFUSALS, ids=[" ".join(a[:4]) for a, _ in REFUSALS])
+def test_refusals_of_decode_and_evaluate_name_the_command_lines_flags(argv, flag, capsys):
+    """Each refusal a decode or evaluate user meets before any model loads says the flag, not the keyword of the
+    library's signature behind it."""
+    from locations import ROOT
+
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        models = ["--verifier", "v", "--draft", "d"] if "--draft" not in argv else ["--verifier", "v"]
+        prompt = ["--prompt", "hi"] if argv[0] == "decode" else []
+        code = main([argv[0], *models, *prompt, *argv[1:]])
+    finally:
+        os.chdir(cwd)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert flag in err, err
+    assert not [w for w in LIBRARY_WORDS if w in err], err
+
+
+@pytest.mark.llamacpp
+def test_the_context_follows_the_flag_and_a_refusal_names_it(tmp_path, capsys):
+    """Issue 67, item 5: a prompt longer than llama.cpp's context was refused with "load_model(..., context=N)", a
+    call the command line user cannot make. Now --context sizes it (within the model's own limit: 4,096 tokens
+    for these tiny models), the refusal names the flag and the length needed, and the default fits the limit."""
+    from tiny_models import tiny_model, write_tiny_gguf
+
+    verifier = str(write_tiny_gguf(tiny_model(4), tmp_path / "verifier.gguf"))  # 4,096 positions
+    draft = str(write_tiny_gguf(tiny_model(5, layers=1), tmp_path / "draft.gguf"))
+    long_prompt = " ".join(["one two three four"] * 30)  # 568 tokens of the tiny tokenizer
+    base = ["decode", "--verifier", verifier, "--draft", draft, "--engine", "llama.cpp", "--rule", "sps", "-m", "2"]
+    base += ["--prompt", long_prompt, "--max-new-tokens", "4", "--quiet"]
+    assert main([*base, "--context", "300"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("cactus-theory: error: --context:"), err
+    assert "would hold 568 tokens" in err and "give at least 568" in err and "4096" in err, err
+    assert not [w for w in LIBRARY_WORDS if w in err], err
+    assert main([*base, "--context", "100000"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--context: 100000 tokens is more than the model's own limit of 4096" in err, err
+    assert main([*base, "--context", "1024"]) == 0  # the prompt fits now
+    assert main(base) == 0  # the default, 2,048 tokens within the model's own limit
+    capsys.readouterr()
+    assert main([*base[:6], "hf", *base[7:], "--context", "1024"]) == 2  # an option of llama.cpp's alone
+    assert "--context sizes llama.cpp's context" in capsys.readouterr().err

@@ -133,6 +133,24 @@ def test_bench_quick(capsys):
     assert "| target | measured | status |" in out and "exact KL gamma <= 10x" in out
 
 
+@pytest.mark.distributed
+def test_bench_scaling(capsys):
+    script("bench_scaling").main(["--positions", "3000"])
+    out = capsys.readouterr().out
+    assert "positions/s" in out and "Dask, 2 workers" in out and "KiB per position" in out
+
+
+def test_bench_batch(capsys):
+    script("bench_batch").main(["--sizes", "4", "--runs", "30", "--m", "2", "--baseline-sizes", "1", "4"])
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.strip().startswith("2 ")]
+    assert [r[1] for r in rows] == ["1", "4"], out
+    for r in rows:  # the exact speedup and the Monte Carlo one are of one quantity: within 6 standard errors
+        mc, se = (float(x) for x in r[6].split("+-"))
+        assert abs(float(r[5]) - mc) < 6 * se + 1e-9, r
+    assert "batch_requests at m = 2, 4 batch sizes" in out
+
+
 @pytest.mark.isolation
 def test_bench_sandbox(capsys):
     script("bench").main(["--sandbox-only", "--repeats", "1"])
@@ -624,6 +642,9 @@ def test_gpu_check(tmp_path, capsys):
     page = (tmp_path / "gpu.md").read_text()
     assert "No GPU was lent" in page and "## The planner against decoding" in page
     assert "## The quality referee's throughput" in page and "ms a step" in page
+    capsys.readouterr()
+    script("gpu_page").main([str(tmp_path / "gpu.json")])  # the page again, from the run's numbers alone
+    assert capsys.readouterr().out.strip() == page.strip()
 
 
 @pytest.mark.models
@@ -780,3 +801,91 @@ def test_rule_order_cost(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(" (")[0] for line in lines] == ["order sps,cactus", "order cactus,sps"]
     assert all("sps first" in line and "cactus first" in line and "nan" not in line for line in lines)
+
+
+#: A stand-in for llama-server: healthy at once, then every other request hangs (a long run in progress); it
+#: notes its pid and port in the folder $FAKE_SERVER_PIDS.
+FAKE_SERVER = """
+import http.server, os, sys, time
+port = int(sys.argv[sys.argv.index("--port") + 1])
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path == "/health":
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"status": "ok"}')
+        else:
+            time.sleep(3600)
+    do_POST = do_GET
+    def log_message(self, *args):
+        pass
+server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+with open(os.path.join(os.environ["FAKE_SERVER_PIDS"], str(os.getpid())), "w") as fh:
+    fh.write(str(port))
+server.serve_forever()
+"""
+
+
+def _alive(pid):
+    """Whether ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _port_free(port):
+    """Nothing listens on ``port`` and a server may bind it (as servers do, SO_REUSEADDR: the connections the
+    stopped server closed linger in TIME_WAIT a minute)."""
+    with socket.socket() as s:
+        if s.connect_ex(("127.0.0.1", port)) == 0:
+            return False
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            s.listen()
+        except OSError:
+            return False
+        return True
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "SIGKILL"])
+def test_the_referee_script_leaves_no_server_however_it_ends(how, tmp_path):
+    """Stopped mid-run (its servers up, a request in flight), the referee script stops the servers it started:
+    their own process groups on SIGTERM and SIGINT, the kernel's parent-death signal on SIGKILL; no server of
+    its own is left and every port is free."""
+    import signal
+    import time
+
+    binary = tmp_path / "llama-server"
+    binary.write_text(f"#!{sys.executable}\n{FAKE_SERVER}")
+    binary.chmod(0o755)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    env = {**os.environ, "FAKE_SERVER_PIDS": str(pids)}
+    argv = [sys.executable, str(EXPERIMENTS / "referee_llama_server.py"), "--data", str(BENCHMARKS)]
+    argv += ["--models", str(tmp_path), "--server-binary", str(binary), "--out", str(tmp_path / "out")]
+    argv += ["--parallel", "1", "--mbpp", "1", "--mt-bench", "1", "--threads", "1"]
+    run = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + HANG_GUARD
+        while len(list(pids.iterdir())) < 2 and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)  # both servers of the trace up: the script then waits on a request that hangs
+        assert run.poll() is None, run.stdout.read()
+        servers = {int(p.name): int(p.read_text()) for p in pids.iterdir()}
+        assert all(_alive(pid) for pid in servers) and not any(_port_free(port) for port in servers.values())
+        run.send_signal(getattr(signal, how))
+        out, _ = run.communicate(timeout=HANG_GUARD)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    deadline = time.monotonic() + 60  # the kernel's signal and the exit take a moment; a guard, not a budget
+    while any(_alive(pid) for pid in servers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in servers), (how, out)
+    assert all(_port_free(port) for port in servers.values())
+    if how != "SIGKILL":  # it says what it stopped
+        assert out.count("stopped llama-server on port") == 2, out

@@ -169,9 +169,7 @@ def test_static_options_refused_where_they_cannot_run(double_models):
     verifier, draft = double_models
     with pytest.raises(ValueError, match="cuda_graphs captures CUDA graphs: the models are on cpu"):
         _static_run(verifier, draft, SpS(), 2, cuda_graphs=True)
-    with pytest.raises(
-        ValueError, match="static_cache / cuda_graphs / fuse_rule run in the Hugging Face engine's device"
-    ):
+    with pytest.raises(ValueError, match="static_cache / cuda_graphs / fuse_rule: the static cache, CUDA graphs and"):
         _static_run(verifier, draft, SpS(), 2, static_cache=True, drift=True)
     from cactus_theory._models._slots import SlotModel
 

@@ -202,3 +202,17 @@ def test_a_cluster_of_two_workers_gives_what_one_process_gives(gguf_pair, tiny_p
     assert summarize_records(str(out)).rows == summarize_records(one).rows
     assert [r["accuracy"] for r in exact_spread] == [r["accuracy"] for r in exact_one]
     assert _same(summarize_exact(exact_spread).rows, summarize_exact(exact_one).rows)
+
+
+def test_intervals_of_drift_never_print_a_negative_bound():
+    """A lossless rule's KL at the answer token is 0 up to rounding, which can fall a hair below 0: the record
+    keeps 0, and the table never prints a bound below it (records of an earlier version included)."""
+    records = []
+    for i in range(30):
+        base = {"id": f"c-{i}", "problem": f"{i}", "benchmark": "choice", "answer": "A", "tv": 0.0}
+        records.append({**base, "method": "verifier alone", "accuracy": 0.5, "kl": 0.0})
+        records.append({**base, "method": "sps", "accuracy": 0.5, "kl": -1e-17 * (i % 3), "tv": 1e-17})
+    table = summarize_exact(records, n_boot=200).table()
+    assert "-0.0000" not in table and "| sps | 30 |" in table
+    p = np.array([0.2, 0.5, 0.3])
+    assert exact_answer_accuracy(make_rule("sps"), p, p, [0])["kl"] >= 0.0

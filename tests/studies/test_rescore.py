@@ -136,3 +136,18 @@ def test_the_kept_rows_are_the_largest_logits_with_the_row_log_sum_exp():
     back = read_answer_rows(json.loads(json.dumps(entry)))
     assert back.support().tolist() == [1, 2, 3]
     assert make_rule("sps") is not None
+
+
+def test_records_of_two_tokenizers_or_two_runs_are_never_rescored_together(pair, problems):
+    """Issue 67, item 6: rows of another tokenizer's size, or records of another run, mixed into one file."""
+    alone = [r for r in exact_choice_referee(*pair, problems, ["sps"], settings=SETTINGS, rows=KEPT)]
+    assert rescore_exact(alone, ["sps"])  # the run's own records rescore
+    other = json.loads(json.dumps(alone))
+    first = next(r for r in other if "rows" in r)
+    first["rows"]["vocab"] = first["rows"]["vocab"] + 7  # a larger tokenizer's rows (its ids still inside it)
+    with pytest.raises(ValueError, match="different tokenizers are never rescored together"):
+        rescore_exact(other, ["sps"])
+    mixed = json.loads(json.dumps(alone))
+    next(r for r in mixed if "rows" in r)["setting"]["models"] = {"verifier": "another"}
+    with pytest.raises(ValueError, match="different settings"):
+        rescore_exact(mixed, ["sps"])

@@ -23,6 +23,7 @@ from ._analysis._plotting import (
     rule_colours,
 )
 from ._analysis._roofline import DEVICES, MODEL_PRESETS, DeviceSpec, ModelShape, Roofline
+from ._checks._engines import Engine, exact_tested_law
 from ._data._graders import GRADED, Grade, Problem, grade, load_problems
 from ._data._prompts import (
     Prompt,
@@ -102,18 +103,29 @@ from ._rules import (
     rule_exports,
 )
 from ._servers._calibrate import calibrate_server
+from ._servers._conform_engine import LlamaServerEngine
 from ._servers._dump import dump_server_trace
 from ._servers._protocols import open_server
 from ._servers._referee import drive_server
 from ._studies._block_study import BlockComparison, compare_block_verification
+from ._studies._conform import (
+    ConformanceResult,
+    ConformanceStudy,
+    DecoderEngine,
+    choose_contexts,
+    conform,
+    summarize_conformance,
+)
 from ._studies._decoding import DecodeStudy, decode_prompts
 from ._studies._exact_choice import (
     ExactReferee,
     ExactSummary,
     exact_choice_referee,
     read_exact_records,
+    rescore_exact,
     summarize_exact,
 )
+from ._studies._frontier import Frontier, decide, deployment_frontier, frontier_rules
 from ._studies._quality import QualitySummary, SampledReferee, evaluate_rules, read_records, summarize_records
 from ._studies._trees import MULTI_DRAFT_METHODS, MultiDraftComparison, compare_multi_draft
 from ._studies._zoo import compare_rules, comparison_entries, comparison_markdown, write_comparison
@@ -317,6 +329,24 @@ _API = {
         "SampledReferee",
         "summarize_exact",
         "summarize_records",
+    ),
+    "The deployment decision: speed against exact accuracy": (
+        "decide",
+        "deployment_frontier",
+        "Frontier",
+        "frontier_rules",
+        "rescore_exact",
+    ),
+    "The oracle for engines": (
+        "choose_contexts",
+        "conform",
+        "ConformanceResult",
+        "ConformanceStudy",
+        "DecoderEngine",
+        "Engine",
+        "exact_tested_law",
+        "LlamaServerEngine",
+        "summarize_conformance",
     ),
 }
 

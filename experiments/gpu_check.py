@@ -97,6 +97,9 @@ def build_pair(shape, draft_layers, scale, device, dtype, seed=0):
     draft.lm_head = verifier.lm_head
     draft = draft.to(device).eval()
     vocab = {f"t{i}": i for i in range(config.vocab_size)}
+    for k, letter in enumerate("ABCDE"):  # the answer letters, single tokens: the exact referee reads them
+        del vocab[f"t{config.vocab_size - 1 - k}"]
+        vocab[letter] = config.vocab_size - 1 - k
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0", eos_token="t1")
@@ -374,6 +377,7 @@ def part_plan(ctx):
         prompt_lengths=ctx.prompt_lengths,
     )
     calibrate_s = time.perf_counter() - start
+    ctx.cost = cost  # the frontier's too
     spread = max(max(v) / min(v) for v in cost.samples["verify_block"].values())
     rules = parse_rules("sps,cactus", (1.0,))
     trace = ctx.traces.get(max(ctx.traces)) if ctx.traces else None
@@ -467,14 +471,7 @@ def part_evaluate(ctx):
     on random multiple-choice questions over the pair's word vocabulary: answers an hour."""
     from cactus_theory import evaluate_rules, load_problems, make_rules
 
-    rng = np.random.default_rng(5)
-    path = os.path.join(ctx.work, "choice.jsonl")
-    with open(path, "w", encoding="utf-8") as fh:
-        for _ in range(ctx.evaluate_problems):
-            words = lambda k: " ".join(f"w{int(i)}" for i in rng.integers(2, ctx.vocab, size=k))  # noqa: E731
-            record = {"question": words(24), "choices": [words(3) for _ in range(4)], "answer": "ABCD"[rng.integers(4)]}
-            fh.write(json.dumps(record) + "\n")
-    problems = load_problems("choice", path=path)
+    problems = load_problems("choice", path=ctx.choice_file())
     identity = {"name": "random-qwen2.5-1.5b-shape", "source": "built on the device", "files": {}}
     verifier = (ctx.verifier, ctx.tokenizer, identity)
     rules = make_rules("sps,cactus(delta=1)")
@@ -493,6 +490,77 @@ def part_evaluate(ctx):
         per_hour = rows[-1]["answers_per_hour"]
         print(f"evaluate batch {batch}: {len(recs)} answers in {seconds:.1f} s: {per_hour:,.0f} an hour", flush=True)
     return rows
+
+
+# --- 6. the engine oracle through the device decoder, and the frontier from the exact referee --------------
+
+
+def part_oracle(ctx):
+    """The engine oracle (``conform``) on this package's device decoder (``DecoderEngine`` path "auto":
+    ``OnDevice`` where it takes the rule) for SpS and Cactus(delta = 1): the law of the first two tokens of
+    random contexts against the rule's exact law, with the time a sample."""
+    from cactus_theory import DecoderEngine, DecodeSpec, conform, make_rule
+
+    identity = {"name": "random-qwen2.5-1.5b-shape", "source": "built on the device", "files": {}}
+    verifier = (ctx.verifier, ctx.tokenizer, identity)
+    prompts = make_prompts(ctx.oracle_contexts, ctx.vocab, 11, "oracle")
+    contexts = [(p.id, ctx.tokenizer(p.text)["input_ids"]) for p in prompts]
+    rows = []
+    for spec in ("sps", "cactus(delta=1)"):
+        rule = make_rule(spec)
+        decode = DecodeSpec(rule=rule, m=4, settings=settings(), batch=ctx.oracle_batch)
+        engine = DecoderEngine(verifier, ctx.draft, decode, path="auto")
+        sync(ctx.device)
+        start = time.perf_counter()
+        result = conform(engine, rule, contexts, samples=ctx.oracle_samples, tokens=2, seed=3)
+        sync(ctx.device)
+        seconds = time.perf_counter() - start
+        samples = ctx.oracle_samples * len(contexts)
+        rows.append(
+            {
+                "rule": rule.describe(),
+                "decoder": engine.setting()["decoder"],
+                "contexts": len(contexts),
+                "samples": samples,
+                "p_value": result.overall["p_value"],
+                "detectable_tv": result.overall["median_detectable_tv"],
+                "seconds": seconds,
+                "samples_per_second": samples / seconds,
+            }
+        )
+        print(f"oracle {rule.describe()}: p = {result.overall['p_value']:.3g}, {samples / seconds:.0f} samples/s")
+    return rows
+
+
+def part_frontier(ctx):
+    """The exact referee on the random multiple-choice questions (problems a second) and the deployment
+    frontier from its records, the dump's trace and the plan part's calibration."""
+    from cactus_theory import deployment_frontier, exact_choice_referee, load_problems
+
+    if ctx.cost is None or not ctx.traces:
+        raise RuntimeError("no calibration or trace: the dump and plan parts did not run")
+    identity = {"name": "random-qwen2.5-1.5b-shape", "source": "built on the device", "files": {}}
+    verifier = (ctx.verifier, ctx.tokenizer, identity)
+    draft = (ctx.draft, ctx.tokenizer, {**identity, "name": f"first-{ctx.draft_layers}-layers"})
+    problems = load_problems("choice", path=ctx.choice_file())
+    rules = ["cactus(delta=1)", "lossy(alpha=0.5)"]
+    sync(ctx.device)
+    start = time.perf_counter()
+    records = exact_choice_referee(verifier, draft, problems, rules, settings=settings(), progress=False)
+    sync(ctx.device)
+    seconds = time.perf_counter() - start
+    frontier = deployment_frontier(
+        ctx.traces[max(ctx.traces)], records, ctx.cost, rules=rules, ms=ctx.ms, n_boot=200, allow_untrusted=True
+    )
+    line = frontier.recommendation_line()
+    print(f"exact referee: {len(problems) / seconds:.1f} problems/s; {line}", flush=True)
+    return {
+        "problems": len(problems),
+        "seconds": seconds,
+        "problems_per_second": len(problems) / seconds,
+        "points": len(frontier.rows),
+        "recommendation": line,
+    }
 
 
 class Context:
@@ -515,6 +583,8 @@ class Context:
         self.plan_prompts = 3 if small else 8
         self.bench_rows, self.bench_vocab = (8, 4096) if small else (256, 151_936)
         self.evaluate_problems, self.evaluate_batch = (4, 4) if small else (64, 64)
+        self.oracle_contexts, self.oracle_samples, self.oracle_batch = (2, 40, 4) if small else (4, 400, 64)
+        self.cost = None
         self.traces = {}
         shape = "small" if small else "full"
         self.vocab = SHAPES[shape]["vocab_size"]
@@ -522,6 +592,19 @@ class Context:
             shape, self.draft_layers, self.scale, self.device, getattr(torch, self.dtype)
         )
         self.work = tempfile.mkdtemp(prefix="gpu-check-")
+
+    def choice_file(self):
+        """Random multiple-choice questions over the pair's word vocabulary (the referees' problems), written once."""
+        path = os.path.join(self.work, "choice.jsonl")
+        if not os.path.exists(path):
+            rng = np.random.default_rng(5)
+            with open(path, "w", encoding="utf-8") as fh:
+                for _ in range(self.evaluate_problems):
+                    words = lambda k: " ".join(f"t{int(i)}" for i in rng.integers(2, self.vocab - 5, size=k))  # noqa: E731
+                    answer = "ABCD"[rng.integers(4)]
+                    record = {"question": words(24), "choices": [words(3) for _ in range(4)], "answer": answer}
+                    fh.write(json.dumps(record) + "\n")
+        return path
 
     def dump_prompts(self, batch):
         return max(2 * batch, 8 if batch == 1 else 2 * batch)
@@ -535,7 +618,7 @@ def main(argv=None):
     parser.add_argument("--draft-layers", type=int, default=4)
     parser.add_argument("--scale", type=float, default=0.001)
     parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--parts", default="checks,dump,alone,bench,plan,evaluate")
+    parser.add_argument("--parts", default="checks,dump,alone,bench,plan,evaluate,oracle,frontier")
     args = parser.parse_args(argv)
     import torch
     import transformers
@@ -569,6 +652,8 @@ def main(argv=None):
         "bench": part_bench,
         "plan": part_plan,
         "evaluate": part_evaluate,
+        "oracle": part_oracle,
+        "frontier": part_frontier,
     }
     for name in args.parts.split(","):
         start = time.perf_counter()

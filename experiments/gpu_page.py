@@ -149,6 +149,33 @@ def page(results, ctx):
             "the exact quality referee's minutes a thousand problems in `quality_exact.md`.",
             "",
         ]
+    if "oracle" in parts:
+        lines += [
+            "## The engine oracle through the device decoder",
+            "",
+            "`conform` on this package's own decoder as the oracle's engine (`DecoderEngine`, the chooser's path): "
+            "the law of the first two tokens of random contexts against each rule's exact law, m = 4.",
+            "",
+            "| rule | decoder | contexts | samples | p-value | detects TV | samples a second |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['rule']} | {r['decoder']} | {r['contexts']} | {r['samples']} | {r['p_value']:.3g} | "
+            f"{r['detectable_tv']:.3f} | {r['samples_per_second']:,.1f} |"
+            for r in parts["oracle"]
+        ]
+        lines.append("")
+    if "frontier" in parts:
+        f = parts["frontier"]
+        lines += [
+            "## The exact quality referee and the frontier",
+            "",
+            f"`exact_choice_referee` on {f['problems']} random multiple-choice questions: "
+            f"{f['problems_per_second']:.1f} problems a second (one problem at a time; the goal of 100 a second "
+            f"asks for a batched referee); `deployment_frontier` from its records, the dump's trace and the plan "
+            f"part's calibration, {f['points']} settings: {f['recommendation']}",
+            "",
+        ]
     for name, error in results["errors"].items():
         lines += [f"Part {name} failed: `{error}`", ""]
     return "\n".join(lines)

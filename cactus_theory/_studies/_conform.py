@@ -307,6 +307,15 @@ class ConformanceResult(Result):
     def records(self) -> list:
         return [dict(r) for r in self.rows]
 
+    def to_json(self) -> str:
+        """The rows with the verdict over all contexts (``overall``), the level and the notes."""
+        import json
+
+        from .._util._results import json_ready
+
+        data = {"name": self.name, "rows": self.records(), "overall": self.overall, "alpha": self.alpha}
+        return json.dumps(json_ready({**data, "notes": list(self.notes)}), indent=1)
+
     def table(self) -> str:
         o = self.overall
         lines = [

@@ -622,12 +622,34 @@ def test_referee_llama_server(models, tmp_path):
     assert "| 2 | speedup over the verifier alone |" in (tmp_path / "referee_llama_server.md").read_text()
 
 
+def test_conform_llama_server(models, tmp_path, capsys):
+    """The oracle on llama-server through the experiment: two servers started and stopped, contexts from the
+    MT-Bench fixture, the page written with its verdict, N and power."""
+    binary = _llama_server()
+    argv = ["--data", str(BENCHMARKS), "--models", models, "--server-binary", binary, "--out", str(tmp_path)]
+    argv += ["--contexts", "1", "--samples", "8", "--threads", "1", "--prompts", "6"]
+    assert script("conform_llama_server").main(argv) == 0
+    out = capsys.readouterr()
+    assert out.err.count("stopped llama-server on port") == 2
+    data = json.loads((tmp_path / "conform_llama_server.json").read_text())
+    assert len(data["rows"]) == 1 and data["rows"][0]["kept"] + data["rows"][0]["set_aside"] == 8
+    assert 0 <= data["overall"]["p_value"] <= 1 and data["overall"]["median_detectable_tv"] > 0
+    page = (tmp_path / "conform_llama_server.md").read_text()
+    assert "**Verdict**: combined p-value" in page and "8 speculative samples each" in page
+
+
 @pytest.mark.models
 def test_gpu_check(tmp_path, capsys):
     """The GPU check's CPU smoke run: tiny shapes, every part, the page and its numbers written."""
     assert script("gpu_check").main(["--device", "cpu", "--small", "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "gpu.json").read_text())
-    assert not data["errors"] and set(data["parts"]) == {"checks", "dump", "alone", "bench", "plan", "evaluate"}
+    parts = {"checks", "dump", "alone", "bench", "plan", "evaluate", "oracle", "frontier"}
+    assert not data["errors"] and set(data["parts"]) == parts
+    oracle = data["parts"]["oracle"]  # a correct decoder: no rejection at 1e-4 with these seeds
+    assert [r["rule"] for r in oracle] == ["sps", "cactus(delta=1)"] and all(r["p_value"] > 1e-4 for r in oracle)
+    assert (
+        data["parts"]["frontier"]["problems_per_second"] > 0 and "deploy" in data["parts"]["frontier"]["recommendation"]
+    )
     assert data["parts"]["checks"][0]["uniforms_bitwise_equal"]
     alone = data["parts"]["alone"][0]
     assert alone["same_tokens"] and alone["tokens"] > 0  # eager and static paths: the same tokens
@@ -642,6 +664,7 @@ def test_gpu_check(tmp_path, capsys):
     page = (tmp_path / "gpu.md").read_text()
     assert "No GPU was lent" in page and "## The planner against decoding" in page
     assert "## The quality referee's throughput" in page and "ms a step" in page
+    assert "## The engine oracle through the device decoder" in page and "## The exact quality referee and" in page
     capsys.readouterr()
     script("gpu_page").main([str(tmp_path / "gpu.json")])  # the page again, from the run's numbers alone
     assert capsys.readouterr().out.strip() == page.strip()

@@ -31,8 +31,11 @@ from ._checks._conformance import (
     sequence_tv_rows,
     small_cases,
 )
-from ._checks._studies import STUDY_CHECKS, check_study
+from ._checks._studies import STUDY_CHECKS as _STUDY_CHECKS
+from ._checks._studies import check_study
 
+#: The study checks by name (name -> function), in the order ``check_study`` runs them.
+STUDY_CHECKS = _STUDY_CHECKS
 #: The checks by name (name -> function), in the order ``check_rule`` runs them;
 #: ``check_rule(rule, checks=[...])`` runs the ones named.
 CHECKS = _conformance.CHECKS

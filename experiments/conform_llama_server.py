@@ -32,12 +32,14 @@ import time
 
 import numpy as np
 
+# the planner's referee's pair and its way to llama-server (a sibling script)
+from referee_llama_server import PAIR, server_binary
+
 from cactus_theory import benchmark_file, load_prompts
 from cactus_theory.io import machine_description, write_results
 from cactus_theory.servers import local_llama_server
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PAIR = ("qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m")
 SAMPLING = ["--temperature", "0.6", "--top-k", "20", "--top-p", "0.95", "--min-p", "0.05", "--chain", "llama.cpp"]
 
 
@@ -61,13 +63,7 @@ def main(argv=None) -> int:
     parser.add_argument("--prompts", type=int, default=80, help="MT-Bench questions the contexts are chosen from")
     parser.add_argument("--records", default=None, help="the oracle's records (default: a temporary folder)")
     args = parser.parse_args(argv)
-    if not args.server_binary:
-        args.server_binary = subprocess.run(
-            [sys.executable, os.path.join(HERE, "..", "scripts", "build_llama_server.py")],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+    args.server_binary = server_binary(args.server_binary)
     verifier, draft = (os.path.join(args.models, name + ".gguf") for name in PAIR)
     prompts = load_prompts(benchmark_file("mt_bench", args.data), dataset="mt_bench")[: args.prompts]
     work = tempfile.mkdtemp(prefix="conform-")

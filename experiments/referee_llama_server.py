@@ -52,6 +52,18 @@ PAIR = ("qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_
 SETTINGS = SamplingSettings(temperature=0.6, top_k=20, top_p=0.95)
 
 
+def server_binary(given=None):
+    """llama-server's path: ``given``, else the one scripts/build_llama_server.py builds (once; cached)."""
+    if given:
+        return given
+    return subprocess.run(
+        [sys.executable, os.path.join(HERE, "..", "scripts", "build_llama_server.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
 def server(binary, args, log):
     """A llama-server on 127.0.0.1 and a free port for the block (``args``: "-m MODEL" and its flags); its URL.
     Stopped however the script ends: its own process group, on a normal end, an error, Ctrl-C, SIGTERM or
@@ -128,13 +140,7 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--context", type=int, default=256, help="tokens of context while the servers are timed")
     args = parser.parse_args(argv)
-    if not args.server_binary:
-        args.server_binary = subprocess.run(
-            [sys.executable, os.path.join(HERE, "..", "scripts", "build_llama_server.py")],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+    args.server_binary = server_binary(args.server_binary)
     verifier, draft = (os.path.join(args.models, name + ".gguf") for name in PAIR)
     prompts = held_out_prompts(args.data, args.mbpp, args.mt_bench)
     sizes = [int(b) for b in args.parallel.split(",")]

@@ -3,6 +3,8 @@ Its arguments, then the code that runs them."""
 
 from __future__ import annotations
 
+import sys
+
 from ._common import (
     _analysed,
     _bonus_policy_option,
@@ -90,13 +92,19 @@ def run(args) -> int:
     traces = _traces(args)
     rules = parse_rules(args.rules, args.delta)
     options = analysis_options(args)
-    client, cluster = _dask_client(args)
-    try:
-        result = analyze_trace(traces, rules, progress=_progress(args), client=client, options=options)
-    finally:
-        from .._analysis._engines import close_quietly
+    from .._util._files import termination_as_exception
 
-        close_quietly(client, cluster)
+    client, cluster = _dask_client(args)
+    # the workers this command started stop with it: a normal end, an error, Ctrl-C, SIGTERM or SIGHUP
+    with termination_as_exception():
+        try:
+            result = analyze_trace(traces, rules, progress=_progress(args), client=client, options=options)
+        finally:
+            from .._analysis._engines import close_quietly
+
+            close_quietly(client, cluster)
+            if cluster is not None and sys.exc_info()[0] is not None:
+                print(f"stopped the local Dask cluster ({args.workers} workers)", file=sys.stderr, flush=True)
     where = traces.directory if len(traces.traces) == 1 else f"{len(traces.traces)} traces ({traces.directory})"
     drafts = "" if args.draft_mode == "sampled" else "; greedy drafting (argmax p, one-hot for the rules)"
     print(f"trace {where}: {_analysed(traces, result)}; settings {result.settings}{drafts}")

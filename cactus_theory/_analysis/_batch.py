@@ -110,16 +110,10 @@ def _step_profiles(accepts, m, max_steps=None, *, floor=_NEGLIGIBLE):
     lengths = np.array([a.shape[0] for a in accepts])
     n = int(lengths.max())
     steps = n if max_steps is None else min(n, int(max_steps))
-    padded = np.zeros((len(accepts), n + m))
+    law = np.zeros((len(accepts), n, m + 1))  # each request's step law (``_step_law``), zero past its length
     for i, a in enumerate(accepts):
-        padded[i, : a.shape[0]] = a  # positions past the end count as rejections
-    # P(a step from t accepts i drafts): a_t ... a_{t+i-1} (1 - a_{t+i}), and all m: a_t ... a_{t+m-1}
-    windows = np.stack([padded[:, i : i + n] for i in range(m)], axis=-1)  # (R, N, m)
-    reach = np.concatenate([np.ones((len(accepts), n, 1)), np.cumprod(windows, axis=-1)], axis=-1)
-    law = reach.copy()
-    law[..., :m] *= 1.0 - windows
+        law[i, : a.shape[0]] = _step_law(np.asarray(a, dtype=np.float64), m)
     inside = np.arange(n)[None, :] < lengths[:, None]
-    law *= inside[..., None]
     mean = law @ np.arange(m + 1.0)
     at = np.zeros((len(accepts), n + m + 1))  # P(at position t after s steps); t >= the request's length: done
     at[:, 0] = 1.0

@@ -32,8 +32,8 @@ import time
 
 import numpy as np
 
-# the planner's referee's pair and its way to llama-server (a sibling script)
-from referee_llama_server import PAIR, server_binary
+# the planner's referee's pair, its arguments and its way to llama-server (a sibling script)
+from referee_llama_server import PAIR, pair_arguments, server_binary
 
 from cactus_theory import benchmark_file, load_prompts
 from cactus_theory.io import machine_description, write_results
@@ -45,10 +45,7 @@ SAMPLING = ["--temperature", "0.6", "--top-k", "20", "--top-p", "0.95", "--min-p
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default=os.environ.get("CACTUS_THEORY_DATA"), help="benchmark data directory")
-    parser.add_argument("--models", default=os.path.expanduser("~/.cache/cactus_theory/models"))
-    parser.add_argument("--server-binary", default=os.environ.get("CACTUS_LLAMA_SERVER"))
-    parser.add_argument("--out", default=os.path.join(HERE, "..", "docs", "results"))
+    pair_arguments(parser)
     parser.add_argument("--contexts", type=int, default=20)
     parser.add_argument("--samples", type=int, default=400, help="speculative samples per context")
     parser.add_argument("--m", type=int, default=4, help="--spec-draft-n-max")

@@ -52,6 +52,14 @@ PAIR = ("qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_
 SETTINGS = SamplingSettings(temperature=0.6, top_k=20, top_p=0.95)
 
 
+def pair_arguments(parser):
+    """The arguments of a script that runs the Qwen pair on llama-server: --data, --models, --server-binary, --out."""
+    parser.add_argument("--data", default=os.environ.get("CACTUS_THEORY_DATA"), help="benchmark data directory")
+    parser.add_argument("--models", default=os.path.expanduser("~/.cache/cactus_theory/models"))
+    parser.add_argument("--server-binary", default=os.environ.get("CACTUS_LLAMA_SERVER"))
+    parser.add_argument("--out", default=os.path.join(HERE, "..", "docs", "results"))
+
+
 def server_binary(given=None):
     """llama-server's path: ``given``, else the one scripts/build_llama_server.py builds (once; cached)."""
     if given:
@@ -127,10 +135,7 @@ def main(argv=None) -> int:
     from cactus_theory import calibrate_server, drive_server, dump_server_trace, open_server
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default=os.environ.get("CACTUS_THEORY_DATA"), help="benchmark data directory")
-    parser.add_argument("--models", default=os.path.expanduser("~/.cache/cactus_theory/models"))
-    parser.add_argument("--server-binary", default=os.environ.get("CACTUS_LLAMA_SERVER"))
-    parser.add_argument("--out", default=os.path.join(HERE, "..", "docs", "results"))
+    pair_arguments(parser)
     parser.add_argument("--parallel", default="1,2,4")
     parser.add_argument("--mbpp", type=int, default=6)
     parser.add_argument("--mt-bench", type=int, default=6)

@@ -229,14 +229,6 @@ class LlamaCppModel:
         self.batch_tokens, self.sequences = min(int(batch), int(lib.llama_n_batch(ctx))), int(sequences)
         self.kernels = kernels_of(lib)
         self.context = int(lib.llama_n_ctx(ctx)) // int(sequences)
-        self.train_context = int(lib.llama_model_n_ctx_train(model))
-        if int(context) > self.train_context > 0:
-            self._finalizer()
-            raise SettingError(
-                "context",
-                f"{context} tokens is more than the model's own limit of {self.train_context}",
-                given="context",
-            )
         eos = [int(lib.llama_vocab_eos(vocab)), int(lib.llama_vocab_eot(vocab))]
         self.config = SimpleNamespace(vocab_size=self.vocab_size)
         self.generation_config = SimpleNamespace(eos_token_id=[t for t in eos if t >= 0])

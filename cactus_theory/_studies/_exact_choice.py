@@ -25,7 +25,6 @@ rules are refused: their first token's law is not a per-token law.
 from __future__ import annotations
 
 import contextlib
-import json
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -39,6 +38,7 @@ from .._math._sampling import SamplingSettings
 from .._math._validation import check_int, is_integer
 from .._rules._protocol import judgement_of
 from .._util._files import json_lines
+from .._util._records import setting_difference
 from .._util._results import RowsResult
 from .._util._study import Study, run_study
 from ._pair import ModelPair
@@ -321,11 +321,12 @@ def rescore_exact(records, rules, *, settings=None) -> list:
             f"records: rows of vocabularies of {vocabularies} tokens (the first of another size: {other!r}): records "
             "of different tokenizers are never rescored together; rescore each model pair's records apart"
         )
-    settings_seen = {json.dumps(r.get("setting"), sort_keys=True) for r in alone}
-    if len(settings_seen) > 1:
+    other = next((r for r in alone if (r.get("setting") or {}) != source), None)
+    if other is not None:  # records of another run among them (another pair, sampling or benchmark)
         raise ValueError(
-            f"records: the verifier alone's records hold {len(settings_seen)} different settings (models, sampling or "
-            "benchmarks of other runs): rescore each run's records apart"
+            f"records: the verifier alone's records hold different settings ({other['id']!r} against "
+            f"{alone[0]['id']!r}: {setting_difference(source, other.get('setting') or {})}): rescore each run's "
+            "records apart"
         )
     laws = rescored_laws(rows, rules, settings)
     setting = {**source, "sampling": settings.as_dict(), "rescored": made.as_dict()}

@@ -26,7 +26,7 @@ from .._util._results import Result
 from ._clock import drain
 from ._drafters import NgramDrafter
 
-__all__ = ["CHAINS_ONLY", "DecodeResult", "DecodeSpec", "Decoder", "check_chain_rule"]
+__all__ = ["CHAINS_ONLY", "DecodeResult", "DecodeSpec", "Decoder", "check_chain_rule", "device_only_refusal"]
 
 #: Why a multi-draft rule is refused here.
 CHAINS_ONLY = (
@@ -42,6 +42,18 @@ def check_chain_rule(rule):
     if not judgement_of(rule).chain:
         raise ValueError(CHAINS_ONLY.format(rule=rule.describe(), k=rule.draft_count))
     return rule
+
+
+def device_only_refusal(spec) -> SettingError:
+    """The refusal of ``spec``'s device-only options (the static cache, CUDA graphs, the fused rule) where the
+    device decoder cannot run it: for its rule or options (``DecodeSpec``) or for its models (the chooser)."""
+    return SettingError(
+        "static_cache" if spec.static_cache else "fuse_rule",
+        "the static cache, CUDA graphs and the fused rule run in the Hugging Face engine's device decoder, which "
+        "takes the verifier alone or a token rule with the verifier's bonus and no gate, drafting policy, drift "
+        "record or raw logits: drop them, or those options",
+        given="static_cache / cuda_graphs / fuse_rule",
+    )
 
 
 @dataclass(frozen=True)
@@ -144,13 +156,7 @@ class DecodeSpec:
         device_only = self.static_cache or self.fuse_rule
         simple = judgement.per_token and self.bonus_policy == "verifier" and not self.need_logits
         if device_only and not (simple and self.gate is None and self.draft_policy is None and not self.drift):
-            raise SettingError(
-                "static_cache" if self.static_cache else "fuse_rule",
-                "the static cache, CUDA graphs and the fused rule run in the Hugging Face engine's device decoder, "
-                "which takes the verifier alone or a token rule with the verifier's bonus and no gate, drafting "
-                "policy, drift record or raw logits: drop them, or those options",
-                given="static_cache / cuda_graphs / fuse_rule",
-            )
+            raise device_only_refusal(self)
         if judgement.block and self.bonus_policy != "verifier":
             raise SettingError(
                 "bonus_policy",

@@ -19,9 +19,8 @@ speculative call (``bonus_policy``, ``draft_mode``, ``draft_policy``, ``gate``, 
 
 from __future__ import annotations
 
-from .._math._validation import SettingError
 from ._clock import drain
-from ._decode_spec import DecodeResult, DecodeSpec, check_chain_rule
+from ._decode_spec import DecodeResult, DecodeSpec, check_chain_rule, device_only_refusal
 from ._device_loop import OnDevice
 from ._drafters import NgramDrafter
 from ._hf import engine_of
@@ -72,13 +71,7 @@ def batched_decoder(spec, verifier, draft=None, *, device=True):
     if device and OnDevice.ready(spec, verifier, draft):
         return OnDevice(spec, verifier, draft)
     if spec.static_cache or spec.fuse_rule:
-        raise SettingError(
-            "static_cache" if spec.static_cache else "fuse_rule",
-            "the static cache, CUDA graphs and the fused rule run in the Hugging Face engine's device decoder, which "
-            "takes the verifier alone or a token rule with the verifier's bonus and no gate, drafting policy, drift "
-            "record or raw logits: drop them, or those options",
-            given="static_cache / cuda_graphs / fuse_rule",
-        )
+        raise device_only_refusal(spec)
     return HostBatch(spec, verifier, draft)
 
 

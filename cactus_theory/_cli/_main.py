@@ -180,7 +180,10 @@ def main(argv=None) -> int:
     except Exception as exc:
         if args.debug:
             raise
-        code, line = _explain(exc, getattr(sys.modules.get(args.func.__module__), "FLAGS", None))
+        flags = dict(getattr(sys.modules.get(args.func.__module__), "FLAGS", {}))
+        if hasattr(args, "llama_context"):  # the model options' --context (``_common._model_options``)
+            flags["context"] = "--context"
+        code, line = _explain(exc, flags)
         print(f"cactus-theory: error: {line}", file=sys.stderr)
         return code
 

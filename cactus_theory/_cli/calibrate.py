@@ -23,8 +23,6 @@ from ._common import (
 )
 
 ORDER = 5
-#: The library\'s settings as this command\'s flags (its refusals say them so).
-FLAGS = {"context": "--context"}
 
 
 def add_parser(sub):

@@ -17,8 +17,6 @@ from ._common import (
 )
 
 ORDER = 4.7
-#: The library\'s settings as this command\'s flags (its refusals say them so).
-FLAGS = {"context": "--context"}
 
 
 def add_parser(sub):

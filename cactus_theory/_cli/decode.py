@@ -35,7 +35,6 @@ FLAGS = {
     "static_cache": "--static-cache / --cuda-graphs",
     "fuse_rule": "--fuse-rule",
     "draft": "--draft ngram",
-    "context": "--context",
 }
 
 

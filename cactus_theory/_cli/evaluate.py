@@ -21,7 +21,7 @@ from ._common import (
 
 ORDER = 4.5
 #: The library's settings as this command's flags (its refusals say them so).
-FLAGS = {"drift": "the drift record (on unless --no-drift)", "context": "--context"}
+FLAGS = {"drift": "the drift record (on unless --no-drift)"}
 
 
 def add_parser(sub):

@@ -362,9 +362,7 @@ def part_checks(ctx):
 def part_plan(ctx):
     from cactus_theory import analyze_trace, calibrate_cost, decode_prompts, matched_times, parse_rules, predict_speedup
 
-    identity = {"name": "random-qwen2.5-1.5b-shape", "source": "built on the device", "files": {}}
-    verifier = (ctx.verifier, ctx.tokenizer, identity)
-    draft = (ctx.draft, ctx.tokenizer, {**identity, "name": f"first-{ctx.draft_layers}-layers"})
+    verifier, draft = ctx.triples()
     start = time.perf_counter()
     cost = calibrate_cost(
         verifier,
@@ -472,8 +470,7 @@ def part_evaluate(ctx):
     from cactus_theory import evaluate_rules, load_problems, make_rules
 
     problems = load_problems("choice", path=ctx.choice_file())
-    identity = {"name": "random-qwen2.5-1.5b-shape", "source": "built on the device", "files": {}}
-    verifier = (ctx.verifier, ctx.tokenizer, identity)
+    verifier, _ = ctx.triples()
     rules = make_rules("sps,cactus(delta=1)")
     rows = []
     for batch, chosen in ((ctx.evaluate_batch, problems), (1, problems[: max(2, len(problems) // 8)])):
@@ -501,8 +498,7 @@ def part_oracle(ctx):
     random contexts against the rule's exact law, with the time a sample."""
     from cactus_theory import DecoderEngine, DecodeSpec, conform, make_rule
 
-    identity = {"name": "random-qwen2.5-1.5b-shape", "source": "built on the device", "files": {}}
-    verifier = (ctx.verifier, ctx.tokenizer, identity)
+    verifier, _ = ctx.triples()
     prompts = make_prompts(ctx.oracle_contexts, ctx.vocab, 11, "oracle")
     contexts = [(p.id, ctx.tokenizer(p.text)["input_ids"]) for p in prompts]
     rows = []
@@ -539,9 +535,7 @@ def part_frontier(ctx):
 
     if ctx.cost is None or not ctx.traces:
         raise RuntimeError("no calibration or trace: the dump and plan parts did not run")
-    identity = {"name": "random-qwen2.5-1.5b-shape", "source": "built on the device", "files": {}}
-    verifier = (ctx.verifier, ctx.tokenizer, identity)
-    draft = (ctx.draft, ctx.tokenizer, {**identity, "name": f"first-{ctx.draft_layers}-layers"})
+    verifier, draft = ctx.triples()
     problems = load_problems("choice", path=ctx.choice_file())
     rules = ["cactus(delta=1)", "lossy(alpha=0.5)"]
     sync(ctx.device)
@@ -592,6 +586,12 @@ class Context:
             shape, self.draft_layers, self.scale, self.device, getattr(torch, self.dtype)
         )
         self.work = tempfile.mkdtemp(prefix="gpu-check-")
+
+    def triples(self):
+        """The verifier's and the draft's (model, tokenizer, identity) triples: the identity a record names."""
+        identity = {"name": "random-qwen2.5-1.5b-shape", "source": "built on the device", "files": {}}
+        draft = {**identity, "name": f"first-{self.draft_layers}-layers"}
+        return (self.verifier, self.tokenizer, identity), (self.draft, self.tokenizer, draft)
 
     def choice_file(self):
         """Random multiple-choice questions over the pair's word vocabulary (the referees' problems), written once."""

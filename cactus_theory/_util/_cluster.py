@@ -20,7 +20,8 @@ DASK_WORKER_ENV = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20)}
 
 def local_dask_cluster(workers):
     """(client, cluster): a Dask cluster of ``workers`` worker processes on this machine, one task
-    thread each, started with ``DASK_WORKER_ENV`` (the nanny's pre-spawn environment)."""
+    thread each, started with ``DASK_WORKER_ENV`` (the nanny's pre-spawn environment), listening on 127.0.0.1
+    only."""
     import dask
     from distributed import Client, LocalCluster
 
@@ -32,7 +33,8 @@ def local_dask_cluster(workers):
             n_workers=workers,
             threads_per_worker=1,
             processes=True,
-            dashboard_address=":0",
+            host="127.0.0.1",  # the scheduler, the workers and the dashboard reachable from this machine only
+            dashboard_address="127.0.0.1:0",
             silence_logs=logging.ERROR,
         )
     return Client(cluster), cluster

@@ -181,7 +181,7 @@ def main(argv=None) -> int:
         if args.debug:
             raise
         flags = dict(getattr(sys.modules.get(args.func.__module__), "FLAGS", {}))
-        if hasattr(args, "llama_context"):  # the model options' --context (``_common._model_options``)
+        if hasattr(args, "llama_context"):  # the --context the shared model options add
             flags["context"] = "--context"
         code, line = _explain(exc, flags)
         print(f"cactus-theory: error: {line}", file=sys.stderr)

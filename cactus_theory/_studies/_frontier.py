@@ -14,7 +14,9 @@ length m:
 - the front: the settings no other is at least as fast and as accurate as, one of the two strictly;
 - the recommendation: the fastest setting (by its predicted speedup) whose loss's upper 95% bound stays within
   ``max_loss`` points (the interval's lower end of the difference at or above -max_loss), or SpS (lossless, the
-  difference exactly 0) at its fastest m where none does.
+  difference exactly 0) at its fastest m where none does; and the verifier alone (no speculation: speedup exactly
+  1, difference exactly 0, one row of the frontier, m = 0) where no setting within the budget is predicted faster
+  than it (a draft as costly as a slow CPU's: speculation loses).
 
 Both computations process the logits with one sampler chain (``settings``: the chain of the engine deployed
 on), said on every line. The trace and the records come from different prompts (a workload's and a
@@ -31,6 +33,7 @@ import numpy as np
 from .._math._pareto import pareto_front
 from .._math._sampling import SamplingSettings
 from .._util._results import Result, interval
+from ._exact_choice import ALONE
 
 __all__ = ["FRONTIER_MS", "Frontier", "decide", "deployment_frontier", "frontier_rules"]
 
@@ -38,6 +41,8 @@ __all__ = ["FRONTIER_MS", "Frontier", "decide", "deployment_frontier", "frontier
 FRONTIER_MS = (2, 4, 6, 8, 10)
 #: The accuracy budget by default: the loss's upper 95% bound, in points.
 MAX_LOSS = 0.5
+#: The lossless settings: always within the budget.
+LOSSLESS = ("sps", ALONE)
 
 
 def frontier_rules(extra=()) -> list:
@@ -90,6 +95,15 @@ class Frontier(Result):
     def recommendation_line(self) -> str:
         """The decision in one line, with its two intervals."""
         r = self.recommendation
+        if r["rule"] == ALONE:
+            best = max((x for x in self.rows if x["within"] and x["rule"] != ALONE), key=lambda x: x["speedup"])
+            return (
+                f"deploy the verifier alone, without speculation: no setting whose loss stays within {self.budget:g} "
+                f"points at 95% is predicted faster (the fastest, {best['rule']} at m = {best['m']}: {self.speed} "
+                f"{best['speedup']:.2f}x {interval(best['speedup_lo'], best['speedup_hi'], '.2f')}, accuracy "
+                f"{best['difference']:+.2f} points {interval(best['low'], best['high'], '+.2f')}); chain "
+                f"{self.settings.chain_name}"
+            )
         return (
             f"deploy {r['rule']} at m = {r['m']}: {self.speed} {r['speedup']:.2f}x "
             f"{interval(r['speedup_lo'], r['speedup_hi'], '.2f')}, accuracy {r['difference']:+.2f} points "
@@ -139,7 +153,7 @@ class Frontier(Result):
         from .._analysis._plotting import rule_colours
 
         fig, ax = plt.subplots(figsize=(8.5, 5.6))
-        shown = [r for r in self.rows if r["best_m"] or r["front"]]
+        shown = [r for r in self.rows if (r["best_m"] or r["front"]) and r["rule"] != ALONE]  # marked below
         colours = rule_colours(sorted({_family(r["rule"]) for r in shown}))
         for r in shown:
             colour = colours.get(_family(r["rule"]), "C0")
@@ -180,9 +194,10 @@ class Frontier(Result):
 
 def decide(rows: list, max_loss: float) -> dict:
     """Mark ``rows`` (dicts with rule, m, speedup, difference, low: points) in place: ``front`` (no other row at
-    least as fast and as accurate, one of the two strictly), ``within`` (SpS, or the difference's lower 95% end at
-    or above -max_loss: the loss's upper bound within the budget), ``best_m`` (the rule's fastest m); and return
-    the recommendation: the fastest row within the budget (SpS on a tie)."""
+    least as fast and as accurate, one of the two strictly), ``within`` (SpS and the verifier alone, or the
+    difference's lower 95% end at or above -max_loss: the loss's upper bound within the budget), ``best_m`` (the
+    rule's fastest m); and return the recommendation: the fastest row within the budget (on a tie SpS, then the
+    verifier alone: the lossless before the lossy)."""
     labels = [f"{r['rule']}@{r['m']}" for r in rows]
     front = set(pareto_front([(lab, r["speedup"], -r["difference"]) for lab, r in zip(labels, rows, strict=True)]))
     best = {}
@@ -191,12 +206,12 @@ def decide(rows: list, max_loss: float) -> dict:
             best[r["rule"]] = r
     for lab, r in zip(labels, rows, strict=True):
         r["front"] = lab in front
-        r["within"] = bool(r["rule"] == "sps" or (np.isfinite(r["low"]) and r["low"] >= -max_loss))
+        r["within"] = bool(r["rule"] in LOSSLESS or (np.isfinite(r["low"]) and r["low"] >= -max_loss))
         r["best_m"] = best[r["rule"]] is r
     within = [r for r in rows if r["within"]]
-    if not within:
+    if not any(r["rule"] in LOSSLESS for r in rows):
         raise ValueError("no setting of SpS among the rows: the frontier always holds SpS, the lossless fallback")
-    return max(within, key=lambda r: (r["speedup"], r["rule"] == "sps"))
+    return max(within, key=lambda r: (r["speedup"], r["rule"] == "sps", r["rule"] == ALONE))
 
 
 def _same_pair(trace_meta: dict, setting: dict) -> list:
@@ -306,6 +321,18 @@ def deployment_frontier(
                 "problems": int(a["problems"]),
             }
         )
+    alone = accuracy[ALONE]
+    rows.append(
+        {
+            "rule": ALONE,
+            "family": ALONE,
+            "m": 0,
+            **dict.fromkeys(("speedup", "speedup_lo", "speedup_hi", "al"), 1.0),
+            **dict.fromkeys(("difference", "low", "high", "kl", "tv"), 0.0),
+            "accuracy": 100 * alone["accuracy"],
+            "problems": int(alone["problems"]),
+        }
+    )
     recommendation = decide(rows, max_loss)
     benchmarks = [
         {k: r[k] for k in ("benchmark", "method", "problems", "accuracy", "difference", "low", "high", "kl", "tv")}

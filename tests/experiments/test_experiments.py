@@ -772,6 +772,65 @@ def test_fetch_benchmark(tmp_path, monkeypatch):
 
 @pytest.mark.llamacpp
 @pytest.mark.models
+def test_deployment_decision(models, tiny_trace, tmp_path):
+    """The four benchmarks' exact referee, then both chains' frontiers, from tiny models and a tiny trace."""
+    argv = ["--models", models, "--data", str(BENCHMARKS), "--trace", tiny_trace, "--cost", "0.3", "--bootstrap", "100"]
+    argv += ["--records", str(tmp_path / "records" / "exact.jsonl"), "--out", str(tmp_path), "--threads", "1"]
+    assert script("deployment_decision").main([*argv, "--referee-only"]) == 0
+    assert not (tmp_path / "deployment_decision.md").exists()
+    # another build's records: one problem's Cactus accuracy moved by +0.125 and its verifier alone by -0.0625
+    other = [json.loads(line) for line in (tmp_path / "records" / "exact.jsonl").read_text().splitlines()]
+    for r in other:
+        if r["id"] == "arc_easy-1":
+            r["accuracy"] += {"verifier alone": -0.0625}.get(r["method"], 0.125 if "cactus" in r["method"] else 0.0)
+    (tmp_path / "other.jsonl").write_text("".join(json.dumps(r) + "\n" for r in other))
+    argv += ["--timing", "3", "--other-build", str(tmp_path / "other.jsonl")]
+    assert script("deployment_decision").main(argv) == 0
+    data = json.loads((tmp_path / "deployment_decision.json").read_text())
+    assert data["problems"] == {"arc_challenge": 4, "arc_easy": 3, "commonsense_qa": 3, "openbook_qa": 3, "all": 13}
+    from cactus_theory._studies._exact_choice import read_exact_records
+
+    records = read_exact_records(tmp_path / "deployment_records.jsonl.gz")
+    assert len(records) == 13 * 6 and all("rows" in r for r in records if r["method"] == "verifier alone")
+    page = (tmp_path / "deployment_decision.md").read_text()
+    for name, chain in data["chains"].items():
+        assert chain["line"] in page
+        sps = [r for r in chain["rows"] if r["rule"] == "sps"]
+        assert sps and all(r["difference"] == 0.0 and r["within"] for r in sps)  # lossless, always within
+        # the recommendation: the fastest row whose interval's lower end stays within the budget (or SpS)
+        allowed = [r for r in chain["rows"] if r["rule"] == "sps" or r["low"] >= -data["max_loss"]]
+        assert chain["recommendation"]["speedup"] == max(r["speedup"] for r in allowed), name
+        # the pooled half-width: the widest interval among the front's settings, from the per-benchmark rows
+        front = {r["rule"] for r in chain["rows"] if r["front"] and r["rule"] != "sps"}
+        pooled = [100 * (b["high"] - b["low"]) / 2 for b in chain["benchmarks"] if b["benchmark"] == "all"]
+        widths = [
+            100 * (b["high"] - b["low"]) / 2
+            for b in chain["benchmarks"]
+            if b["benchmark"] == "all" and b["method"] in front
+        ]
+        assert chain["half_widths"].get("all", 0.0) == pytest.approx(max(widths, default=0.0)) and pooled
+    assert "min-p 0.05" in data["chains"]["llama.cpp"]["settings"]
+    drift = data["build_drift"]  # this run's records against the moved copy: |-0.125| and |-0.125 - (+0.0625)|
+    assert drift["problems"] == 13 and drift["max_value"] == pytest.approx(0.125)
+    assert drift["max_paired"] == pytest.approx(0.1875)
+    for method, (mine, theirs) in drift["mean_differences"].items():  # 13 problems, one moved, in points
+        assert mine - theirs == pytest.approx(-100 * (0.1875 if "cactus" in method else 0.0625) / 13), method
+    assert drift["max_mean_change"] == pytest.approx(100 * 0.1875 / 13)
+    timing = data["time"]
+    assert timing["problems"] == 3 and timing["referee_s"] > 0 and timing["floor_s"] > 0  # seconds: no ordering
+    assert timing["floor_ratio"] == pytest.approx(timing["floor_s"] / timing["referee_s"])
+    from cactus_theory import frontier_rules
+
+    assert data["rescoring"]["problems"] == 13 and data["rescoring"]["settings"] == len(frontier_rules())
+    assert "Another build of llama.cpp" in page and "problem-settings a second" in page
+    assert (tmp_path / "deployment_decision.png").stat().st_size > 0
+    assert (tmp_path / "deployment_decision_llama.png").stat().st_size > 0
+    assert set(data["chains"]) == {"package", "llama.cpp", "gpu"}  # a GPU's measured profile beside this machine
+    assert (tmp_path / "deployment_decision_gpu.png").stat().st_size > 0 and "GB200" in page
+
+
+@pytest.mark.llamacpp
+@pytest.mark.models
 def test_quality_exact(models, tmp_path):
     argv = [
         "--models",

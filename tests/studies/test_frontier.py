@@ -51,6 +51,13 @@ def test_the_recommendation_is_the_fastest_setting_whose_loss_stays_within_the_b
     assert decide(rows, 0.15)["rule"] == "lossy(alpha=0.5)"
     assert decide([r for r in rows if r["rule"] != "lossy(alpha=0.5)"], 0.05)["rule"] == "sps"  # none: SpS
     assert [r["best_m"] for r in rows] == [True] * 4
+    # a draft as costly as a slow CPU's: every setting slower than the verifier alone (speedup 1, exactly lossless)
+    slow = [_row(r["rule"], r["m"], r["speedup"] / 2.2, r["difference"], r["low"]) for r in rows]
+    slow.append(_row("verifier alone", 0, 1.0, 0.0, 0.0))
+    assert decide(slow, 0.52)["rule"] == "verifier alone" and slow[-1]["within"] and slow[-1]["front"]
+    assert [r["front"] for r in slow[:-1]] == [False, False, False, True]  # the +0.2 points of lossy stay
+    slow[1]["speedup"] = 1.01  # just faster than no speculation, its loss within the budget
+    assert decide(slow, 0.5)["rule"] == "cactus(delta=1)"
 
 
 def _records(seed, problems=40, vocab=40, models=("a", "b")):
@@ -91,12 +98,19 @@ def test_the_frontier_end_to_end(tmp_path):
     trace = random_trace(tmp_path / "t", 0, [f"q-{i}" for i in range(8)])
     rules = ["cactus(delta=1)", "lossy(alpha=0.5)", "tas"]
     frontier = deployment_frontier(trace, _records(1), 0.2, rules=rules, ms=(2, 4), n_boot=200)
-    assert sorted({r["rule"] for r in frontier.rows}) == sorted(["sps", "cactus(delta=1)", "lossy(alpha=0.5)", "tas"])
-    assert {r["m"] for r in frontier.rows} == {2, 4}
+    expected = ["sps", "cactus(delta=1)", "lossy(alpha=0.5)", "tas", "verifier alone"]
+    assert sorted({r["rule"] for r in frontier.rows}) == sorted(expected)
+    assert {r["m"] for r in frontier.rows} == {0, 2, 4}
     sps = [r for r in frontier.rows if r["rule"] == "sps"]
     assert all(r["difference"] == 0 and r["low"] == 0 and r["within"] for r in sps)
     chosen = frontier.recommendation
     assert chosen["within"] and chosen["speedup"] == max(r["speedup"] for r in frontier.rows if r["within"])
+    (alone,) = [r for r in frontier.rows if r["rule"] == "verifier alone"]  # no speculation: 1x, lossless, m = 0
+    assert (alone["m"], alone["speedup"], alone["difference"], alone["low"], alone["within"]) == (0, 1, 0, 0, True)
+    slow = deployment_frontier(trace, _records(1), 0.95, rules=rules, ms=(2, 4), n_boot=200)  # a draft near 1x
+    assert max(r["speedup"] for r in slow.rows if r["rule"] != "verifier alone") < 1
+    assert slow.recommendation["rule"] == "verifier alone"
+    assert slow.recommendation_line().startswith("deploy the verifier alone, without speculation")
     assert "deploy" in frontier.recommendation_line() and "chain vllm" in frontier.recommendation_line()
     assert any("two samples" in n for n in frontier.notes)
     written = frontier.write(tmp_path / "out")

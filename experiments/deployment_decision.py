@@ -1,27 +1,34 @@
-"""Which rule should I deploy? The exact referee on four public multiple-choice benchmarks (5,269 problems) with
-the real pair, then every rule's predicted speedup against its exact accuracy cost on one frontier, and the
-fastest setting within an accuracy budget, under two sampler chains.
+"""Which rule should I deploy? The exact quality referee on four public multiple-choice benchmarks (5,269
+problems) with the real pair, then every rule's predicted speedup against its exact accuracy cost on one
+frontier, and the fastest setting within an accuracy budget: with this machine's speed under two sampler chains,
+and with a GPU's.
 
 Usage:
     python experiments/fetch_models.py       # once: the Qwen2.5-Coder 0.5B / 1.5B GGUF files
     python experiments/fetch_benchmark.py    # once: ARC-Challenge, ARC-Easy, CommonsenseQA, OpenBookQA, checked
     cactus-theory calibrate --engine llama.cpp --verifier MODELS/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf \\
-        --draft MODELS/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf --out COST.json      # once: this machine's costs
-    python experiments/deployment_decision.py --data DIR --cost COST.json [--max-loss 0.5] [--out docs/results]
+        --draft MODELS/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf --context 256 --max-block 11 --repeats 3 \\
+        --prompt-lengths 32,128 --out COST.json                                  # once: this machine's costs
     python experiments/deployment_decision.py --data DIR --referee-only      # the referee alone (resumable)
+    python experiments/deployment_decision.py --data DIR --cost COST.json [--max-loss 0.5] [--out docs/results] \\
+        [--other-build RECORDS]
 
 1. The exact referee (``exact_choice_referee``): Qwen2.5-Coder-0.5B-Instruct drafting for 1.5B (Q4_K_M,
    llama.cpp), one prompt pass per model per problem, every problem's answer rows kept (the top 64 raw logits of
    each model at the answer position), the records resumable in the user cache and written beside the page,
-   compressed (``deployment_records.jsonl.gz``).
+   compressed (``deployment_records.jsonl.gz``), with the calibration (``deployment_cost.json``).
 2. The frontier (``deployment_frontier``) from those records alone: every registered token rule over its
-   declared grid and SpS, m in 2..10, the planner's predicted speedup from the embedded trace (the same pair) and
-   the calibration, and the pooled paired accuracy difference from the verifier alone; twice: with the package's
-   (vLLM's) chain, the records' own, and with llama.cpp's default chain (top-k, top-p, min-p 0.05, temperature
-   last), each rescored from the rows.
+   declared grid, SpS and the verifier alone, m in 2..10, the planner's predicted speedup from the embedded trace
+   (the same pair) and the calibration, and the pooled paired accuracy difference from the verifier alone; with
+   the package's (vLLM's) chain, the records' own, and with llama.cpp's default chain (top-k, top-p, min-p 0.05,
+   temperature last), each rescored from the rows; and with a GPU's measured costs (``--gpu-profile``).
+3. The time: the quality referee's seconds a problem against llama.cpp's own reading of the same prompts (``--timing``
+   problems, measured in this run), and rescoring's problem-settings a second.
+4. With ``--other-build``, records of the same problems from another build of llama.cpp (other kernels): how far
+   the per-problem values and the paired differences move.
 
-Writes OUT/deployment_decision.md, .json, .png (the figure of the package's chain) and
-deployment_decision_llama.png, and OUT/deployment_records.jsonl.gz.
+Writes OUT/deployment_decision.md, .json, .png (this machine, the package's chain), deployment_decision_llama.png,
+deployment_decision_gpu.png, deployment_records.jsonl.gz and deployment_cost.json.
 """
 
 from __future__ import annotations
@@ -191,8 +198,10 @@ def main(argv=None):
     )
     parser.add_argument("--trace", default=None, help="the pair's logit trace (default: the embedded one)")
     parser.add_argument("--max-loss", type=float, default=0.5, help="the accuracy budget, points")
-    parser.add_argument("--bootstrap", type=int, default=1000)
-    parser.add_argument("--timing", type=int, default=24, help="problems the referee's time is measured on (0: none)")
+    parser.add_argument(
+        "--bootstrap", type=int, default=2000, help="resamples of every interval (the quality referee's 2,000)"
+    )
+    parser.add_argument("--timing", type=int, default=24, help="problems the quality referee is timed on (0: none)")
     parser.add_argument(
         "--gpu-profile", default=GPU_PROFILE, help="a measured cost profile for a GPU's frontier too ('': none)"
     )
@@ -225,6 +234,7 @@ def main(argv=None):
     rescoring = rescoring_speed(records, LLAMA_SETTINGS)
     print(f"rescoring: {rescoring['per_s']:,.0f} problem-settings a second")
     records_path = write_records(records, os.path.join(args.out, "deployment_records.jsonl.gz"))
+    cost_name = keep_cost(args.cost, args.out)
     figures = {
         name: f"deployment_decision{'' if name == 'package' else '_' + name.split('.')[0]}.png" for name in views
     }
@@ -258,7 +268,9 @@ def main(argv=None):
         "problems": summary.problems,
         "build": build,
         "records": os.path.basename(records_path),
+        "cost": cost_name,
         "max_loss": args.max_loss,
+        "bootstrap": args.bootstrap,
         "chains": {
             name: {
                 "title": titles[name],
@@ -291,10 +303,23 @@ def _cost(given):
     return load_cost(given)
 
 
+def keep_cost(given, out) -> str | None:
+    """The calibration copied beside the page (``deployment_cost.json``: ``plan --quality`` reruns the frontier from
+    it and the records), unless it is a bare ratio or already that file; returns its name there."""
+    if not os.path.isfile(str(given)):
+        return None
+    target = os.path.join(out, "deployment_cost.json")
+    if not (os.path.exists(target) and os.path.samefile(given, target)):
+        with open(given, encoding="utf-8") as fh:
+            atomic_write(target, fh.read())
+    return os.path.basename(target)
+
+
 def command_line(args) -> str:
     line = f"python experiments/deployment_decision.py --data DATA --cost COST.json --max-loss {args.max_loss:g}"
     if args.other_build:
-        line += f" --other-build {os.path.relpath(args.other_build, HERE) if args.other_build.startswith(HERE) else 'RECORDS'}"
+        inside = os.path.abspath(args.other_build).startswith(HERE + os.sep)
+        line += f" --other-build {os.path.relpath(args.other_build, HERE) if inside else 'RECORDS'}"
     return line + (f" --limit {args.limit}" if args.limit else "")
 
 
@@ -325,7 +350,8 @@ def page(args, problems, clock, summary, frontiers, titles, figures, build, reco
         f"answer rows (the top 64 raw logits of each model), are `{records_name}` beside this page.",
         "",
         "Speed: the planner's predicted speedup with its 95% interval from the embedded trace (the same pair's code, "
-        "maths and MT-Bench prompts), with this machine's calibration (`COST.json`: per request, prompt included)"
+        "maths and MT-Bench prompts), with this machine's calibration (`COST.json`, kept beside this page as "
+        "`deployment_cost.json`: per request, prompt included)"
         + (
             f", and with {args.gpu_profile}, a measured vLLM profile of another pair (per step: this pair's "
             "acceptance where a draft costs what a GPU's does)"
@@ -361,10 +387,11 @@ def page(args, problems, clock, summary, frontiers, titles, figures, build, reco
     lines += ["", "## Time", ""]
     if clock:
         lines.append(
-            f"The referee: {clock['referee_s']:.2f} s a problem ({clock['problems']} problems spread over the "
-            f"benchmarks, run afresh in this run, {clock['threads']} threads), against llama.cpp's own evaluation of "
-            f"the same prompts by the two models, {clock['floor_s']:.2f} s: the prompt-reading floor's share "
-            f"{clock['floor_ratio']:.2f} (all {n:,} problems: about {n * clock['referee_s'] / 60:.0f} minutes)."
+            f"The exact quality referee: {clock['referee_s']:.2f} s a problem ({clock['problems']} problems spread "
+            f"over the benchmarks, run afresh in this run, {clock['threads']} threads), against llama.cpp's own "
+            f"evaluation of the same prompts by the two models, {clock['floor_s']:.2f} s: the prompt-reading "
+            f"floor's share {clock['floor_ratio']:.2f} (all {n:,} problems: about "
+            f"{n * clock['referee_s'] / 60:.0f} minutes)."
         )
     lines.append(
         f"Rescoring from the records alone (no model): {rescoring['problems']:,} problems x {rescoring['settings']} "
@@ -390,7 +417,7 @@ def page(args, problems, clock, summary, frontiers, titles, figures, build, reco
         ]
     lines += [
         "",
-        "## Every method the referee ran, per benchmark (the package's chain)",
+        "## Every method the quality referee ran, per benchmark (the package's chain)",
         "",
         summary.table(),
     ]

@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 
 import numpy as np
@@ -244,15 +245,35 @@ def gpu_regime(trace, n_boot):
     return cost, [r for r in plan.rows if r["task"] == "all"]
 
 
-def markdown(cost, rows, gpu_cost, gpu_rows, command, prompts, engine="hf"):
+def command_line(args, parser) -> str:
+    """This run's command: the options given that differ from their defaults (paths as their names)."""
+    words = ["python experiments/plan_vs_reality.py", "--data DATA" if not args.prompts else "--prompts ..."]
+    names = {"cost": "COST.json", "records": None, "out": None, "models": None, "data": None, "prompts": None}
+    for action in parser._actions:
+        value = getattr(args, action.dest, None)
+        if not action.option_strings or action.dest == "help" or (action.dest in names and not names[action.dest]):
+            continue
+        if action.dest == "cost":
+            words += ["--cost", names["cost"]] if args.cost_given else []
+        elif value is not None and value != action.default:
+            text = ",".join(value) if isinstance(value, list) else str(value)
+            words += [action.option_strings[0]] + ([shlex.quote(text)] if action.nargs != 0 else [])
+    return " ".join(words)
+
+
+def markdown(cost, rows, gpu_cost, gpu_rows, command, prompts, engine="hf", given_cost=False):
     v = cost.verify_block
     pre = cost.prefill.get("verifier", {})
+    calibration = (
+        "with the calibration it is given (its figures below)"
+        if given_cost
+        else f"after `cactus-theory calibrate --verifier MODELS/{PAIR[0]}.gguf --draft MODELS/{PAIR[1]}.gguf "
+        f"{'--dtype bfloat16' if engine == 'hf' else '--engine llama.cpp'} --context 256 --max-block 13`"
+    )
     lines = [
         "# Predicted against measured speedups on held-out prompts",
         "",
-        f"Command: `{command}` after `cactus-theory calibrate --verifier MODELS/{PAIR[0]}.gguf --draft "
-        f"MODELS/{PAIR[1]}.gguf {'--dtype bfloat16' if engine == 'hf' else '--engine llama.cpp'} --context 256 "
-        "--max-block 13` (MODELS: "
+        f"Command: `{command}` {calibration} (MODELS: "
         "`~/.cache/cactus_theory/models`, from `experiments/fetch_models.py`; DATA: the benchmark directory).",
         "",
         f"Calibration ({cost.source.get('machine', '?')}, {cost.source.get('dtype', '?')}, context "
@@ -416,6 +437,7 @@ def main(argv=None):
     runs = os.path.join(cache_root(), "runs")
     args.records = args.records or os.path.join(runs, "plan_vs_reality.jsonl")
     args.heldout_trace = os.path.join(runs, "heldout_trace") if args.heldout_trace is None else args.heldout_trace
+    args.cost_given = args.cost is not None
     args.cost = args.cost or default_cost_path(*PAIR, "bfloat16" if args.engine == "hf" else "llamacpp", "cpu")
     if not os.path.isfile(args.cost):
         sys.exit(f"no calibration at {args.cost}: run the calibrate command in this script's docstring first")
@@ -442,13 +464,7 @@ def main(argv=None):
     records, _ = measure(args, prompts, rules, best, settings)
     rows = compare(cost, predicted, own, records, best, prompts)
     gpu_cost, gpu_rows = gpu_regime(trace, args.bootstrap)
-    command = "python experiments/plan_vs_reality.py " + ("--data DATA" if not args.prompts else "--prompts ...")
-    if args.categories:
-        command += (
-            f" --engine {args.engine} --categories {','.join(args.categories)} --per-category "
-            f"{args.per_category} --mt-bench {args.mt_bench} --name {args.name}"
-        )
-    text = markdown(cost, rows, gpu_cost, gpu_rows, command, prompts, args.engine)
+    text = markdown(cost, rows, gpu_cost, gpu_rows, command_line(args, parser), prompts, args.engine, args.cost_given)
     data = {
         "cost": json.loads(cost.to_json()),
         "rows": rows,

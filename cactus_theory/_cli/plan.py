@@ -21,6 +21,7 @@ from ._common import (
     _progress_options,
     _resamples,
     _rules_option,
+    _sampling_options,
     _tasks_to_show,
     _trace_command,
     _trace_inputs,
@@ -105,6 +106,7 @@ def add_parser(sub):
     pl.add_argument("--bootstrap", type=_resamples, default=1000, help="bootstrap resamples (0: no intervals)")
     pl.add_argument("--processes", type=_int_at_least(1), default=1, help="local worker processes over shards")
     pl.add_argument("--out", default=None, help="write plan.csv, plan.json, plan.png and the analysis here")
+    _sampling_options(pl)
     _draft_mode_option(pl)
     _gate_option(pl)
     _progress_options(pl)
@@ -249,6 +251,13 @@ def run(args) -> int:
         return _frontier(args, traces, cost)
     if args.max_loss is not None:
         raise ValueError("--max-loss is the accuracy budget of --quality RECORDS: give the records too, or drop it")
+    given = [a.split("=")[0] for a in getattr(args, "command_line", None) or ()]
+    if any(flag in given for flag in SAMPLING_FLAGS):
+        raise ValueError(
+            f"{', '.join(f for f in SAMPLING_FLAGS if f in given)}: the sampling of --quality's frontier (the records "
+            "rescored under your engine's chain); a plan from a trace keeps the sampling the trace was dumped with: "
+            "give --quality RECORDS, or drop them"
+        )
     options = analysis_options(args, draft_policies=policies, cost=cost)
     result = analyze_trace(traces, parse_rules(args.rules, args.delta), progress=_progress(args), options=options)
     plan = predict_speedup(

@@ -28,3 +28,4 @@ class SamplerMatch(Strict):
         "pegainfer-project/pegainfer #670 (sampled-verify)"
     )
     same_law_as: ClassVar[tuple] = ("strict",)
+    frontier: ClassVar[tuple] = ({},)  # one setting: lossless, slower than SpS (the frontier shows by how much)

@@ -24,6 +24,7 @@ def test_the_messages_of_the_issue(tmp_path, capsys):
         (["dump", "--verifier", "v", "--draft", "d", "--prompts", "p", "--out", "o", "--seed", "-1"], "--seed"),
         (["decode", "--verifier", "v", "--draft", "d", "--prompt", "hi", "--seed", "-3"], "--seed"),
         (["analyze", "--bootstrap", "100000000000"], "--bootstrap"),
+        (["plan", str(tmp_path / "t"), "--cost-ratio", "0.1", "--chain", "llama.cpp"], "--chain: the sampling of"),
     ]
     for argv, expected in cases:
         try:

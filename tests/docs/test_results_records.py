@@ -1,6 +1,7 @@
-"""Every figure of the quality referee's pages comes from the records committed beside them: ``cactus-theory
-evaluate --summarize`` on the committed records prints the pages' tables line for line, and the exact page's
-sampled check is recomputed from its two record files."""
+"""Every figure of the quality referee's and the deployment decision's pages comes from the records committed
+beside them: ``cactus-theory evaluate --summarize`` on the committed records prints the pages' tables line for
+line, the exact page's sampled check is recomputed from its two record files, and ``plan --quality`` on the
+deployment page's records and calibration prints its recommendations."""
 
 import gzip
 import json
@@ -10,6 +11,7 @@ from pathlib import Path
 from cactus_theory._cli import main
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
+DEPLOY = "deployment_decision.md"
 
 
 def _rows(page, first_cell):
@@ -44,3 +46,20 @@ def test_the_sampled_page_is_its_records_summarized(capsys):
     printed = capsys.readouterr().out.splitlines()
     rows = _rows("quality.md", "pooled") + _rows("quality.md", "gsm8k") + _rows("quality.md", "humaneval")
     assert len(rows) >= 10 and all(row in printed for row in rows)
+
+
+def test_the_deployment_page_is_its_records_summarized(capsys):
+    assert main(["evaluate", "--summarize", str(RESULTS / "deployment_records.jsonl.gz")]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    rows = [r for b in ("arc_challenge", "arc_easy", "commonsense_qa", "openbook_qa", "all") for r in _rows(DEPLOY, b)]
+    assert len(rows) == 5 * 6 and all(row in printed for row in rows)
+
+
+def test_the_deployment_recommendations_are_plan_quality_on_the_committed_files(capsys):
+    """The page's recommendation for each chain, from its committed records and calibration alone (no model)."""
+    page = json.loads((RESULTS / "deployment_decision.json").read_text())
+    again = ["plan", "--quality", str(RESULTS / page["records"]), "--cost", str(RESULTS / page["cost"]), "--quiet"]
+    again += ["--m", "2,4,6,8,10", "--max-loss", str(page["max_loss"]), "--bootstrap", str(page["bootstrap"])]
+    for chain, flags in (("package", []), ("llama.cpp", ["--chain", "llama.cpp", "--min-p", "0.05"])):
+        assert main([*again, *flags]) == 0
+        assert page["chains"][chain]["line"] in capsys.readouterr().out, chain

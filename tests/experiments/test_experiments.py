@@ -772,9 +772,13 @@ def test_fetch_benchmark(tmp_path, monkeypatch):
 
 @pytest.mark.llamacpp
 @pytest.mark.models
-def test_deployment_decision(models, tiny_trace, tmp_path):
-    """The four benchmarks' exact referee, then both chains' frontiers, from tiny models and a tiny trace."""
-    argv = ["--models", models, "--data", str(BENCHMARKS), "--trace", tiny_trace, "--cost", "0.3", "--bootstrap", "100"]
+def test_deployment_decision(models, tiny_trace, tmp_path, capsys):
+    """The four benchmarks' exact referee, then both chains' frontiers and a GPU's, from tiny models and a tiny
+    trace; ``plan --quality`` on what it writes prints the same recommendations."""
+    from cactus_theory import CostModel
+
+    cost = CostModel(draft_token=0.3, verify_block={1: 1.0, 11: 1.2}).save(tmp_path / "cost.json")
+    argv = ["--models", models, "--data", str(BENCHMARKS), "--trace", tiny_trace, "--cost", cost, "--bootstrap", "100"]
     argv += ["--records", str(tmp_path / "records" / "exact.jsonl"), "--out", str(tmp_path), "--threads", "1"]
     assert script("deployment_decision").main([*argv, "--referee-only"]) == 0
     assert not (tmp_path / "deployment_decision.md").exists()
@@ -823,6 +827,15 @@ def test_deployment_decision(models, tiny_trace, tmp_path):
 
     assert data["rescoring"]["problems"] == 13 and data["rescoring"]["settings"] == len(frontier_rules())
     assert "Another build of llama.cpp" in page and "problem-settings a second" in page
+    # the frontier again from what the page keeps (its records and calibration), no model: the same decisions
+    assert data["cost"] == "deployment_cost.json"
+    assert (tmp_path / "deployment_cost.json").read_text() == (tmp_path / "cost.json").read_text()
+    again = ["plan", tiny_trace, "--quality", str(tmp_path / "deployment_records.jsonl.gz"), "--quiet"]
+    again += ["--cost", str(tmp_path / "deployment_cost.json"), "--m", "2,4,6,8,10", "--bootstrap", "100"]
+    capsys.readouterr()
+    assert main(again) == 0 and data["chains"]["package"]["line"] in capsys.readouterr().out
+    assert main([*again, "--chain", "llama.cpp", "--min-p", "0.05"]) == 0
+    assert data["chains"]["llama.cpp"]["line"] in capsys.readouterr().out
     assert (tmp_path / "deployment_decision.png").stat().st_size > 0
     assert (tmp_path / "deployment_decision_llama.png").stat().st_size > 0
     assert set(data["chains"]) == {"package", "llama.cpp", "gpu"}  # a GPU's measured profile beside this machine

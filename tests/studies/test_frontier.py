@@ -132,4 +132,5 @@ def test_every_family_enters_the_frontier_with_its_declared_grid():
     for family in ("cactus", "cactus-exact", "lossy", "mars", "relaxed-thinking", "relaxed-topk", "tas", "topk"):
         assert sum(label.split("(")[0] == family for label in labels) >= 4, family
     assert list(itertools.islice(labels, 1)) == ["sps"]
+    assert "sampler-match" in labels  # a rule of one setting enters at its defaults
     assert trace_metadata()["verifier"]["files"]

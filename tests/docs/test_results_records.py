@@ -63,3 +63,25 @@ def test_the_deployment_recommendations_are_plan_quality_on_the_committed_files(
     for chain, flags in (("package", []), ("llama.cpp", ["--chain", "llama.cpp", "--min-p", "0.05"])):
         assert main([*again, *flags]) == 0
         assert page["chains"][chain]["line"] in capsys.readouterr().out, chain
+
+
+def test_the_arc_challenge_records_with_rows_are_the_exact_page_s_own():
+    """The deployment records' ARC-Challenge part (with answer rows) holds the exact page's values: accuracy, TV
+    and q's mass on the correct letter to the bit, KL to 1e-15 (the page's older records keep rounding's -1e-16
+    where the newer clamp it at 0)."""
+
+    def values(name):
+        with gzip.open(RESULTS / name, "rt", encoding="utf-8") as fh:
+            rows = [r for r in map(json.loads, fh) if r.get("benchmark") == "arc_challenge"]
+        return {(r["id"], r["method"]): r for r in rows}, rows
+
+    page, _ = values("quality_exact_records.jsonl.gz")
+    deploy, rows = values("deployment_records.jsonl.gz")
+    assert len(page) == 1172 * 6 and set(deploy) == set(page)
+    for key, mine in page.items():
+        assert [mine[k] for k in ("accuracy", "tv", "q_correct")] == [
+            deploy[key][k] for k in ("accuracy", "tv", "q_correct")
+        ]
+        kl = (mine["kl"], deploy[key]["kl"])  # always-accept's is infinite in both
+        assert (kl[0] == kl[1] or abs(kl[0] - kl[1]) <= 1e-15) and kl[1] >= 0, key
+    assert all("rows" in r for r in rows if r["method"] == "verifier alone")

@@ -14,7 +14,7 @@ Qwen2.5-Coder-0.5B-Instruct drafts for 1.5B (Q4_K_M, llama.cpp), the paper's sam
 the records are written beside it, compressed (docs/results/quality_exact_records.jsonl.gz and
 quality_exact_sampled_records.jsonl.gz): `cactus-theory evaluate --summarize` on them gives the page's tables.
 
-Writes OUT/quality_exact.md and OUT/quality_exact.json.
+Writes OUT/NAME.md and OUT/NAME.json (NAME: --name, default quality_exact) and the records beside them.
 """
 
 from __future__ import annotations
@@ -104,6 +104,7 @@ def main(argv=None):
         help="tokens each model's cache holds (a prompt must fit; smaller is faster)",
     )
     parser.add_argument("--records", default=os.path.join(CACHE, "quality", "exact_records.jsonl"))
+    parser.add_argument("--name", default="quality_exact", help="the stem of the files written to --out")
     parser.add_argument("--out", default=os.path.join(HERE, "docs", "results"))
     args = parser.parse_args(argv)
     problems = load_problems(args.benchmark, args.data, limit=args.limit)
@@ -142,13 +143,16 @@ def main(argv=None):
         atomic_write(clock_path, json.dumps(clock) + "\n")
     summary = summarize_exact(exact, n_boot=args.bootstrap)
     checked = sampled_rows(sampled, exact, methods) if sampled else []
-    records_path = write_records(exact, os.path.join(args.out, "quality_exact_records.jsonl.gz"))
+    records_path = write_records(exact, os.path.join(args.out, f"{args.name}_records.jsonl.gz"))
     if sampled:  # token ids and per-token drift kept; the answers' texts are their token ids again
-        write_records(sampled, os.path.join(args.out, "quality_exact_sampled_records.jsonl.gz"), drop=("text",))
+        write_records(sampled, os.path.join(args.out, f"{args.name}_sampled_records.jsonl.gz"), drop=("text",))
     per_1000 = clock["exact"] / len(problems) * 1000 / 60
     command = (
         f"python experiments/quality_exact.py --data DATA --sampled-problems {args.sampled_problems} "
-        f"--samples {args.samples}" + (f" --limit {args.limit}" if args.limit else "")
+        f"--samples {args.samples}"
+        + (f" --limit {args.limit}" if args.limit else "")
+        + (f" --rules '{args.rules}'" if args.rules != RULES else "")
+        + (f" --name {args.name}" if args.name != "quality_exact" else "")
     )
     rows = {r["method"]: r for r in summary.rows if r["benchmark"] == args.benchmark}
     lines = [
@@ -159,7 +163,7 @@ def main(argv=None):
         f"{len(problems):,} problems of ARC-Challenge's test "
         f"set, every method's exact expected accuracy at the answer position in {clock['exact'] / 60:.1f} minutes "
         f"of one prompt pass per model per problem ({per_1000:.1f} minutes a thousand problems); the records are "
-        "`quality_exact_records.jsonl.gz` beside this page, and `cactus-theory evaluate --summarize` on them gives "
+        f"`{args.name}_records.jsonl.gz` beside this page, and `cactus-theory evaluate --summarize` on them gives "
         "the table below.",
         "",
         'Accuracy: each method\'s probability of emitting the correct letter as the token after "Answer:" (the '
@@ -181,7 +185,7 @@ def main(argv=None):
             f"The first {args.sampled_problems} problems, {args.samples} samples each per method, one token decoded at "
             f"the answer position by real speculative decoding (m = 8: the block's first token) and graded, in "
             f"{clock['sampled'] / 60:.1f} minutes; the interval: the bootstrap over those problems of each problem's "
-            "share of correct samples. The records: `quality_exact_sampled_records.jsonl.gz`.",
+            f"share of correct samples. The records: `{args.name}_sampled_records.jsonl.gz`.",
             "",
             sampled_table(checked),
         ]
@@ -197,7 +201,7 @@ def main(argv=None):
         "records": os.path.basename(records_path),
         "lossless_difference": rows.get("sps", {}).get("difference"),
     }
-    for path in write_results(args.out, "quality_exact", markdown="\n".join(lines) + "\n", data=data):
+    for path in write_results(args.out, args.name, markdown="\n".join(lines) + "\n", data=data):
         print(f"wrote {path}")
     return 0
 

@@ -136,13 +136,19 @@ def _command_line(args) -> str:
     return "cactus-theory " + shlex.join(getattr(args, "command_line", None) or [])
 
 
-def _settings(args):
-    """The SamplingSettings of the options ``_sampling_options`` adds."""
-    from .._math._sampling import DEFAULT_CHAIN, SamplingSettings
+def _chain(args):
+    """``--chain``: an engine's name, or a user's steps in order (comma-separated) as a tuple."""
+    from .._math._sampling import DEFAULT_CHAIN
 
     chain = getattr(args, "chain", None) or DEFAULT_CHAIN
-    if "," in chain:  # a user's steps in order
-        chain = tuple(step.strip() for step in chain.split(","))
+    return tuple(step.strip() for step in chain.split(",")) if "," in chain else chain
+
+
+def _settings(args):
+    """The SamplingSettings of the options ``_sampling_options`` adds."""
+    from .._math._sampling import SamplingSettings
+
+    chain = _chain(args)
     try:
         return SamplingSettings(
             temperature=args.temperature,

@@ -106,7 +106,7 @@ def add_parser(sub):
     pl.add_argument("--bootstrap", type=_resamples, default=1000, help="bootstrap resamples (0: no intervals)")
     pl.add_argument("--processes", type=_int_at_least(1), default=1, help="local worker processes over shards")
     pl.add_argument("--out", default=None, help="write plan.csv, plan.json, plan.png and the analysis here")
-    _sampling_options(pl)
+    _sampling_options(pl, temperature=None)  # --quality's chain; None: a trace's plan keeps its own sampling
     _draft_mode_option(pl)
     _gate_option(pl)
     _progress_options(pl)
@@ -297,20 +297,21 @@ def run(args) -> int:
 def _frontier(args, traces, cost) -> int:
     """``--quality RECORDS``: the deployment frontier and its recommendation (``deployment_frontier``)."""
     from .._analysis._analyze import parse_rules
+    from .._studies._exact_choice import read_exact_records
     from .._studies._frontier import MAX_LOSS, deployment_frontier
-    from ._common import _command_line, _settings
+    from ._common import _command_line
 
     if len(args.batch or ()) > 1:
         raise ValueError("--quality takes one --batch size (the concurrency deployed at); got several")
     given = [a.split("=")[0] for a in getattr(args, "command_line", None) or ()]
-    explicit = any(flag in given for flag in SAMPLING_FLAGS)
+    records = read_exact_records(args.quality)
     frontier = deployment_frontier(
         traces,
-        args.quality,
+        records,
         cost,
         rules=parse_rules(args.rules, args.delta) if "--rules" in given else None,
         ms=args.m,
-        settings=_settings(args) if explicit else None,
+        settings=_quality_settings(args, given, records),
         max_loss=MAX_LOSS if args.max_loss is None else args.max_loss,
         batch=args.batch[0] if args.batch else None,
         n_boot=args.bootstrap or 1000,
@@ -326,3 +327,24 @@ def _frontier(args, traces, cost) -> int:
 
 #: The flags that set the sampling: given, they override the records' own for --quality.
 SAMPLING_FLAGS = ("--temperature", "--top-k", "--top-p", "--min-p", "--chain")
+
+
+def _quality_settings(args, given, records):
+    """The sampling ``--quality`` rescores under: the records' own, each flag given replacing its field
+    (``--chain llama.cpp --min-p 0.05``: the records' temperature, top-k and top-p under llama.cpp's chain)."""
+    import dataclasses
+
+    from .._math._sampling import SamplingSettings
+    from ._common import _chain
+
+    if not any(flag in given for flag in SAMPLING_FLAGS) or not records:
+        return None
+    own = SamplingSettings.from_dict((records[0].get("setting") or {}).get("sampling"), "the records' sampling")
+    flags = {"--temperature": "temperature", "--top-k": "top_k", "--top-p": "top_p", "--min-p": "min_p"}
+    fields = {name: getattr(args, name) for flag, name in flags.items() if flag in given}
+    if "--chain" in given:
+        fields["chain"] = _chain(args)
+    try:
+        return dataclasses.replace(own, **fields)
+    except ValueError as exc:  # the settings' own words, with the flags that give them
+        raise ValueError(f"--temperature / --top-k / --top-p / --min-p / --chain: {exc}") from None

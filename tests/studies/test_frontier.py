@@ -134,3 +134,22 @@ def test_every_family_enters_the_frontier_with_its_declared_grid():
     assert list(itertools.islice(labels, 1)) == ["sps"]
     assert "sampler-match" in labels  # a rule of one setting enters at its defaults
     assert trace_metadata()["verifier"]["files"]
+
+
+def test_plan_quality_rescores_under_the_chain_given_keeping_the_records_other_settings(tmp_path, capsys):
+    """``plan --quality RECORDS --chain llama.cpp --min-p 0.05``: the records' temperature, top-k and top-p (1.0,
+    8, 1.0 here, not the flags' defaults) under llama.cpp's chain; without a flag, the records' own sampling."""
+    from cactus_theory._cli import main
+    from cactus_theory.io import write_records
+
+    random_trace(tmp_path / "t", 0, [f"q-{i}" for i in range(8)])
+    records = write_records(_records(1), tmp_path / "records.jsonl.gz")
+    base = ["plan", str(tmp_path / "t"), "--quality", records, "--cost-ratio", "0.2", "--rules", "cactus(delta=1)", "--m", "2"]
+    base += ["--bootstrap", "100", "--quiet"]
+    assert main([*base, "--chain", "llama.cpp", "--min-p", "0.05"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("sampling: ") and "chain llama.cpp" in first and "min-p 0.05" in first, first
+    assert "temperature 1" in first and "top-k 8" in first, first
+    assert main(base) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "chain vllm" in first and "min-p" not in first and "top-k 8" in first, first

@@ -144,8 +144,8 @@ def test_plan_quality_rescores_under_the_chain_given_keeping_the_records_other_s
 
     random_trace(tmp_path / "t", 0, [f"q-{i}" for i in range(8)])
     records = write_records(_records(1), tmp_path / "records.jsonl.gz")
-    base = ["plan", str(tmp_path / "t"), "--quality", records, "--cost-ratio", "0.2", "--rules", "cactus(delta=1)", "--m", "2"]
-    base += ["--bootstrap", "100", "--quiet"]
+    base = ["plan", str(tmp_path / "t"), "--quality", records, "--cost-ratio", "0.2", "--rules", "cactus(delta=1)"]
+    base += ["--m", "2", "--bootstrap", "100", "--quiet"]
     assert main([*base, "--chain", "llama.cpp", "--min-p", "0.05"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("sampling: ") and "chain llama.cpp" in first and "min-p 0.05" in first, first

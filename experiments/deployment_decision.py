@@ -325,8 +325,8 @@ def command_line(args) -> str:
 
 def half_widths(frontier) -> dict:
     """The largest half-width (points) of the accuracy interval over the front's settings: pooled and per
-    benchmark."""
-    front = {r["rule"] for r in frontier.rows if r["front"] and r["rule"] != "sps"}
+    benchmark (the lossless ones' are 0)."""
+    front = {r["rule"] for r in frontier.rows if r["front"]}
     out = {}
     for b in frontier.benchmarks:
         if b["method"] in front:

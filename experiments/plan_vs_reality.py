@@ -248,16 +248,14 @@ def gpu_regime(trace, n_boot):
 def command_line(args, parser) -> str:
     """This run's command: the options given that differ from their defaults (paths as their names)."""
     words = ["python experiments/plan_vs_reality.py", "--data DATA" if not args.prompts else "--prompts ..."]
-    names = {"cost": "COST.json", "records": None, "out": None, "models": None, "data": None, "prompts": None}
+    words += ["--cost COST.json"] if args.cost_given else []
+    paths = {"help", "cost", "records", "out", "models", "data", "prompts"}  # named above, or this machine's own
     for action in parser._actions:
         value = getattr(args, action.dest, None)
-        if not action.option_strings or action.dest == "help" or (action.dest in names and not names[action.dest]):
+        if action.dest in paths or not action.option_strings or value is None or value == action.default:
             continue
-        if action.dest == "cost":
-            words += ["--cost", names["cost"]] if args.cost_given else []
-        elif value is not None and value != action.default:
-            text = ",".join(value) if isinstance(value, list) else str(value)
-            words += [action.option_strings[0]] + ([shlex.quote(text)] if action.nargs != 0 else [])
+        text = ",".join(value) if isinstance(value, list) else str(value)
+        words += [action.option_strings[0]] + ([shlex.quote(text)] if action.nargs != 0 else [])
     return " ".join(words)
 
 

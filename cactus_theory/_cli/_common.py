@@ -136,6 +136,21 @@ def _command_line(args) -> str:
     return "cactus-theory " + shlex.join(getattr(args, "command_line", None) or [])
 
 
+#: The flags that set the sampling (``_sampling_options``), and the field of ``SamplingSettings`` each sets.
+SAMPLING_FLAGS = {
+    "--temperature": "temperature",
+    "--top-k": "top_k",
+    "--top-p": "top_p",
+    "--min-p": "min_p",
+    "--chain": "chain",
+}
+
+
+def _given_flags(args) -> list:
+    """The options written on the command line (``--flag=value`` as ``--flag``), not those left at their default."""
+    return [a.split("=")[0] for a in getattr(args, "command_line", None) or ()]
+
+
 def _chain(args):
     """``--chain``: an engine's name, or a user's steps in order (comma-separated) as a tuple."""
     from .._math._sampling import DEFAULT_CHAIN
@@ -144,19 +159,30 @@ def _chain(args):
     return tuple(step.strip() for step in chain.split(",")) if "," in chain else chain
 
 
-def _settings(args):
-    """The SamplingSettings of the options ``_sampling_options`` adds."""
+def _settings(args, records=None):
+    """The SamplingSettings of the options ``_sampling_options`` adds. With ``records`` (the exact referee's, to
+    be rescored): None where no sampling flag is written, else the records' own sampling with each flag written
+    replacing its field (``--chain llama.cpp --min-p 0.05``: their temperature, top-k and top-p under llama.cpp's
+    chain)."""
+    import dataclasses
+
     from .._math._sampling import SamplingSettings
 
-    chain = _chain(args)
+    fields = {
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "min_p": getattr(args, "min_p", 0.0),
+        "chain": _chain(args),
+    }
     try:
-        return SamplingSettings(
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            min_p=getattr(args, "min_p", 0.0),
-            chain=chain,
-        )
+        if records is None:
+            return SamplingSettings(**fields)
+        given = [SAMPLING_FLAGS[flag] for flag in _given_flags(args) if flag in SAMPLING_FLAGS]
+        if not given or not records:
+            return None
+        own = SamplingSettings.from_dict((records[0].get("setting") or {}).get("sampling"), "the records' sampling")
+        return dataclasses.replace(own, **{name: fields[name] for name in given})
     except ValueError as exc:  # the settings' own words, with the flags that give them
         raise ValueError(f"--temperature / --top-k / --top-p / --min-p / --chain: {exc}") from None
 

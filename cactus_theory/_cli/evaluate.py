@@ -215,7 +215,7 @@ def _first_kind(path):
 def _rescore(args) -> int:
     """``--rescore RECORDS``: the exact referee's records of ``--rule`` scored again from the answer rows alone."""
     from .._analysis._analyze import parse_rules
-    from .._studies._exact_choice import rescore_exact, summarize_exact
+    from .._studies._exact_choice import read_exact_records, rescore_exact, summarize_exact
     from .._util._files import write_records
     from ._common import _check_out
 
@@ -224,10 +224,8 @@ def _rescore(args) -> int:
     if not args.rule:
         raise ValueError("--rescore needs at least one --rule to score (several: 'cactus(delta=0.5),lossy(alpha=0.3)')")
     _check_out(args, [args.rescore], directory=False)
-    given = [a.split("=")[0] for a in getattr(args, "command_line", None) or ()]
-    flags = ("--temperature", "--top-k", "--top-p", "--min-p", "--chain")
-    settings = _settings(args) if any(f in given for f in flags) else None
-    records = rescore_exact(args.rescore, parse_rules(args.rule, [1.0]), settings=settings)
+    held = read_exact_records(args.rescore)
+    records = rescore_exact(held, parse_rules(args.rule, [1.0]), settings=_settings(args, held))
     print(summarize_exact(records, n_boot=args.bootstrap, seed=args.seed).table())
     if args.out:
         print(f"records in {write_records(records, args.out)}")

@@ -7,6 +7,7 @@ import os
 
 from .._analysis._cost import DEFAULT_COST_PROFILE
 from ._common import (
+    SAMPLING_FLAGS,
     _analysed,
     _check_out,
     _delta_help,
@@ -14,6 +15,7 @@ from ._common import (
     _floats,
     _gate,
     _gate_option,
+    _given_flags,
     _int_at_least,
     _ints,
     _nonnegative,
@@ -251,10 +253,10 @@ def run(args) -> int:
         return _frontier(args, traces, cost)
     if args.max_loss is not None:
         raise ValueError("--max-loss is the accuracy budget of --quality RECORDS: give the records too, or drop it")
-    given = [a.split("=")[0] for a in getattr(args, "command_line", None) or ()]
-    if any(flag in given for flag in SAMPLING_FLAGS):
+    given = [flag for flag in _given_flags(args) if flag in SAMPLING_FLAGS]
+    if given:
         raise ValueError(
-            f"{', '.join(f for f in SAMPLING_FLAGS if f in given)}: the sampling of --quality's frontier (the records "
+            f"{', '.join(given)}: the sampling of --quality's frontier (the records "
             "rescored under your engine's chain); a plan from a trace keeps the sampling the trace was dumped with: "
             "give --quality RECORDS, or drop them"
         )
@@ -299,19 +301,18 @@ def _frontier(args, traces, cost) -> int:
     from .._analysis._analyze import parse_rules
     from .._studies._exact_choice import read_exact_records
     from .._studies._frontier import MAX_LOSS, deployment_frontier
-    from ._common import _command_line
+    from ._common import _command_line, _settings
 
     if len(args.batch or ()) > 1:
         raise ValueError("--quality takes one --batch size (the concurrency deployed at); got several")
-    given = [a.split("=")[0] for a in getattr(args, "command_line", None) or ()]
     records = read_exact_records(args.quality)
     frontier = deployment_frontier(
         traces,
         records,
         cost,
-        rules=parse_rules(args.rules, args.delta) if "--rules" in given else None,
+        rules=parse_rules(args.rules, args.delta) if "--rules" in _given_flags(args) else None,
         ms=args.m,
-        settings=_quality_settings(args, given, records),
+        settings=_settings(args, records),
         max_loss=MAX_LOSS if args.max_loss is None else args.max_loss,
         batch=args.batch[0] if args.batch else None,
         n_boot=args.bootstrap or 1000,
@@ -323,28 +324,3 @@ def _frontier(args, traces, cost) -> int:
         for path in frontier.write(args.out, command=_command_line(args)):
             print(f"wrote {path}")
     return 0
-
-
-#: The flags that set the sampling: given, they override the records' own for --quality.
-SAMPLING_FLAGS = ("--temperature", "--top-k", "--top-p", "--min-p", "--chain")
-
-
-def _quality_settings(args, given, records):
-    """The sampling ``--quality`` rescores under: the records' own, each flag given replacing its field
-    (``--chain llama.cpp --min-p 0.05``: the records' temperature, top-k and top-p under llama.cpp's chain)."""
-    import dataclasses
-
-    from .._math._sampling import SamplingSettings
-    from ._common import _chain
-
-    if not any(flag in given for flag in SAMPLING_FLAGS) or not records:
-        return None
-    own = SamplingSettings.from_dict((records[0].get("setting") or {}).get("sampling"), "the records' sampling")
-    flags = {"--temperature": "temperature", "--top-k": "top_k", "--top-p": "top_p", "--min-p": "min_p"}
-    fields = {name: getattr(args, name) for flag, name in flags.items() if flag in given}
-    if "--chain" in given:
-        fields["chain"] = _chain(args)
-    try:
-        return dataclasses.replace(own, **fields)
-    except ValueError as exc:  # the settings' own words, with the flags that give them
-        raise ValueError(f"--temperature / --top-k / --top-p / --min-p / --chain: {exc}") from None

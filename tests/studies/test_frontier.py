@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from trace_builders import random_trace, trace_metadata
 
 from cactus_theory import SamplingSettings
+from cactus_theory._studies._exact_choice import read_exact_records
 from cactus_theory._studies._frontier import decide, deployment_frontier, frontier_rules
 from cactus_theory._studies._quality_trace import answer_rows
 
@@ -138,7 +139,8 @@ def test_every_family_enters_the_frontier_with_its_declared_grid():
 
 def test_plan_quality_rescores_under_the_chain_given_keeping_the_records_other_settings(tmp_path, capsys):
     """``plan --quality RECORDS --chain llama.cpp --min-p 0.05``: the records' temperature, top-k and top-p (1.0,
-    8, 1.0 here, not the flags' defaults) under llama.cpp's chain; without a flag, the records' own sampling."""
+    8, 1.0 here, not the flags' defaults) under llama.cpp's chain; without a flag, the records' own sampling;
+    ``evaluate --rescore`` the same."""
     from cactus_theory._cli import main
     from cactus_theory.io import write_records
 
@@ -153,3 +155,9 @@ def test_plan_quality_rescores_under_the_chain_given_keeping_the_records_other_s
     assert main(base) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert "chain vllm" in first and "min-p" not in first and "top-k 8" in first, first
+    # evaluate --rescore reads the same flags the same way: the rescored records name the sampling used
+    out = tmp_path / "rescored.jsonl.gz"
+    again = ["evaluate", "--rescore", records, "--rule", "cactus(delta=1)", "--bootstrap", "100", "--out", str(out)]
+    assert main([*again, "--chain", "llama.cpp", "--min-p", "0.05"]) == 0
+    used = SamplingSettings.from_dict(read_exact_records(out)[0]["setting"]["sampling"])
+    assert used == SamplingSettings(temperature=1.0, top_k=8, top_p=1.0, min_p=0.05, chain="llama.cpp")

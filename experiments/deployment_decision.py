@@ -293,11 +293,17 @@ def main(argv=None):
 
 
 def _cost(given):
-    """The calibration file, or a draft / verifier cost ratio (a number: the speedup per step)."""
+    """The calibration file, or a draft / verifier cost ratio (a number: the speedup per step), checked before any
+    work."""
     try:
-        return float(given)
+        ratio = float(given)
     except (TypeError, ValueError):
         pass
+    else:
+        try:
+            return CostModel.from_ratio(ratio)
+        except ValueError as exc:
+            sys.exit(f"--cost: {exc}")
     if not given or not os.path.exists(given):
         sys.exit(f"--cost: no calibration at {given!r}: run the calibrate command in this script's docstring first")
     return load_cost(given)

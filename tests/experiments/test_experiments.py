@@ -782,6 +782,10 @@ def test_deployment_decision(models, tiny_trace, tmp_path, capsys):
     argv += ["--records", str(tmp_path / "records" / "exact.jsonl"), "--out", str(tmp_path), "--threads", "1"]
     assert script("deployment_decision").main([*argv, "--referee-only"]) == 0
     assert not (tmp_path / "deployment_decision.md").exists()
+    bad = [a if a != cost else "nan" for a in argv]  # a cost ratio of NaN: refused before any work
+    with pytest.raises(SystemExit, match="--cost: cost ratio must be finite"):
+        script("deployment_decision").main(bad)
+    assert not (tmp_path / "deployment_decision.md").exists()
     # another build's records: one problem's Cactus accuracy moved by +0.125 and its verifier alone by -0.0625
     other = [json.loads(line) for line in (tmp_path / "records" / "exact.jsonl").read_text().splitlines()]
     for r in other:

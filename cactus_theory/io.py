@@ -1,6 +1,7 @@
 """Files written the way the package writes them, for scripts and extensions: atomic writes
 (a temporary name, then a rename), CSV text, UTF-8 reading with clear errors, directory locks,
-output locations checked before the work. The guarantees: ``cactus_theory._util._files``."""
+output locations checked before the work; the time a study's runs spent, read from its records (``run_seconds``).
+The guarantees: ``cactus_theory._util._files``."""
 
 from ._util._files import (
     DirectoryLock,
@@ -17,6 +18,7 @@ from ._util._files import (
     write_records,
     write_results,
 )
+from ._util._study import run_seconds
 
 __all__ = [
     "DirectoryLock",
@@ -28,6 +30,7 @@ __all__ = [
     "json_lines",
     "machine_description",
     "read_text",
+    "run_seconds",
     "sha256_file",
     "termination_as_exception",
     "write_records",

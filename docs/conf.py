@@ -123,10 +123,10 @@ target_logits = rng.normal(size=12) * 2
 draft_logits = 0.3 * target_logits + 1.5 * rng.normal(size=12)
 draft_probs = ct.processed_probs(draft_logits, settings)
 target_probs = ct.processed_probs(target_logits, settings)
-logits = ct.RuleLogits(target=target_logits, draft=draft_logits, temperature=settings.temperature)
+logits = ct.rules.RuleLogits(target=target_logits, draft=draft_logits, temperature=settings.temperature)
 rule = ct.make_rule("{name}")
 fig, ax = plt.subplots(figsize=(7, 3))
-ct.plot_step(rule, draft_probs, target_probs, ax=ax, logits=logits)
+ct.compare.plot_step(rule, draft_probs, target_probs, ax=ax, logits=logits)
 fig.tight_layout()
 m = ct.step_metrics(rule, draft_probs, target_probs, logits=logits)
 sps = ct.step_metrics(ct.SpS(), draft_probs, target_probs)
@@ -211,9 +211,9 @@ def _write_rule_lists():
     _write(os.path.join(_GENERATED, "rules_table.md"), "\n".join(rows) + "\n")
     api = ["```{eval-rst}"]
     for cls_name in sorted(classes, key=str.lower):
-        api.append(f".. autoclass:: cactus_theory.{cls_name}")
+        api.append(f".. autoclass:: cactus_theory.rules.{cls_name}")
     for name in sorted(n for n in cactus_theory._rules.rule_exports() if n not in classes):
-        api.append(f".. autofunction:: cactus_theory.{name}")
+        api.append(f".. autofunction:: cactus_theory.rules.{name}")
     api.append("```")
     _write(os.path.join(_GENERATED, "api_rules.md"), "\n".join(api) + "\n")
 

@@ -18,20 +18,11 @@ import json
 import os
 import time
 
-from cactus_theory import (
-    DEFAULT_COST_PROFILE,
-    CostModel,
-    analyze_trace,
-    batch_plan,
-    batch_requests,
-    break_even,
-    figure_png,
-    fit_to_profiles,
-    load_trace,
-    open_traces,
-    rule_colours,
-)
+from cactus_theory import CostModel, analyze_trace, load_trace, open_traces
+from cactus_theory.compare import rule_colours
 from cactus_theory.io import machine_description, write_results
+from cactus_theory.plan import DEFAULT_COST_PROFILE, batch_plan, batch_requests, break_even, fit_to_profiles
+from cactus_theory.studies import figure_png
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RULES = ("sps", "cactus(delta=1)", "block")

@@ -33,17 +33,11 @@ import tempfile
 
 import numpy as np
 
-from cactus_theory import (
-    analyze_trace,
-    batch_plan,
-    batch_throughput,
-    default_cost_path,
-    load_cost,
-    load_trace,
-    mixed_prompts,
-    parse_rules,
-)
+from cactus_theory import analyze_trace, load_trace
+from cactus_theory.decode import batch_throughput
 from cactus_theory.io import machine_description, write_results
+from cactus_theory.plan import batch_plan, default_cost_path, load_cost
+from cactus_theory.traces import mixed_prompts, parse_rules
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PAIR = ("qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m")

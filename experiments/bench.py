@@ -47,18 +47,9 @@ import time
 import numpy as np
 from scipy import optimize
 
-from cactus_theory import (
-    Cactus,
-    SamplingSettings,
-    SpS,
-    TraceSequence,
-    analyze_trace,
-    approx_gamma,
-    exact_gamma,
-    load_trace,
-    parse_rules,
-)
+from cactus_theory import Cactus, SamplingSettings, SpS, analyze_trace, approx_gamma, exact_gamma, load_trace
 from cactus_theory.kernels import HAVE_NUMBA, windowed_accepted_length_of_ratio
+from cactus_theory.traces import TraceSequence, parse_rules
 
 ROWS, VOCAB = 256, 151_936
 #: What each row measured against its target (filled by the benchmarks that have one).

@@ -24,15 +24,9 @@ import time
 
 import numpy as np
 
-from cactus_theory import (
-    DEFAULT_COST_PROFILE,
-    CostModel,
-    analyze_trace,
-    batch_requests,
-    embedded_traces,
-    make_rule,
-    simulate_batch,
-)
+from cactus_theory import CostModel, analyze_trace, make_rule
+from cactus_theory.plan import DEFAULT_COST_PROFILE, batch_requests, simulate_batch
+from cactus_theory.traces import embedded_traces
 
 
 def monte_carlo_batch(accepts, m, cost, runs, rng):

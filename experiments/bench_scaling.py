@@ -18,7 +18,8 @@ import tempfile
 import time
 import tracemalloc
 
-from cactus_theory import TraceSequence, analyze_trace, load_trace, parse_rules, synthesize_trace
+from cactus_theory import analyze_trace, load_trace
+from cactus_theory.traces import TraceSequence, parse_rules, synthesize_trace
 
 
 def once(fn):
@@ -53,7 +54,7 @@ def bench_scaling(positions=100_000):
         # the whole analysis in a fresh process: its peak resident memory (the shards read one at a time, the kept
         # distributions capped at TraceSequence.KEPT_DISTRIBUTIONS_BYTES, the per-sequence sums growing with the trace)
         code = (
-            "import sys, resource; from cactus_theory import analyze_trace, parse_rules; "
+            "import sys, resource; from cactus_theory.traces import analyze_trace, parse_rules; "
             "analyze_trace(sys.argv[1], parse_rules('sps,tas,cactus,cactus-exact,mentored', (0.5, 1.0)), "
             "ms=(4, 8, 20), n_boot=1000, progress=False); "
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"

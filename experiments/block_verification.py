@@ -30,8 +30,10 @@ import os
 
 import numpy as np
 
-from cactus_theory import analyze_trace, compare_block_verification, figure_png, load_trace, open_traces
+from cactus_theory import analyze_trace, load_trace, open_traces
+from cactus_theory.compare import compare_block_verification
 from cactus_theory.io import machine_description, write_results
+from cactus_theory.studies import figure_png
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MS = tuple(range(1, 21))
@@ -49,7 +51,8 @@ def trace_part(trace, n_boot):
 
 def monte_carlo_error(trace, m=20):
     """The block rule's Monte Carlo standard error of AL(m), averaged over block starts."""
-    from cactus_theory import SamplingSettings, block_accepted_length
+    from cactus_theory import SamplingSettings
+    from cactus_theory.laws import block_accepted_length
 
     settings = SamplingSettings(**trace.metadata["sampling"])
     errors, values = [], []
@@ -67,8 +70,9 @@ def monte_carlo_error(trace, m=20):
 
 def decode_part(args, trace):
     """Real decoding with block and sps at m = 8 on prompts the trace holds, against the trace's prediction."""
-    from cactus_theory import SamplingSettings, load_prompts, make_rule, speculative_generate
+    from cactus_theory import SamplingSettings, make_rule, speculative_generate
     from cactus_theory.hf import encode_chat, eos_ids, load_model
+    from cactus_theory.traces import load_prompts
 
     models = args.models
     verifier, tok, _ = load_model(os.path.join(models, PAIR[0]), dtype=args.dtype, progress=True)

@@ -13,7 +13,7 @@ WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
 
 $BIN/python -c "
-from cactus_theory import load_trace, synthesize_trace
+from cactus_theory.traces import load_trace, synthesize_trace
 t = synthesize_trace(load_trace(), '$WORK/big', $POSITIONS, seed=0, progress=False)
 print(f'synthetic trace: {t.n_positions:,} positions, {t.n_shards} shards')"
 

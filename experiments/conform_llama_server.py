@@ -35,9 +35,9 @@ import numpy as np
 # the planner's referee's pair, its arguments and its way to llama-server (a sibling script)
 from referee_llama_server import PAIR, pair_arguments, server_binary
 
-from cactus_theory import benchmark_file, load_prompts
 from cactus_theory.io import machine_description, write_results
 from cactus_theory.servers import local_llama_server
+from cactus_theory.traces import benchmark_file, load_prompts
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SAMPLING = ["--temperature", "0.6", "--top-k", "20", "--top-p", "0.95", "--min-p", "0.05", "--chain", "llama.cpp"]

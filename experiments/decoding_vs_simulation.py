@@ -25,8 +25,10 @@ import argparse
 import json
 import os
 
-from cactus_theory import SamplingSettings, block_statistics, load_trace, parse_rules, simulate, step_metrics
+from cactus_theory import SamplingSettings, load_trace, simulate, step_metrics
 from cactus_theory.io import atomic_write
+from cactus_theory.laws import block_statistics
+from cactus_theory.traces import parse_rules
 
 RULES = {rule.family: rule for rule in parse_rules("sps,tas,cactus,cactus-exact,mentored", (1.0,))}
 TASKS = ("gsm8k", "humaneval")

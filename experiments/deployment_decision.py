@@ -40,23 +40,13 @@ import time
 
 from quality_referee import CACHE, DRAFT, RULES, SETTINGS, VERIFIER
 
-from cactus_theory import (
-    CostModel,
-    SamplingSettings,
-    deployment_frontier,
-    embedded_traces,
-    exact_choice_referee,
-    figure_png,
-    frontier_rules,
-    load_cost,
-    load_model,
-    load_problems,
-    make_rules,
-    read_exact_records,
-    rescore_exact,
-    summarize_exact,
-)
+from cactus_theory import CostModel, SamplingSettings, deployment_frontier, exact_choice_referee, load_model
 from cactus_theory.io import atomic_write, machine_description, write_records, write_results
+from cactus_theory.plan import frontier_rules, load_cost
+from cactus_theory.quality import load_problems, read_exact_records, rescore_exact, summarize_exact
+from cactus_theory.rules import make_rules
+from cactus_theory.studies import figure_png
+from cactus_theory.traces import embedded_traces
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: The four benchmarks of one provenance (llm-foundry's gauntlet at one commit; fetch_benchmark.py).

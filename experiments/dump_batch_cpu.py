@@ -24,8 +24,9 @@ import tempfile
 
 import numpy as np
 
-from cactus_theory import SamplingSettings, Trace, benchmark_file, dump_trace, load_prompts
+from cactus_theory import SamplingSettings
 from cactus_theory.io import machine_description, write_results
+from cactus_theory.traces import Trace, benchmark_file, dump_trace, load_prompts
 
 VERIFIER, DRAFT = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 

@@ -18,7 +18,8 @@ import argparse
 import os
 import time
 
-from cactus_theory import SamplingSettings, dump_trace, mixed_prompts
+from cactus_theory import SamplingSettings
+from cactus_theory.traces import dump_trace, mixed_prompts
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CACHE = os.path.expanduser("~/.cache/cactus_theory")

@@ -24,7 +24,8 @@ import json
 import os
 import time
 
-from cactus_theory import SamplingSettings, benchmark_file, dump_trace, load_prompts
+from cactus_theory import SamplingSettings
+from cactus_theory.traces import benchmark_file, dump_trace, load_prompts
 
 CACHE = os.path.expanduser("~/.cache/cactus_theory")
 #: Spec-Bench's categories of 80 questions each that the default trace does not cover.

@@ -20,8 +20,8 @@ import os
 import shutil
 import tempfile
 
-from cactus_theory import Trace
 from cactus_theory.io import atomic_write
+from cactus_theory.traces import Trace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TARGET = os.path.join(HERE, "..", "cactus_theory", "data", "default_trace")

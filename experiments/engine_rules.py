@@ -27,8 +27,10 @@ import time
 
 import numpy as np
 
-from cactus_theory import analyze_trace, figure_png, load_trace, rule_colours
+from cactus_theory import analyze_trace, load_trace
+from cactus_theory.compare import rule_colours
 from cactus_theory.io import machine_description, write_results
+from cactus_theory.studies import figure_png
 from cactus_theory.testing import sequence_tv_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -73,7 +75,8 @@ def trace_part(trace, ms, n_boot):
 
 def monte_carlo_errors(trace, ms):
     """MagicMTP's mean Monte Carlo standard error of AL(m) per block start, per m."""
-    from cactus_theory import SamplingSettings, block_accepted_length
+    from cactus_theory import SamplingSettings
+    from cactus_theory.laws import block_accepted_length
 
     settings = SamplingSettings(**trace.metadata["sampling"])
     out = {}

@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     benchmarks = args.benchmark or sorted(FILES)
     if args.source is not None and len(benchmarks) != 1:
         parser.error("--from is one benchmark's file: name it with --benchmark")
-    from cactus_theory import data_directory
+    from cactus_theory.traces import data_directory
 
     data = data_directory(args.data)
     for name in benchmarks:

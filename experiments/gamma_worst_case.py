@@ -22,8 +22,9 @@ import argparse
 import os
 import time
 
-from cactus_theory import figure_png, worst_case_sweep
 from cactus_theory.io import atomic_write, csv_text
+from cactus_theory.laws import worst_case_sweep
+from cactus_theory.studies import figure_png
 
 DELTAS = (0.001, 0.01, 0.1, 0.5, 1.0, 2.0)
 VOCABS = (2, 4, 8, 16, 32, 64)

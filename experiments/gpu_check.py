@@ -107,7 +107,7 @@ def build_pair(shape, draft_layers, scale, device, dtype, seed=0):
 
 
 def make_prompts(count, vocab, seed, prefix, low=24, high=48):
-    from cactus_theory import Prompt
+    from cactus_theory.traces import Prompt
 
     rng = np.random.default_rng(seed)
     out = []
@@ -173,7 +173,7 @@ def hf_dump(verifier, draft, tokenizer, prompts, batch, new_tokens, k, device):
 
 
 def part_dump(ctx):
-    from cactus_theory import dump_trace
+    from cactus_theory.traces import dump_trace
 
     rows = []
     for batch in ctx.batches:
@@ -226,7 +226,7 @@ def part_dump(ctx):
 def _alone(ctx, ids, **flags):
     """``decode``'s verifier alone (batch 1, on the device) on each prompt, with the DecodeSpec ``flags``:
     (the DecodeResults, seconds)."""
-    from cactus_theory import DecodeSpec
+    from cactus_theory.decode import DecodeSpec
     from cactus_theory.hf import decoder_for
 
     out, seconds = [], 0.0
@@ -360,7 +360,10 @@ def part_checks(ctx):
 
 
 def part_plan(ctx):
-    from cactus_theory import analyze_trace, calibrate_cost, decode_prompts, matched_times, parse_rules, predict_speedup
+    from cactus_theory import analyze_trace, decode_prompts, predict_speedup
+    from cactus_theory.decode import matched_times
+    from cactus_theory.plan import calibrate_cost
+    from cactus_theory.traces import parse_rules
 
     verifier, draft = ctx.triples()
     start = time.perf_counter()
@@ -467,7 +470,9 @@ def part_plan(ctx):
 def part_evaluate(ctx):
     """``evaluate_rules`` at batch 64 on the device (the device decoder: no drift record) against batch 1,
     on random multiple-choice questions over the pair's word vocabulary: answers an hour."""
-    from cactus_theory import evaluate_rules, load_problems, make_rules
+    from cactus_theory import evaluate_rules
+    from cactus_theory.quality import load_problems
+    from cactus_theory.rules import make_rules
 
     problems = load_problems("choice", path=ctx.choice_file())
     verifier, _ = ctx.triples()
@@ -496,7 +501,9 @@ def part_oracle(ctx):
     """The engine oracle (``conform``) on this package's device decoder (``DecoderEngine`` path "auto":
     ``OnDevice`` where it takes the rule) for SpS and Cactus(delta = 1): the law of the first two tokens of
     random contexts against the rule's exact law, with the time a sample."""
-    from cactus_theory import DecoderEngine, DecodeSpec, conform, make_rule
+    from cactus_theory import conform, make_rule
+    from cactus_theory.decode import DecodeSpec
+    from cactus_theory.oracle import DecoderEngine
 
     verifier, _ = ctx.triples()
     prompts = make_prompts(ctx.oracle_contexts, ctx.vocab, 11, "oracle")
@@ -531,7 +538,8 @@ def part_oracle(ctx):
 def part_frontier(ctx):
     """The exact referee on the random multiple-choice questions (problems a second) and the deployment
     frontier from its records, the dump's trace and the plan part's calibration."""
-    from cactus_theory import deployment_frontier, exact_choice_referee, load_problems
+    from cactus_theory import deployment_frontier, exact_choice_referee
+    from cactus_theory.quality import load_problems
 
     if ctx.cost is None or not ctx.traces:
         raise RuntimeError("no calibration or trace: the dump and plan parts did not run")

@@ -116,8 +116,9 @@ def child_agreement(args):
     os.environ["CACTUS_THEORY_CACHE"] = args.private_cache
     import torch
 
-    from cactus_theory import SamplingSettings, Trace, processed_probs
+    from cactus_theory import SamplingSettings, processed_probs
     from cactus_theory.hf import encode_chat, load_model, teacher_forced_logits
+    from cactus_theory.traces import Trace
 
     path = os.path.join(args.models, VERIFIER)
     trace = Trace(args.trace)
@@ -214,7 +215,8 @@ def _bootstrap_al(sums, starts, ids, n_boot=1000, seed=0):
 
 def _al_table(traces, ms, n_boot):
     """AL per engine, rule and m with intervals, and the paired difference over the shared prompts."""
-    from cactus_theory import Trace, analyze_trace
+    from cactus_theory import analyze_trace
+    from cactus_theory.traces import Trace
 
     results = {
         e: analyze_trace(Trace(t), ["sps", "cactus(delta=1)"], ms=ms, n_boot=n_boot, progress=False)
@@ -247,7 +249,7 @@ def _al_table(traces, ms, n_boot):
 def _decode_rows(records_path):
     """Per (engine, batch, rule, m): tokens/s over prompts (sum tokens / sum seconds), the verifier
     alone's, the speedup; at a batch > 1 the throughput over batches."""
-    from cactus_theory import batch_throughput
+    from cactus_theory.decode import batch_throughput
 
     records = [json.loads(line) for line in open(records_path)]
     out = []
@@ -300,7 +302,7 @@ def main(argv=None):
     if args.child == "agreement":
         return child_agreement(args)
 
-    from cactus_theory import mixed_prompts
+    from cactus_theory.traces import mixed_prompts
 
     work = tempfile.mkdtemp(prefix="llamacpp-vs-hf-")
     try:

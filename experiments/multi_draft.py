@@ -21,8 +21,10 @@ from __future__ import annotations
 import argparse
 import os
 
-from cactus_theory import compare_multi_draft, figure_png, load_trace
+from cactus_theory import load_trace
+from cactus_theory.compare import compare_multi_draft
 from cactus_theory.io import machine_description, write_results
+from cactus_theory.studies import figure_png
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -43,19 +43,11 @@ import sys
 
 import numpy as np
 
-from cactus_theory import (
-    CostModel,
-    analyze_trace,
-    benchmark_file,
-    default_cost_path,
-    embedded_traces,
-    figure_png,
-    load_cost,
-    load_prompts,
-    parse_rules,
-    predict_speedup,
-)
+from cactus_theory import CostModel, analyze_trace, predict_speedup
 from cactus_theory.io import machine_description, write_results
+from cactus_theory.plan import default_cost_path, load_cost
+from cactus_theory.studies import figure_png
+from cactus_theory.traces import benchmark_file, embedded_traces, load_prompts, parse_rules
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PAIR = ("qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m")
@@ -99,7 +91,7 @@ def predict_own(trace_dir, cost, rules, best, n_boot, trust):
 
 def dump_heldout(args, prompts, settings):
     """A trace of the held-out prompts (seed 1: not the measured runs' samples); resumable."""
-    from cactus_theory import dump_trace
+    from cactus_theory.traces import dump_trace
 
     dump_trace(
         os.path.join(args.models, PAIR[0] + ".gguf"),
@@ -179,7 +171,7 @@ def measure(args, prompts, rules, best, settings):
 
 
 def compare(cost, predicted, own, records, best, prompts, n_boot=2000):
-    from cactus_theory import decoding_flags, matched_times
+    from cactus_theory.decode import decoding_flags, matched_times
 
     rng = np.random.default_rng(0)
     rows = []

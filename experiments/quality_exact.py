@@ -20,26 +20,18 @@ Writes OUT/NAME.md and OUT/NAME.json (NAME: --name, default quality_exact) and t
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
 
 import numpy as np
 
 # the sampled quality referee's pair, rules and sampling: the two referees judge the same methods the same way
 from quality_referee import CACHE, DRAFT, RULES, SETTINGS, VERIFIER
 
-from cactus_theory import (
-    evaluate_rules,
-    exact_choice_referee,
-    load_model,
-    load_problems,
-    make_rules,
-    paired_difference,
-    summarize_exact,
-)
-from cactus_theory.io import atomic_write, machine_description, write_records, write_results
+from cactus_theory import evaluate_rules, exact_choice_referee, load_model
+from cactus_theory.io import machine_description, run_seconds, write_records, write_results
+from cactus_theory.quality import load_problems, paired_difference, summarize_exact
+from cactus_theory.rules import make_rules
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -111,21 +103,11 @@ def main(argv=None):
     rules = [r.describe() for r in make_rules(args.rules)]
     methods = ["verifier alone", *rules]
     os.makedirs(os.path.dirname(os.path.abspath(args.records)), exist_ok=True)
-    clock_path = args.records + ".seconds.json"
-    try:
-        with open(clock_path) as fh:
-            clock = json.load(fh)
-    except (OSError, ValueError):
-        clock = {"exact": 0.0, "sampled": 0.0}
     pair = [os.path.join(args.models, name) for name in (VERIFIER, DRAFT)]
     verifier, draft = (load_model(path, engine="llama.cpp", sequences=1, context=args.context) for path in pair)
-    t0 = time.perf_counter()
     exact = exact_choice_referee(verifier, draft, problems, rules, settings=SETTINGS, out=args.records, progress=True)
-    clock["exact"] += time.perf_counter() - t0
-    atomic_write(clock_path, json.dumps(clock) + "\n")
     sampled = []
     if args.sampled_problems > 0:
-        t0 = time.perf_counter()
         sampled = evaluate_rules(
             verifier,
             draft,
@@ -139,8 +121,8 @@ def main(argv=None):
             out=args.records.replace(".jsonl", "_sampled.jsonl"),
             progress=True,
         )
-        clock["sampled"] += time.perf_counter() - t0
-        atomic_write(clock_path, json.dumps(clock) + "\n")
+    # the time spent, over every run that made the records (each record keeps its share of its unit's time)
+    clock = {"exact": run_seconds(exact), "sampled": run_seconds(sampled)}
     summary = summarize_exact(exact, n_boot=args.bootstrap)
     checked = sampled_rows(sampled, exact, methods) if sampled else []
     records_path = write_records(exact, os.path.join(args.out, f"{args.name}_records.jsonl.gz"))

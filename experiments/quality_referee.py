@@ -24,24 +24,16 @@ Writes OUT/quality.md and OUT/quality.json.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
-import time
 
 from scipy import stats
 
-from cactus_theory import (
-    SamplingSettings,
-    evaluate_rules,
-    load_model,
-    load_problems,
-    make_rules,
-    read_records,
-    summarize_records,
-)
-from cactus_theory.io import atomic_write, machine_description, write_records, write_results
+from cactus_theory import SamplingSettings, evaluate_rules, load_model
+from cactus_theory.io import machine_description, run_seconds, write_records, write_results
+from cactus_theory.quality import load_problems, read_records, summarize_records
+from cactus_theory.rules import make_rules
 
 VERIFIER, DRAFT = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 RULES = "sps,cactus(delta=1),cactus(delta=4),lossy(alpha=0.5),always-accept"
@@ -125,14 +117,15 @@ def paper_table(rows):
     return "\n".join(lines)
 
 
-def _clock(path):
-    """Seconds of decoding spent so far, per phase ({"main": ..., "control": ...})."""
-    try:
-        with open(path) as fh:
-            found = json.load(fh)
-    except (OSError, ValueError):
+def _clock(path, main):
+    """Seconds of decoding spent so far, per phase ({"main": ..., "control": ...}), over every run that made the
+    records at ``path`` (each record keeps its share of its unit's time, ``run_seconds``): "main" the records of
+    ``main`` ({(benchmark, problem id, method)}), "control" the rest."""
+    if not os.path.exists(path):
         return {"main": 0.0, "control": 0.0}
-    return {"main": float(found.get("main", found.get("seconds", 0.0))), "control": float(found.get("control", 0.0))}
+    held = read_records(path)
+    mine = [r for r in held if (r["benchmark"], r["id"], r["method"]) in main]
+    return {"main": run_seconds(mine), "control": run_seconds(held) - run_seconds(mine)}
 
 
 class _Pair:
@@ -148,15 +141,14 @@ class _Pair:
         return self.models
 
 
-def decode(args, pair, problems, rules, per_round, phase, minutes, clock_path):
+def decode(args, pair, problems, rules, per_round, phase, minutes, main):
     """Groups of ``per_round`` problems, every method on a group, until ``minutes`` of this phase's decoding
-    are spent (counted across resumed runs; ``evaluate_rules`` skips what the records hold)."""
-    clock = _clock(clock_path)
+    are spent (counted across resumed runs from the records' own time; ``evaluate_rules`` skips what the records
+    hold)."""
     upto = 0
-    while clock[phase] < 60 * minutes and upto < len(problems):
+    while _clock(args.records, main)[phase] < 60 * minutes and upto < len(problems):
         upto = min(len(problems), upto + per_round)
         verifier, draft = pair.get()
-        t0 = time.perf_counter()
         options = {
             "m": args.m,
             "settings": SETTINGS,
@@ -165,13 +157,9 @@ def decode(args, pair, problems, rules, per_round, phase, minutes, clock_path):
             "allow_code_execution": args.allow_code_execution,
             "benchmarks": args.all_benchmarks,  # one records file for both phases
         }
-        try:
-            evaluate_rules(verifier, draft, problems[:upto], rules, out=args.records, progress=False, **options)
-        finally:  # an interrupted round's time is counted too: its records are kept and skipped on resume
-            clock[phase] += time.perf_counter() - t0
-            atomic_write(clock_path, json.dumps(clock) + "\n")
-        print(f"{phase}: {upto} problems, {clock[phase] / 60:.1f} of {minutes:g} minutes", file=sys.stderr, flush=True)
-    return clock
+        evaluate_rules(verifier, draft, problems[:upto], rules, out=args.records, progress=False, **options)
+        spent = _clock(args.records, main)[phase]
+        print(f"{phase}: {upto} problems, {spent / 60:.1f} of {minutes:g} minutes", file=sys.stderr, flush=True)
 
 
 def main(argv=None):
@@ -206,17 +194,17 @@ def main(argv=None):
     rules = [r.describe() for r in make_rules(args.rules)]
     control = make_rules(args.control)[0].describe() if args.control else None
     os.makedirs(os.path.dirname(os.path.abspath(args.records)), exist_ok=True)
-    clock_path = args.records + ".seconds.json"
     pair = _Pair(args)
-    clock = _clock(clock_path)
+    main = {(p.benchmark, p.id, m) for p in problems for m in ["verifier alone", *rules]}
     if args.minutes > 0:
         per_round = args.batch * len(benches)
-        clock = decode(args, pair, problems, rules, per_round, "main", args.minutes, clock_path)
+        decode(args, pair, problems, rules, per_round, "main", args.minutes, main)
     if control and args.control_minutes > 0:  # the control and the verifier alone on further problems
         more = load_problems(args.control_benchmark, args.data)
-        clock = decode(args, pair, more, [control], args.batch, "control", args.control_minutes, clock_path)
+        decode(args, pair, more, [control], args.batch, "control", args.control_minutes, main)
     if not os.path.exists(args.records):
         raise SystemExit(f"no records in {args.records}: run with --minutes > 0 first")
+    clock = _clock(args.records, main)
     summary = summarize_records(args.records, n_boot=args.bootstrap)
     records_count = sum(1 for line in open(args.records, encoding="utf-8") if line.strip())
     # the records beside the page, compressed: token ids and per-token drift kept, the answers' texts not

@@ -86,7 +86,7 @@ def _atomic_json(path, obj):
 
 
 def problems(data, n_gsm8k, n_humaneval):
-    from cactus_theory import benchmark_file
+    from cactus_theory.traces import benchmark_file
 
     out = []
     with open(benchmark_file("gsm8k", data), encoding="utf-8") as fh:
@@ -111,15 +111,10 @@ def problems(data, n_gsm8k, n_humaneval):
 def run(args):
     import torch
 
-    from cactus_theory import (
-        NgramDrafter,
-        SamplingSettings,
-        autoregressive_generate,
-        benchmark_prompt,
-        make_rule,
-        speculative_generate,
-    )
+    from cactus_theory import SamplingSettings, make_rule, speculative_generate
+    from cactus_theory.decode import NgramDrafter, autoregressive_generate
     from cactus_theory.hf import encode_chat, eos_ids, load_model
+    from cactus_theory.traces import benchmark_prompt
 
     models = args.models
     verifier, tok, _ = load_model(os.path.join(models, "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"), dtype=args.dtype)

@@ -43,9 +43,10 @@ import time
 
 import numpy as np
 
-from cactus_theory import SamplingSettings, analyze_trace, benchmark_file, load_prompts, load_trace, predict_speedup
+from cactus_theory import SamplingSettings, analyze_trace, load_trace, predict_speedup
 from cactus_theory.io import write_results
 from cactus_theory.servers import local_llama_server
+from cactus_theory.traces import benchmark_file, load_prompts
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PAIR = ("qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m")
@@ -82,7 +83,7 @@ def server(binary, args, log):
 
 def held_out_prompts(data, mbpp, mt_bench):
     """MBPP problems and MT-Bench writing / STEM questions (tasks the embedded traces do not hold)."""
-    from cactus_theory import embedded_traces
+    from cactus_theory.traces import embedded_traces
 
     held = {s.id for s in embedded_traces()}
     out = load_prompts(benchmark_file("mbpp", data), dataset="mbpp")[:mbpp]
@@ -132,7 +133,8 @@ def measure(spec, base, B):
 
 
 def main(argv=None) -> int:
-    from cactus_theory import calibrate_server, drive_server, dump_server_trace, open_server
+    from cactus_theory.plan import calibrate_server, drive_server
+    from cactus_theory.traces import dump_server_trace, open_server
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     pair_arguments(parser)
@@ -256,7 +258,7 @@ def main(argv=None) -> int:
 
 
 def make_policy_label(spec):
-    from cactus_theory import make_draft_policy
+    from cactus_theory.laws import make_draft_policy
 
     return make_draft_policy(spec).describe()
 

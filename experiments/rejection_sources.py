@@ -16,7 +16,8 @@ import argparse
 
 import numpy as np
 
-from cactus_theory import SamplingSettings, load_trace, parse_rules
+from cactus_theory import SamplingSettings, load_trace
+from cactus_theory.traces import parse_rules
 
 
 def main(argv=None):

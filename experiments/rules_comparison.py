@@ -5,7 +5,7 @@ Usage:
 
 The grid is the overlay's paper grid (graphcore-research/relaxed-spec-dec-repro @ c28353f,
 scripts/run_paper_grid.py, with its bonus policy per rule), plus the rules of this package it
-lacks: every registered rule at the settings it declares (``cactus_theory.comparison_entries``).
+lacks: every registered rule at the settings it declares (``cactus_theory.compare.comparison_entries``).
 Writes rules_comparison.md (the table, the fronts of AL against emitted KL and TV, and the rules that accept tokens the
 verifier excludes), rules_comparison.json and rules_comparison.png into --out-dir, atomically.
 """
@@ -16,7 +16,7 @@ import argparse
 import os
 import time
 
-from cactus_theory import compare_rules, write_comparison
+from cactus_theory.compare import compare_rules, write_comparison
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

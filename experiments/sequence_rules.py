@@ -33,22 +33,12 @@ import time
 
 import numpy as np
 
-from cactus_theory import (
-    DEFAULT_COST_PROFILE,
-    SamplingSettings,
-    analyze_trace,
-    cost_profiles,
-    figure_png,
-    full_tree,
-    load_cost,
-    load_trace,
-    predict_speedup,
-    rule_colours,
-    sample_tree,
-    token_level_tree,
-    traverse,
-)
+from cactus_theory import SamplingSettings, analyze_trace, load_trace, predict_speedup
+from cactus_theory.compare import rule_colours
 from cactus_theory.io import machine_description, write_results
+from cactus_theory.plan import DEFAULT_COST_PROFILE, cost_profiles, load_cost
+from cactus_theory.rules import full_tree, sample_tree, token_level_tree, traverse
+from cactus_theory.studies import figure_png
 from cactus_theory.testing import sequence_tv_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))

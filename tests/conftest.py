@@ -1,3 +1,4 @@
+import glob
 import importlib.util
 import json
 import os
@@ -86,3 +87,43 @@ def mixed_prompt_file(tmp_path):
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+def llama_server_binary() -> str | None:
+    """The llama-server to test with: ``$CACTUS_LLAMA_SERVER`` (``scripts/check.sh`` builds it with
+    ``scripts/build_llama_server.py`` and exports it), else the build script's cache; or None. Without one the
+    tests that need it are skipped, except in CI (CI=true), where they fail."""
+    found = os.environ.get("CACTUS_LLAMA_SERVER")
+    if found:
+        return found if os.access(found, os.X_OK) else None
+    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    candidates = sorted(glob.glob(os.path.join(home, "cactus_theory", "llama-server", "*", "llama-server")))
+    return next((c for c in candidates if os.access(c, os.X_OK)), None)
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="session")
+def server_binary():
+    binary = llama_server_binary()
+    if binary is None:
+        message = "needs llama-server: python scripts/build_llama_server.py (scripts/check.sh runs it)"
+        if _in_ci():
+            pytest.fail(message)
+        pytest.skip(message)
+    return binary
+
+
+@pytest.fixture(scope="session")
+def tiny_ggufs(tmp_path_factory):
+    """(verifier, draft) GGUF files of two tiny random Qwen2 models sharing a 64-token BPE vocabulary: the servers'
+    and the oracle's tests."""
+    pytest.importorskip("gguf") if not _in_ci() else None
+    from tiny_models import tiny_model, write_tiny_gguf
+
+    d = tmp_path_factory.mktemp("ggufs")
+    return write_tiny_gguf(tiny_model(seed=0), d / "verifier.gguf"), write_tiny_gguf(
+        tiny_model(seed=1, layers=1), d / "draft.gguf"
+    )

@@ -3,7 +3,8 @@ trace split into parts as ``--part`` dumps make them, and a row-by-row compariso
 
 import numpy as np
 
-from cactus_theory import SamplingSettings, prompt_part, trace_from_arrays
+from cactus_theory import SamplingSettings
+from cactus_theory.traces import prompt_part, trace_from_arrays
 
 SAMPLING = {"sampling": SamplingSettings(temperature=1.0, top_k=8, top_p=1.0).as_dict()}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from .._util._cluster import DASK_WORKER_ENV, close_quietly, connect_scheduler, local_dask_cluster
+from .._util._cluster import DASK_WORKER_ENV, close_quietly, connect_scheduler, local_dask_cluster, map_tasks
 
 __all__ = [
     "DASK_WORKER_ENV",
@@ -73,20 +73,10 @@ def _dask_threads(client):
 
 
 def run_dask(fn, jobs, client, on_result):
-    """``fn`` over ``jobs`` as Dask tasks on ``client``'s cluster; results in job order whatever order the
-    tasks finish in. A worker that dies takes its running and held tasks with it; the scheduler
-    runs them again elsewhere (per-shard results depend only on the shard, so nothing is lost or
-    counted twice)."""
-    from distributed import as_completed
-
-    futures = client.map(fn, jobs, threads=_dask_threads(client), pure=False)
-    index = {f.key: i for i, f in enumerate(futures)}
-    results = [None] * len(jobs)
-    try:
-        for future in as_completed(futures):
-            part = future.result()
-            results[index[future.key]] = part
-            on_result(part)
-    finally:
-        client.cancel(futures)
-    return results
+    """``fn`` over ``jobs`` as Dask tasks on ``client``'s cluster (``map_tasks``, the one mapper, each worker's
+    kernels given their share of its host's cores); results in job order whatever order the tasks finish in. A
+    worker that dies takes its running and held tasks with it; the scheduler runs them again elsewhere
+    (per-shard results depend only on the shard, so nothing is lost or counted twice)."""
+    return map_tasks(
+        client, fn, [(job,) for job in jobs], lambda _, part: on_result(part), threads=_dask_threads(client)
+    )

@@ -23,9 +23,10 @@ Python overhead outside the timed parts.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -35,10 +36,20 @@ from .._util._files import csv_text
 from .._util._results import Result, interval
 from ._cost import CostModel, load_cost
 
-__all__ = ["Plan", "batch_plan", "break_even", "predict_speedup"]
+__all__ = ["Plan", "Speed", "batch_plan", "break_even", "predict_speedup"]
 
 
-@dataclass
+class Speed(NamedTuple):
+    """A setting's predicted speedup (per request where the cost model timed prompt processing, else per step)
+    with its 95% interval, and its accepted length."""
+
+    speedup: float
+    lo: float
+    hi: float
+    al: float
+
+
+@dataclass(frozen=True)
 class Plan(Result):
     """``predict_speedup``'s result: one row per rule x m x task (x drafting policy) with the
     analysis's fields plus ``tokens_per_step``, ``step_time``, ``speedup`` and its interval
@@ -69,6 +80,19 @@ class Plan(Result):
     def key(self) -> str:
         """The speedup the rankings use: "request_speedup" if every row has one, else "speedup"."""
         return "request_speedup" if self.rows and all("request_speedup" in r for r in self.rows) else "speedup"
+
+    def speeds(self, task="all") -> dict:
+        """{(rule, m): ``Speed``} of ``task``'s rows without a drafting policy: the speedup the rankings use
+        (``key``) with its 95% interval and the accepted length, what the deployment frontier joins to each rule's
+        accuracy."""
+        lo, hi = f"{self.key}_lo", f"{self.key}_hi"
+        return {
+            (r["rule"], int(r["m"])): Speed(
+                float(r[self.key]), float(r.get(lo, math.nan)), float(r.get(hi, math.nan)), float(r["al"])
+            )
+            for r in self.rows
+            if r["task"] == task and not r.get("draft_policy")
+        }
 
     def best_m(self, task="all") -> list:
         """Per rule (and drafting policy), the row with the largest speedup over m."""

@@ -61,7 +61,8 @@ def add_parser(sub):
 
 def run(args) -> int:
     from .._data._prompts import load_prompts
-    from .._studies._conform import ConformanceStudy, DecoderEngine, choose_contexts, summarize_conformance
+    from .._oracle._decoder_engine import DecoderEngine
+    from .._oracle._study import ConformanceStudy, choose_contexts
     from .._util._study import run_study
 
     if not (args.server or args.verifier):
@@ -76,7 +77,7 @@ def run(args) -> int:
     prompts = load_prompts(args.prompts)
     settings = _settings(args)
     if args.server:
-        from .._servers._conform_engine import LlamaServerEngine
+        from .._oracle._llama_server import LlamaServerEngine
         from .._servers._http import ServerClient
         from .._servers._protocol import make_protocol
 
@@ -105,7 +106,7 @@ def run(args) -> int:
     print(f"contexts: {len(contexts)} ({', '.join(c.id for c in contexts)}); passed over {len(skipped)}")
     study = ConformanceStudy(engine, args.rule, contexts, samples=args.samples, tokens=args.tokens, seed=args.seed)
     records = run_study(study, out=args.out, progress=_progress(args))
-    result = summarize_conformance(records, alpha=args.alpha)
+    result = study.summarize(records, alpha=args.alpha)
     print(result.table())
     if args.report:
         for path in result.write(args.report, command=_command_line(args)):

@@ -110,9 +110,16 @@ def add_parser(sub):
 
 def run(args) -> int:
 
+    from .._analysis._referee_summary import (
+        quality_markdown,
+        read_exact_records,
+        read_records,
+        summarize_exact,
+        summarize_records,
+    )
     from .._studies._exact_choice import KIND as EXACT
-    from .._studies._exact_choice import ExactReferee, read_exact_records, summarize_exact
-    from .._studies._quality import SampledReferee, quality_markdown, read_records, summarize_records
+    from .._studies._exact_choice import ExactReferee
+    from .._studies._quality import SampledReferee
     from .._util._study import run_study
 
     if args.rescore:
@@ -194,10 +201,7 @@ def run(args) -> int:
             from .._analysis._engines import close_quietly
 
             close_quietly(client)
-    if args.exact:
-        print(summarize_exact(records, n_boot=args.bootstrap, seed=args.seed).table())
-    else:
-        print(quality_markdown(summarize_records(records, n_boot=args.bootstrap, seed=args.seed)))
+    print(study.summarize(records, n_boot=args.bootstrap, seed=args.seed).table())
     if args.out:
         print(f"records in {args.out}")
     return 0
@@ -215,7 +219,8 @@ def _first_kind(path):
 def _rescore(args) -> int:
     """``--rescore RECORDS``: the exact referee's records of ``--rule`` scored again from the answer rows alone."""
     from .._analysis._analyze import parse_rules
-    from .._studies._exact_choice import read_exact_records, rescore_exact, summarize_exact
+    from .._analysis._referee_summary import read_exact_records, summarize_exact
+    from .._analysis._rescore import rescore_exact
     from .._util._files import write_records
     from ._common import _check_out
 

@@ -299,8 +299,8 @@ def run(args) -> int:
 def _frontier(args, traces, cost) -> int:
     """``--quality RECORDS``: the deployment frontier and its recommendation (``deployment_frontier``)."""
     from .._analysis._analyze import parse_rules
-    from .._studies._exact_choice import read_exact_records
-    from .._studies._frontier import MAX_LOSS, deployment_frontier
+    from .._analysis._frontier import MAX_LOSS, deployment_frontier
+    from .._analysis._referee_summary import read_exact_records
     from ._common import _command_line, _settings
 
     if len(args.batch or ()) > 1:

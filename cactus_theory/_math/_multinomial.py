@@ -20,9 +20,20 @@ interval. What the engine oracle (``conform``) reports per context and over all 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-__all__ = ["combined_test", "detectable_tv", "draws_for_tv", "g_statistic", "g_test", "tv_with_interval"]
+__all__ = [
+    "binomial_p_value",
+    "combined_test",
+    "detectable_tv",
+    "draws_for_tv",
+    "g_statistic",
+    "g_test",
+    "pooled_z_p_value",
+    "tv_with_interval",
+]
 
 
 def _checked(counts, law):
@@ -131,3 +142,28 @@ def tv_with_interval(counts, law, *, confidence=0.95):
     log_ratio = k * np.log(2.0) + np.log1p(-(2.0 ** (1 - k))) - np.log(1 - confidence)
     half = 0.5 * float(np.sqrt(2.0 * log_ratio / n))
     return tv, max(0.0, tv - half), min(1.0, tv + half)
+
+
+def binomial_p_value(successes, trials, rate) -> float:
+    """The two-sided exact binomial p-value of ``successes`` in ``trials`` at ``rate`` (clipped to [0, 1]; NaN where
+    there is no trial): whether an engine's accepted count fits a candidate law's acceptance."""
+    from scipy import stats
+
+    if trials == 0:
+        return float("nan")
+    return float(stats.binomtest(int(successes), int(trials), min(max(float(rate), 0.0), 1.0)).pvalue)
+
+
+def pooled_z_p_value(parts) -> float:
+    """The two-sided p-value of the total successes of ``parts`` ([(successes, trials, rate)], independent
+    binomials) against their expected total sum n r, with variance sum n r (1 - r), by the normal law (1 where the
+    variance is 0 and the total is the expected one, 0 where it is not)."""
+    from scipy import stats
+
+    parts = list(parts)
+    k = sum(float(a) for a, _, _ in parts)
+    mean = sum(float(n) * float(r) for _, n, r in parts)
+    var = sum(float(n) * float(r) * (1 - float(r)) for _, n, r in parts)
+    if var <= 0:
+        return 1.0 if k == mean else 0.0
+    return float(2 * stats.norm.sf(abs(k - mean) / math.sqrt(var)))

@@ -10,15 +10,16 @@ from typing import ClassVar
 from .._models._clock import INTERLEAVE_SECONDS, interleave
 from .._models._decode_spec import DecodeSpec
 from .._models._decoding import decoder_for
+from .._models._pair import ModelPair
 from .._util._study import Study, run_study
-from ._pair import ModelPair
 
 __all__ = ["DecodeStudy", "decode_prompts"]
 
 #: The kind of record ``decode_prompts`` writes (``RecordLog``).
 KIND = "cactus-theory decode"
-#: Record fields a rerun gives differently (timings and the machine's load).
+#: Record fields a rerun gives differently (timings, the machine's load, and how many runs a run was timed among).
 TIMINGS = (
+    "interleaved_with",
     "seconds",
     "prefill_seconds",
     "token_seconds",
@@ -70,6 +71,14 @@ class DecodeStudy(Study):
     kind: ClassVar[str] = KIND
     unit_name: ClassVar[str] = "group"
     volatile: ClassVar[tuple] = TIMINGS
+    outside_setting: ClassVar[dict] = {
+        "prompts": "the units: each record names its prompt",
+        "rules": "each record's key names its rule, m, seed, bonus and drafting policies, gate, baseline, batch",
+        "spec": "its fields are each record's key (m, seed, policies, gate, baseline, drift, batch), or the "
+        "setting's (sampling, max_new_tokens), or timing alone (chunk_seconds)",
+        **ModelPair.OUTSIDE_SETTING,
+    }
+    summary_options: ClassVar[dict] = {"seed": None}
 
     def __init__(self, verifier, draft, rules, prompts, spec=None, *, load_options=None):
         spec = (spec if spec is not None else DecodeSpec()).with_rule(None)
@@ -80,18 +89,21 @@ class DecodeStudy(Study):
         if len(set(labels)) != len(labels):
             raise ValueError(f"rule: the rules must be distinct; got {labels}")
         self.spec, self.prompts = spec, list(prompts)
+        self.sampling, self.max_new_tokens = spec.settings, int(spec.max_new_tokens)
         self.pair = ModelPair(verifier, draft, load_options)
-        self._decoders = None
 
-    def setting(self) -> dict:
-        from .._models._hf import split_model
+    def prepare(self) -> dict:
+        """Every rule's decoder (each checked against the drafter first) and the verifier alone's; the models'
+        identities and arithmetic."""
+        from .._models._hf import model_arithmetic, split_model
 
-        if getattr(self, "_decoders", None) is None:
-            model, draft = self.pair.verifier[0], split_model(self.pair.draft)[0]
-            # every rule checked against the drafter first
-            self._decoders = [decoder_for(r, model, draft) for r in self.rules]
-            self._alone = decoder_for(self.spec, model) if self.spec.baseline else None
-        return _setting(self.pair.verifier, self.pair.draft, self.spec.settings, self.spec.max_new_tokens)
+        model, (draft, draft_identity) = self.pair.verifier[0], split_model(self.pair.draft)
+        self._decoders = [decoder_for(r, model, draft) for r in self.rules]
+        self._alone = decoder_for(self.spec, model) if self.spec.baseline else None
+        return {
+            "models": {"verifier": split_model(tuple(self.pair.verifier))[1], "draft": draft_identity},
+            "arithmetic": {"verifier": model_arithmetic(model), "draft": model_arithmetic(draft)},
+        }
 
     def units(self) -> list:
         batch = self.spec.batch
@@ -110,8 +122,6 @@ class DecodeStudy(Study):
         from .._data._prompts import prompt_seed
         from .._models._hf import encode_chat, eos_ids
 
-        if getattr(self, "_decoders", None) is None:
-            self.setting()
         spec, rules = self.spec, self.rules
         model, tokenizer = self.pair.verifier[0], self.pair.verifier[1]
         eos = eos_ids(model, tokenizer)
@@ -165,10 +175,11 @@ class DecodeStudy(Study):
                 records.append(rec)
         return records
 
-    def summarize(self, records):
+    def summarize(self, records, *, seed=None):
+        """``decoding_summary`` of the records (its bootstrap seeded by ``seed``, default the run's)."""
         from .._analysis._decode_records import decoding_summary
 
-        return decoding_summary(records, seed=self.spec.seed)
+        return decoding_summary(records, seed=self.spec.seed if seed is None else seed)
 
     @property
     def label(self) -> str:
@@ -255,18 +266,4 @@ def _decode_record(prompt, spec, ids, tokenizer, res):
         "draft_seconds": res.draft_seconds,
         "verify_seconds": res.verify_seconds,
         "tokens_per_second": res.tokens_per_second,
-    }
-
-
-def _setting(verifier, draft, settings, max_new_tokens) -> dict:
-    """What decides every record of a file besides its own key (prompt, rule, m, seed, policies, gate,
-    baseline, batch): the models (identity, engine, dtype), the sampling and the length."""
-    from .._models._hf import model_arithmetic, split_model
-
-    draft, draft_identity = split_model(draft)
-    return {
-        "models": {"verifier": split_model(tuple(verifier))[1], "draft": draft_identity},
-        "arithmetic": {"verifier": model_arithmetic(verifier[0]), "draft": model_arithmetic(draft)},
-        "sampling": settings.as_dict(),
-        "max_new_tokens": int(max_new_tokens),
     }

@@ -20,45 +20,22 @@ only with ``allow_code_execution=True`` or ``CACTUS_ALLOW_CODE_EXECUTION=1``, ch
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import json
-import os
-from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
-
+from .._analysis._referee_summary import ALONE, SAMPLED_KIND, summarize_records
 from .._data._benchmarks import get_benchmark
 from .._data._graders import PROGRAM_SECONDS, grade, require_code_execution
 from .._data._prompts import prompt_seed
-from .._math._bootstrap import ratio_interval, resample_counts
-from .._math._paired import paired_difference
 from .._math._validation import RUN_LIMITS, check_count
-from .._util._files import json_lines
-from .._util._results import RowsResult
+from .._models._pair import ModelPair
 from .._util._study import Study, run_study
-from ._exact_choice import _distinct_problems, _same_problems
-from ._pair import ModelPair
+from ._exact_choice import REFEREE_OUTSIDE, _distinct_problems, _same_problems
 
-__all__ = [
-    "ALONE",
-    "LIMITS",
-    "QualitySummary",
-    "SampledReferee",
-    "check_evaluate_limits",
-    "evaluate_rules",
-    "quality_markdown",
-    "read_records",
-    "summarize_records",
-]
+__all__ = ["LIMITS", "SampledReferee", "check_evaluate_limits", "evaluate_rules"]
 
-#: The method name of the verifier decoding alone.
-ALONE = "verifier alone"
 #: The kind of record this referee writes (``RecordLog``).
-KIND = "cactus-theory evaluate"
-#: Fields a record must hold to be summarised, with the types they must have.
-_FIELDS = {"id": str, "benchmark": str, "method": str, "sample": int, "correct": bool, "tokens": int}
+KIND = SAMPLED_KIND
 #: The largest value of each count a run may ask for (``RUN_LIMITS``), checked before any model loads.
 LIMITS = RUN_LIMITS
 
@@ -68,44 +45,10 @@ def _method_seed(seed, problem_id, method, sample) -> int:
     return prompt_seed(seed, f"{problem_id}|{method}|{sample}")
 
 
-def read_records(path) -> list:
-    """The records of a JSON Lines file written by ``evaluate_rules`` (plain or gzip-compressed), each
-    checked for its fields and their types (``correct`` a JSON boolean, ``sample`` and ``tokens``
-    non-negative integers): a bad one is a ValueError naming the file and the line."""
-    out = []
-    for n, rec in json_lines(path, "a record of cactus-theory evaluate"):
-        if not isinstance(rec, dict) or any(k not in rec for k in _FIELDS):
-            raise ValueError(f"{path}, line {n}: not a record of cactus-theory evaluate (it needs {list(_FIELDS)})")
-        for key, kind in _FIELDS.items():
-            value = rec[key]
-            good = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
-            if not good or (kind is int and value < 0):
-                want = {bool: "true or false", int: "an integer >= 0", str: "a string"}[kind]
-                raise ValueError(f"{path}, line {n}: {key!r} must be {want}; got {json.dumps(value)}")
-        out.append(rec)
-    return out
-
-
 def check_evaluate_limits(*, m=8, max_new_tokens=512, batch=1, samples=1) -> None:
     """Each count an integer between 1 and its ``LIMITS`` bound (one ValueError line naming it)."""
     for name, value in (("m", m), ("max_new_tokens", max_new_tokens), ("batch", batch), ("samples", samples)):
         check_count(value, name)
-
-
-def _setting(m, settings, max_new_tokens, seed, models, arithmetic, benchmarks, timeout) -> dict:
-    """What decides every answer of a run besides its (problem, method, sample): the models (each one's
-    identity), their arithmetic (engine, dtype), the sampling, lengths, seed, benchmarks and the programs'
-    time limit. Records of another setting are never mixed with this run's."""
-    return {
-        "m": int(m),
-        "sampling": settings.as_dict(),
-        "max_new_tokens": int(max_new_tokens),
-        "seed": int(seed),
-        "models": models,
-        "arithmetic": arithmetic,
-        "benchmarks": benchmarks,
-        "program_seconds": float(timeout),
-    }
 
 
 class SampledReferee(Study):
@@ -116,6 +59,14 @@ class SampledReferee(Study):
 
     kind: ClassVar[str] = KIND
     unit_name: ClassVar[str] = "group"
+    outside_setting: ClassVar[dict] = {
+        **REFEREE_OUTSIDE,
+        "spec": "the run's decoding spec, made of the setting's fields",
+        "samples": "how many samples: each record names its sample",
+        "allow_code_execution": "consent to run programs: a run without it is refused before it starts",
+    }
+    setting_as: ClassVar[dict] = {"settings": "sampling", "timeout": "program_seconds"}
+    summary_options: ClassVar[dict] = {"n_boot": 2000, "seed": 0}
 
     def __init__(
         self,
@@ -159,34 +110,21 @@ class SampledReferee(Study):
             from .._util._sandbox import _isolation_decision
 
             _isolation_decision(None)  # no isolation and no knowing consent: refused before anything is decoded
-        self.problems, self.spec, self.samples, self.seed = list(problems), spec, int(samples), int(seed)
-        self.timeout, self.threads = timeout, threads
+        self.problems, self.spec, self.samples = list(problems), spec, int(samples)
+        # what decides every answer besides its (problem, method, sample): with the models, the setting
+        self.m, self.sampling, self.max_new_tokens, self.seed = spec.m, spec.settings, spec.max_new_tokens, int(seed)
+        self.batch, self.drift, self.program_seconds = spec.batch, spec.drift, float(timeout)
+        self.allow_code_execution, self.threads = allow_code_execution, threads
         self.pair = ModelPair(verifier, draft, load_options)
-        self._decoders = None
 
-    def setting(self) -> dict:
-        from .._models._hf import model_arithmetic, split_model
-
-        model = self.pair.verifier[0]
-        draft, draft_identity = split_model(self.pair.draft)
-        arithmetic = {"verifier": model_arithmetic(model), "draft": model_arithmetic(draft)}
-        models = {"verifier": split_model(tuple(self.pair.verifier))[1], "draft": draft_identity}
-        spec = self.spec
-        self._setting = _setting(
-            spec.m, spec.settings, spec.max_new_tokens, self.seed, models, arithmetic, self.benchmarks, self.timeout
-        )
-        self._ready()
-        return self._setting
-
-    def _ready(self):
-        """The decoders and the prompts' ids, made once in the process that runs the units."""
-        if getattr(self, "_decoders", None) is not None:
-            return
+    def prepare(self) -> dict:
+        """The decoders and the prompts' ids, made once in each process that runs units; the models' identities
+        and arithmetic."""
         from .._models._decoding import decoder_for
-        from .._models._hf import encode_chat, eos_ids, split_model
+        from .._models._hf import encode_chat, eos_ids, model_arithmetic, split_model
 
         model, tokenizer = self.pair.verifier[0], self.pair.verifier[1]
-        draft = split_model(self.pair.draft)[0]
+        draft, draft_identity = split_model(self.pair.draft)
         self._eos = eos_ids(model, tokenizer)
         self._decoders = {
             method: decoder_for(s, model, draft if s.rule is not None else None) for method, s in self.specs.items()
@@ -195,6 +133,10 @@ class SampledReferee(Study):
         self._ids = {
             p.id: encode_chat(tokenizer, p.prompt.text, f"problem {p.id!r}", chat=chat[p.benchmark])
             for p in self.problems
+        }
+        return {
+            "models": {"verifier": split_model(tuple(self.pair.verifier))[1], "draft": draft_identity},
+            "arithmetic": {"verifier": model_arithmetic(model), "draft": model_arithmetic(draft)},
         }
 
     def units(self) -> list:
@@ -223,9 +165,8 @@ class SampledReferee(Study):
             yield line
 
     def run_unit(self, unit, held) -> list:
-        if not hasattr(self, "_setting"):  # on a worker: the setting was asked of another
-            self.setting()
         k, group = self._group(unit)
+        setting = self.setting()
         tokenizer, records = self.pair.verifier[1], []
         for method in self.methods:
             todo = [p for p in group if (p.id, method, k) not in held]
@@ -234,13 +175,13 @@ class SampledReferee(Study):
             seeds = [_method_seed(self.seed, p.id, method, k) for p in todo]
             results = self._decoders[method].generate([self._ids[p.id] for p in todo], seeds, self._eos)
             records += [
-                _record(p, method, k, s, res, tokenizer, self._setting, self.timeout)
+                _record(p, method, k, s, res, tokenizer, setting, self.program_seconds)
                 for p, s, res in zip(todo, seeds, results, strict=True)
             ]
         return records
 
-    def summarize(self, records):
-        return summarize_records(records)
+    def summarize(self, records, *, n_boot=2000, seed=0):
+        return summarize_records(records, n_boot=n_boot, seed=seed)
 
     @property
     def label(self) -> str:
@@ -314,155 +255,3 @@ def _record(problem, method, sample, seed, result, tokenizer, setting, timeout) 
             rec["token_kl"] = [float(x) for x in result.token_kl]
             rec["answer_kl"] = result.answer_kl
     return rec
-
-
-@dataclass(frozen=True)
-class QualitySummary(RowsResult):
-    """Per benchmark and method: the paired comparison with the verifier alone (``rows``: dicts), and the
-    problems and samples it covers; a study result as every other (``records``, ``table``, ``markdown``,
-    ``write``)."""
-
-    rows: list
-    problems: dict
-    samples: int
-
-    name = "quality"
-
-    def render(self) -> str:
-        return quality_markdown(self)
-
-
-def _scores(records, method, problems, key="correct"):
-    """Per problem, the share of its samples of ``method`` graded correct (NaN where it has none)."""
-    by = {}
-    for r in records:
-        if r["method"] == method and key in r:
-            by.setdefault(r["id"], []).append(float(bool(r[key])))
-    return np.array([np.mean(by[p]) if p in by else np.nan for p in problems])
-
-
-def summarize_records(records, *, n_boot=2000, seed=0) -> QualitySummary:
-    """The referee's summary from records alone (``evaluate_rules``'s list, or the path of the JSON Lines
-    file it wrote): per benchmark (and "all", the benchmarks' problems pooled, when there are several),
-    every method's accuracy and, for each rule, its paired difference from the verifier alone on the
-    problems both decoded (interval, McNemar at one sample, problems needed for +-1 and +-2 points), with
-    GSM8K's strict and flexible extractions beside its score, and the drift each rule spent on those
-    answers (KL per emitted token and per answer, intervals over problems)."""
-    if isinstance(records, (str, os.PathLike)):
-        records = read_records(records)
-    if not records:
-        raise ValueError("records: none to summarise")
-    rows, covered, samples = [], {}, 1 + max(int(r["sample"]) for r in records)
-    benches = sorted({r["benchmark"] for r in records})
-    for bench in benches:
-        mine = [r for r in records if r["benchmark"] == bench]
-        covered[bench] = _rows(bench, mine, rows, n_boot, seed)
-    if len(benches) > 1:  # every problem once, its id made unique by its benchmark
-        pooled = [{**r, "id": f"{r['benchmark']}/{r['id']}"} for r in records]
-        covered["all"] = _rows("all", pooled, rows, n_boot, seed)
-    return QualitySummary(rows, covered, samples)
-
-
-def _rows(bench, mine, rows, n_boot, seed) -> int:
-    """Append the rows of one benchmark's records to ``rows``; the problems the verifier alone decoded."""
-    methods = list(dict.fromkeys(r["method"] for r in mine))
-    if ALONE not in methods:
-        raise ValueError(f"records of {bench}: none of the verifier alone, the reference of every comparison")
-    base_ids = {r["id"] for r in mine if r["method"] == ALONE}
-    answers = collections.Counter((r["method"], r["id"]) for r in mine)
-    for method in [ALONE, *(x for x in methods if x != ALONE)]:
-        ids = sorted({r["id"] for r in mine if r["method"] == method} & base_ids)
-        if not ids:
-            continue
-        one = all(answers[(method, i)] == 1 and answers[(ALONE, i)] == 1 for i in ids)
-        score, ref = _scores(mine, method, ids), _scores(mine, ALONE, ids)
-        comparison = paired_difference(ids, score, ref, n_boot=n_boot, seed=seed, single_sample=one)
-        row = {
-            "benchmark": bench,
-            "method": method,
-            "problems": len(ids),
-            "accuracy": comparison.accuracy,
-            "difference": comparison.difference,
-            "low": comparison.low,
-            "high": comparison.high,
-            "mcnemar_p": comparison.mcnemar_p,
-            "discordant": list(comparison.discordant),
-            "needed_1": comparison.needed_1,
-            "needed_2": comparison.needed_2,
-            "verdict": "reference" if method == ALONE else comparison.verdict,
-        }
-        for key in ("strict", "flexible"):
-            alone = _scores(mine, method, ids, f"correct_{key}")
-            if np.all(np.isfinite(alone)):
-                row[f"accuracy_{key}"] = float(np.mean(alone))
-        if method != ALONE:
-            row.update(_drift(mine, method, ids, n_boot, seed))
-        rows.append(row)
-    return len(base_ids)
-
-
-def _drift(records, method, ids, n_boot, seed) -> dict:
-    """KL per emitted token and per answer of ``method``'s answers (per problem: summed over its samples),
-    with bootstrap intervals over problems; {} when the records hold no drift."""
-    kl, tokens, answers = np.zeros(len(ids)), np.zeros(len(ids)), np.zeros(len(ids))
-    index = {p: i for i, p in enumerate(ids)}
-    seen = False
-    for r in records:
-        if r["method"] == method and r["id"] in index and r.get("token_kl") is not None:
-            i = index[r["id"]]
-            kl[i] += float(np.sum(r["token_kl"]))
-            tokens[i] += len(r["token_kl"])
-            answers[i] += 1
-            seen = True
-    if not seen:
-        return {}
-    counts = resample_counts(ids, n_boot, seed)
-    per_token = ratio_interval(kl, tokens, counts)
-    per_answer = ratio_interval(kl, answers, counts)
-    return {
-        "kl_per_token": per_token[0],
-        "kl_per_token_lo": per_token[1],
-        "kl_per_token_hi": per_token[2],
-        "answer_kl": per_answer[0],
-        "answer_kl_lo": per_answer[1],
-        "answer_kl_hi": per_answer[2],
-    }
-
-
-def _pct(x) -> str:
-    return f"{100 * x:.1f}" if np.isfinite(x) else "-"
-
-
-def quality_markdown(summary: QualitySummary) -> str:
-    """The summary as a Markdown table: per benchmark and method, accuracy (GSM8K: the score, then strict /
-    flexible alone), the
-    paired difference from the verifier alone with its 95% interval (points), the verdict, McNemar's p,
-    the problems a +-1 / +-2 point interval would need, and the drift per token and per answer."""
-    lines = [
-        "| benchmark | method | problems | accuracy % | difference, points [95%] | verdict | McNemar p | "
-        "problems for +-1 / +-2 pts | KL / token | KL / answer [95%] |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in summary.rows:
-        acc = _pct(r["accuracy"])
-        if "accuracy_strict" in r:
-            acc += f" ({_pct(r['accuracy_strict'])} / {_pct(r['accuracy_flexible'])})"
-        if r["method"] == ALONE:
-            diff, verdict, p, need = "-", "reference", "-", "-"
-        else:
-            diff = f"{100 * r['difference']:+.1f} [{100 * r['low']:+.1f}, {100 * r['high']:+.1f}]"
-            verdict = r["verdict"]
-            p = f"{r['mcnemar_p']:.3g}" if r["mcnemar_p"] is not None else "- (K > 1)"
-            if not np.isfinite(r["needed_1"]):
-                need = "-"
-            elif r["needed_1"] == 0:  # the same difference on every problem: no spread to scale an interval by
-                need = "- (no spread)"
-            else:
-                need = f"{r['needed_1']:,.0f} / {r['needed_2']:,.0f}"
-        kl = f"{r['kl_per_token']:.4f}" if "kl_per_token" in r else "-"
-        answer = f"{r['answer_kl']:.3f} [{r['answer_kl_lo']:.3f}, {r['answer_kl_hi']:.3f}]" if "answer_kl" in r else "-"
-        lines.append(
-            f"| {r['benchmark']} | {r['method']} | {r['problems']} | {acc} | {diff} | {verdict} | {p} | "
-            f"{need} | {kl} | {answer} |"
-        )
-    return "\n".join(lines)

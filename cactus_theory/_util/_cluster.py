@@ -1,7 +1,8 @@
 """The Dask cluster the long runs spread over: one on this machine (``local_dask_cluster``: worker processes on
 the loopback), or one the user started (``connect_scheduler``, checked before Dask's own client would wait
-forever), and closing either without Dask's noise (``close_quietly``). Used by the analysis (``_analysis
-._engines``), the study runner's users and ``check_study``."""
+forever), closing either without Dask's noise (``close_quietly``), and the one mapper of tasks over it
+(``map_tasks``: the study runner's units and the analysis's trace shards alike). Used by the analysis (``_analysis
+._engines``), the study runner and ``check_study``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import logging
 import re
 import socket
 
-__all__ = ["DASK_WORKER_ENV", "close_quietly", "connect_scheduler", "local_dask_cluster"]
+__all__ = ["DASK_WORKER_ENV", "close_quietly", "connect_scheduler", "local_dask_cluster", "map_tasks"]
 
 
 #: Environment of Dask workers for the analysis: malloc keeps freed arrays (a nanny's
@@ -112,3 +113,24 @@ def close_quietly(*things) -> None:
     finally:
         for lg, level in zip(loggers, levels, strict=True):
             lg.setLevel(level)
+
+
+def map_tasks(client, fn, jobs, on_result, **keywords) -> list:
+    """``fn(*job, **keywords)`` for each job of ``jobs`` (tuples of arguments) as Dask tasks on ``client``'s
+    cluster; ``on_result(index, result)`` as each completes (in the order they finish), and the results returned
+    in job order. Interrupted (Ctrl-C, an error of a task or of ``on_result``), the tasks not yet done are
+    cancelled. A worker that dies takes its running and held tasks with it; the scheduler runs them again
+    elsewhere."""
+    from distributed import as_completed
+
+    futures = [client.submit(fn, *job, pure=False, **keywords) for job in jobs]
+    index = {f.key: i for i, f in enumerate(futures)}
+    results = [None] * len(futures)
+    try:
+        for future in as_completed(futures):
+            i = index[future.key]
+            results[i] = future.result()
+            on_result(i, results[i])
+    finally:
+        client.cancel(futures)
+    return results

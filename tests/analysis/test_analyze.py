@@ -8,13 +8,11 @@ import numpy as np
 import pytest
 from trace_builders import random_trace, trace_metadata
 
-from cactus_theory import (
-    Trace,
-    analyze_trace,
-    compare_multi_draft,
-)
+from cactus_theory import analyze_trace
 from cactus_theory._cli import main
 from cactus_theory._data._trace_writer import TraceWriter
+from cactus_theory.compare import compare_multi_draft
+from cactus_theory.traces import Trace
 
 
 def _with_empty(directory, n_real, n_empty, seed=0):

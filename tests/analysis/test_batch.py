@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from locations import HANG_GUARD
 
-from cactus_theory import (
+from cactus_theory import CostModel
+from cactus_theory.plan import (
     DEFAULT_COST_PROFILE,
     DEVICES,
-    CostModel,
     ModelShape,
     Roofline,
     fit_to_profiles,
@@ -256,8 +256,10 @@ def test_the_static_batch_table_answers_for_the_tasks_draft_mode_and_gate_asked(
     of the plain run (all tasks, sampled drafts, no gate) under tables that followed the options. At B = 1 the
     static batch of every request of the tasks asked, each decoded alone, recomputed by hand from the trace's
     distributions."""
-    from cactus_theory import RegionGate, batch_requests, load_trace, make_rule, open_traces, step_metrics
+    from cactus_theory import load_trace, make_rule, open_traces, step_metrics
     from cactus_theory._cli import main
+    from cactus_theory.laws import RegionGate
+    from cactus_theory.plan import batch_requests
 
     trace = load_trace()
     rule, tasks, mode, gate = "sps", ["humaneval"], "sampled", None
@@ -378,14 +380,8 @@ def test_at_one_request_the_batch_module_costs_a_step_as_the_planner_does():
     """Issue 52, item 15: SpS, m = 4, the default GPU profile: the planner gave 0.9665x and the full batch
     verifying every draft 1.0146x +- 0.0077, because the batch module charged no draft forward after a fully
     accepted block (the drafter reading its last draft) where the planner charged one. Both cost a step alike."""
-    from cactus_theory import (
-        DEFAULT_COST_PROFILE,
-        analyze_trace,
-        batch_requests,
-        load_trace,
-        open_traces,
-        predict_speedup,
-    )
+    from cactus_theory import analyze_trace, load_trace, open_traces, predict_speedup
+    from cactus_theory.plan import DEFAULT_COST_PROFILE, batch_requests
 
     trace = load_trace()
     cost = CostModel.from_profile(DEFAULT_COST_PROFILE)

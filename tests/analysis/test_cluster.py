@@ -11,14 +11,10 @@ import time
 import pytest
 from trace_builders import same_rows, split_parts
 
-from cactus_theory import (
-    SamplingSettings,
-    analyze_trace,
-    load_trace,
-    parse_rules,
-)
+from cactus_theory import SamplingSettings, analyze_trace, load_trace
 from cactus_theory._analysis._engines import connect_scheduler
 from cactus_theory._cli import main
+from cactus_theory.traces import parse_rules
 
 SAMPLING = {"sampling": SamplingSettings(temperature=1.0, top_k=8, top_p=1.0).as_dict()}
 RULES = ("sps", "cactus(delta=0.5)", "cactus-exact(delta=1)", "topk(k=3)")

@@ -9,11 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cactus_theory import (
-    CostModel,
-    load_cost,
-)
+from cactus_theory import CostModel
 from cactus_theory._cli import main
+from cactus_theory.plan import load_cost
 
 _times = st.floats(min_value=0.0, max_value=1e3, allow_nan=False)
 
@@ -97,7 +95,7 @@ def test_cli_refuses_an_empty_cost_profile_name(capsys):
 
 
 def test_a_cost_file_with_timings_no_machine_measures_is_refused(tmp_path):
-    from cactus_theory import load_cost
+    from cactus_theory.plan import load_cost
 
     for field, value in (("draft_token", 1e-303), ("verify_block", {"1": 0.03, "2": 7200.0})):
         path = tmp_path / f"{field}.json"

@@ -271,8 +271,10 @@ def test_family_colours_are_one_per_family_and_plan_labels_do_not_overlap():
     import matplotlib
 
     matplotlib.use("Agg")
-    from cactus_theory import analyze_trace, load_trace, parse_rules, plot_plan, predict_speedup
+    from cactus_theory import analyze_trace, load_trace, predict_speedup
     from cactus_theory._analysis._plotting import family_colour
+    from cactus_theory.plan import plot_plan
+    from cactus_theory.traces import parse_rules
 
     assert family_colour("cactus") == family_colour("cactus") != family_colour("sps")
     names = sorted(__import__("cactus_theory").available_rules())

@@ -11,17 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cactus_theory import (
-    CostModel,
-    SamplingSettings,
-    analyze_trace,
-    calibrate_cost,
-    load_cost,
-    predict_speedup,
-    trace_from_arrays,
-)
+from cactus_theory import CostModel, SamplingSettings, analyze_trace, predict_speedup
 from cactus_theory._analysis._plan import Plan
 from cactus_theory._cli import main
+from cactus_theory.plan import calibrate_cost, load_cost
+from cactus_theory.traces import trace_from_arrays
 
 VOCAB = 12
 

@@ -7,9 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from cactus_theory import CostModel, analyze_trace, cost_profiles, decoding_summary, load_cost, predict_speedup
+from cactus_theory import CostModel, analyze_trace, predict_speedup
 from cactus_theory._cli import main
 from cactus_theory._util._machine import other_load
+from cactus_theory.decode import decoding_summary
+from cactus_theory.plan import cost_profiles, load_cost
 
 
 def test_request_times_are_prefill_plus_steps():
@@ -238,7 +240,7 @@ def test_cli_plan_refuses_an_untrusted_cost_file_and_plans_when_told(tmp_path, c
 
 
 def test_decoding_flags_at_their_thresholds():
-    from cactus_theory import decoding_flags
+    from cactus_theory.decode import decoding_flags
 
     # 20% shorter is not flagged, 21% is (of the longer output); a quarter of the cores is not busy, more is
     assert decoding_flags(_record("a", 80, 100)) == {"length_mismatch": False, "busy": False}

@@ -46,8 +46,8 @@ import argparse  # noqa: E402
 
 import pytest  # noqa: E402
 
-from cactus_theory import Trace, TraceWriter, load_prompts, trace_from_arrays  # noqa: E402
 from cactus_theory._cli._main import build_parser  # noqa: E402
+from cactus_theory.traces import Trace, TraceWriter, load_prompts, trace_from_arrays  # noqa: E402
 
 
 def test_every_option_has_help_and_help_shows_defaults():
@@ -195,11 +195,12 @@ def test_the_model_commands_default_to_the_documented_dtype():
 def test_several_rules_share_one_baseline_and_interleaving_changes_no_token(
     tmp_path, capsys, gguf_pair, own_prompts, monkeypatch
 ):
-    from cactus_theory import autoregressive_generate_batch, make_rule, speculative_generate_batch
+    from cactus_theory import make_rule
     from cactus_theory._math._sampling import SamplingSettings
     from cactus_theory._models import _device_loop as _device_decode
     from cactus_theory._models._hf import encode_chat, eos_ids, load_model
     from cactus_theory._studies import _decoding as _decode_prompts
+    from cactus_theory.decode import autoregressive_generate_batch, speculative_generate_batch
 
     v, d = gguf_pair
     calls = []

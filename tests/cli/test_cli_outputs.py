@@ -5,13 +5,8 @@ import os
 import pytest
 from trace_builders import random_trace, split_parts
 
-from cactus_theory import (
-    Trace,
-    TraceError,
-    merge_traces,
-    synthesize_trace,
-)
 from cactus_theory._cli import main
+from cactus_theory.traces import Trace, TraceError, merge_traces, synthesize_trace
 
 
 def _cannot_write(tmp_path):

@@ -116,7 +116,7 @@ def test_the_gauntlet_sets_ask_each_question_at_the_answer_position(tmp_path):
     hand from the fixture files)."""
     from locations import FIXTURES
 
-    from cactus_theory import load_problems
+    from cactus_theory.quality import load_problems
 
     BENCHMARKS = FIXTURES / "benchmarks"
 

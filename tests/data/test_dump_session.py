@@ -4,9 +4,9 @@ on a resume, an interruption and the end, and one summary, whatever produces the
 import numpy as np
 import pytest
 
-from cactus_theory import Trace
 from cactus_theory._data._dump_session import DumpSession, DumpSummary
 from cactus_theory._data._prompts import Prompt
+from cactus_theory.traces import Trace
 
 PROMPTS = [Prompt(id=f"p{i}", task="toy", text=f"text {i}", index=i) for i in range(5)]
 

@@ -5,7 +5,8 @@ import pathlib
 import numpy as np
 import pytest
 
-from cactus_theory import SamplingSettings, load_prompts, load_trace
+from cactus_theory import SamplingSettings, load_trace
+from cactus_theory.traces import load_prompts
 
 
 def test_embedded_trace_is_intact_and_large_enough():
@@ -70,8 +71,8 @@ def test_indexing_matches_iteration_order():
 
 
 def test_the_embedded_spec_bench_trace_covers_the_other_categories_within_the_budget():
-    from cactus_theory import embedded_tasks, embedded_traces
     from cactus_theory._data._traceset import EMBEDDED_TRACES
+    from cactus_theory.traces import embedded_tasks, embedded_traces
 
     default = embedded_traces()
     assert len(default.traces) == 1 and default.traces[0].directory == load_trace().directory

@@ -7,9 +7,7 @@ import threading
 
 import pytest
 
-from cactus_theory import (
-    load_prompts,
-)
+from cactus_theory.traces import load_prompts
 
 
 def test_json_lines_with_each_default_field(tmp_path):

@@ -13,23 +13,14 @@ from sampling_reference import reference_probs as _reference_probs
 from tiny_models import tiny_model, tiny_tokenizer
 from trace_builders import random_trace
 
-from cactus_theory import (
-    Cactus,
-    SpS,
-    Trace,
-    TraceError,
-    TraceSequence,
-    analyze_trace,
-    import_logits,
-    load_prompts,
-    step_metrics,
-)
+from cactus_theory import Cactus, SpS, analyze_trace, step_metrics
 from cactus_theory._cli import main
 from cactus_theory._data._prompts import Prompt, mixed_prompts
 from cactus_theory._data._trace_import import import_topk_logprobs, trace_from_arrays
 from cactus_theory._data._trace_writer import TraceWriter
 from cactus_theory._math._sampling import SamplingSettings, processed_probs
 from cactus_theory._models._dump import dump_trace
+from cactus_theory.traces import Trace, TraceError, TraceSequence, import_logits, load_prompts
 
 DATA = FIXTURES / "benchmarks"  # made-up records in each benchmark's format
 
@@ -420,8 +411,9 @@ def test_dump_checks_limit_before_loading_the_models(tmp_path):
 
 
 def test_analysis_matches_a_direct_computation_and_the_cli(tmp_path, capsys):
-    from cactus_theory import analyze_trace, parse_rules
+    from cactus_theory import analyze_trace
     from cactus_theory._analysis._outputs import write_outputs
+    from cactus_theory.traces import parse_rules
 
     draft, target, tokens = _random_logits(7, n=60, vocab=120)
     tasks = ["gsm8k", "humaneval", "gsm8k"]

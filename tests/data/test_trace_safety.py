@@ -16,9 +16,10 @@ from locations import HANG_GUARD, ROOT, TESTS
 from safetensors.numpy import save_file
 from tiny_models import tiny_model, tiny_tokenizer
 
-from cactus_theory import SamplingSettings, Trace, TraceError, TraceWriter, dump_trace, trace_from_arrays
+from cactus_theory import SamplingSettings
 from cactus_theory._data._prompts import Prompt, prompt_seed
 from cactus_theory._util._files import DirectoryLock, atomic_write, sha256_file
+from cactus_theory.traces import Trace, TraceError, TraceWriter, dump_trace, trace_from_arrays
 
 HERE, ROOT = str(TESTS), str(ROOT)
 
@@ -71,7 +72,7 @@ def test_a_writer_in_another_live_process_is_refused(tmp_path):
         f"""
         import sys, time
         sys.path.insert(0, {ROOT!r})
-        from cactus_theory import TraceWriter
+        from cactus_theory.traces import TraceWriter
         w = TraceWriter({str(d)!r}, 50)
         print("locked", flush=True)
         time.sleep(60)
@@ -278,7 +279,8 @@ _DUMP_SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r}); sys.path.insert(0, {root!r})
 from tiny_models import tiny_model, tiny_tokenizer
-from cactus_theory import SamplingSettings, dump_trace
+from cactus_theory import SamplingSettings
+from cactus_theory.traces import dump_trace
 from cactus_theory._data._prompts import Prompt
 import time, cactus_theory._models._dump as dm
 if {block_after} is not None:  # prompt block_after + 1 of this run never completes: the step storing it blocks
@@ -483,8 +485,8 @@ _APPENDER = textwrap.dedent(
     """
     import sys, time
     import numpy as np
-    from cactus_theory import TraceError
-    from cactus_theory import TraceWriter
+    from cactus_theory.traces import TraceError
+    from cactus_theory.traces import TraceWriter
     directory, who = sys.argv[1], sys.argv[2]
     rng = np.random.default_rng(int(who))
     done = 0

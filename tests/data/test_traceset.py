@@ -7,20 +7,11 @@ import os
 import pytest
 from trace_builders import random_trace, same_rows, split_parts, trace_metadata
 
-from cactus_theory import (
-    SamplingSettings,
-    Trace,
-    TraceError,
-    TraceSet,
-    analyze_trace,
-    merge_traces,
-    prompt_part,
-    select_part,
-    synthesize_trace,
-)
+from cactus_theory import SamplingSettings, analyze_trace
 from cactus_theory._cli import main
 from cactus_theory._data._prompts import Prompt
 from cactus_theory._data._trace_writer import TraceWriter
+from cactus_theory.traces import Trace, TraceError, TraceSet, merge_traces, prompt_part, select_part, synthesize_trace
 
 RULES = ("sps", "cactus(delta=0.5)", "cactus-exact(delta=1)", "topk(k=3)")
 

@@ -1,4 +1,5 @@
-"""The README is a front page: under 900 words, two sentences before its first section, the two commands
+"""The README is a front page: under 900 words, two sentences before its first section, the three decisions the
+toolkit makes with one Python entry, the two commands
 (the test command the one CI runs), a table of the commands, and links that lead to pages that exist."""
 
 import re
@@ -13,9 +14,9 @@ def test_the_readme_is_a_front_page():
     lead = README.split("\n## ", 1)[0].split("\n", 1)[1].strip()
     assert len(re.findall(r"[.!?](?:\s|$)", lead)) == 2, lead
     headings = re.findall(r"^## (.+)$", README, flags=re.M)
-    assert headings == ["What it answers", "Two commands (fresh machine)", "A taste", "The commands", "Read next"]
-    answers = README.split("## What it answers", 1)[1].split("\n## ", 1)[0]
-    assert len(re.findall(r"^- ", answers, flags=re.M)) == 3
+    assert headings == ["The decisions it makes", "Two commands (fresh machine)", "The commands", "Read next"]
+    decisions = README.split("## The decisions it makes", 1)[1].split("\n## ", 1)[0]
+    assert len(re.findall(r"^- ", decisions, flags=re.M)) == 3
 
 
 def test_the_two_commands_are_the_ones_that_run():

@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 from locations import FIXTURES, HANG_GUARD, ROOT
 
-from cactus_theory import SamplingSettings, Trace, trace_from_arrays
+from cactus_theory import SamplingSettings
 from cactus_theory._cli import main
+from cactus_theory.traces import Trace, trace_from_arrays
 
 EXPERIMENTS = ROOT / "experiments"
 BENCHMARKS = FIXTURES / "benchmarks"
@@ -731,7 +732,7 @@ def test_quality_referee(models, tmp_path):
     again = (tmp_path / "again" / "quality.md").read_text()
     assert page.split("## The paper")[0].split("\n", 3)[3] == again.split("## The paper")[0].split("\n", 3)[3]
     # the records beside the page, compressed, answers' texts dropped, give the page's table
-    from cactus_theory._studies._quality import read_records, summarize_records
+    from cactus_theory._analysis._referee_summary import read_records, summarize_records
 
     committed = read_records(tmp_path / "quality_records.jsonl.gz")
     assert len(committed) == 14 and not any("text" in r for r in committed)
@@ -796,7 +797,7 @@ def test_deployment_decision(models, tiny_trace, tmp_path, capsys):
     assert script("deployment_decision").main(argv) == 0
     data = json.loads((tmp_path / "deployment_decision.json").read_text())
     assert data["problems"] == {"arc_challenge": 4, "arc_easy": 3, "commonsense_qa": 3, "openbook_qa": 3, "all": 13}
-    from cactus_theory._studies._exact_choice import read_exact_records
+    from cactus_theory._analysis._referee_summary import read_exact_records
 
     records = read_exact_records(tmp_path / "deployment_records.jsonl.gz")
     assert len(records) == 13 * 6 and all("rows" in r for r in records if r["method"] == "verifier alone")
@@ -827,7 +828,7 @@ def test_deployment_decision(models, tiny_trace, tmp_path, capsys):
     timing = data["time"]
     assert timing["problems"] == 3 and timing["referee_s"] > 0 and timing["floor_s"] > 0  # seconds: no ordering
     assert timing["floor_ratio"] == pytest.approx(timing["floor_s"] / timing["referee_s"])
-    from cactus_theory import frontier_rules
+    from cactus_theory.plan import frontier_rules
 
     assert data["rescoring"]["problems"] == 13 and data["rescoring"]["settings"] == len(frontier_rules())
     assert "Another build of llama.cpp" in page and "problem-settings a second" in page
@@ -872,7 +873,7 @@ def test_quality_exact(models, tmp_path):
     assert data["problems"] == {"arc_challenge": 4} and data["lossless_difference"] == 0.0
     assert [r["method"] for r in data["sampled"]] == ["verifier alone", "sps", "cactus(delta=1)", "always-accept"]
     page = (tmp_path / "quality_exact.md").read_text()
-    from cactus_theory._studies._exact_choice import read_exact_records, summarize_exact
+    from cactus_theory._analysis._referee_summary import read_exact_records, summarize_exact
 
     committed = read_exact_records(tmp_path / "quality_exact_records.jsonl.gz")
     assert len(committed) == 16

@@ -5,9 +5,10 @@ against the rule and SpS computed separately and mixed position by position here
 import numpy as np
 import pytest
 
-from cactus_theory import analyze_trace, expected_accepted_length, make_rule, simulate, step_metrics, trace_from_arrays
+from cactus_theory import analyze_trace, expected_accepted_length, make_rule, simulate, step_metrics
 from cactus_theory._cli import main
 from cactus_theory._laws._gate import FunctionGate, RegionGate, make_gate
+from cactus_theory.traces import trace_from_arrays
 
 
 def _loop_mask(tokens, opens, closes, start=False):
@@ -167,7 +168,8 @@ def test_gate_ids_outside_the_traces_vocabulary_are_refused(capsys):
 
 def test_a_negative_seed_is_refused_naming_the_seed():
     """Issue 43, item 22: simulate with a negative seed said "expected non-negative integer" without naming it."""
-    from cactus_theory import SpS, synthetic_pairs, worst_case_drift
+    from cactus_theory import SpS
+    from cactus_theory.laws import synthetic_pairs, worst_case_drift
 
     p = np.array([[0.5, 0.5]] * 3)
     calls = (

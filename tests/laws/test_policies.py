@@ -9,16 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cactus_theory import (
-    CostModel,
-    analyze_trace,
-    expected_accepted_length,
-    load_trace,
-    make_draft_policy,
-    predict_speedup,
-)
+from cactus_theory import CostModel, analyze_trace, expected_accepted_length, load_trace, predict_speedup
 from cactus_theory._cli import main
 from cactus_theory._laws._policies import policy_blocks
+from cactus_theory.laws import make_draft_policy
 
 
 def _rows(seed, positions=30, vocab=6):
@@ -255,7 +249,8 @@ def _llama_server_blocks(draft_logits, target_probs, p_min, n_min, n_max):
 
 @pytest.mark.parametrize(("p_min", "n_min", "n_max"), [(0.0, 0, 3), (0.5, 0, 4), (0.3, 2, 5), (0.9, 1, 2)])
 def test_the_llama_cpp_policy_is_llama_servers_drafting_and_verification(p_min, n_min, n_max):
-    from cactus_theory import SamplingSettings, trace_from_arrays
+    from cactus_theory import SamplingSettings
+    from cactus_theory.traces import trace_from_arrays
 
     rng = np.random.default_rng(7)
     vocab, positions = 40, 60

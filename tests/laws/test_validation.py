@@ -25,7 +25,7 @@ RULES = [
 ]
 
 
-POLICY = ct.make_draft_policy("p-min(0.4)")
+POLICY = ct.laws.make_draft_policy("p-min(0.4)")
 
 
 def _calls():
@@ -73,7 +73,7 @@ def _calls():
             (
                 f"block_accepted_length[{spec}]",
                 ("draft_probs", "target_probs"),
-                lambda p, q, r=one: ct.block_accepted_length(r, p, q, 2),
+                lambda p, q, r=one: ct.laws.block_accepted_length(r, p, q, 2),
             ),
             (
                 f"{spec}.block_law",
@@ -86,7 +86,7 @@ def _calls():
                 lambda p, q, r=rule: ct.simulate(r, p, q, m=2, n_runs=4),
             ),
         ]
-        if isinstance(rule, ct.GeneralizedRule):
+        if isinstance(rule, ct.rules.GeneralizedRule):
             out.append(
                 (
                     f"{spec}.surrogate",
@@ -122,14 +122,14 @@ def _calls():
         (
             "optimal_multi_draft_acceptance",
             ("draft_probs", "target_probs"),
-            lambda p, q: ct.optimal_multi_draft_acceptance(p, q, 2),
+            lambda p, q: ct.rules.optimal_multi_draft_acceptance(p, q, 2),
         ),
-        ("greedy_draft", ("draft_probs",), lambda p, q: ct.greedy_draft(p)),
-        ("top_drafts", ("draft_probs",), lambda p, q: ct.top_drafts(p, 2)),
-        ("mentored_surrogate", ("draft_probs", "target_probs"), lambda p, q: ct.mentored_surrogate(p, q, 0.5)),
+        ("greedy_draft", ("draft_probs",), lambda p, q: ct.laws.greedy_draft(p)),
+        ("top_drafts", ("draft_probs",), lambda p, q: ct.rules.top_drafts(p, 2)),
+        ("mentored_surrogate", ("draft_probs", "target_probs"), lambda p, q: ct.rules.mentored_surrogate(p, q, 0.5)),
         ("cactus_surrogate", ("target_probs",), lambda p, q: ct.cactus_surrogate(q, np.zeros(len(q), int), 0.5)),
         ("divergence", ("dist", "target_probs"), lambda p, q: ct.divergence(p, q)),
-        ("policy_blocks", ("draft_probs",), lambda p, q: ct.policy_blocks(POLICY, p, np.full(len(p), 0.5), 2)),
+        ("policy_blocks", ("draft_probs",), lambda p, q: ct.laws.policy_blocks(POLICY, p, np.full(len(p), 0.5), 2)),
         (
             "emitted_distribution[eagle-tree]",
             ("draft_probs", "target_probs"),

@@ -5,8 +5,11 @@ import numpy as np
 import pytest
 from scipy import special
 
-from cactus_theory import Cactus, SpS, TopK, plot_step, worst_case_drift
+from cactus_theory import Cactus, SpS
 from cactus_theory._rules._reference import emitted_bruteforce
+from cactus_theory.compare import plot_step
+from cactus_theory.laws import worst_case_drift
+from cactus_theory.rules import TopK
 
 matplotlib.use("Agg")
 

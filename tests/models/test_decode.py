@@ -9,10 +9,11 @@ from optional import torch
 from scipy import stats
 from tiny_models import tiny_model
 
-from cactus_theory import SCD, TAS, Cactus, Lossy, RuleLogits, SpS, SyntheticAcceptance, emitted_distribution
+from cactus_theory import Cactus, SpS, emitted_distribution
 from cactus_theory._math._sampling import SamplingSettings, processed_probs
 from cactus_theory._models._decoding import NgramDrafter, autoregressive_generate, speculative_generate
 from cactus_theory._models._hf import CachedModel
+from cactus_theory.rules import SCD, TAS, Lossy, RuleLogits, SyntheticAcceptance
 
 pytestmark = pytest.mark.models  # every test here runs tiny Hugging Face models
 
@@ -349,7 +350,7 @@ def test_drift_records_the_kl_of_the_law_each_token_was_emitted_from(models):
 
 
 def test_answer_drift_sums_each_answer_and_resamples_prompts():
-    from cactus_theory import answer_drift  # on the public face, as the README names it
+    from cactus_theory.decode import answer_drift
 
     records = [
         {"id": f"p{i}", "task": "t" if i < 3 else "u", "rule": "lossy(alpha=0.7)", "token_kl": [0.1 * i] * (i + 1)}

@@ -8,7 +8,7 @@ from optional import torch
 from scipy import stats
 from tiny_models import tiny_model, tiny_tokenizer
 
-from cactus_theory import Cactus, SamplingSettings, SpS, Trace, dump_trace
+from cactus_theory import Cactus, SamplingSettings, SpS
 from cactus_theory._data._prompts import Prompt, prompt_seed
 from cactus_theory._math._sampling import processed_probs
 from cactus_theory._models._decoding import (
@@ -16,6 +16,7 @@ from cactus_theory._models._decoding import (
     speculative_generate,
     speculative_generate_batch,
 )
+from cactus_theory.traces import Trace, dump_trace
 
 pytestmark = pytest.mark.models
 

@@ -4,8 +4,8 @@ it dequantises and what that costs."""
 import numpy as np
 import pytest
 
-from cactus_theory import Trace
 from cactus_theory._cli import main
+from cactus_theory.traces import Trace
 
 
 @pytest.mark.models
@@ -80,7 +80,8 @@ def _prompts(rows=PROMPTS):
 def _dump(out, prompts, **kw):
     from tiny_models import tiny_model, tiny_tokenizer
 
-    from cactus_theory import SamplingSettings, dump_trace
+    from cactus_theory import SamplingSettings
+    from cactus_theory.traces import dump_trace
 
     args = {
         "settings": SamplingSettings(temperature=1.0, top_k=20, top_p=0.9),
@@ -159,7 +160,7 @@ def test_a_free_slot_takes_the_next_prompt_at_once(tmp_path, monkeypatch):
 
 @pytest.mark.models
 def test_a_resume_keeps_the_traces_batch_and_refuses_another(tmp_path):
-    from cactus_theory import TraceError
+    from cactus_theory.traces import TraceError
 
     _dump(tmp_path / "t", _prompts(), batch=3, limit=4)
     with pytest.raises(TraceError, match=r"cannot resume .*its batch is 3, this run has 2"):

@@ -69,7 +69,7 @@ def test_a_fused_rule_refuses_validation_and_logit_rules():
     p, q, n = (torch.tensor(x) for x in _rows(0))
     with pytest.raises(ValueError, match="a fused rule does not validate its rows"):
         fused.acceptance_and_correction(p, q, n, validate=True)
-    from cactus_theory import make_rules
+    from cactus_theory.rules import make_rules
 
     logit_rules = [r for r in make_rules("entropy-verify,relaxed-topk,scd") if r.needs_logits]
     assert len(logit_rules) == 3

@@ -2,10 +2,7 @@
 
 import pytest
 
-from cactus_theory import (
-    TraceError,
-    import_logits,
-)
+from cactus_theory.traces import TraceError, import_logits
 
 
 def test_import_logits_never_suggests_unsafe_loading(tmp_path):

@@ -10,8 +10,8 @@ import pytest
 from optional import torch
 from tiny_models import tiny_model, write_tiny_gguf
 
-from cactus_theory import Trace
 from cactus_theory._math._sampling import SamplingSettings
+from cactus_theory.traces import Trace
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.models]
 

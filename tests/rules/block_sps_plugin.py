@@ -13,8 +13,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from cactus_theory import BlockLaw, Rule
-from cactus_theory.rules import SpSOneDraft, block_inputs  # the helpers a block rule shares
+from cactus_theory import Rule
+from cactus_theory.rules import BlockLaw, SpSOneDraft, block_inputs  # the helpers a block rule shares
 
 
 @dataclass(frozen=True)

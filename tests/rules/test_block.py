@@ -9,16 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cactus_theory import (
-    analyze_trace,
-    block_accepted_length,
-    greedy_draft,
-    load_trace,
-    make_rule,
-    step_metrics,
-    trace_from_arrays,
-)
+from cactus_theory import analyze_trace, load_trace, make_rule, step_metrics
 from cactus_theory._cli import main
+from cactus_theory.laws import block_accepted_length, greedy_draft
+from cactus_theory.traces import trace_from_arrays
 
 
 def _rows(seed, positions, vocab, zeros=0.2):
@@ -164,7 +158,8 @@ def test_relaxed_topk_is_tensorrt_llms_test(top_n, delta):
 
 
 def test_relaxed_topk_on_raw_logits_ignores_the_sampling_processing():
-    from cactus_theory import RuleLogits, SamplingSettings, processed_probs
+    from cactus_theory import SamplingSettings, processed_probs
+    from cactus_theory.rules import RuleLogits
 
     rng = np.random.default_rng(0)
     zq, zp = rng.normal(size=(4, 20)) * 2, rng.normal(size=(4, 20))

@@ -22,7 +22,8 @@ import numpy as np
 sys.path[:0] = [{tests!r}]
 import block_sps_plugin  # registers "block-sps"
 from trace_builders import random_trace
-from cactus_theory import analyze_trace, block_accepted_length, simulate
+from cactus_theory import analyze_trace, simulate
+from cactus_theory.laws import block_accepted_length
 from cactus_theory.rules import judgement_of, BlockSpS
 from cactus_theory.testing import check_rule
 

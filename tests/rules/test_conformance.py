@@ -88,7 +88,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from cactus_theory import GeneralizedRule, MultiDraftRule, BlockVerification, MultiDraftLaw
+from cactus_theory.rules import GeneralizedRule, MultiDraftRule, BlockVerification, MultiDraftLaw
 
 
 @dataclass(frozen=True)
@@ -327,7 +327,7 @@ _HEADER = """
 from dataclasses import dataclass
 from typing import ClassVar
 import numpy as np
-from cactus_theory import (SpS, Lossy, Lenience, BlockVerification, RecursiveRejectionSampling, MultiDraftLaw)
+from cactus_theory.rules import (SpS, Lossy, Lenience, BlockVerification, RecursiveRejectionSampling, MultiDraftLaw)
 """
 
 

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cactus_theory import analyze_trace, make_rule, trace_from_arrays
+from cactus_theory import analyze_trace, make_rule
 from cactus_theory.testing import check_rule
+from cactus_theory.traces import trace_from_arrays
 
 
 def _rows(seed, m, vocab, sharp=1.0):
@@ -138,7 +139,7 @@ def test_fly_accepted_length_and_drift_over_the_drafts(theta, window):
         assert tv[start] == pytest.approx(want_tv, abs=1e-12)
     # the override only adds passes: never below SpS, above it where the gate is open
     sps = make_rule("sps")
-    from cactus_theory import block_accepted_length
+    from cactus_theory.laws import block_accepted_length
 
     assert (values >= block_accepted_length(sps, p, q, m) - 1e-12).all()
     if theta == 0.0:
@@ -150,7 +151,7 @@ def test_fly_without_a_fitting_window_is_sps():
     full = np.concatenate([p, p[:1]])
     for m in (1, 3, 4):  # window 6 never fits a block of m <= 6
         ((_, values, _),) = make_rule("fly").expected_block_lengths_for(full, q, (m,)).values()
-        from cactus_theory import block_accepted_length
+        from cactus_theory.laws import block_accepted_length
 
         np.testing.assert_allclose(values, block_accepted_length("sps", full, q, m), atol=1e-14)
         ((kl, tv),) = make_rule("fly").block_drift_for(full, q, (m,)).values()
@@ -349,7 +350,7 @@ def _entropy_verify_reference(p, q, ori, drafted, threshold, alpha, epsilon=1e-1
 
 
 def test_entropy_verify_is_the_kernel():
-    from cactus_theory import RuleLogits
+    from cactus_theory.rules import RuleLogits
 
     rng = np.random.default_rng(4)
     for _ in range(30):
@@ -376,7 +377,7 @@ def test_entropy_verify_is_the_kernel():
 def test_entropy_verify_the_kernels_own_test_case():
     # vllm-ascend's test_entropy_verify_standard_high_entropy_accepts_more: ratio 0.4 / 0.5 = 0.8 < u = 0.85
     # natively; ori = (0.4, 0.35, 0.25), alpha = 0.4: c = min(exp(-0.4 H), 0.95) ~ 0.649, 0.8 >= 0.649 * 0.85
-    from cactus_theory import RuleLogits
+    from cactus_theory.rules import RuleLogits
 
     p, q = np.array([0.5, 0.3, 0.2]), np.array([0.4, 0.4, 0.2])
     ori = np.array([0.4, 0.35, 0.25])
@@ -427,7 +428,7 @@ def test_synthetic_acceptance_length_is_vllms_schedule(length, n, want):
     unconditional = np.cumprod(got)
     np.testing.assert_allclose(unconditional, ref, atol=1e-15)
     # the expected accepted length of a block of n drafts is the sum of the rates: L - 1 up to n
-    from cactus_theory import block_accepted_length
+    from cactus_theory.laws import block_accepted_length
 
     p, q = _rows(1, n + 1, 4)
     assert block_accepted_length(rule, p[: n + 1], q[: n + 1], n)[0] == pytest.approx(sum(ref), abs=1e-12)

@@ -5,15 +5,9 @@ import numpy as np
 import pytest
 from optional import torch
 
-from cactus_theory import (
-    RuleLogits,
-    available_rules,
-    make_rule,
-    optimal_multi_draft_acceptance,
-    processed_probs,
-    step_metrics,
-)
+from cactus_theory import available_rules, make_rule, processed_probs, step_metrics
 from cactus_theory._math._validation import normalisation_tolerance
+from cactus_theory.rules import RuleLogits, optimal_multi_draft_acceptance
 
 SPECS = list(available_rules())
 

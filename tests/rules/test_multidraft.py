@@ -14,17 +14,17 @@ from scipy.optimize import brentq, linprog
 from cactus_theory import (
     CostModel,
     analyze_trace,
-    compare_multi_draft,
     expected_accepted_length,
-    greedy_draft,
     make_rule,
-    optimal_multi_draft_acceptance,
     predict_speedup,
     simulate,
     step_metrics,
-    trace_from_arrays,
 )
 from cactus_theory._cli import main
+from cactus_theory.compare import compare_multi_draft
+from cactus_theory.laws import greedy_draft
+from cactus_theory.rules import optimal_multi_draft_acceptance
+from cactus_theory.traces import trace_from_arrays
 
 DONE_WHEN = (
     "rrs(k=3)",
@@ -565,7 +565,7 @@ def test_without_replacement_past_the_enumeration_is_estimated_and_said_so(monke
 
 
 def test_no_lossless_tree_passes_its_own_schemes_optimum_on_the_embedded_trace():
-    from cactus_theory import compare_multi_draft
+    from cactus_theory.compare import compare_multi_draft
 
     result = compare_multi_draft(None, ks=(1, 2, 3, 5, 8), ms=(4,), n_boot=100)
     methods = {r["method"] for r in result.rows}

@@ -22,7 +22,7 @@ GOOD = '''
 from dataclasses import dataclass
 from typing import ClassVar
 
-from cactus_theory import GeneralizedRule
+from cactus_theory.rules import GeneralizedRule
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,8 @@ def test_a_users_rule_is_registered_built_and_passes_every_check(tmp_path):
         """
         import json
         import my_rules
-        from cactus_theory import available_rules, make_rule, comparison_entries
+        from cactus_theory import available_rules, make_rule
+        from cactus_theory.compare import comparison_entries
         from cactus_theory.testing import check_rule
         rule = make_rule("halfway(weight=0.25)")
         info = available_rules()["halfway"]
@@ -249,7 +250,7 @@ BROKEN_PLUGIN = "raise RuntimeError('this plugin is broken')\n"
 NO_DEFAULT = '''
 from dataclasses import dataclass
 from typing import ClassVar
-from cactus_theory import GeneralizedRule
+from cactus_theory.rules import GeneralizedRule
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from locations import FIXTURES
 
-from cactus_theory import RuleLogits, make_rule
+from cactus_theory import make_rule
+from cactus_theory.rules import RuleLogits
 
 VECTORS = FIXTURES / "rule_vectors" / "vectors.json.gz"
 TOL = 1e-8

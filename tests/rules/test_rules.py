@@ -9,34 +9,36 @@ from optional import torch
 from scipy import optimize, special
 
 from cactus_theory import (
+    Cactus,
+    SamplingSettings,
+    SpS,
+    emitted_distribution,
+    exact_gamma,
+    expected_accepted_length,
+    make_rule,
+    processed_probs,
+    step_metrics,
+)
+from cactus_theory._laws._emitted import block_sums
+from cactus_theory._rules._helpers import NUMPY as _NUMPY
+from cactus_theory.laws import synthetic_pairs
+from cactus_theory.rules import (
     FSD,
     RFSD,
     SCD,
     TAS,
-    Cactus,
     Ensemble,
     Interpolation,
     Lenience,
     Lossy,
     Mentored,
     RuleLogits,
-    SamplingSettings,
     SpecCascadeOpt,
     SpecCascadeTok3,
-    SpS,
     SyntheticAcceptance,
     TopK,
-    emitted_distribution,
-    exact_gamma,
-    expected_accepted_length,
-    make_rule,
     mentored_surrogate,
-    processed_probs,
-    step_metrics,
-    synthetic_pairs,
 )
-from cactus_theory._laws._emitted import block_sums
-from cactus_theory._rules._helpers import NUMPY as _NUMPY
 
 
 def random_pair(seed, vocab, batch=()):

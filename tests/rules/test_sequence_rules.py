@@ -10,8 +10,10 @@ import itertools
 import numpy as np
 import pytest
 
-from cactus_theory import VocabularyMap, make_draft_policy, make_rule, policy_blocks
+from cactus_theory import make_rule
 from cactus_theory._rules.traversal import full_tree, sample_tree, traverse
+from cactus_theory.laws import make_draft_policy, policy_blocks
+from cactus_theory.rules import VocabularyMap
 from cactus_theory.testing import check_rule, sequence_tv
 
 
@@ -325,7 +327,8 @@ def test_traversal_tree_lengths_against_enumerated_trees():
 
 
 def test_the_analysis_takes_a_whole_tree_rules_own_lengths(tmp_path):
-    from cactus_theory import SamplingSettings, analyze_trace, trace_from_arrays
+    from cactus_theory import SamplingSettings, analyze_trace
+    from cactus_theory.traces import trace_from_arrays
 
     rng = np.random.default_rng(5)
     target = rng.normal(size=(24, 8)) * 1.5
@@ -349,7 +352,7 @@ def test_the_analysis_takes_a_whole_tree_rules_own_lengths(tmp_path):
         p, q = seq.distributions(SamplingSettings(**settings))
         p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
         p, q = p / p.sum(-1, keepdims=True), q / q.sum(-1, keepdims=True)
-        from cactus_theory import prompt_seed
+        from cactus_theory.traces import prompt_seed
 
         _, values, _ = rule.expected_tree_lengths_for(p, q, (2,), n_paths=64, seed=prompt_seed(0, stats.id))[2]
         total, starts = total + values.sum(), starts + values.size

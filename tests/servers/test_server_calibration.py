@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from local_servers import FakeServer
 
-from cactus_theory import load_cost
 from cactus_theory._servers._calibrate import calibrate_server
+from cactus_theory.plan import load_cost
 
 pytestmark = [pytest.mark.servers]
 

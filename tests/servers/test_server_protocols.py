@@ -271,8 +271,8 @@ def test_the_server_and_the_model_dumps_run_one_session(prompts, tmp_path, monke
     """Both dumps are one resumable session (``DumpSession``) fed with rows, and return its one summary."""
     from tiny_models import tiny_model, tiny_tokenizer
 
-    from cactus_theory import dump_trace
     from cactus_theory._data import _dump_session
+    from cactus_theory.traces import dump_trace
 
     sessions, real = [], _dump_session.DumpSession.__enter__
 

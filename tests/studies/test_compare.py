@@ -3,8 +3,8 @@
 import numpy as np
 from locations import ROOT
 
-from cactus_theory import trace_from_arrays
 from cactus_theory._cli import main
+from cactus_theory.traces import trace_from_arrays
 
 
 def test_compare_reproduces_the_committed_page_and_runs_on_any_trace(tmp_path, capsys):

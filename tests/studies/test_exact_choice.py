@@ -12,15 +12,12 @@ from locations import FIXTURES
 from optional import torch  # noqa: F401  (the models extra)
 
 from cactus_theory import SamplingSettings, make_rule
+from cactus_theory._analysis._referee_summary import read_exact_records, summarize_exact
+from cactus_theory._analysis._rescore import exact_answer_accuracy
 from cactus_theory._data._graders import load_problems
 from cactus_theory._rules._protocol import judgement_of
-from cactus_theory._studies._exact_choice import (
-    exact_answer_accuracy,
-    exact_choice_referee,
-    letter_token_ids,
-    read_exact_records,
-    summarize_exact,
-)
+from cactus_theory._studies._exact_choice import exact_choice_referee, letter_token_ids
+from cactus_theory._util._study import RUN_SECONDS
 from cactus_theory.testing import conformance_rules, make_case
 
 TOKEN_RULES = [r for r in conformance_rules() if judgement_of(r).per_token]
@@ -180,7 +177,8 @@ def test_the_command_line_runs_the_exact_referee_and_summarises_its_records(gguf
 @pytest.mark.models
 def test_a_cluster_of_two_workers_gives_what_one_process_gives(gguf_pair, tiny_pair, tmp_path):
     from cactus_theory._analysis._engines import close_quietly, local_dask_cluster
-    from cactus_theory._studies._quality import evaluate_rules, summarize_records
+    from cactus_theory._analysis._referee_summary import summarize_records
+    from cactus_theory._studies._quality import evaluate_rules
 
     verifier, draft = tiny_pair
     problems = load_problems("choice", path=_choices(tmp_path, 6))
@@ -197,7 +195,7 @@ def test_a_cluster_of_two_workers_gives_what_one_process_gives(gguf_pair, tiny_p
         )
     finally:
         close_quietly(client, cluster)
-    strip = lambda recs: [{k: v for k, v in r.items() if k != "record"} for r in recs]  # noqa: E731
+    strip = lambda recs: [{k: v for k, v in r.items() if k not in ("record", RUN_SECONDS)} for r in recs]  # noqa: E731
     assert strip(spread) == strip(one)
     assert summarize_records(str(out)).rows == summarize_records(one).rows
     assert [r["accuracy"] for r in exact_spread] == [r["accuracy"] for r in exact_one]

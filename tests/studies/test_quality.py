@@ -16,9 +16,11 @@ import pytest
 from fake_referee import FLIP, STATE, TOKEN_KL, FakeModel, choice_file, install, verifier
 from locations import FIXTURES, HANG_GUARD, ROOT, TESTS
 
+from cactus_theory._analysis._referee_summary import ALONE, read_records, summarize_records
 from cactus_theory._data._graders import load_problems
 from cactus_theory._data._prompts import prompt_seed
-from cactus_theory._studies._quality import ALONE, evaluate_rules, read_records, summarize_records
+from cactus_theory._studies._quality import evaluate_rules
+from cactus_theory._util._study import RUN_SECONDS
 
 RULES = ["sps", "lossy(alpha=0.5)"]
 
@@ -265,7 +267,8 @@ def test_kill_9_then_resume_gives_the_same_records_and_summary(tmp_path):
     assert _child(tmp_path, clean, None).wait(timeout=HANG_GUARD) == 0
     killed, straight = read_records(out), read_records(clean)
     key = lambda r: (r["id"], r["method"], r["sample"])  # noqa: E731
-    assert sorted(killed, key=key) == sorted(straight, key=key) and len(killed) == 60
+    timeless = lambda recs: [{k: v for k, v in r.items() if k != RUN_SECONDS} for r in sorted(recs, key=key)]  # noqa: E731
+    assert timeless(killed) == timeless(straight) and len(killed) == 60
     assert summarize_records(killed).rows == summarize_records(straight).rows
     assert not [f for f in os.listdir(out.parent) if f.endswith(".lock")]
 
@@ -290,7 +293,10 @@ def test_an_answer_is_the_engines_own_decoding_at_any_batch_size(gguf_pair, tmp_
         runs[batch] = evaluate_rules(
             ver, drf, problems, ["sps", "cactus(delta=1)"], m=3, settings=settings, max_new_tokens=10, batch=batch
         )
-    strip = lambda recs: [{k: v for k, v in r.items() if k not in ("token_kl", "answer_kl")} for r in recs]  # noqa: E731
+    # the answers are the same; the batch is the setting's (and the time each took its own)
+    assert runs[1][0]["setting"]["batch"] == 1 and runs[3][0]["setting"]["batch"] == 3
+    apart = ("token_kl", "answer_kl", "setting", RUN_SECONDS)
+    strip = lambda recs: [{k: v for k, v in r.items() if k not in apart} for r in recs]  # noqa: E731
     assert strip(runs[1]) == strip(runs[3])
     ver = load_model(v_path, engine="llama.cpp")
     drf = load_model(d_path, engine="llama.cpp")[0]

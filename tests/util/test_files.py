@@ -10,12 +10,10 @@ import pytest
 from locations import HANG_GUARD
 from trace_builders import split_parts
 
-from cactus_theory import (
-    TraceError,
-)
 from cactus_theory._cli import main
 from cactus_theory._data._trace_writer import TraceWriter
 from cactus_theory._util._files import DirectoryLock, LockError, check_output
+from cactus_theory.traces import TraceError
 
 _CONTENDER = textwrap.dedent(
     """

@@ -7,42 +7,14 @@ benchmark is one new module here, or one module of the user's (``--plugin``, or 
 import importlib
 import pkgutil
 
-from ._registry import (
-    CODE_EXECUTION_ENV,
-    DATA_ENV,
-    ENTRY_POINT_GROUP,
-    PROGRAM_SECONDS,
-    Benchmark,
-    Grade,
-    Problem,
-    benchmark_file,
-    benchmark_names,
-    code_execution_allowed,
-    data_directory,
-    get_benchmark,
-    load_benchmark_plugins,
-    require_code_execution,
-)
+from . import _registry
+from ._registry import *  # noqa: F403 (the registry's names, re-exported)
 
 _MODULES = tuple(
     importlib.import_module(f"{__name__}.{info.name}")
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name)
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name)  # noqa: F405
     if not info.name.startswith("_")
 )
 
-__all__ = [
-    "CODE_EXECUTION_ENV",
-    "DATA_ENV",
-    "ENTRY_POINT_GROUP",
-    "PROGRAM_SECONDS",
-    "Benchmark",
-    "Grade",
-    "Problem",
-    "benchmark_file",
-    "benchmark_names",
-    "code_execution_allowed",
-    "data_directory",
-    "get_benchmark",
-    "load_benchmark_plugins",
-    "require_code_execution",
-]
+#: The registry's names but its helpers for benchmark modules.
+__all__ = [name for name in _registry.__all__ if name not in ("first_turn", "short", "text_field")]

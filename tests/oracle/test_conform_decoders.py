@@ -9,11 +9,13 @@ false alarm among them at most once in 125 runs of the suite, and the seeds are 
 import pytest
 from optional import torch  # noqa: F401  (the models extra)
 
-from cactus_theory import DecodeSpec, SamplingSettings
+from cactus_theory import SamplingSettings
 from cactus_theory._models._device_loop import OnDevice
+from cactus_theory._oracle._decoder_engine import DecoderEngine
+from cactus_theory._oracle._study import conform
 from cactus_theory._rules._protocol import judgement_of
 from cactus_theory._rules._registry import as_rule, rule_classes
-from cactus_theory._studies._conform import DecoderEngine, conform
+from cactus_theory.decode import DecodeSpec
 
 pytestmark = pytest.mark.models
 SETTINGS = SamplingSettings(temperature=1.0, top_k=5, top_p=1.0)

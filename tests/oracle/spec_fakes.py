@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from cactus_theory import SamplingSettings, make_rule, processed_probs
-from cactus_theory._checks._engines import Engine
+from cactus_theory._oracle._engine import Engine
 
 DEFECTS = (
     "none",

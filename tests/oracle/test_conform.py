@@ -18,9 +18,9 @@ from scipy import stats
 from spec_fakes import DEFECTS, FakeEngine, World, fake_llama_server, speculative_sample
 
 from cactus_theory import SamplingSettings, make_rule
-from cactus_theory._checks._engines import exact_tested_law
 from cactus_theory._math._multinomial import draws_for_tv
-from cactus_theory._studies._conform import conform
+from cactus_theory._oracle._law import exact_tested_law
+from cactus_theory._oracle._study import conform
 
 pytestmark = pytest.mark.servers
 WORLD = World(seed=0)
@@ -80,7 +80,7 @@ def test_each_planted_defect_is_found_at_the_samples_the_oracle_says_it_needs(de
 
 @pytest.mark.parametrize("defect", ["none", "residual-q", "bonus-from-draft"])
 def test_over_http_the_llama_server_engine_gives_the_same_verdicts(defect):
-    from cactus_theory._servers._conform_engine import LlamaServerEngine
+    from cactus_theory._oracle._llama_server import LlamaServerEngine
 
     world, claimed, m = _setup(defect)
     settings = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0, chain="llama.cpp")
@@ -107,7 +107,7 @@ def test_over_http_the_llama_server_engine_gives_the_same_verdicts(defect):
 
 
 def _engine(handler, **kw):
-    from cactus_theory._servers._conform_engine import LlamaServerEngine
+    from cactus_theory._oracle._llama_server import LlamaServerEngine
 
     settings = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0, chain="llama.cpp")
     return FakeServer(handler), lambda url: LlamaServerEngine(url, settings=settings, n_probs=20, **kw)

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from trace_builders import random_trace, trace_metadata
 
 from cactus_theory import SamplingSettings
-from cactus_theory._studies._exact_choice import read_exact_records
-from cactus_theory._studies._frontier import decide, deployment_frontier, frontier_rules
-from cactus_theory._studies._quality_trace import answer_rows
+from cactus_theory._analysis._answer_rows import answer_rows
+from cactus_theory._analysis._frontier import decide, deployment_frontier, frontier_rules
+from cactus_theory._analysis._referee_summary import read_exact_records
 
 SETTINGS = SamplingSettings(temperature=1.0, top_k=8, top_p=1.0)
 

@@ -11,10 +11,11 @@ import pytest
 from optional import torch  # noqa: F401  (the models extra)
 
 from cactus_theory import SamplingSettings, make_rule
+from cactus_theory._analysis._answer_rows import answer_rows, read_answer_rows
+from cactus_theory._analysis._rescore import rescore_exact
 from cactus_theory._data._graders import load_problems
 from cactus_theory._rules._protocol import judgement_of
-from cactus_theory._studies._exact_choice import exact_choice_referee, rescore_exact
-from cactus_theory._studies._quality_trace import answer_rows, read_answer_rows
+from cactus_theory._studies._exact_choice import exact_choice_referee
 from cactus_theory.testing import conformance_rules
 
 pytestmark = pytest.mark.models

@@ -23,9 +23,9 @@ floor the oracle measures (``row_drift``) rather than hides. A row or a request 
 
 from __future__ import annotations
 
-from .._checks._engines import Engine
 from .._math._sampling import SamplingSettings
-from ._http import LLAMA_NEUTRAL_SAMPLERS, ServerClient, ServerError
+from .._servers._http import LLAMA_NEUTRAL_SAMPLERS, ServerClient, ServerError
+from ._engine import Engine
 
 __all__ = ["LlamaServerEngine"]
 

@@ -4,6 +4,8 @@ worker loads the pair the first time a unit needs it, and keeps it for every lat
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 __all__ = ["ModelPair"]
 
 #: The pairs this process loaded: {(verifier, draft, options): (verifier triple, draft triple)}.
@@ -15,6 +17,15 @@ class ModelPair:
     drafter, or a path / id; ``load_options``: ``load_model``'s keywords for the paths (device, dtype, engine,
     context...). A pair given by paths travels to Dask workers (each loads it once); a pair of loaded models
     runs in this process only."""
+
+    #: What a study holding a pair says of it in its ``outside_setting``: its ``prepare()`` names the models'
+    #: weights and arithmetic, which is what decides records.
+    OUTSIDE_SETTING: ClassVar[dict] = {
+        "pair": "the models: prepare() names their weights and arithmetic",
+        "verifier": "the pair's (prepare() names it)",
+        "draft": "the pair's (prepare() names it)",
+        "load_options": "how the pair loads (prepare() names its arithmetic)",
+    }
 
     def __init__(self, verifier, draft, load_options=None):
         by_path = [isinstance(x, str) or hasattr(x, "__fspath__") for x in (verifier, draft)]

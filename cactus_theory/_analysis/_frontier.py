@@ -25,7 +25,6 @@ benchmark's): the frontier says so; a trace and records of different model pairs
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,7 +32,7 @@ import numpy as np
 from .._math._pareto import pareto_front
 from .._math._sampling import SamplingSettings
 from .._util._results import Result, interval
-from ._exact_choice import ALONE
+from ._referee_summary import ALONE
 
 __all__ = ["FRONTIER_MS", "Frontier", "decide", "deployment_frontier", "frontier_rules"]
 
@@ -150,7 +149,7 @@ class Frontier(Result):
         matplotlib.use("Agg", force=False)
         import matplotlib.pyplot as plt
 
-        from .._analysis._plotting import rule_colours
+        from ._plotting import rule_colours
 
         fig, ax = plt.subplots(figsize=(8.5, 5.6))
         shown = [r for r in self.rows if (r["best_m"] or r["front"]) and r["rule"] != ALONE]  # marked below
@@ -261,11 +260,12 @@ def deployment_frontier(
     ``frontier_rules()``; SpS is always added); ``ms``: draft lengths; ``settings``: the sampling and its chain
     (default: the records'); ``max_loss``: the budget, points; ``batch``: a number of requests in flight (the
     throughput speedup there; the cost model must have timed it)."""
-    from .._analysis._analyze import analyze_trace
-    from .._analysis._plan import batch_plan, predict_speedup
     from .._data._traceset import open_traces
     from .._rules._registry import as_rule
-    from ._exact_choice import read_exact_records, rescore_exact, summarize_exact
+    from ._analyze import analyze_trace
+    from ._plan import batch_plan, predict_speedup
+    from ._referee_summary import read_exact_records, summarize_exact
+    from ._rescore import rescore_exact
 
     if not (isinstance(max_loss, (int, float)) and not isinstance(max_loss, bool) and 0 <= max_loss < 100):
         raise ValueError(f"max_loss must be a number of points in [0, 100); got {max_loss!r}")
@@ -293,34 +293,33 @@ def deployment_frontier(
     else:
         plan = predict_speedup(analysis, cost, **options)
         speed = "per request" if plan.key == "request_speedup" else "per step"
-    key = plan.key
+    speeds = plan.speeds()
     rescored = rescore_exact(records, [r for r in rules if r.describe() != "sps"] + [as_rule("sps")], settings=settings)
     summary = summarize_exact(rescored, n_boot=n_boot, seed=seed)
-    pooled = "all" if any(r["benchmark"] == "all" for r in summary.rows) else summary.rows[0]["benchmark"]
-    accuracy = {r["method"]: r for r in summary.rows if r["benchmark"] == pooled}
+    accuracy = summary.pooled()
     rows = []
-    for r in plan.rows:
-        if r["task"] != "all" or r.get("draft_policy"):
-            continue
-        a = accuracy[r["rule"]]
-        rows.append(
-            {
-                "rule": r["rule"],
-                "family": _family(r["rule"]),
-                "m": int(r["m"]),
-                "speedup": float(r[key]),
-                "speedup_lo": float(r.get(f"{key}_lo", math.nan)),
-                "speedup_hi": float(r.get(f"{key}_hi", math.nan)),
-                "al": float(r["al"]),
-                "difference": 100 * a["difference"],
-                "low": 100 * a["low"],
-                "high": 100 * a["high"],
-                "accuracy": 100 * a["accuracy"],
-                "kl": float(a["kl"]),
-                "tv": float(a["tv"]),
-                "problems": int(a["problems"]),
-            }
-        )
+    for rule in rules:  # each rule's speed at each m joined to its accuracy, by the rule
+        a = accuracy[rule.describe()]
+        for m in ms:
+            fast = speeds[(rule.describe(), int(m))]
+            rows.append(
+                {
+                    "rule": rule.describe(),
+                    "family": _family(rule.describe()),
+                    "m": int(m),
+                    "speedup": fast.speedup,
+                    "speedup_lo": fast.lo,
+                    "speedup_hi": fast.hi,
+                    "al": fast.al,
+                    "difference": 100 * a["difference"],
+                    "low": 100 * a["low"],
+                    "high": 100 * a["high"],
+                    "accuracy": 100 * a["accuracy"],
+                    "kl": float(a["kl"]),
+                    "tv": float(a["tv"]),
+                    "problems": int(a["problems"]),
+                }
+            )
     alone = accuracy[ALONE]
     rows.append(
         {

@@ -1,0 +1,42 @@
+"""What a rule costs in answers: the quality referees, each rule's accuracy paired with the verifier alone's on the
+same problems. Exact where one token decides (``exact_choice_referee``; any token rule rescored from its records
+without a model, ``rescore_exact``), sampled on open answers (``evaluate_rules``), their summaries from the records
+alone, the benchmarks' problems and grades, and the paired statistics."""
+
+from __future__ import annotations
+
+from ._analysis._referee_summary import (
+    ExactSummary,
+    QualitySummary,
+    read_exact_records,
+    read_records,
+    summarize_exact,
+    summarize_records,
+)
+from ._analysis._rescore import rescore_exact
+from ._data._graders import GRADED, Grade, Problem, grade, load_problems
+from ._math._paired import PairedComparison, mcnemar_exact, paired_difference
+from ._studies._exact_choice import ExactReferee, exact_choice_referee
+from ._studies._quality import SampledReferee, evaluate_rules
+
+__all__ = [
+    "GRADED",
+    "ExactReferee",
+    "ExactSummary",
+    "Grade",
+    "PairedComparison",
+    "Problem",
+    "QualitySummary",
+    "SampledReferee",
+    "evaluate_rules",
+    "exact_choice_referee",
+    "grade",
+    "load_problems",
+    "mcnemar_exact",
+    "paired_difference",
+    "read_exact_records",
+    "read_records",
+    "rescore_exact",
+    "summarize_exact",
+    "summarize_records",
+]

@@ -3,36 +3,10 @@
 output locations checked before the work; the time a study's runs spent, read from its records (``run_seconds``).
 The guarantees: ``cactus_theory._util._files``."""
 
-from ._util._files import (
-    DirectoryLock,
-    LockError,
-    atomic_path,
-    atomic_write,
-    check_output,
-    csv_text,
-    json_lines,
-    machine_description,
-    read_text,
-    sha256_file,
-    termination_as_exception,
-    write_records,
-    write_results,
-)
+from ._util import _files
+from ._util._files import *  # noqa: F403 (the files the package writes, as it writes them)
 from ._util._study import run_seconds
 
-__all__ = [
-    "DirectoryLock",
-    "LockError",
-    "atomic_path",
-    "atomic_write",
-    "check_output",
-    "csv_text",
-    "json_lines",
-    "machine_description",
-    "read_text",
-    "run_seconds",
-    "sha256_file",
-    "termination_as_exception",
-    "write_records",
-    "write_results",
-]
+#: What of ``_util._files`` stays the package's own.
+_OWN = ("pid_alive", "publish_directory", "refuse_overlap", "remove_stale_temporaries", "utc_timestamp")
+__all__ = [*(name for name in _files.__all__ if name not in _OWN), "run_seconds"]

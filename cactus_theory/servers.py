@@ -4,38 +4,20 @@ included), the records it returns, the checks every answer passes, and the trans
 ``docs/contributing/house.md`` has a worked example. Needs the ``servers`` extra (httpx) to talk to a
 server."""
 
+from ._servers import _protocol
 from ._servers._http import ServerClient, ServerError
 from ._servers._local_server import free_port, local_llama_server
-from ._servers._protocol import (
-    AlignmentError,
-    Generation,
-    ServerInfo,
-    ServerProtocol,
-    json_object,
-    protocol_class,
-    rows_from_entries,
-    sampling_fields,
-    token_id,
-)
-from ._servers._protocols import compare_tokenizers, detect_protocol, make_protocol, open_server, protocol_names
+from ._servers._protocol import *  # noqa: F403 (the base class, its records and checks)
+from ._servers._protocol import protocol_class
+from ._servers._protocols import compare_tokenizers, open_server
 
 __all__ = [
-    "AlignmentError",
-    "Generation",
+    *_protocol.__all__,
     "ServerClient",
     "ServerError",
-    "ServerInfo",
-    "ServerProtocol",
     "compare_tokenizers",
-    "detect_protocol",
     "free_port",
-    "json_object",
     "local_llama_server",
-    "make_protocol",
     "open_server",
     "protocol_class",
-    "protocol_names",
-    "rows_from_entries",
-    "sampling_fields",
-    "token_id",
 ]

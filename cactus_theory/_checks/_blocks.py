@@ -16,6 +16,9 @@ from .._laws._simulate import simulate
 from .._rules._protocol import judgement_of
 from ._tools import _close, _position_rows, _true, make_case
 
+#: The tolerance of a law against its enumeration: float64 sums over many terms.
+_EXACT = {"rtol": 1e-9, "atol": 1e-12}
+
 
 def check_block_lossless(rule, seed):
     """A lossless rule emits the verifier's sequence law block after block (enumerated over a
@@ -30,7 +33,7 @@ def check_block_lossless(rule, seed):
     law = _sequence_law(rule, p, q, 2, 4)
     for seq, prob in law.items():
         want = float(np.prod([q[i, y] for i, y in enumerate(seq)]))
-        _close(prob, want, f"P{seq} of the emitted sequence is not the verifier's", rtol=1e-9, atol=1e-12, p=p, q=q)
+        _close(prob, want, f"P{seq} of the emitted sequence is not the verifier's", **_EXACT, p=p, q=q)
     _close(sum(law.values()), 1.0, "the sequence law does not sum to 1", rtol=1e-12, atol=0, p=p, q=q)
     return None
 
@@ -73,8 +76,7 @@ def check_block_survival(rule, seed):
             np.asarray(survival),
             want,
             f"P(tau >= j) per start at m = {m} against the enumerated block_law",
-            rtol=1e-9,
-            atol=1e-12,
+            **_EXACT,
             p=p,
             q=q,
         )
@@ -150,7 +152,7 @@ def check_multi_enumeration(rule, seed):
         (small.emitted, pi, "the emitted law differs from the enumeration over the drafts"),
         (small.multi_outside_support, outside, "multi_outside_support differs from the enumeration"),
     ):
-        _close(fast(p, q), enumerated, what, rtol=1e-9, atol=1e-12, p=p, q=q)
+        _close(fast(p, q), enumerated, what, **_EXACT, p=p, q=q)
     return None
 
 
@@ -215,12 +217,9 @@ def check_multi_single_draft(rule, seed):
         one.multi_acceptance(p, q),
         acc,
         f"k = 1 differs from {single.describe()}'s acceptance",
-        rtol=1e-9,
-        atol=1e-12,
+        **_EXACT,
         p=p,
         q=q,
     )
-    _close(
-        one.emitted(p, q), pi, f"k = 1 differs from {single.describe()}'s emitted law", rtol=1e-9, atol=1e-12, p=p, q=q
-    )
+    _close(one.emitted(p, q), pi, f"k = 1 differs from {single.describe()}'s emitted law", **_EXACT, p=p, q=q)
     return None

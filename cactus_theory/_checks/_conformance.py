@@ -174,22 +174,16 @@ def check_drafter_without_probabilities(rule, seed):
     _, q, lg = make_case(seed, 6)
     lg = _logits_for(rule, lg)
     one_hot = np.eye(6)[2]
-    _close(
-        rule.acceptance(None, q, 2, logits=lg),
-        rule.acceptance(one_hot, q, 2, logits=lg),
-        "acceptance with draft_probs=None differs from one-hot",
-        rtol=1e-15,
-        atol=0,
-        q=q,
-    )
-    _close(
-        rule.correction(None, q, 2, logits=lg),
-        rule.correction(one_hot, q, 2, logits=lg),
-        "correction with draft_probs=None differs from one-hot",
-        rtol=1e-15,
-        atol=0,
-        q=q,
-    )
+    for what in ("acceptance", "correction"):
+        law = getattr(rule, what)
+        _close(
+            law(None, q, 2, logits=lg),
+            law(one_hot, q, 2, logits=lg),
+            f"{what} with draft_probs=None differs from one-hot",
+            rtol=1e-15,
+            atol=0,
+            q=q,
+        )
 
 
 def check_bad_input(rule, seed):
@@ -311,13 +305,6 @@ def check_numpy_torch_agree(rule, seed):
                 q=q,
                 n=every,
             )
-        p_t, q_t = torch.as_tensor(p, dtype=dtype), torch.as_tensor(q, dtype=dtype)
-        p_t, q_t = p_t / p_t.sum(-1, keepdim=True), q_t / q_t.sum(-1, keepdim=True)
-        lg_t = RuleLogits(
-            target=torch.as_tensor(lg.target, dtype=dtype),
-            draft=torch.as_tensor(lg.draft, dtype=dtype),
-            temperature=lg.temperature,
-        )
         a_t = rule.acceptance(p_t, q_t, torch.as_tensor(n), logits=lg_t)
         r_t = rule.correction(p_t, q_t, torch.as_tensor(n), logits=lg_t)
         _true(

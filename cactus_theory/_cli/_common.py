@@ -301,14 +301,6 @@ def _run_study(args, study, show=None, **options) -> int:
     return 0
 
 
-def _trace_command(sub, name, help, trace_help="trace directories or globs (default: the embedded trace)"):
-    """The subparser of a command over traces that takes rules: its help, the rules' epilog, the
-    positional trace arguments."""
-    parser = sub.add_parser(name, help=help, epilog=_rules_epilog(), formatter_class=_Formatter)
-    parser.add_argument("trace", nargs="*", default=None, help=trace_help)
-    return parser
-
-
 def _write_result(args, result) -> None:
     """A study's result written into --out (its pages headed by the command), the paths printed."""
     if args.out:
@@ -379,7 +371,12 @@ def _delta_help() -> str:
 
 class _Parser(argparse.ArgumentParser):
     """argparse with one line per refusal: 'cactus-theory CMD: error: ... (cactus-theory CMD --help)',
-    exit 2, instead of the usage block and the error."""
+    exit 2, instead of the usage block and the error; and no flag taken by an abbreviation (``--temp`` is refused,
+    never read as ``--temperature``: what a command reads as written is what argparse parsed)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         first = " ".join(str(message).split())

@@ -1,5 +1,6 @@
 """The command line's entry point: the parser assembled from the command modules (one module per
-command in this package: ``add_parser(sub)`` and ``run(args)``; a new command is a new module),
+command in this package, named as its command: ``ORDER``, ``HELP``, ``EPILOG`` where it has one, ``add_arguments
+(parser)`` and ``run(args)``; a new command is a new module; no flag is taken by an abbreviation),
 plugins imported first, and every expected failure one line (exit 2 for bad input)."""
 
 from __future__ import annotations
@@ -45,7 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     for module in commands():
-        module.add_parser(sub)
+        epilog = getattr(module, "EPILOG", None)
+        command = sub.add_parser(
+            module.__name__.rsplit(".", 1)[-1],
+            help=module.HELP,
+            epilog=epilog() if callable(epilog) else epilog,
+            formatter_class=_Formatter,
+        )
+        module.add_arguments(command)
     return parser
 
 

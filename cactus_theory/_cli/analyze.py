@@ -18,24 +18,26 @@ from ._common import (
     _progress,
     _progress_options,
     _resamples,
+    _rules_epilog,
     _rules_option,
     _tasks_to_show,
-    _trace_command,
     _trace_inputs,
     _traces,
     analysis_options,
 )
 
 ORDER = 3
+HELP = "acceptance, AL and emitted drift of rules on a trace"
+EPILOG = _rules_epilog
 
 
-def add_parser(sub):
-    """The subparser of this command."""
-    a = _trace_command(
-        sub,
-        "analyze",
-        "acceptance, AL and emitted drift of rules on a trace",
-        "trace directories or glob patterns, analysed as one set (default: the embedded trace)",
+def add_arguments(a):
+    """This command's arguments (``_main`` makes its subparser: its name, ``HELP``, ``EPILOG``)."""
+    a.add_argument(
+        "trace",
+        nargs="*",
+        default=None,
+        help="trace directories or glob patterns, analysed as one set (default: the embedded trace)",
     )
     _rules_option(a)
     a.add_argument("--delta", type=_floats, default=[0.25, 0.5, 1.0, 2.0], help=_delta_help())

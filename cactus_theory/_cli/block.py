@@ -4,7 +4,6 @@ Its arguments, then the code that runs them."""
 from __future__ import annotations
 
 from ._common import (
-    _Formatter,
     _int_at_least,
     _ints,
     _run_study,
@@ -12,15 +11,11 @@ from ._common import (
 )
 
 ORDER = 9
+HELP = "block verification against token-wise SpS and strict verification, sampled and greedy drafting"
 
 
-def add_parser(sub):
-    """The subparser of this command."""
-    bl = sub.add_parser(
-        "block",
-        help="block verification against token-wise SpS and strict verification, sampled and greedy drafting",
-        formatter_class=_Formatter,
-    )
+def add_arguments(bl):
+    """This command's arguments (``_main`` makes its subparser: its name, ``HELP``, ``EPILOG``)."""
     bl.add_argument("--m", type=_ints, default=[1, 2, 4, 8, 12, 16, 20], help="drafted tokens per verification")
     bl.add_argument(
         "--paths",

@@ -8,7 +8,6 @@ from ._common import (
     MODEL_MEMORY,
     _batches,
     _check_out,
-    _Formatter,
     _int_at_least,
     _ints,
     _model_inputs,
@@ -23,16 +22,12 @@ from ._common import (
 )
 
 ORDER = 5
+HELP = "time a model pair's forward passes on this machine: a cost file for 'plan'"
+EPILOG = MODEL_MEMORY
 
 
-def add_parser(sub):
-    """The subparser of this command."""
-    cb = sub.add_parser(
-        "calibrate",
-        help="time a model pair's forward passes on this machine: a cost file for 'plan'",
-        formatter_class=_Formatter,
-        epilog=MODEL_MEMORY,
-    )
+def add_arguments(cb):
+    """This command's arguments (``_main`` makes its subparser: its name, ``HELP``, ``EPILOG``)."""
     group = _pair_or_servers(
         cb,
         "against running servers (instead of --verifier / --draft)",

@@ -8,7 +8,6 @@ import time
 from ._common import (
     _check_out,
     _command_line,
-    _Formatter,
     _int_at_least,
     _progress,
     _progress_options,
@@ -18,15 +17,11 @@ from ._common import (
 )
 
 ORDER = 8
+HELP = "every registered rule at its declared settings (the paper grid), each with its bonus policy, on a trace"
 
 
-def add_parser(sub):
-    """The subparser of this command."""
-    cp = sub.add_parser(
-        "compare",
-        help="every registered rule at its declared settings (the paper grid), each with its bonus policy, on a trace",
-        formatter_class=_Formatter,
-    )
+def add_arguments(cp):
+    """This command's arguments (``_main`` makes its subparser: its name, ``HELP``, ``EPILOG``)."""
     cp.add_argument("trace", nargs="*", default=None, help="trace directories or globs (default: the embedded trace)")
     cp.add_argument("--out", default="rules_comparison", help="write rules_comparison.md / .json / .png here")
     cp.add_argument("--bootstrap", type=_resamples, default=1000, help="bootstrap resamples (0: no intervals)")

@@ -6,7 +6,6 @@ from ._common import (
     _check_out,
     _command_line,
     _count,
-    _Formatter,
     _int_at_least,
     _model_options,
     _progress,
@@ -17,16 +16,14 @@ from ._common import (
 )
 
 ORDER = 4.7
+HELP = (
+    "the engine oracle: does a serving engine's (or this package's) speculative sampling emit its rule's law? A "
+    "p-value, the total variation with its interval, and the test's power"
+)
 
 
-def add_parser(sub):
-    """The subparser of this command."""
-    c = sub.add_parser(
-        "conform",
-        help="the engine oracle: does a serving engine's (or this package's) speculative sampling emit its rule's "
-        "law? A p-value, the total variation with its interval, and the test's power",
-        formatter_class=_Formatter,
-    )
+def add_arguments(c):
+    """This command's arguments (``_main`` makes its subparser: its name, ``HELP``, ``EPILOG``)."""
     where = c.add_mutually_exclusive_group()
     where.add_argument("--server", default=None, help="a running llama-server started with --model-draft")
     where.add_argument("--verifier", default=None, help="or this package's decoders: the verifier (as decode takes it)")

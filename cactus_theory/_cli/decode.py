@@ -10,7 +10,6 @@ from ._common import (
     _CombinedSpecs,
     _count,
     _draft_mode_option,
-    _Formatter,
     _gate,
     _gate_option,
     _int_at_least,
@@ -28,6 +27,17 @@ from ._common import (
 )
 
 ORDER = 4
+HELP = "speculative decoding with real models and any rule, on one prompt or a file of them"
+
+
+def _epilog() -> str:
+    from .._data._prompts import RECORD_FORMATS
+
+    return _rules_epilog() + "\n\n" + RECORD_FORMATS + "\n\n" + MODEL_MEMORY
+
+
+#: The --help epilog, made as the parser is built (after the plugins: their rules listed).
+EPILOG = _epilog
 #: The library's settings as this command's flags (its refusals say them so).
 FLAGS = {
     "drift": "--drift",
@@ -38,16 +48,8 @@ FLAGS = {
 }
 
 
-def add_parser(sub):
-    """The subparser of this command."""
-    from .._data._prompts import RECORD_FORMATS
-
-    c = sub.add_parser(
-        "decode",
-        help="speculative decoding with real models and any rule, on one prompt or a file of them",
-        epilog=_rules_epilog() + "\n\n" + RECORD_FORMATS + "\n\n" + MODEL_MEMORY,
-        formatter_class=_Formatter,
-    )
+def add_arguments(c):
+    """This command's arguments (``_main`` makes its subparser: its name, ``HELP``, ``EPILOG``)."""
     c.add_argument("--verifier", required=True, help="verifier: Hugging Face id, local directory or .gguf file")
     c.add_argument("--draft", required=True, help="draft model (as --verifier), or 'ngram' for prompt lookup")
     c.add_argument(

@@ -7,7 +7,6 @@ from ._common import (
     MODEL_MEMORY,
     _check_out,
     _count,
-    _Formatter,
     _int_at_least,
     _model_inputs,
     _model_options,
@@ -24,19 +23,23 @@ from ._common import (
 )
 
 ORDER = 2
+HELP = "dump a logit trace from a verifier and a draft model"
 
 
-def add_parser(sub):
-    """The subparser of this command."""
+def _epilog() -> str:
     from .._data._prompts import RECORD_FORMATS
+
+    return RECORD_FORMATS + "\nModels: a Hugging Face id, a local directory, or a .gguf file.\n\n" + MODEL_MEMORY
+
+
+#: The --help epilog, made as the parser is built.
+EPILOG = _epilog
+
+
+def add_arguments(d):
+    """This command's arguments (``_main`` makes its subparser: its name, ``HELP``, ``EPILOG``)."""
     from .._servers._protocols import protocol_names
 
-    d = sub.add_parser(
-        "dump",
-        help="dump a logit trace from a verifier and a draft model",
-        formatter_class=_Formatter,
-        epilog=RECORD_FORMATS + "\nModels: a Hugging Face id, a local directory, or a .gguf file.\n\n" + MODEL_MEMORY,
-    )
     s = _pair_or_servers(
         d,
         "from running servers (instead of --verifier / --draft)",

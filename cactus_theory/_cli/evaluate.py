@@ -6,7 +6,6 @@ from ._common import (
     MODEL_MEMORY,
     _CombinedSpecs,
     _count,
-    _Formatter,
     _int_at_least,
     _model_inputs,
     _model_options,
@@ -20,20 +19,23 @@ from ._common import (
 )
 
 ORDER = 4.5
+HELP = "the quality referee: accuracy of rules against the verifier alone on a graded benchmark, paired"
+
+
+def _epilog() -> str:
+    return _rules_epilog() + "\n\n" + MODEL_MEMORY
+
+
+#: The --help epilog, made as the parser is built (after the plugins: their rules listed).
+EPILOG = _epilog
 #: The library's settings as this command's flags (its refusals say them so).
 FLAGS = {"drift": "the drift record (on unless --no-drift)"}
 
 
-def add_parser(sub):
-    """The subparser of this command."""
+def add_arguments(e):
+    """This command's arguments (``_main`` makes its subparser: its name, ``HELP``, ``EPILOG``)."""
     from .._data._graders import graded_benchmarks
 
-    e = sub.add_parser(
-        "evaluate",
-        help="the quality referee: accuracy of rules against the verifier alone on a graded benchmark, paired",
-        epilog=_rules_epilog() + "\n\n" + MODEL_MEMORY,
-        formatter_class=_Formatter,
-    )
     e.add_argument("--verifier", default=None, help="verifier: Hugging Face id, local directory or .gguf file")
     e.add_argument("--draft", default=None, help="draft model (as --verifier)")
     e.add_argument(

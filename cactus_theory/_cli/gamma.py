@@ -7,16 +7,14 @@ import json
 
 from .._math._divergences import available_divergences, binary_divergence, get_divergence
 from .._math._gamma import APPROX_METHODS, approx_gamma, exact_gamma
-from ._common import _budget, _Formatter, _probability
+from ._common import _budget, _probability
 
 ORDER = 0
+HELP = "exact and approximate Cactus bonus gamma for one q(n) and delta"
 
 
-def add_parser(sub):
-    """The subparser of this command."""
-    g = sub.add_parser(
-        "gamma", help="exact and approximate Cactus bonus gamma for one q(n) and delta", formatter_class=_Formatter
-    )
+def add_arguments(g):
+    """This command's arguments (``_main`` makes its subparser: its name, ``HELP``, ``EPILOG``)."""
     g.add_argument(
         "--target-prob", type=_probability, required=True, help="verifier probability q(n) of the drafted token"
     )

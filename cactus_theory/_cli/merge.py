@@ -4,18 +4,14 @@ Its arguments, then the code that runs them."""
 from __future__ import annotations
 
 from .._util._files import check_output
-from ._common import _Formatter, _progress, _progress_options
+from ._common import _progress, _progress_options
 
 ORDER = 7
+HELP = "merge the parts of a split dump (dump --part I/N) into one trace"
 
 
-def add_parser(sub):
-    """The subparser of this command."""
-    mg = sub.add_parser(
-        "merge",
-        help="merge the parts of a split dump (dump --part I/N) into one trace",
-        formatter_class=_Formatter,
-    )
+def add_arguments(mg):
+    """This command's arguments (``_main`` makes its subparser: its name, ``HELP``, ``EPILOG``)."""
     mg.add_argument("parts", nargs="+", help="the parts' trace directories or glob patterns")
     mg.add_argument(
         "--out",

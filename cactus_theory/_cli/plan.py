@@ -22,23 +22,23 @@ from ._common import (
     _progress,
     _progress_options,
     _resamples,
+    _rules_epilog,
     _rules_option,
     _sampling_options,
     _tasks_to_show,
-    _trace_command,
     _trace_inputs,
     _traces,
     analysis_options,
 )
 
 ORDER = 6
+HELP = "predicted wall-time speedup of every rule, delta and m on a trace, and the best setting"
+EPILOG = _rules_epilog
 
 
-def add_parser(sub):
-    """The subparser of this command."""
-    pl = _trace_command(
-        sub, "plan", "predicted wall-time speedup of every rule, delta and m on a trace, and the best setting"
-    )
+def add_arguments(pl):
+    """This command's arguments (``_main`` makes its subparser: its name, ``HELP``, ``EPILOG``)."""
+    pl.add_argument("trace", nargs="*", default=None, help="trace directories or globs (default: the embedded trace)")
     costs = pl.add_mutually_exclusive_group()
     costs.add_argument("--cost", default=None, help="cost file from 'calibrate' (or written by hand)")
     costs.add_argument(

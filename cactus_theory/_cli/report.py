@@ -6,18 +6,14 @@ from __future__ import annotations
 import os
 import time
 
-from ._common import _check_out, _Formatter, _progress, _progress_options
+from ._common import _check_out, _progress, _progress_options
 
 ORDER = 11
+HELP = "the main job: a report from the embedded trace and a synthetic suite"
 
 
-def add_parser(sub):
-    """The subparser of this command."""
-    r = sub.add_parser(
-        "report",
-        help="the main job: a report from the embedded trace and a synthetic suite",
-        formatter_class=_Formatter,
-    )
+def add_arguments(r):
+    """This command's arguments (``_main`` makes its subparser: its name, ``HELP``, ``EPILOG``)."""
     r.add_argument("--trace", default=None, help="trace directory (default: the embedded trace)")
     r.add_argument("--out", default="cactus_report", help="output directory")
     r.add_argument("--profile", action="store_true", help="print the seconds of each section (also in report.md)")

@@ -5,18 +5,12 @@ from __future__ import annotations
 
 import json
 
-from ._common import _Formatter
-
 ORDER = 1
+HELP = "list the registered acceptance rules with their parameters and defaults"
 
 
-def add_parser(sub):
-    """The subparser of this command."""
-    rl = sub.add_parser(
-        "rules",
-        help="list the registered acceptance rules with their parameters and defaults",
-        formatter_class=_Formatter,
-    )
+def add_arguments(rl):
+    """This command's arguments (``_main`` makes its subparser: its name, ``HELP``, ``EPILOG``)."""
     rl.add_argument("--json", action="store_true", help="print JSON instead of a table")
     rl.set_defaults(func=run)
     return rl

@@ -4,7 +4,6 @@ Its arguments, then the code that runs them."""
 from __future__ import annotations
 
 from ._common import (
-    _Formatter,
     _int_at_least,
     _ints,
     _run_study,
@@ -12,15 +11,11 @@ from ._common import (
 )
 
 ORDER = 10
+HELP = "multi-draft and tree verification, each against the optimum of its own drafting scheme"
 
 
-def add_parser(sub):
-    """The subparser of this command."""
-    tr = sub.add_parser(
-        "trees",
-        help="multi-draft and tree verification, each against the optimum of its own drafting scheme",
-        formatter_class=_Formatter,
-    )
+def add_arguments(tr):
+    """This command's arguments (``_main`` makes its subparser: its name, ``HELP``, ``EPILOG``)."""
     tr.add_argument("--k", type=_ints, default=[1, 2, 4, 8], help="drafts per position (tree widths)")
     tr.add_argument("--m", type=_ints, default=[4, 8], help="tree depths")
     tr.add_argument("--bins-k", type=_int_at_least(1), default=4, help="width of the per-bin tables")

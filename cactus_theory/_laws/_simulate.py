@@ -208,15 +208,23 @@ def simulate(
     return _walk_chains(step, bonus, m, n_runs, n_positions, vocab)
 
 
+def _counters(n_runs, n_positions, vocab):
+    """A walk's counters, zero: each run's position, and per position the drafts, the accepted drafts, the tokens
+    emitted and the bonus tokens."""
+    return (
+        np.zeros(n_runs, dtype=np.int64),
+        np.zeros(n_positions, dtype=np.int64),
+        np.zeros(n_positions, dtype=np.int64),
+        np.zeros((n_positions, vocab), dtype=np.int64),
+        np.zeros((n_positions, vocab), dtype=np.int64),
+    )
+
+
 def _walk_chains(step, bonus_token, m, n_runs, n_positions, vocab):
     """The walk ``simulate`` makes for per-token and tree rules: each run drafts at most m
     positions a block, ``step(j, t)`` gives (accepted, emitted token) at slot j of the blocks at
     positions t, a rejection ends a block, and ``bonus_token(t)`` the token after a full one."""
-    position = np.zeros(n_runs, dtype=np.int64)
-    drafts = np.zeros(n_positions, dtype=np.int64)
-    accepts = np.zeros(n_positions, dtype=np.int64)
-    emitted = np.zeros((n_positions, vocab), dtype=np.int64)
-    bonus = np.zeros((n_positions, vocab), dtype=np.int64)
+    position, drafts, accepts, emitted, bonus = _counters(n_runs, n_positions, vocab)
     accepted_blocks, starts = [], []
     while True:
         runs = np.flatnonzero(position + m <= n_positions - 1)
@@ -262,11 +270,7 @@ def _simulate_blocks(rule, p, q, lg, m, n_runs, rng):
     """``simulate`` for a block rule: each step drafts all m tokens, draws tau from the rule's
     ``block_law`` and the token emitted after it (the bonus when tau = m)."""
     n_positions, vocab = p.shape
-    position = np.zeros(n_runs, dtype=np.int64)
-    drafts = np.zeros(n_positions, dtype=np.int64)
-    accepts = np.zeros(n_positions, dtype=np.int64)
-    emitted = np.zeros((n_positions, vocab), dtype=np.int64)
-    bonus = np.zeros((n_positions, vocab), dtype=np.int64)
+    position, drafts, accepts, emitted, bonus = _counters(n_runs, n_positions, vocab)
     accepted_blocks, starts = [], []
     offsets = np.arange(m)
     while True:

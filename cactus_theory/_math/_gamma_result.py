@@ -1,5 +1,6 @@
 """What ``exact_gamma(..., full_output=True)`` reports besides gamma (``GammaResult``, scipy's ``full_output``
-style), a result as every other (``records``: one row per element; ``table``)."""
+style), read as every result is (``records``: one row per element; ``table``, printed by ``print``). It stands on
+NumPy alone: the math wing imports nothing of the package."""
 
 from __future__ import annotations
 
@@ -7,15 +8,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._util._results import Result
-
 __all__ = ["GammaResult"]
 
 
 @dataclass(frozen=True)
-class GammaResult(Result):
-    """What ``exact_gamma(..., full_output=True)`` reports besides gamma (scipy style), a result as every other
-    (``records``: one row per element; ``table``).
+class GammaResult:
+    """What ``exact_gamma(..., full_output=True)`` reports besides gamma (scipy style), read as every result is
+    (``records``: one row per element; ``table``, also ``print``'s).
 
     Attributes
     ----------
@@ -74,3 +73,6 @@ class GammaResult(Result):
         if np.size(self.gamma) > 20:
             lines.append(f"... ({np.size(self.gamma)} elements)")
         return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()

@@ -22,18 +22,17 @@ the time, N and contexts, the verdict, the power, and the per-context table.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
 
 # the planner's referee's pair, its arguments and its way to llama-server (a sibling script)
-from referee_llama_server import PAIR, pair_arguments, server_binary
+from common import Parser, count, pair_paths, scratch, writable_out
+from referee_llama_server import pair_arguments, server_binary
 
 from cactus_theory.io import machine_description, write_results
 from cactus_theory.servers import local_llama_server
@@ -44,26 +43,32 @@ SAMPLING = ["--temperature", "0.6", "--top-k", "20", "--top-p", "0.95", "--min-p
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(description=__doc__)
     pair_arguments(parser)
-    parser.add_argument("--contexts", type=int, default=20)
-    parser.add_argument("--samples", type=int, default=400, help="speculative samples per context")
-    parser.add_argument("--m", type=int, default=4, help="--spec-draft-n-max")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--contexts", type=count(1), default=20)
+    parser.add_argument("--samples", type=count(1), default=400, help="speculative samples per context")
+    parser.add_argument("--m", type=count(1), default=4, help="--spec-draft-n-max")
+    parser.add_argument("--threads", type=count(1), default=os.cpu_count() or 2)
     parser.add_argument(
         "--ubatch",
-        type=int,
+        type=count(1),
         default=1,
         help="the servers' -ub: 1 evaluates every token alone, so a row is computed alike in a sample's verification "
         "batch and in the row asked for (llama.cpp's batched kernels round otherwise: the oracle's row_drift)",
     )
-    parser.add_argument("--prompts", type=int, default=80, help="MT-Bench questions the contexts are chosen from")
+    parser.add_argument("--prompts", type=count(1), default=80, help="MT-Bench questions the contexts are chosen from")
     parser.add_argument("--records", default=None, help="the oracle's records (default: a temporary folder)")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # every flag checked, before any server starts
+    writable_out(parser, args.out)
     args.server_binary = server_binary(args.server_binary)
-    verifier, draft = (os.path.join(args.models, name + ".gguf") for name in PAIR)
+    verifier, draft = pair_paths(args.models)
     prompts = load_prompts(benchmark_file("mt_bench", args.data), dataset="mt_bench")[: args.prompts]
-    work = tempfile.mkdtemp(prefix="conform-")
+    with scratch("conform-") as work:  # prompts, records, report and the servers' log: removed however it ends
+        return _run(args, parser, verifier, draft, prompts, work)
+
+
+def _run(args, parser, verifier, draft, prompts, work) -> int:
+    """The servers, the oracle through the command line, and the page, in the scratch directory ``work``."""
     prompt_file = os.path.join(work, "prompts.jsonl")
     with open(prompt_file, "w", encoding="utf-8") as fh:
         for p in prompts:
@@ -97,7 +102,7 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         code = subprocess.run(argv_, check=False).returncode  # 0: no departure found, 1: a departure, 2: bad input
         if code not in (0, 1):
-            raise SystemExit(f"cactus-theory conform failed with exit code {code}; see {log}")
+            raise SystemExit(f"cactus-theory conform failed with exit code {code} (the servers' log above)")
         sampling = time.perf_counter() - t0
     seconds = time.perf_counter() - started
     with open(os.path.join(report, "conform.json"), encoding="utf-8") as fh:

@@ -33,16 +33,16 @@ deployment_decision_gpu.png, deployment_records.jsonl.gz and deployment_cost.jso
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 
-from quality_referee import CACHE, DRAFT, RULES, SETTINGS, VERIFIER
+from common import CACHE, DRAFT, SETTINGS, VERIFIER, Parser, count, existing, names, number
+from quality_referee import RULES
 
 from cactus_theory import CostModel, SamplingSettings, deployment_frontier, exact_choice_referee, load_model
-from cactus_theory.io import atomic_write, machine_description, write_records, write_results
-from cactus_theory.plan import frontier_rules, load_cost
+from cactus_theory.io import atomic_write, check_output, machine_description, write_records, write_results
+from cactus_theory.plan import cost_profiles, frontier_rules, load_cost
 from cactus_theory.quality import load_problems, read_exact_records, rescore_exact, summarize_exact
 from cactus_theory.rules import make_rules
 from cactus_theory.studies import figure_png
@@ -174,35 +174,49 @@ def build_drift(records, other_path) -> dict:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default=os.path.join(CACHE, "models"))
+    parser = Parser(description=__doc__)
+    parser.add_argument("--models", type=existing("--models"), default=os.path.join(CACHE, "models"))
     parser.add_argument("--data", default=None, help="the benchmark directory (<benchmark>/test.jsonl)")
-    parser.add_argument("--benchmarks", default=",".join(BENCHMARKS))
-    parser.add_argument("--limit", type=int, default=None, help="at most this many problems a benchmark")
-    parser.add_argument("--context", type=int, default=512, help="tokens each model's cache holds")
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads of the forwards (default: all)")
+    parser.add_argument(
+        "--benchmarks", type=names(BENCHMARKS, "benchmarks of one answer token"), default=",".join(BENCHMARKS)
+    )
+    parser.add_argument("--limit", type=count(1), default=None, help="at most this many problems a benchmark")
+    parser.add_argument("--context", type=count(16), default=512, help="tokens each model's cache holds")
+    parser.add_argument("--threads", type=count(1), default=None, help="CPU threads of the forwards (default: all)")
     parser.add_argument("--records", default=os.path.join(CACHE, "deployment", "exact_records.jsonl"))
     parser.add_argument("--referee-only", action="store_true", help="run (or resume) the referee and stop")
     parser.add_argument(
         "--cost", default=None, help="the calibration (calibrate --engine llama.cpp), or a draft / verifier cost ratio"
     )
-    parser.add_argument("--trace", default=None, help="the pair's logit trace (default: the embedded one)")
-    parser.add_argument("--max-loss", type=float, default=0.5, help="the accuracy budget, points")
     parser.add_argument(
-        "--bootstrap", type=int, default=2000, help="resamples of every interval (the quality referee's 2,000)"
+        "--trace", type=existing("--trace"), default=None, help="the pair's logit trace (default: embedded)"
     )
-    parser.add_argument("--timing", type=int, default=24, help="problems the quality referee is timed on (0: none)")
+    parser.add_argument("--max-loss", type=number(0, 100), default=0.5, help="the accuracy budget, points")
     parser.add_argument(
-        "--gpu-profile", default=GPU_PROFILE, help="a measured cost profile for a GPU's frontier too ('': none)"
+        "--bootstrap", type=count(1), default=2000, help="resamples of every interval (the quality referee's 2,000)"
     )
-    parser.add_argument("--other-build", default=None, help="records of another llama.cpp build, to compare")
+    parser.add_argument(
+        "--timing", type=count(0), default=24, help="problems the quality referee is timed on (0: none)"
+    )
+    parser.add_argument(
+        "--gpu-profile",
+        type=lambda text: text if text == "" else names(cost_profiles, "cost profiles")(text)[0],
+        default=GPU_PROFILE,
+        help="a measured cost profile for a GPU's frontier too ('': none)",
+    )
+    parser.add_argument("--other-build", type=existing("--other-build"), default=None, help="another build's records")
     parser.add_argument("--out", default=os.path.join(HERE, "docs", "results"))
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # every flag checked here, before any model loads
+    args.benchmarks = ",".join(args.benchmarks)
+    cost = None if args.referee_only else _cost(args.cost, parser)  # a bad --cost refused before the referee runs
+    try:
+        check_output(args.out, what="--out")
+    except ValueError as exc:
+        parser.error(str(exc))
     records, problems, pair, rules = referee(args)
     print(f"{len(problems)} problems, {len(records)} records")
     if args.referee_only:
         return 0
-    cost = _cost(args.cost)
     clock = measure_time(args, problems, pair, rules) if args.timing > 0 else {}
     print(f"time: {clock}")
     drift = build_drift(records, args.other_build) if args.other_build else {}
@@ -282,9 +296,9 @@ def main(argv=None):
     return 0
 
 
-def _cost(given):
+def _cost(given, parser):
     """The calibration file, or a draft / verifier cost ratio (a number: the speedup per step), checked before any
-    work."""
+    work (a refusal is argparse's: one line naming --cost, exit 2)."""
     try:
         ratio = float(given)
     except (TypeError, ValueError):
@@ -293,10 +307,13 @@ def _cost(given):
         try:
             return CostModel.from_ratio(ratio)
         except ValueError as exc:
-            sys.exit(f"--cost: {exc}")
+            parser.error(f"argument --cost: {exc}")
     if not given or not os.path.exists(given):
-        sys.exit(f"--cost: no calibration at {given!r}: run the calibrate command in this script's docstring first")
-    return load_cost(given)
+        parser.error(f"argument --cost: no calibration at {given!r}: run the calibrate command in the docstring first")
+    try:
+        return load_cost(given)
+    except ValueError as exc:
+        parser.error(f"argument --cost: {exc}")
 
 
 def keep_cost(given, out) -> str | None:

@@ -32,33 +32,50 @@ Writes referee_llama_server.md / .json into --out. The machine should be otherwi
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
+from common import (
+    MODELS,
+    RESULTS,
+    SETTINGS,
+    Parser,
+    count,
+    counts,
+    existing,
+    number,
+    pair_paths,
+    scratch,
+    server_itself,
+    writable_out,
+)
 
-from cactus_theory import SamplingSettings, analyze_trace, load_trace, predict_speedup
+from cactus_theory import analyze_trace, load_trace, predict_speedup
 from cactus_theory.io import write_results
 from cactus_theory.servers import local_llama_server
 from cactus_theory.traces import benchmark_file, load_prompts
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PAIR = ("qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m")
-SETTINGS = SamplingSettings(temperature=0.6, top_k=20, top_p=0.95)
 
 
 def pair_arguments(parser):
-    """The arguments of a script that runs the Qwen pair on llama-server: --data, --models, --server-binary, --out."""
+    """The arguments of a script that runs the Qwen pair on llama-server: --data, --models, --server-binary, --out
+    (each checked as parsed, before a server starts)."""
     parser.add_argument("--data", default=os.environ.get("CACTUS_THEORY_DATA"), help="benchmark data directory")
-    parser.add_argument("--models", default=os.path.expanduser("~/.cache/cactus_theory/models"))
-    parser.add_argument("--server-binary", default=os.environ.get("CACTUS_LLAMA_SERVER"))
-    parser.add_argument("--out", default=os.path.join(HERE, "..", "docs", "results"))
+    parser.add_argument("--models", type=existing("--models"), default=MODELS)
+    parser.add_argument(
+        "--server-binary",
+        type=server_itself,
+        default=os.environ.get("CACTUS_LLAMA_SERVER"),
+        help="llama-server itself (not a launcher script); default: $CACTUS_LLAMA_SERVER, else the one "
+        "scripts/build_llama_server.py builds",
+    )
+    parser.add_argument("--out", default=RESULTS)
 
 
 def server_binary(given=None):
@@ -136,21 +153,24 @@ def main(argv=None) -> int:
     from cactus_theory.plan import calibrate_server, drive_server
     from cactus_theory.traces import dump_server_trace, open_server
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(description=__doc__)
     pair_arguments(parser)
-    parser.add_argument("--parallel", default="1,2,4")
-    parser.add_argument("--mbpp", type=int, default=6)
-    parser.add_argument("--mt-bench", type=int, default=6)
-    parser.add_argument("--max-new-tokens", type=int, default=96)
-    parser.add_argument("--n-max", type=int, default=4, help="--spec-draft-n-max")
-    parser.add_argument("--p-min", type=float, default=0.5, help="--spec-draft-p-min")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
-    parser.add_argument("--context", type=int, default=256, help="tokens of context while the servers are timed")
-    args = parser.parse_args(argv)
+    parser.add_argument("--parallel", type=counts(1), default=[1, 2, 4], help="slots, comma-separated")
+    parser.add_argument("--mbpp", type=count(0), default=6)
+    parser.add_argument("--mt-bench", type=count(0), default=6)
+    parser.add_argument("--max-new-tokens", type=count(1), default=96)
+    parser.add_argument("--n-max", type=count(1), default=4, help="--spec-draft-n-max")
+    parser.add_argument("--p-min", type=number(0, 1), default=0.5, help="--spec-draft-p-min")
+    parser.add_argument("--threads", type=count(1), default=os.cpu_count() or 2)
+    parser.add_argument("--context", type=count(16), default=256, help="tokens of context while the servers are timed")
+    args = parser.parse_args(argv)  # every flag checked, before any server starts
+    writable_out(parser, args.out)
+    if args.mbpp + args.mt_bench == 0:
+        parser.error("argument --mbpp / --mt-bench: give at least one prompt")
     args.server_binary = server_binary(args.server_binary)
-    verifier, draft = (os.path.join(args.models, name + ".gguf") for name in PAIR)
+    verifier, draft = pair_paths(args.models)
     prompts = held_out_prompts(args.data, args.mbpp, args.mt_bench)
-    sizes = [int(b) for b in args.parallel.split(",")]
+    sizes = args.parallel
     policy = f"llama.cpp(p_min={args.p_min:g})"
     common = ["-c", str(4096 * max(sizes)), "-t", str(args.threads), "-tb", str(args.threads)]
     spec_flags = [
@@ -165,94 +185,94 @@ def main(argv=None) -> int:
         "--spec-draft-p-min",
         str(args.p_min),
     ]
-    work = tempfile.mkdtemp(prefix="referee-")
-    log = os.path.join(work, "servers.log")
-    cells, started = [], time.time()
-    # the trace, once, from the verifier and the drafter alone (one slot each: the servers' decoding, deterministic)
-    trace_dir = os.path.join(work, "trace")
-    with (
-        server(args.server_binary, ["-m", verifier, *common, "-np", "1"], log) as base_url,
-        server(args.server_binary, ["-m", draft, *common, "-np", "1"], log) as draft_url,
-    ):
-        t0 = time.perf_counter()
-        dump_server_trace(
-            base_url,
-            draft_url,
-            prompts,
-            trace_dir,
-            settings=SETTINGS,
-            seed=1,
-            top_k=32,
-            max_new_tokens=args.max_new_tokens,
-        )
-        t_dump = time.perf_counter() - t0
-    trace = load_trace(trace_dir)
-    for B in sizes:
-        par = ["-np", str(B)]
+    with scratch("referee-") as work:  # the servers' log and the trace, removed however the run ends
+        log = os.path.join(work, "servers.log")
+        cells, started = [], time.time()
+        # the trace, once, from the verifier and the drafter alone (one slot each: the servers' decoding, deterministic)
+        trace_dir = os.path.join(work, "trace")
         with (
-            server(args.server_binary, ["-m", verifier, *common, *par], log) as base_url,
-            server(args.server_binary, ["-m", draft, *common, *par], log) as draft_url,
-            server(args.server_binary, ["-m", verifier, *spec_flags, *common, *par], log) as spec_url,
+            server(args.server_binary, ["-m", verifier, *common, "-np", "1"], log) as base_url,
+            server(args.server_binary, ["-m", draft, *common, "-np", "1"], log) as draft_url,
         ):
-            cost = calibrate_server(
+            t0 = time.perf_counter()
+            dump_server_trace(
                 base_url,
                 draft_url,
-                batches=sorted({1, B}),
-                max_block=args.n_max + 1,
-                repeats=3,
-                prompt_lengths=(64,),
-                context=args.context,
-            )
-            at = cost.at_batch(B)
-            res = analyze_trace(
-                trace,
-                rules=["strict"],
-                ms=[args.n_max],
+                prompts,
+                trace_dir,
                 settings=SETTINGS,
-                draft_mode="greedy",
-                draft_policies=[policy],
+                seed=1,
+                top_k=32,
+                max_new_tokens=args.max_new_tokens,
             )
-            plan = predict_speedup(res, at, allow_untrusted=True)
-            key = make_policy_label(policy)
-            row = next(r for r in plan.rows if r["task"] == "all" and r.get("draft_policy") == key)
-            acceptance = res.drafted_acceptance("strict", args.n_max, key)
-            predicted = {
-                "al_per_block_start": (float(row["al"]), float(row["al_lo"]), float(row["al_hi"])),
-                "acceptance": tuple(float(x) for x in acceptance),
-                "al_per_step": (float(row["al_step"]), float(row["al_step_lo"]), float(row["al_step_hi"])),
-                "speedup": (float(row["speedup"]), float(row["speedup_lo"]), float(row["speedup_hi"])),
-            }
-            _, speaker = open_server(base_url)
-            ids = [speaker.prompt_ids(p.text, chat=True) for p in prompts]
-            _, spec_speaker = open_server(spec_url)
-            spec, wall_s, before, after = drive_server(
-                spec_speaker, ids, SETTINGS, args.max_new_tokens, concurrency=B, seed=2
-            )
-            base, wall_b, _, _ = drive_server(speaker, ids, SETTINGS, args.max_new_tokens, concurrency=B, seed=2)
-            measured = measure(spec, base, B)
-            steps = after.get("spec_decode_num_drafts_total", 0) - before.get("spec_decode_num_drafts_total", 0)
-            accepted = sum(r.accepted for r in spec)
-            same = sum(a.token_ids == b.token_ids for a, b in zip(spec, base, strict=True))
-            cells.append(
-                {
-                    "parallel": B,
-                    "predicted": predicted,
-                    "measured": measured,
-                    "server_mean_acceptance_length": 1 + accepted / steps if steps else None,
-                    "verification_steps": steps,
-                    "requests": len(prompts),
-                    "tokens": {"spec": sum(r.tokens for r in spec), "base": sum(r.tokens for r in base)},
-                    "same_tokens_with_and_without_draft": int(same),
-                    "wall_seconds": {"spec": wall_s, "base": wall_b, "dump": t_dump},
-                    "cost": {
-                        "draft_token": at.draft_token,
-                        "draft_read_token": at.draft_read_token,
-                        "verify_block": at.verify_block,
-                    },
-                    "trace_positions": trace.n_positions,
+            t_dump = time.perf_counter() - t0
+        trace = load_trace(trace_dir)
+        for B in sizes:
+            par = ["-np", str(B)]
+            with (
+                server(args.server_binary, ["-m", verifier, *common, *par], log) as base_url,
+                server(args.server_binary, ["-m", draft, *common, *par], log) as draft_url,
+                server(args.server_binary, ["-m", verifier, *spec_flags, *common, *par], log) as spec_url,
+            ):
+                cost = calibrate_server(
+                    base_url,
+                    draft_url,
+                    batches=sorted({1, B}),
+                    max_block=args.n_max + 1,
+                    repeats=3,
+                    prompt_lengths=(64,),
+                    context=args.context,
+                )
+                at = cost.at_batch(B)
+                res = analyze_trace(
+                    trace,
+                    rules=["strict"],
+                    ms=[args.n_max],
+                    settings=SETTINGS,
+                    draft_mode="greedy",
+                    draft_policies=[policy],
+                )
+                plan = predict_speedup(res, at, allow_untrusted=True)
+                key = make_policy_label(policy)
+                row = next(r for r in plan.rows if r["task"] == "all" and r.get("draft_policy") == key)
+                acceptance = res.drafted_acceptance("strict", args.n_max, key)
+                predicted = {
+                    "al_per_block_start": (float(row["al"]), float(row["al_lo"]), float(row["al_hi"])),
+                    "acceptance": tuple(float(x) for x in acceptance),
+                    "al_per_step": (float(row["al_step"]), float(row["al_step_lo"]), float(row["al_step_hi"])),
+                    "speedup": (float(row["speedup"]), float(row["speedup_lo"]), float(row["speedup_hi"])),
                 }
-            )
-            print(f"B={B}: predicted {predicted}, measured {measured}", flush=True)
+                _, speaker = open_server(base_url)
+                ids = [speaker.prompt_ids(p.text, chat=True) for p in prompts]
+                _, spec_speaker = open_server(spec_url)
+                spec, wall_s, before, after = drive_server(
+                    spec_speaker, ids, SETTINGS, args.max_new_tokens, concurrency=B, seed=2
+                )
+                base, wall_b, _, _ = drive_server(speaker, ids, SETTINGS, args.max_new_tokens, concurrency=B, seed=2)
+                measured = measure(spec, base, B)
+                steps = after.get("spec_decode_num_drafts_total", 0) - before.get("spec_decode_num_drafts_total", 0)
+                accepted = sum(r.accepted for r in spec)
+                same = sum(a.token_ids == b.token_ids for a, b in zip(spec, base, strict=True))
+                cells.append(
+                    {
+                        "parallel": B,
+                        "predicted": predicted,
+                        "measured": measured,
+                        "server_mean_acceptance_length": 1 + accepted / steps if steps else None,
+                        "verification_steps": steps,
+                        "requests": len(prompts),
+                        "tokens": {"spec": sum(r.tokens for r in spec), "base": sum(r.tokens for r in base)},
+                        "same_tokens_with_and_without_draft": int(same),
+                        "wall_seconds": {"spec": wall_s, "base": wall_b, "dump": t_dump},
+                        "cost": {
+                            "draft_token": at.draft_token,
+                            "draft_read_token": at.draft_read_token,
+                            "verify_block": at.verify_block,
+                        },
+                        "trace_positions": trace.n_positions,
+                    }
+                )
+                print(f"B={B}: predicted {predicted}, measured {measured}", flush=True)
     write(args, cells, prompts, policy, time.time() - started)
     return 0
 
@@ -270,7 +290,8 @@ def _within(pred, meas, tol=0.15):
 def write(args, cells, prompts, policy, seconds):
     os.makedirs(args.out, exist_ok=True)
     command = (
-        f"python experiments/referee_llama_server.py --data DATA --parallel {args.parallel} --mbpp {args.mbpp} "
+        f"python experiments/referee_llama_server.py --data DATA --parallel {','.join(map(str, args.parallel))} "
+        f"--mbpp {args.mbpp} "
         f"--mt-bench {args.mt_bench} --max-new-tokens {args.max_new_tokens} --n-max {args.n_max} "
         f"--p-min {args.p_min:g}"
     )

@@ -103,12 +103,29 @@ class Frontier(Result):
                 f"{best['difference']:+.2f} points {interval(best['low'], best['high'], '+.2f')}); chain "
                 f"{self.settings.chain_name}"
             )
+        edges = self.edges()
         return (
             f"deploy {r['rule']} at m = {r['m']}: {self.speed} {r['speedup']:.2f}x "
             f"{interval(r['speedup_lo'], r['speedup_hi'], '.2f')}, accuracy {r['difference']:+.2f} points "
             f"{interval(r['low'], r['high'], '+.2f')} (the fastest setting whose loss stays within {self.budget:g} "
             f"points at 95%{'; none other does' if r['rule'] == 'sps' else ''}); chain {self.settings.chain_name}"
+            + (f" (at the edge of the grid: {'; '.join(edges)})" if edges else "")
         )
+
+    def edges(self) -> list:
+        """Where the recommended setting sits at the edge of the grid tried, each with what to try: the largest m,
+        or the most relaxed setting of its family (the last of its declared grid and of ``--rules``): a setting
+        beyond it may be faster within the budget."""
+        r, out = self.recommendation, []
+        if r["rule"] == ALONE:
+            return out
+        ms = {x["m"] for x in self.rows if x["rule"] != ALONE}
+        if len(ms) > 1 and r["m"] == max(ms):
+            out.append("the largest m tried: try larger --m")
+        family = [x["rule"] for x in self.rows if x["family"] == r["family"]]
+        if r["rule"] != "sps" and len(set(family)) > 1 and r["rule"] == family[-1]:
+            out.append(f"the most relaxed {r['family']} tried: add more relaxed settings with --rules")
+        return out
 
     def table(self) -> str:
         lines = [

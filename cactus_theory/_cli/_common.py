@@ -31,17 +31,20 @@ def _ints(text: str):
     return values
 
 
-def _int_at_least(low):
+def _int_at_least(low, high=None):
+    """An integer of at least ``low`` (and at most ``high``, where given): argparse names the flag on a refusal."""
+
     def parse(text):
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be an integer; got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low}; got {value}")
+        if value < low or (high is not None and value > high):
+            within = f"between {low} and {high}" if high is not None else f">= {low}"
+            raise argparse.ArgumentTypeError(f"must be an integer {within}; got {value}")
         return value
 
-    parse.__name__ = f"integer >= {low}"
+    parse.__name__ = f"integer >= {low}" if high is None else f"integer in [{low}, {high}]"
     return parse
 
 

@@ -94,16 +94,20 @@ def run(args) -> int:
     traces = _traces(args)
     rules = parse_rules(args.rules, args.delta)
     options = analysis_options(args)
-    from .._util._files import termination_as_exception
+    from .._analysis._engines import close_quietly
+    from .._util._files import Terminated, termination_as_exception, termination_deferred
 
-    client, cluster = _dask_client(args)
+    # a SIGTERM or SIGHUP while the cluster starts is held until it is up, then stops it whole (no worker left, no
+    # half-started cluster's tracebacks)
+    with termination_deferred() as held:
+        client, cluster = _dask_client(args)
     # the workers this command started stop with it: a normal end, an error, Ctrl-C, SIGTERM or SIGHUP
     with termination_as_exception():
         try:
+            if held:
+                raise Terminated(128 + held[0])
             result = analyze_trace(traces, rules, progress=_progress(args), client=client, options=options)
         finally:
-            from .._analysis._engines import close_quietly
-
             close_quietly(client, cluster)
             if cluster is not None and sys.exc_info()[0] is not None:
                 print(f"stopped the local Dask cluster ({args.workers} workers)", file=sys.stderr, flush=True)

@@ -8,6 +8,7 @@ from ._common import (
     _count,
     _int_at_least,
     _model_options,
+    _positive_float,
     _progress,
     _progress_options,
     _sampling_options,
@@ -37,7 +38,7 @@ def add_arguments(c):
     c.add_argument("--samples", type=_count("samples"), default=1000, help="speculative samples per context")
     c.add_argument(
         "--tokens",
-        type=_int_at_least(1),
+        type=_int_at_least(1, high=3),
         default=1,
         help="positions tested after those sampled before any draft (at most 3; 2 for a rule that is not lossless)",
     )
@@ -46,7 +47,9 @@ def add_arguments(c):
     c.add_argument("--batch", type=_count("batch"), default=1, help="with --verifier: samples decoded at once")
     c.add_argument("--seed", type=_int_at_least(0), default=0, help="the samples' seeds come from it")
     c.add_argument("--alpha", type=float, default=0.01, help="the test's level")
-    c.add_argument("--timeout", type=float, default=60.0, help="seconds a server may take to answer (a stall)")
+    c.add_argument(
+        "--timeout", type=_positive_float, default=60.0, help="seconds a server may take to answer (a stall)"
+    )
     c.add_argument("--out", default=None, help="the records (JSON Lines; a rerun resumes)")
     c.add_argument("--report", default=None, help="write conform.md / .json / .csv here")
     _model_options(c)
@@ -71,6 +74,11 @@ def run(args) -> int:
     if not 0 < args.alpha < 1:
         raise ValueError(f"--alpha must lie in (0, 1); got {args.alpha!r}")
     _check_out(args, [args.prompts], directory=False)
+    if args.report:  # the report's directory checked before any sample is drawn (a file there is refused now)
+        from .._util._files import check_output, refuse_overlap
+
+        check_output(args.report, directory=True, what="--report")
+        refuse_overlap(args.report, [args.prompts], what="--report")
     prompts = load_prompts(args.prompts)
     settings = _settings(args)
     if args.server:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from ._common import (
     MODEL_MEMORY,
     _CombinedSpecs,
@@ -72,7 +74,11 @@ def add_arguments(e):
     e.add_argument(
         "--no-drift", action="store_true", help="do not record each token's KL (faster; needed for block rules)"
     )
-    e.add_argument("--out", default=None, help="JSON Lines of records (appended; a rerun resumes)")
+    e.add_argument(
+        "--out",
+        default=None,
+        help="JSON Lines of records (appended; a rerun resumes); with --rescore a new file (NAME.jsonl.gz: compressed)",
+    )
     e.add_argument(
         "--summarize", default=None, metavar="RECORDS", help="only summarise a records file (either kind; no model)"
     )
@@ -231,6 +237,11 @@ def _rescore(args) -> int:
     if not args.rule:
         raise ValueError("--rescore needs at least one --rule to score (several: 'cactus(delta=0.5),lossy(alpha=0.3)')")
     _check_out(args, [args.rescore], directory=False)
+    if args.out and os.path.lexists(args.out):  # a file this command did not make is never replaced
+        raise ValueError(
+            f"--out {args.out!r} exists: the rescored records go to a new file (NAME.jsonl, or NAME.jsonl.gz "
+            "compressed); give another name, or remove that file"
+        )
     held = read_exact_records(args.rescore)
     records = rescore_exact(held, parse_rules(args.rule, [1.0]), settings=_settings(args, held))
     print(summarize_exact(records, n_boot=args.bootstrap, seed=args.seed).table())

@@ -305,6 +305,11 @@ def _frontier(args, traces, cost) -> int:
 
     if len(args.batch or ()) > 1:
         raise ValueError("--quality takes one --batch size (the concurrency deployed at); got several")
+    if args.bootstrap == 0:
+        raise ValueError(
+            "--bootstrap 0 gives no intervals, and the frontier decides by the loss's upper 95% bound: give "
+            "--bootstrap N with N >= 1 (default 1000)"
+        )
     records = read_exact_records(args.quality)
     frontier = deployment_frontier(
         traces,
@@ -315,7 +320,7 @@ def _frontier(args, traces, cost) -> int:
         settings=_settings(args, records),
         max_loss=MAX_LOSS if args.max_loss is None else args.max_loss,
         batch=args.batch[0] if args.batch else None,
-        n_boot=args.bootstrap or 1000,
+        n_boot=args.bootstrap,
         allow_untrusted=args.trust_cost,
         progress=_progress(args),
     )

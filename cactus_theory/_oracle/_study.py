@@ -175,17 +175,16 @@ def choose_contexts(engine, prompts, count, *, forced=0.9, informative=0.99) -> 
     chosen, skipped = [], []
     for context_id, ids in prompts:
         prefix, mass = list(ids), 1.0
-        for _ in range(engine.first_drafted):
-            row = engine.rows(prefix)[0]
-            best = max(row, key=row.get)
-            mass *= row[best]
-            prefix.append(int(best))
+        for _ in range(engine.first_drafted):  # each row checked as a law first: a broken row is its own error
+            tokens, probs = law_row(engine.rows(prefix)[0], f"context {context_id}: the row after {len(prefix)} tokens")
+            mass *= float(probs.max())
+            prefix.append(int(tokens[int(np.argmax(probs))]))
         if mass < forced:
             skipped.append((context_id, f"its first token is not nearly forced ({mass:.2f} < {forced:g})"))
             continue
-        tested = engine.rows(prefix)[0]
-        if max(tested.values()) > informative:
-            skipped.append((context_id, f"its tested token is nearly certain ({max(tested.values()):.3f})"))
+        _, tested = law_row(engine.rows(prefix)[0], f"context {context_id}: the tested row")
+        if tested.max() > informative:
+            skipped.append((context_id, f"its tested token is nearly certain ({tested.max():.3f})"))
             continue
         chosen.append(Context(str(context_id), tuple(int(t) for t in ids)))
         if len(chosen) == count:

@@ -110,7 +110,7 @@ def _forms(secret: str) -> list:
 
 
 class _Deadline(Exception):
-    """A request's ``timeout`` ran out while its body was still arriving."""
+    """A request's ``timeout`` ran out before its answer was whole (its headers or its body still arriving)."""
 
 
 def _reject_constant(name):
@@ -186,7 +186,8 @@ class ServerClient:
             auth = None if self._key else basic
         self._base = public_url(url)  # scheme, host, port and path prefix; credentials travel as auth
         self._httpx = httpx
-        self._client = httpx.Client(timeout=httpx.Timeout(timeout), headers=headers, auth=auth, trust_env=False)
+        self._client_options = {"timeout": httpx.Timeout(timeout), "headers": headers, "auth": auth, "trust_env": False}
+        self._client = httpx.Client(**self._client_options)
 
     def redact(self, text) -> str:
         """``text`` with every form of the API key and of the URL's password (and the Basic token built
@@ -227,12 +228,12 @@ class ServerClient:
             wait = min(self.backoff * 2**attempt, self.max_backoff)
             try:
                 status, headers, text = self._exchange(method, url, payload)
-            except _Deadline:
-                last = self._fail(
+            except _Deadline:  # not retried: the same server would hold the next try as long
+                raise self._fail(
                     endpoint,
                     f"did not complete its answer within --timeout {self.timeout:g} s "
-                    "(it kept sending, slowly); give a longer --timeout if it is only slow",
-                )
+                    "(it kept sending, slowly, or stalled); give a longer --timeout if it is only slow",
+                ) from None
             except (
                 httpx.ConnectError,
                 httpx.ReadError,
@@ -265,26 +266,52 @@ class ServerClient:
 
     def _exchange(self, method, url, payload):
         """(status, headers, text) of one request, read within ``timeout`` seconds in all (``_Deadline``
-        beyond) and at most ``MAX_BODY_BYTES`` (a ServerError beyond)."""
+        beyond: a watchdog closes the connection of a request still running at the deadline, so a server that
+        dribbles its headers or its body a byte at a time cannot hold it, each read being within httpx's own
+        per-read timeout) and at most ``MAX_BODY_BYTES`` (a ServerError beyond)."""
+        import threading
+
         httpx = self._httpx
         deadline = time.monotonic() + self.timeout
         options = {}
         if payload is not None:
             options = {"content": json.dumps(payload, allow_nan=False), "headers": {"Content-Type": "application/json"}}
-        with self._client.stream(method, url, timeout=httpx.Timeout(self.timeout), **options) as response:
-            chunks, size = [], 0
-            for chunk in response.iter_bytes():
-                size += len(chunk)
-                if size > MAX_BODY_BYTES:
-                    raise ServerError(
-                        f"{self.what} {self.public}: answered more than {MAX_BODY_BYTES // 2**20} "
-                        "MiB; no answer this package asks for is that large: is it the server you meant?"
-                    )
-                chunks.append(chunk)
-                if time.monotonic() > deadline:
-                    raise _Deadline
-            body = b"".join(chunks)
-            return response.status_code, response.headers, body.decode(response.encoding or "utf-8", errors="replace")
+        client, expired = self._client, threading.Event()
+
+        def expire():
+            expired.set()
+            client.close()  # the blocked read fails at once; this client is replaced below
+
+        watchdog = threading.Timer(self.timeout, expire)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            with client.stream(method, url, timeout=httpx.Timeout(self.timeout), **options) as response:
+                chunks, size = [], 0
+                for chunk in response.iter_bytes():
+                    size += len(chunk)
+                    if size > MAX_BODY_BYTES:
+                        raise ServerError(
+                            f"{self.what} {self.public}: answered more than {MAX_BODY_BYTES // 2**20} "
+                            "MiB; no answer this package asks for is that large: is it the server you meant?"
+                        )
+                    chunks.append(chunk)
+                    if time.monotonic() > deadline:
+                        raise _Deadline
+                body = b"".join(chunks)
+                return (
+                    response.status_code,
+                    response.headers,
+                    body.decode(response.encoding or "utf-8", errors="replace"),
+                )
+        except Exception:
+            if expired.is_set():
+                raise _Deadline from None
+            raise
+        finally:
+            watchdog.cancel()
+            if expired.is_set():
+                self._client = httpx.Client(**self._client_options)
 
     def get(self, endpoint, **kwargs):
         return self.request("GET", endpoint, **kwargs)

@@ -451,6 +451,28 @@ def termination_as_exception():
             signal.signal(getattr(signal, name), old)
 
 
+@contextlib.contextmanager
+def termination_deferred():
+    """Within the block, SIGTERM and SIGHUP are held, not acted on: each is recorded in the list the block gets,
+    for the caller to act on once what the block starts (a Dask cluster's worker processes) is in hand to stop
+    cleanly. Only in the main thread; elsewhere the list stays empty."""
+    held = []
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
+
+    def handler(signum, frame):
+        held.append(signum)
+
+    names = [s for s in ("SIGTERM", "SIGHUP") if hasattr(signal, s)]
+    previous = {name: signal.signal(getattr(signal, name), handler) for name in names}
+    try:
+        yield held
+    finally:
+        for name, old in previous.items():
+            signal.signal(getattr(signal, name), old)
+
+
 def machine_description() -> str:
     """ "N cores, ARCH": the machine a results page was measured on, as the pages say it."""
     import platform
@@ -474,11 +496,14 @@ def write_results(directory, stem, *, markdown, data=None, png=None) -> list:
 
 
 def write_records(records, path, *, drop=()) -> str:
-    """``records`` (dicts) as a gzip-compressed JSON Lines file a repository can hold: one compact line each,
-    keys sorted, without the fields ``drop`` names, byte for byte the same for the same records (no time stamp
-    in the gzip header), written atomically. ``json_lines`` reads it back. Returns the path."""
+    """``records`` (dicts) as a JSON Lines file: one compact line each, keys sorted, without the fields ``drop``
+    names, byte for byte the same for the same records, written atomically; gzip-compressed where ``path`` ends in
+    ``.gz`` (no time stamp in the gzip header: a file a repository can hold), plain text otherwise. ``json_lines``
+    reads either back. Returns the path."""
     text = "".join(
         json.dumps({k: v for k, v in r.items() if k not in drop}, sort_keys=True, separators=(",", ":")) + "\n"
         for r in records
-    )
-    return atomic_write(path, gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0))
+    ).encode("utf-8")
+    if os.fspath(path).endswith(".gz"):
+        text = gzip.compress(text, compresslevel=9, mtime=0)
+    return atomic_write(path, text)

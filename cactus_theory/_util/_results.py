@@ -38,10 +38,11 @@ def figure_png(fig, dpi=110) -> bytes:
 
 
 def json_ready(value):
-    """``value`` as JSON can hold it: NaN and infinities as None, tuples as lists, numpy scalars as
-    Python numbers, dict keys as strings."""
+    """``value`` as the package's JSON holds it: NaN (no value) as null, an infinity as ``Infinity`` (a value: an
+    infinite KL is one, as the tables' ``inf`` and the experiments' pages write it), tuples as lists, numpy scalars
+    as Python numbers, dict keys as strings."""
     if isinstance(value, float):
-        return value if math.isfinite(value) else None
+        return None if math.isnan(value) else value
     if isinstance(value, dict):
         return {str(k): json_ready(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -129,3 +129,59 @@ def test_a_refused_or_malformed_scheduler_address_fails_at_once(capsys):
     assert "connection refused" in capsys.readouterr().err
     assert main(["analyze", "--scheduler", "inproc://x", "--rules", "sps", "--quiet"]) == 2
     assert "tcp://HOST:PORT" in capsys.readouterr().err
+
+
+@pytest.mark.distributed
+def test_sigterm_while_the_local_cluster_starts_stops_it_whole_in_one_line(tmp_path):
+    """A SIGTERM that arrives while ``analyze --workers`` starts its cluster is held until the cluster is up, then
+    stops it: one line said, exit 143, no traceback, no worker process left (found by a marker in their
+    environment)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    from locations import HANG_GUARD
+
+    dirs = split_parts(tmp_path)
+    marker = f"CACTUS_TEST_MARKER_{os.getpid()}_{time.monotonic_ns()}"
+    code = textwrap.dedent(
+        f"""
+        import os, signal, sys
+        from cactus_theory._analysis import _engines
+        real = _engines.local_dask_cluster
+
+        def starting(workers):
+            os.kill(os.getpid(), signal.SIGTERM)  # as a user would, while the cluster starts
+            return real(workers)
+
+        _engines.local_dask_cluster = starting
+        from cactus_theory._cli import main
+        sys.exit(main(["analyze", *{dirs!r}, "--rules", "sps", "--m", "2", "--quiet", "--workers", "2"]))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD,
+        env={**os.environ, marker: "1"},
+    )
+    assert done.returncode == 143, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "stopped the local Dask cluster (2 workers)" in done.stderr
+
+    def marked():
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as fh:
+                    if marker.encode() in fh.read():
+                        found.append(pid)
+            except OSError:
+                pass
+        return found
+
+    deadline = time.monotonic() + 60
+    while marked() and time.monotonic() < deadline:  # a worker's exit is asynchronous: wait, never assume
+        time.sleep(0.2)
+    assert not marked()

@@ -14,7 +14,7 @@ from trace_builders import random_trace, trace_metadata
 from cactus_theory import SamplingSettings
 from cactus_theory._analysis._answer_rows import answer_rows
 from cactus_theory._analysis._frontier import decide, deployment_frontier, frontier_rules
-from cactus_theory._analysis._referee_summary import read_exact_records
+from cactus_theory._analysis._referee_summary import ALONE, read_exact_records
 
 SETTINGS = SamplingSettings(temperature=1.0, top_k=8, top_p=1.0)
 
@@ -161,3 +161,42 @@ def test_plan_quality_rescores_under_the_chain_given_keeping_the_records_other_s
     assert main([*again, "--chain", "llama.cpp", "--min-p", "0.05"]) == 0
     used = SamplingSettings.from_dict(read_exact_records(out)[0]["setting"]["sampling"])
     assert used == SamplingSettings(temperature=1.0, top_k=8, top_p=1.0, min_p=0.05, chain="llama.cpp")
+
+
+def test_a_pick_at_the_edge_of_the_grid_is_said_so():
+    """The recommended setting at the largest m tried, or the most relaxed of its family: the line says what to try."""
+    from cactus_theory.plan import Frontier
+
+    rows = [
+        {**_row("sps", 2, 1.1, 0.0, 0.0), "family": "sps"},
+        {**_row("sps", 4, 1.2, 0.0, 0.0), "family": "sps"},
+        {**_row("cactus(delta=0.5)", 2, 1.3, -0.1, -0.3), "family": "cactus"},
+        {**_row("cactus(delta=1)", 2, 1.4, -0.1, -0.3), "family": "cactus"},
+        {**_row("cactus(delta=1)", 4, 1.5, -0.2, -0.4), "family": "cactus"},
+        {**_row(ALONE, 0, 1.0, 0.0, 0.0), "family": ALONE},
+    ]
+    for r in rows:
+        r.update(speedup_lo=r["speedup"] - 0.1, speedup_hi=r["speedup"] + 0.1, high=r["difference"] + 0.2, kl=0.01)
+    chosen = decide(rows, 0.5)
+    frontier = Frontier(rows, chosen, 0.5, SamplingSettings(), "per step")
+    assert chosen["rule"] == "cactus(delta=1)" and chosen["m"] == 4
+    assert frontier.edges() == [
+        "the largest m tried: try larger --m",
+        "the most relaxed cactus tried: add more relaxed settings with --rules",
+    ]
+    assert "(at the edge of the grid: the largest m tried" in frontier.recommendation_line()
+    inside = decide(rows[:4] + rows[5:], 0.5)  # cactus(delta=1) at m = 2: the m grid goes further, delta not
+    assert Frontier(rows[:4] + rows[5:], inside, 0.5, SamplingSettings(), "per step").edges() == [
+        "the most relaxed cactus tried: add more relaxed settings with --rules"
+    ]
+
+
+def test_an_infinite_kl_is_written_as_infinity_in_json_as_in_the_tables():
+    import json
+
+    from cactus_theory.plan import Frontier
+
+    rows = [{**_row(ALONE, 0, 1.0, 0.0, 0.0), "family": ALONE, "kl": float("inf"), "tv": float("nan")}]
+    frontier = Frontier(rows, rows[0], 0.5, SamplingSettings(), "per step")
+    back = json.loads(frontier.to_json())["rows"][0]
+    assert back["kl"] == float("inf") and back["tv"] is None  # inf is a value, NaN none

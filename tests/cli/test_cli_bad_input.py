@@ -172,3 +172,39 @@ def test_the_context_follows_the_flag_and_a_refusal_names_it(tmp_path, capsys):
     capsys.readouterr()
     assert main([*base[:6], "hf", *base[7:], "--context", "1024"]) == 2  # an option of llama.cpp's alone
     assert "--context sizes llama.cpp's context" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", "--quality", "records.jsonl", "--temp", "1.0"],
+        ["plan", "--rules", "sps", "--temp", "0.3"],
+        ["evaluate", "--rescore", "records.jsonl", "--rule", "sps", "--temp", "1.0"],
+        ["analyze", "--rul", "sps"],
+        ["conform", "--serv", "http://127.0.0.1:9", "--prompts", "p.txt"],
+    ],
+    ids=lambda a: " ".join(a[:2]),
+)
+def test_an_abbreviated_flag_is_refused_never_read_as_another(argv, capsys):
+    """``--temp`` is not ``--temperature``: what a command reads as written is what argparse parsed."""
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unrecognized arguments" in err[0], err
+
+
+def test_plan_quality_refuses_a_bootstrap_of_zero(tmp_path, capsys):
+    """The frontier decides by the loss's upper 95% bound: without resamples there is none (never read as 1000)."""
+    assert main(["plan", "--quality", str(tmp_path / "r.jsonl"), "--bootstrap", "0", "--cost-ratio", "0.2"]) == 2
+    assert "--bootstrap 0 gives no intervals" in capsys.readouterr().err
+
+
+def test_evaluate_rescore_never_replaces_a_file_it_did_not_make(tmp_path, capsys):
+    notes = tmp_path / "my_notes.jsonl"
+    notes.write_text("my own notes\n")
+    records = tmp_path / "r.jsonl"
+    records.write_text("")
+    assert main(["evaluate", "--rescore", str(records), "--rule", "sps", "--out", str(notes)]) == 2
+    assert "exists: the rescored records go to a new file" in capsys.readouterr().err
+    assert notes.read_text() == "my own notes\n"

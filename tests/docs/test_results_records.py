@@ -85,3 +85,15 @@ def test_the_arc_challenge_records_with_rows_are_the_exact_page_s_own():
         kl = (mine["kl"], deploy[key]["kl"])  # always-accept's is infinite in both
         assert (kl[0] == kl[1] or abs(kl[0] - kl[1]) <= 1e-15) and kl[1] >= 0, key
     assert all("rows" in r for r in rows if r["method"] == "verifier alone")
+
+
+def test_the_deployment_pages_range_of_speedups_is_the_records():
+    """"every setting's predicted request speedup lies between A and B" on the page: the least and the most of
+    the committed frontiers' rows on this CPU (both chains), to the digits printed."""
+    import re
+
+    data = json.loads((RESULTS / "deployment_decision.json").read_text())
+    speeds = [r["speedup"] for name in ("package", "llama.cpp") for r in data["chains"][name]["rows"] if r["m"] > 0]
+    page = (RESULTS / "which-rule-should-i-deploy.md").read_text()
+    low, high = re.search(r"lies between (\d\.\d\d)x .*? and (\d\.\d\d)x", page, flags=re.S).groups()
+    assert (float(low), float(high)) == (round(min(speeds), 2), round(max(speeds), 2))

@@ -585,7 +585,12 @@ def _llama_server():
 
 @pytest.mark.llamacpp
 @pytest.mark.servers
-def test_referee_llama_server(models, tmp_path):
+def test_referee_llama_server(models, tmp_path, monkeypatch):
+    import tempfile
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     binary = _llama_server()
     script("referee_llama_server").main(
         [
@@ -617,15 +622,72 @@ def test_referee_llama_server(models, tmp_path):
     )
     cells = json.loads((tmp_path / "referee_llama_server.json").read_text())["cells"]
     assert [c["parallel"] for c in cells] == [1, 2]
+    assert list(scratch.iterdir()) == []  # the trace and the servers' log removed
     for cell in cells:
         assert 0 <= cell["measured"]["acceptance"][0] <= 1 and 0 <= cell["predicted"]["acceptance"][0] <= 1
         assert cell["measured"]["speedup"][0] > 0 and cell["tokens"]["spec"] > 0
     assert "| 2 | speedup over the verifier alone |" in (tmp_path / "referee_llama_server.md").read_text()
 
 
-def test_conform_llama_server(models, tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("name", "argv", "flag"),
+    [
+        ("referee_llama_server", ["--parallel", "x"], "--parallel"),
+        ("referee_llama_server", ["--parallel", "0"], "--parallel"),
+        ("referee_llama_server", ["--parallel", "-1"], "--parallel"),
+        ("referee_llama_server", ["--mbpp", "-1"], "--mbpp"),
+        ("referee_llama_server", ["--mt-bench", "-2"], "--mt-bench"),
+        ("referee_llama_server", ["--n-max", "0"], "--n-max"),
+        ("referee_llama_server", ["--p-min", "2"], "--p-min"),
+        ("referee_llama_server", ["--p-min", "nan"], "--p-min"),
+        ("referee_llama_server", ["--threads", "0"], "--threads"),
+        ("referee_llama_server", ["--context", "0"], "--context"),
+        ("referee_llama_server", ["--max-new-tokens", "0"], "--max-new-tokens"),
+        ("referee_llama_server", ["--mbpp", "0", "--mt-bench", "0"], "--mbpp"),
+        ("conform_llama_server", ["--contexts", "0"], "--contexts"),
+        ("conform_llama_server", ["--samples", "0"], "--samples"),
+        ("conform_llama_server", ["--samples", "-1"], "--samples"),
+        ("conform_llama_server", ["--prompts", "0"], "--prompts"),
+        ("conform_llama_server", ["--m", "0"], "--m"),
+        ("conform_llama_server", ["--ubatch", "0"], "--ubatch"),
+        ("conform_llama_server", ["--threads", "0"], "--threads"),
+        ("conform_llama_server", ["--server-binary", "LAUNCHER"], "--server-binary"),
+        ("conform_llama_server", ["--out", "FILE"], "--out"),
+        ("deployment_decision", ["--cost", "nan"], "--cost"),
+        ("deployment_decision", ["--max-loss", "-1"], "--max-loss"),
+        ("deployment_decision", ["--bootstrap", "-5"], "--bootstrap"),
+        ("deployment_decision", ["--gpu-profile", "no-such"], "--gpu-profile"),
+        ("deployment_decision", ["--limit", "0"], "--limit"),
+        ("deployment_decision", ["--context", "0"], "--context"),
+        ("deployment_decision", ["--threads", "0"], "--threads"),
+        ("deployment_decision", ["--benchmarks", "bogus"], "--benchmarks"),
+        ("deployment_decision", ["--other-build", "missing"], "--other-build"),
+    ],
+)
+def test_a_script_refuses_a_bad_flag_before_any_model_or_server(name, argv, flag, tmp_path, capsys):
+    """One line naming the flag, exit 2, through the scripts' one validator (``experiments/common.py``): nothing
+    loaded, no server started, nothing written."""
+    launcher = tmp_path / "launcher.sh"
+    launcher.write_text('#!/bin/sh\nllama-server "$@"\n')
+    launcher.chmod(0o755)
+    (tmp_path / "FILE").write_text("x")
+    argv = [str(launcher) if a == "LAUNCHER" else str(tmp_path / "FILE") if a == "FILE" else a for a in argv]
+    with pytest.raises(SystemExit) as stop:
+        script(name).main(["--models", str(tmp_path), "--out", str(tmp_path / "out"), *argv])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and flag in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["FILE", "launcher.sh"]
+
+
+def test_conform_llama_server(models, tmp_path, capsys, monkeypatch):
     """The oracle on llama-server through the experiment: two servers started and stopped, contexts from the
-    MT-Bench fixture, the page written with its verdict, N and power."""
+    MT-Bench fixture, the page written with its verdict, N and power; its scratch directory gone after."""
+    import tempfile
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     binary = _llama_server()
     argv = ["--data", str(BENCHMARKS), "--models", models, "--server-binary", binary, "--out", str(tmp_path)]
     argv += ["--contexts", "1", "--samples", "8", "--threads", "1", "--prompts", "6"]
@@ -635,6 +697,7 @@ def test_conform_llama_server(models, tmp_path, capsys):
     data = json.loads((tmp_path / "conform_llama_server.json").read_text())
     assert len(data["rows"]) == 1 and data["rows"][0]["kept"] + data["rows"][0]["set_aside"] == 8
     assert 0 <= data["overall"]["p_value"] <= 1 and data["overall"]["median_detectable_tv"] > 0
+    assert list(scratch.iterdir()) == []  # prompts, records, report and the servers' log removed
     page = (tmp_path / "conform_llama_server.md").read_text()
     assert "**Verdict**: combined p-value" in page and "8 speculative samples each" in page
 
@@ -784,8 +847,10 @@ def test_deployment_decision(models, tiny_trace, tmp_path, capsys):
     assert script("deployment_decision").main([*argv, "--referee-only"]) == 0
     assert not (tmp_path / "deployment_decision.md").exists()
     bad = [a if a != cost else "nan" for a in argv]  # a cost ratio of NaN: refused before any work
-    with pytest.raises(SystemExit, match="--cost: cost ratio must be finite"):
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
         script("deployment_decision").main(bad)
+    assert stop.value.code == 2 and "argument --cost: cost ratio must be finite" in capsys.readouterr().err
     assert not (tmp_path / "deployment_decision.md").exists()
     # another build's records: one problem's Cactus accuracy moved by +0.125 and its verifier alone by -0.0625
     other = [json.loads(line) for line in (tmp_path / "records" / "exact.jsonl").read_text().splitlines()]

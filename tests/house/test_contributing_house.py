@@ -495,4 +495,3 @@ def test_the_readme_and_the_front_page_tell_the_same_story():
             assert decision in lead, decision
         for chain in ("dump → analyze", "calibrate → plan", "evaluate --exact → plan --quality"):
             assert chain in text, chain
-

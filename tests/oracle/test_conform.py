@@ -168,3 +168,28 @@ def test_a_real_llama_server_with_a_draft_model_emits_its_own_law(server_binary,
     assert len(report["rows"]) == 2 and all(r["p_value"] > 0.001 for r in report["rows"])
     assert "sampler-match (greedy draft)" in done.stdout
     assert np.isfinite(report["rows"][0]["detectable_tv"])
+
+
+def test_choosing_contexts_reads_each_row_as_a_law_first():
+    """A server whose rows sum to 0.6 is refused for that, not for contexts "not nearly forced"."""
+    from cactus_theory.oracle import choose_contexts
+
+    class Leaky(FakeEngine):
+        def rows(self, prefix):
+            q, p = super().rows(prefix)
+            return {t: 0.6 * v for t, v in q.items()}, p
+
+    with pytest.raises(ValueError, match=r"the reported probabilities sum to 0\.600000"):
+        choose_contexts(Leaky(WORLD), CONTEXTS, 2)
+
+
+def test_conform_checks_its_report_before_drawing_a_sample(tmp_path, capsys):
+    from cactus_theory._cli import main
+
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("hello\n")
+    taken = tmp_path / "report"
+    taken.write_text("a file, not a directory")
+    # a closed port: the refusal must come first, before any request
+    assert main(["conform", "--server", "http://127.0.0.1:9", "--prompts", str(prompts), "--report", str(taken)]) == 2
+    assert "--report" in capsys.readouterr().err

@@ -153,9 +153,10 @@ class FakeServer:
 
 class Dribbler:
     """A server on 127.0.0.1 that answers every request with its headers, then one byte of body at a time,
-    each after ``pause`` seconds (``stop`` ends it)."""
+    each after ``pause`` seconds (``stop`` ends it); with ``headers=True`` its headers too, a byte at a time."""
 
-    def __init__(self, pause=0.2, length=10_000):
+    def __init__(self, pause=0.2, length=10_000, headers=False):
+        self.headers, self.accepted = headers, 0
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(8)
@@ -172,17 +173,21 @@ class Dribbler:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
+            self.accepted += 1
             with conn:
                 conn.recv(65536)
-                conn.sendall(
+                head = (
                     f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {self.length}"
                     "\r\n\r\n".encode()
                 )
-                for _ in range(self.length):
+                if not self.headers:
+                    conn.sendall(head)
+                    head = b""
+                for byte in [head[i : i + 1] for i in range(len(head))] + [b" "] * self.length:
                     if self.done.wait(self.pause):
                         return
                     try:
-                        conn.sendall(b" ")
+                        conn.sendall(byte)
                     except OSError:
                         break
 

@@ -33,6 +33,30 @@ def test_a_body_sent_a_byte_at_a_time_is_cut_off_at_the_requests_time_out():
     assert "\n" not in str(info.value)
 
 
+def test_headers_sent_a_byte_at_a_time_are_cut_off_at_the_requests_time_out_and_not_retried():
+    """Each byte within httpx's per-read timeout, the whole beyond ``timeout``: the request ends at its deadline
+    (a watchdog closes it), once, not once per retry."""
+    import threading
+
+    with Dribbler(pause=0.3, headers=True) as server:
+        client = ServerClient(server.url, timeout=1.0, retries=4)
+        outcome = []
+
+        def ask():
+            try:
+                client.post("/completion", {"prompt": [1]})
+            except ServerError as exc:
+                outcome.append(str(exc))
+
+        asker = threading.Thread(target=ask, daemon=True)
+        asker.start()
+        asker.join(120)  # a hang guard: the headers alone take 20 s to dribble, the body an hour
+        assert not asker.is_alive(), "the request outlived the hang guard"
+        assert server.accepted == 1  # one try: a deadline is not retried
+    assert outcome and "did not complete its answer within --timeout 1 s" in outcome[0]
+    client.close()
+
+
 def test_a_body_beyond_the_limit_is_refused(monkeypatch):
     monkeypatch.setattr(_http, "MAX_BODY_BYTES", 1000)
 

@@ -90,8 +90,10 @@ def test_a_rerun_skips_what_is_done_and_refuses_other_settings(tmp_path, fake):
         ({"draft": draft}, "models.draft"),  # the draft's identity is recorded, never null
         ({"max_new_tokens": 64}, "max_new_tokens: 512 -> 64"),
         ({"seed": 1}, "seed: 0 -> 1"),
+        ({"batch": 3}, "batch: 4 -> 3"),  # answers can change with the batch's shape: never appended together
+        ({"drift": False}, "drift: true -> false"),
     ):
-        args = {"verifier": verifier(), "draft": object(), **kwargs}
+        args = {"verifier": verifier(), "draft": object(), "batch": 4, **kwargs}
         with pytest.raises(ValueError, match=f"holds records of another setting.*{re.escape(names)}"):
             evaluate_rules(args.pop("verifier"), args.pop("draft"), problems, RULES, out=out, **args)
     # another file of the same benchmark: the same ids, other questions (a problem is its content)

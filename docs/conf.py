@@ -140,7 +140,7 @@ top-p 0.95 for both models): the draft $p$, the verifier $q$ and what the rule e
 (exact, `emitted_distribution`).
 
 ```{{eval-rst}}
-.. autoclass:: cactus_theory.{cls}
+.. autoclass:: cactus_theory.rules.{cls}
    :members: acceptance, correction, emitted
    :no-index:
 ```

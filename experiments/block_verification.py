@@ -29,6 +29,7 @@ import json
 import os
 
 import numpy as np
+from common import DRAFT, VERIFIER
 
 from cactus_theory import analyze_trace, load_trace, open_traces
 from cactus_theory.compare import compare_block_verification
@@ -37,7 +38,7 @@ from cactus_theory.studies import figure_png
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MS = tuple(range(1, 21))
-PAIR = ("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+PAIR = (VERIFIER, DRAFT)
 
 
 def trace_part(trace, n_boot):

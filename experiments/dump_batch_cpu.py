@@ -23,12 +23,10 @@ import sys
 import tempfile
 
 import numpy as np
+from common import DRAFT, SETTINGS, VERIFIER
 
-from cactus_theory import SamplingSettings
 from cactus_theory.io import machine_description, write_results
 from cactus_theory.traces import Trace, benchmark_file, dump_trace, load_prompts
-
-VERIFIER, DRAFT = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 
 
 def main(argv=None):
@@ -49,7 +47,7 @@ def main(argv=None):
         *load_prompts(benchmark_file("gsm8k", args.data), dataset="gsm8k")[:half],
         *load_prompts(benchmark_file("humaneval", args.data), dataset="humaneval")[:half],
     ]
-    settings = SamplingSettings(temperature=0.6, top_k=20, top_p=0.95)
+    settings = SETTINGS
     pair = [os.path.join(args.models, name) for name in (VERIFIER, DRAFT)]
     rows, traces = [], {}
     with tempfile.TemporaryDirectory() as work:

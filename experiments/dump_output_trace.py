@@ -25,13 +25,11 @@ import json
 import os
 import time
 
-from cactus_theory import SamplingSettings
+from common import CACHE, DRAFT, SETTINGS, VERIFIER
+
 from cactus_theory.traces import dump_trace, mixed_prompts
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CACHE = os.path.expanduser("~/.cache/cactus_theory")
-VERIFIER = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
-DRAFT = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 
 
 def completions_from_cache(cache, prompts, tokenizer, max_new_tokens):
@@ -83,7 +81,7 @@ def main(argv=None):
         prompts,
         args.out,
         completions=completions,
-        settings=SamplingSettings(temperature=0.6, top_k=20, top_p=0.95),
+        settings=SETTINGS,
         max_new_tokens=args.max_new_tokens,
         dtype=args.dtype,
         shard_positions=4096,

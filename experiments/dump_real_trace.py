@@ -18,11 +18,11 @@ import argparse
 import os
 import time
 
-from cactus_theory import SamplingSettings
+from common import CACHE, SETTINGS, pair_paths
+
 from cactus_theory.traces import dump_trace, mixed_prompts
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CACHE = os.path.expanduser("~/.cache/cactus_theory")
 
 
 def main(argv=None):
@@ -40,11 +40,10 @@ def main(argv=None):
     prompts = mixed_prompts(args.data, {"gsm8k": args.per_task, "humaneval": args.per_task, "mt_bench": args.per_task})
     start = time.perf_counter()
     n = dump_trace(
-        os.path.join(args.models, "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),
-        os.path.join(args.models, "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"),
+        *pair_paths(args.models),
         prompts,
         args.out,
-        settings=SamplingSettings(temperature=0.6, top_k=20, top_p=0.95),
+        settings=SETTINGS,
         max_new_tokens=args.max_new_tokens,
         dtype=args.dtype,
         seed=args.seed,

@@ -24,13 +24,12 @@ import json
 import os
 import time
 
-from cactus_theory import SamplingSettings
+from common import CACHE, DRAFT, SETTINGS, VERIFIER
+
 from cactus_theory.traces import benchmark_file, dump_trace, load_prompts
 
-CACHE = os.path.expanduser("~/.cache/cactus_theory")
 #: Spec-Bench's categories of 80 questions each that the default trace does not cover.
 CATEGORIES = ("translation", "summarization", "qa", "math_reasoning", "rag")
-VERIFIER, DRAFT = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 
 
 def spec_bench_prompts(data, per_category, skip=0, categories=CATEGORIES):
@@ -69,7 +68,7 @@ def main(argv=None):
         os.path.join(args.models, DRAFT),
         prompts,
         args.out,
-        settings=SamplingSettings(temperature=0.6, top_k=20, top_p=0.95),
+        settings=SETTINGS,
         max_new_tokens=args.max_new_tokens,
         dtype="bfloat16",
         seed=args.seed,

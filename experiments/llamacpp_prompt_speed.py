@@ -16,11 +16,11 @@ import sys
 import time
 
 import numpy as np
+from common import CACHE, DRAFT, VERIFIER
 
 from cactus_theory import load_model
 
-CACHE = os.path.join(os.path.expanduser("~"), ".cache", "cactus_theory")
-PAIR = ("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+PAIR = (VERIFIER, DRAFT)
 
 
 def main(argv=None):

@@ -42,11 +42,11 @@ import tempfile
 import time
 
 import numpy as np
+from common import DRAFT, SETTINGS, VERIFIER
 
 from cactus_theory.io import machine_description, write_results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-VERIFIER, DRAFT = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 SAMPLING = ["--temperature", "0.6", "--top-k", "20", "--top-p", "0.95"]
 
 
@@ -116,7 +116,7 @@ def child_agreement(args):
     os.environ["CACTUS_THEORY_CACHE"] = args.private_cache
     import torch
 
-    from cactus_theory import SamplingSettings, processed_probs
+    from cactus_theory import processed_probs
     from cactus_theory.hf import encode_chat, load_model, teacher_forced_logits
     from cactus_theory.traces import Trace
 
@@ -137,7 +137,7 @@ def child_agreement(args):
     hf16 = hf32.to(torch.bfloat16)
     for ids, tokens in inputs:
         rows["bf16"].append(teacher_forced_logits(hf16, ids, tokens))
-    settings = SamplingSettings(temperature=0.6, top_k=20, top_p=0.95)
+    settings = SETTINGS
 
     def log_softmax(x):
         x = np.asarray(x, dtype=np.float64)

@@ -19,8 +19,10 @@ import platform
 import shutil
 import time
 
+from common import DRAFT, VERIFIER
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODELS = ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
+MODELS = (DRAFT, VERIFIER)
 
 
 def main(argv=None):

@@ -28,18 +28,16 @@ import math
 import os
 import sys
 
+from common import CACHE, DRAFT, SETTINGS, VERIFIER
 from scipy import stats
 
-from cactus_theory import SamplingSettings, evaluate_rules, load_model
+from cactus_theory import evaluate_rules, load_model
 from cactus_theory.io import machine_description, run_seconds, write_records, write_results
 from cactus_theory.quality import load_problems, read_records, summarize_records
 from cactus_theory.rules import make_rules
 
-VERIFIER, DRAFT = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 RULES = "sps,cactus(delta=1),cactus(delta=4),lossy(alpha=0.5),always-accept"
-CACHE = os.path.join(os.path.expanduser("~"), ".cache", "cactus_theory")
 #: The paper's sampling.
-SETTINGS = SamplingSettings(temperature=0.6, top_k=20, top_p=0.95)
 #: The paper's Table 1 (Qwen3-14B verifier, Qwen3-0.6B draft, m = 20): accuracy in %, on GSM8K's 1,319 test
 #: problems and GPQA-Diamond's 198 questions, one seeded run each.
 PAPER = {

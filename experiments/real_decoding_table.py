@@ -29,8 +29,9 @@ import sys
 import tempfile
 import time
 
+from common import CACHE, SETTINGS, pair_paths
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-CACHE = os.path.expanduser("~/.cache/cactus_theory")
 METHODS = ("verifier", "sps", "tas", "cactus", "cactus-exact", "mentored", "cactus-ngram")
 #: Rule spec (``make_rule``) of each speculative method; cactus-ngram drafts with prompt lookup.
 RULE_SPECS = {
@@ -111,15 +112,16 @@ def problems(data, n_gsm8k, n_humaneval):
 def run(args):
     import torch
 
-    from cactus_theory import SamplingSettings, make_rule, speculative_generate
+    from cactus_theory import make_rule, speculative_generate
     from cactus_theory.decode import NgramDrafter, autoregressive_generate
     from cactus_theory.hf import encode_chat, eos_ids, load_model
     from cactus_theory.traces import benchmark_prompt
 
     models = args.models
-    verifier, tok, _ = load_model(os.path.join(models, "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"), dtype=args.dtype)
-    draft, _, _ = load_model(os.path.join(models, "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"), dtype=args.dtype)
-    settings = SamplingSettings(temperature=0.6, top_k=20, top_p=0.95)
+    verifier_path, draft_path = pair_paths(models)
+    verifier, tok, _ = load_model(verifier_path, dtype=args.dtype)
+    draft, _, _ = load_model(draft_path, dtype=args.dtype)
+    settings = SETTINGS
     rules = {method: make_rule(spec) for method, spec in RULE_SPECS.items()}
     eos = eos_ids(verifier, tok)  # the one set of end-of-sequence ids (the committed run used the tokenizer's)
     todo = problems(args.data, args.gsm8k, args.humaneval)

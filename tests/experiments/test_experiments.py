@@ -629,6 +629,33 @@ def test_referee_llama_server(models, tmp_path, monkeypatch):
     assert "| 2 | speedup over the verifier alone |" in (tmp_path / "referee_llama_server.md").read_text()
 
 
+def test_the_scripts_shared_pair_sampling_and_argument_types():
+    """``common.py``: the pair's files, the paper's sampling (temperature 0.6, top-k 20, top-p 0.95), and the argument
+    types, each refusing what it must and taking what it may."""
+    import argparse
+
+    common = script("common")
+    assert common.VERIFIER.startswith("qwen2.5-coder-1.5b") and common.DRAFT.startswith("qwen2.5-coder-0.5b")
+    s = common.SETTINGS
+    assert (s.temperature, s.top_k, s.top_p) == (0.6, 20, 0.95)
+    assert common.count(1)("3") == 3 and common.counts(1)("1,2,4") == [1, 2, 4]
+    assert common.number(0, 1)("0.5") == 0.5 and common.number(above=0)("2") == 2.0
+    assert common.names(("a", "b"))("b,a") == ["b", "a"]
+    for parse, text in [
+        (common.count(1), "0"),
+        (common.count(1, high=3), "4"),
+        (common.count(0), "1.5"),
+        (common.counts(1), "1,,2"),
+        (common.number(0, 1), "nan"),
+        (common.number(0, 1), "inf"),
+        (common.number(above=0), "0"),
+        (common.names(("a",)), "b"),
+        (common.existing("--x"), "/no/such/path"),
+    ]:
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse(text)
+
+
 @pytest.mark.parametrize(
     ("name", "argv", "flag"),
     [

@@ -128,18 +128,21 @@ def existing(what="a path"):
 
 
 def server_itself(text):
-    """``--server-binary``: llama-server itself, an executable that is not a launcher script (a script that runs
+    """``--server-binary``: llama-server itself, an executable that is not a shell launcher (a shell script that runs
     the server without ``exec`` would leave it running, holding its port, were this script killed with SIGKILL:
-    the kernel's parent-death signal reaches the script alone). An argparse type."""
+    the kernel's parent-death signal reaches the shell alone). A program whose own process is the server (a binary,
+    or a script its interpreter runs) is taken. An argparse type."""
     path = os.path.expanduser(str(text))
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
         raise argparse.ArgumentTypeError(f"{text!r} is not an executable file: give llama-server itself")
     with open(path, "rb") as fh:
-        if fh.read(2) == b"#!":
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is a script: give llama-server itself (a launcher that does not exec the server would "
-                "outlive this script, and hold its port, were this script killed)"
-            )
+        first = fh.readline(256)
+    shells = (b"sh", b"bash", b"dash", b"zsh", b"ksh")
+    if first.startswith(b"#!") and any(word.rsplit(b"/", 1)[-1] in shells for word in first[2:].split()):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is a shell script: give llama-server itself (a launcher that runs the server without exec "
+            "would leave it running, holding its port, were this script killed)"
+        )
     return path
 
 

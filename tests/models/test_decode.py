@@ -165,7 +165,10 @@ def test_bad_arguments(models):
 
 def _table_module():
     import importlib.util
+    import sys
 
+    if str(ROOT / "experiments") not in sys.path:  # a script imports its siblings (common.py), as run from there
+        sys.path.insert(0, str(ROOT / "experiments"))
     path = ROOT / "experiments" / "real_decoding_table.py"
     spec = importlib.util.spec_from_file_location("real_decoding_table", path)
     module = importlib.util.module_from_spec(spec)
@@ -184,6 +187,7 @@ def test_wilson_interval_closed_forms():
     assert lo + hi == pytest.approx(100.0) and lo == pytest.approx(29.929, abs=1e-3)
 
 
+@pytest.mark.isolation
 def test_answer_extraction_and_humaneval_execution():
     import gzip
     import json

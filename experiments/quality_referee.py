@@ -143,8 +143,8 @@ def decode(args, pair, problems, rules, per_round, phase, minutes, main):
     """Groups of ``per_round`` problems, every method on a group, until ``minutes`` of this phase's decoding
     are spent (counted across resumed runs from the records' own time; ``evaluate_rules`` skips what the records
     hold)."""
-    upto = 0
-    while _clock(args.records, main)[phase] < 60 * minutes and upto < len(problems):
+    upto, spent = 0, _clock(args.records, main)[phase]
+    while spent < 60 * minutes and upto < len(problems):
         upto = min(len(problems), upto + per_round)
         verifier, draft = pair.get()
         options = {

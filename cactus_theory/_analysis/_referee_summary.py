@@ -161,10 +161,10 @@ def summarize_exact(records, *, n_boot=2000, seed=0) -> ExactSummary:
             "needed_half": float(cmp.needed_1 * 4),
             "needed_1": cmp.needed_1,
         }
+        counts = resample_counts(ids, n_boot, seed)  # the same resamples for both drifts
         for key in ("kl", "tv"):  # never negative: rounding below 0 (records of earlier versions) reads as 0
             values = np.maximum(np.array([recs[i][key] for i in ids], dtype=np.float64), 0.0)
             row[key] = float(values.mean())
-            counts = resample_counts(ids, n_boot, seed)
             if counts is not None and np.all(np.isfinite(values)):
                 (sums,) = resampled_sums(counts, values)
                 row[f"{key}_lo"], row[f"{key}_hi"] = percentile_interval(sums / len(ids))

@@ -108,6 +108,13 @@ def _changed(value):
     return None
 
 
+def _variant(study, key, value):
+    """A copy of ``study`` (its prepared models shared) with ``key`` set to ``value``."""
+    variant = copy.copy(study)
+    setattr(variant, key, value)
+    return variant
+
+
 def _parameters(study) -> list:
     """The named parameters of the study's ``__init__`` (not ``*args`` / ``**kwargs``)."""
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
@@ -140,7 +147,7 @@ def study_setting(make_study, work, records) -> str:
         f"{name} writes its own setting(): the setting is derived from the study's attributes (name what decides "
         "no record in outside_setting, what a model says of itself in prepare())",
     )
-    outside, held_as = dict(type(study).outside_setting), dict(getattr(type(study), "setting_as", {}))
+    outside, held_as = dict(type(study).outside_setting), dict(type(study).setting_as)
     params = _parameters(study)
     for key, why in outside.items():
         _check(
@@ -172,10 +179,8 @@ def study_setting(make_study, work, records) -> str:
         if key not in vars(study) or other is None:
             unchecked.append(key)
             continue
-        variant = copy.copy(study)
-        setattr(variant, key, other)
         try:
-            again = _run_alone(variant, unit, {})
+            again = _run_alone(_variant(study, key, other), unit, {})
         except Exception as exc:  # the changed value is not one the study takes: nothing learnt
             unchecked.append(f"{key} ({type(exc).__name__} at {other!r})")
             continue
@@ -253,9 +258,7 @@ def study_other_setting(make_study, work, records) -> str:
     for key in fields:
         other = _changed(getattr(study, key))
         if other is not None:
-            variant = copy.copy(study)
-            setattr(variant, key, other)
-            changed = f"{key}={other!r}"
+            variant, changed = _variant(study, key, other), f"{key}={other!r}"
             break
     if variant is not None:
         try:

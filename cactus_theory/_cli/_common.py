@@ -232,9 +232,10 @@ def decoding_spec(args, **more):
 
 
 def _check_out(args, inputs, *, directory=True, what="--out"):
-    """``args.out`` (when given) can be written, and is none of the command's ``inputs`` nor inside
-    one (trace directories, prompt and cost files, model files): checked before any work."""
-    out = getattr(args, "out", None)
+    """The output the flag ``what`` names (``args.out`` for --out, ``args.report`` for --report), when given, can be
+    written, and is none of the command's ``inputs`` nor inside one (trace directories, prompt and cost files, model
+    files): checked before any work."""
+    out = getattr(args, what.lstrip("-").replace("-", "_"), None)
     if out is None:
         return None
     path = check_output(out, directory=directory, what=what)
@@ -279,12 +280,15 @@ def _analysed(traces, result) -> str:
     return line
 
 
+def _trace_argument(parser, help="trace directories or globs (default: the embedded trace)"):
+    """The positional traces of a command over traces (``_traces`` reads them)."""
+    parser.add_argument("trace", nargs="*", default=None, help=help)
+
+
 def _study_options(parser, writes, out_default=None):
     """The options every study of a trace takes: the traces, --bootstrap, --out (``writes``: the
     files it writes there) and the progress switches."""
-    parser.add_argument(
-        "trace", nargs="*", default=None, help="trace directories or globs (default: the embedded trace)"
-    )
+    _trace_argument(parser)
     parser.add_argument("--bootstrap", type=_resamples, default=1000, help="bootstrap resamples (0: no intervals)")
     parser.add_argument("--out", default=out_default, help=f"write {writes} here")
     _progress_options(parser)

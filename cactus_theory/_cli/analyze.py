@@ -21,6 +21,7 @@ from ._common import (
     _rules_epilog,
     _rules_option,
     _tasks_to_show,
+    _trace_argument,
     _trace_inputs,
     _traces,
     analysis_options,
@@ -33,12 +34,7 @@ EPILOG = _rules_epilog
 
 def add_arguments(a):
     """This command's arguments (``_main`` makes its subparser: its name, ``HELP``, ``EPILOG``)."""
-    a.add_argument(
-        "trace",
-        nargs="*",
-        default=None,
-        help="trace directories or glob patterns, analysed as one set (default: the embedded trace)",
-    )
+    _trace_argument(a, "trace directories or glob patterns, analysed as one set (default: the embedded trace)")
     _rules_option(a)
     a.add_argument("--delta", type=_floats, default=[0.25, 0.5, 1.0, 2.0], help=_delta_help())
     a.add_argument("--m", type=_ints, default=[4, 8, 20], help="drafted tokens per verification")

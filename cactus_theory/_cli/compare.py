@@ -12,6 +12,7 @@ from ._common import (
     _progress,
     _progress_options,
     _resamples,
+    _trace_argument,
     _trace_inputs,
     _traces,
 )
@@ -22,7 +23,7 @@ HELP = "every registered rule at its declared settings (the paper grid), each wi
 
 def add_arguments(cp):
     """This command's arguments (``_main`` makes its subparser: its name, ``HELP``, ``EPILOG``)."""
-    cp.add_argument("trace", nargs="*", default=None, help="trace directories or globs (default: the embedded trace)")
+    _trace_argument(cp)
     cp.add_argument("--out", default="rules_comparison", help="write rules_comparison.md / .json / .png here")
     cp.add_argument("--bootstrap", type=_resamples, default=1000, help="bootstrap resamples (0: no intervals)")
     cp.add_argument("--processes", type=_int_at_least(1), default=1, help="local worker processes over shards")

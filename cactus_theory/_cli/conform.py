@@ -74,11 +74,7 @@ def run(args) -> int:
     if not 0 < args.alpha < 1:
         raise ValueError(f"--alpha must lie in (0, 1); got {args.alpha!r}")
     _check_out(args, [args.prompts], directory=False)
-    if args.report:  # the report's directory checked before any sample is drawn (a file there is refused now)
-        from .._util._files import check_output, refuse_overlap
-
-        check_output(args.report, directory=True, what="--report")
-        refuse_overlap(args.report, [args.prompts], what="--report")
+    _check_out(args, [args.prompts], what="--report")  # before any sample is drawn
     prompts = load_prompts(args.prompts)
     settings = _settings(args)
     if args.server:

@@ -26,6 +26,7 @@ from ._common import (
     _rules_option,
     _sampling_options,
     _tasks_to_show,
+    _trace_argument,
     _trace_inputs,
     _traces,
     analysis_options,
@@ -38,7 +39,7 @@ EPILOG = _rules_epilog
 
 def add_arguments(pl):
     """This command's arguments (``_main`` makes its subparser: its name, ``HELP``, ``EPILOG``)."""
-    pl.add_argument("trace", nargs="*", default=None, help="trace directories or globs (default: the embedded trace)")
+    _trace_argument(pl)
     costs = pl.add_mutually_exclusive_group()
     costs.add_argument("--cost", default=None, help="cost file from 'calibrate' (or written by hand)")
     costs.add_argument(

@@ -48,6 +48,23 @@ class ModelPair:
             self._loaded = _LOADED[key]
         return self._loaded
 
+    def models(self) -> tuple:
+        """(the verifier model, the draft model) as the decoders take them (the draft out of its triple)."""
+        from ._hf import split_model
+
+        return self.verifier[0], split_model(self.draft)[0]
+
+    def facts(self) -> dict:
+        """What of the pair decides records (a study's ``prepare()`` returns it): each model's identity (its
+        weights) and arithmetic (engine, dtype)."""
+        from ._hf import model_arithmetic, split_model
+
+        model, draft = self.models()
+        return {
+            "models": {"verifier": split_model(tuple(self.verifier))[1], "draft": split_model(self.draft)[1]},
+            "arithmetic": {"verifier": model_arithmetic(model), "draft": model_arithmetic(draft)},
+        }
+
     @property
     def verifier(self):
         """The verifier's (model, tokenizer, identity) triple."""

@@ -35,25 +35,16 @@ class DecoderEngine(Engine):
     def _decoder(self, spec):
         from .._models._decoding import batched_decoder, chain_decoder, decoder_for
 
-        model, draft = self._models()
+        model, draft = self.pair.models()
         if self.path == "batch":  # the host loop, however ready the device loop is
             return batched_decoder(spec, model, draft, device=False)
         return {"auto": decoder_for, "chain": chain_decoder}[self.path](spec, model, draft)
 
-    def _models(self):
-        from .._models._hf import split_model
-
-        return self.pair.verifier[0], split_model(self.pair.draft)[0]
-
     def setting(self) -> dict:
-        from .._models._hf import model_arithmetic, split_model
-
-        model, draft = self._models()
         return {
             "engine": "cactus_theory",
             "decoder": type(self._decoder(self.spec)).__name__,
-            "models": {"verifier": split_model(tuple(self.pair.verifier))[1], "draft": split_model(self.pair.draft)[1]},
-            "arithmetic": {"verifier": model_arithmetic(model), "draft": model_arithmetic(draft)},
+            **self.pair.facts(),
             "sampling": self.spec.settings.as_dict(),
             "m": self.spec.m,
             "batch": self.spec.batch,
@@ -66,7 +57,7 @@ class DecoderEngine(Engine):
         cache = self.__dict__.setdefault("_cache", {})
         if key not in cache:
             if "_next" not in self.__dict__:
-                self._next = [NextTokenLogits(m) for m in self._models()]
+                self._next = [NextTokenLogits(m) for m in self.pair.models()]
             cache[key] = (self._next[0](list(key)), self._next[1](list(key)))
         return cache[key]
 

@@ -30,6 +30,7 @@ import base64
 import json
 import math
 import os
+import threading
 import time
 import urllib.parse
 
@@ -269,10 +270,7 @@ class ServerClient:
         beyond: a watchdog closes the connection of a request still running at the deadline, so a server that
         dribbles its headers or its body a byte at a time cannot hold it, each read being within httpx's own
         per-read timeout) and at most ``MAX_BODY_BYTES`` (a ServerError beyond)."""
-        import threading
-
         httpx = self._httpx
-        deadline = time.monotonic() + self.timeout
         options = {}
         if payload is not None:
             options = {"content": json.dumps(payload, allow_nan=False), "headers": {"Content-Type": "application/json"}}
@@ -296,8 +294,6 @@ class ServerClient:
                             "MiB; no answer this package asks for is that large: is it the server you meant?"
                         )
                     chunks.append(chunk)
-                    if time.monotonic() > deadline:
-                        raise _Deadline
                 body = b"".join(chunks)
                 return (
                     response.status_code,

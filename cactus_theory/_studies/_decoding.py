@@ -95,15 +95,11 @@ class DecodeStudy(Study):
     def prepare(self) -> dict:
         """Every rule's decoder (each checked against the drafter first) and the verifier alone's; the models'
         identities and arithmetic."""
-        from .._models._hf import model_arithmetic, split_model
 
-        model, (draft, draft_identity) = self.pair.verifier[0], split_model(self.pair.draft)
+        model, draft = self.pair.models()
         self._decoders = [decoder_for(r, model, draft) for r in self.rules]
         self._alone = decoder_for(self.spec, model) if self.spec.baseline else None
-        return {
-            "models": {"verifier": split_model(tuple(self.pair.verifier))[1], "draft": draft_identity},
-            "arithmetic": {"verifier": model_arithmetic(model), "draft": model_arithmetic(draft)},
-        }
+        return self.pair.facts()
 
     def units(self) -> list:
         batch = self.spec.batch

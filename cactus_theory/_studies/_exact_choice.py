@@ -122,17 +122,14 @@ class ExactReferee(Study):
         self.pair = ModelPair(verifier, draft, load_options)
 
     def prepare(self) -> dict:
-        from .._models._hf import model_arithmetic, split_model
         from .._models._prefix import NextTokenLogits
 
-        model, tokenizer = self.pair.verifier[0], self.pair.verifier[1]
-        draft, draft_identity = split_model(self.pair.draft)
+        (model, draft), tokenizer = self.pair.models(), self.pair.verifier[1]
         needed = sorted({c for p in self.problems for c in p.reference.get("letters", p.reference["answer"])})
         self._letters = letter_token_ids(tokenizer, "".join(needed))
         self._rows = (NextTokenLogits(model), NextTokenLogits(draft))
         return {
-            "models": {"verifier": split_model(tuple(self.pair.verifier))[1], "draft": draft_identity},
-            "arithmetic": {"verifier": model_arithmetic(model), "draft": model_arithmetic(draft)},
+            **self.pair.facts(),
             "answer_tokens": dict(self._letters),
         }
 
@@ -150,10 +147,9 @@ class ExactReferee(Study):
 
     @contextlib.contextmanager
     def running(self):
-        from .._models._hf import model_threads_for, split_model
+        from .._models._hf import model_threads_for
 
-        models = [self.pair.verifier[0], split_model(self.pair.draft)[0]]
-        with model_threads_for(models, self.threads) as (used, line):
+        with model_threads_for(self.pair.models(), self.threads) as (used, line):
             self._used = used
             yield line
 

@@ -121,10 +121,9 @@ class SampledReferee(Study):
         """The decoders and the prompts' ids, made once in each process that runs units; the models' identities
         and arithmetic."""
         from .._models._decoding import decoder_for
-        from .._models._hf import encode_chat, eos_ids, model_arithmetic, split_model
+        from .._models._hf import encode_chat, eos_ids
 
-        model, tokenizer = self.pair.verifier[0], self.pair.verifier[1]
-        draft, draft_identity = split_model(self.pair.draft)
+        (model, draft), tokenizer = self.pair.models(), self.pair.verifier[1]
         self._eos = eos_ids(model, tokenizer)
         self._decoders = {
             method: decoder_for(s, model, draft if s.rule is not None else None) for method, s in self.specs.items()
@@ -134,10 +133,7 @@ class SampledReferee(Study):
             p.id: encode_chat(tokenizer, p.prompt.text, f"problem {p.id!r}", chat=chat[p.benchmark])
             for p in self.problems
         }
-        return {
-            "models": {"verifier": split_model(tuple(self.pair.verifier))[1], "draft": draft_identity},
-            "arithmetic": {"verifier": model_arithmetic(model), "draft": model_arithmetic(draft)},
-        }
+        return self.pair.facts()
 
     def units(self) -> list:
         batch = self.spec.batch
@@ -159,9 +155,9 @@ class SampledReferee(Study):
 
     @contextlib.contextmanager
     def running(self):
-        from .._models._hf import model_threads_for, split_model
+        from .._models._hf import model_threads_for
 
-        with model_threads_for([self.pair.verifier[0], split_model(self.pair.draft)[0]], self.threads) as (_, line):
+        with model_threads_for(self.pair.models(), self.threads) as (_, line):
             yield line
 
     def run_unit(self, unit, held) -> list:

@@ -431,17 +431,12 @@ class Terminated(SystemExit):
 
 
 @contextlib.contextmanager
-def termination_as_exception():
-    """Within the block, SIGTERM and SIGHUP raise ``Terminated`` (SIGINT already raises
-    KeyboardInterrupt): ``with``-managed writers then flush and release their locks. Only in the
-    main thread; elsewhere a no-op."""
+def _on_termination(handler):
+    """Within the block, ``handler`` answers SIGTERM and SIGHUP (the previous handlers restored after). Only in the
+    main thread, where Python delivers signals; elsewhere the block runs as it is."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def handler(signum, frame):
-        raise Terminated(128 + signum)
-
     names = [s for s in ("SIGTERM", "SIGHUP") if hasattr(signal, s)]
     previous = {name: signal.signal(getattr(signal, name), handler) for name in names}
     try:
@@ -452,25 +447,26 @@ def termination_as_exception():
 
 
 @contextlib.contextmanager
+def termination_as_exception():
+    """Within the block, SIGTERM and SIGHUP raise ``Terminated`` (SIGINT already raises
+    KeyboardInterrupt): ``with``-managed writers then flush and release their locks. Only in the
+    main thread; elsewhere a no-op."""
+
+    def handler(signum, frame):
+        raise Terminated(128 + signum)
+
+    with _on_termination(handler):
+        yield
+
+
+@contextlib.contextmanager
 def termination_deferred():
     """Within the block, SIGTERM and SIGHUP are held, not acted on: each is recorded in the list the block gets,
     for the caller to act on once what the block starts (a Dask cluster's worker processes) is in hand to stop
     cleanly. Only in the main thread; elsewhere the list stays empty."""
     held = []
-    if threading.current_thread() is not threading.main_thread():
+    with _on_termination(lambda signum, frame: held.append(signum)):
         yield held
-        return
-
-    def handler(signum, frame):
-        held.append(signum)
-
-    names = [s for s in ("SIGTERM", "SIGHUP") if hasattr(signal, s)]
-    previous = {name: signal.signal(getattr(signal, name), handler) for name in names}
-    try:
-        yield held
-    finally:
-        for name, old in previous.items():
-            signal.signal(getattr(signal, name), old)
 
 
 def machine_description() -> str:

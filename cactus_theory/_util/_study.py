@@ -34,7 +34,6 @@ from __future__ import annotations
 import abc
 import contextlib
 import dataclasses
-import json
 import math
 import numbers
 import os
@@ -251,7 +250,6 @@ def run_study(study: Study, *, out=None, progress=None, client=None) -> list:
         setting = client.submit(_setting_on_worker, remote, pure=False).result()
     else:
         setting = study.setting()
-    json.dumps(setting)  # a setting reads back as it was written
     log, held = open_records(out, study.kind, setting)
     try:
         done = {study.key(r): r for r in held}

@@ -1,10 +1,14 @@
 """The exact laws of the rules: the emitted distribution and its drift per step (``step_metrics``), accepted lengths
 of token and block rules, Monte Carlo that agrees with them (``simulate``), the worst drift of a step (Γ(δ):
 ``worst_case_drift``), gates, drafting policies and the steps decoding takes, synthetic pairs, Pareto fronts, and the
-sampling settings every law is computed under (``SamplingSettings``, ``processed_probs``)."""
+sampling settings every law is computed under (``SamplingSettings``, ``processed_probs``); the exact probability
+that speculative decoding emits a given answer (``answer_log_prob``) and worlds of answers whose accuracy under any
+rule is enumerable (``AnswerWorld``)."""
 
 from __future__ import annotations
 
+from ._laws._answer_law import answer_log_prob, answer_step_factors
+from ._laws._answer_worlds import AnswerWorld
 from ._laws._block import BlockLength, block_accepted_length, greedy_draft
 from ._laws._emitted import (
     StepMetrics,
@@ -33,6 +37,7 @@ __all__ = [
     "DRAFT_POLICIES",
     "LLAMA_DRAFT_READS",
     "SYNTHETIC_KINDS",
+    "AnswerWorld",
     "BlockLength",
     "DraftPolicy",
     "FunctionGate",
@@ -41,6 +46,8 @@ __all__ = [
     "SimulationResult",
     "StepMetrics",
     "WorstCase",
+    "answer_log_prob",
+    "answer_step_factors",
     "block_accepted_length",
     "block_statistics",
     "block_sums",

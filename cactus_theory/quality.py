@@ -1,10 +1,19 @@
 """What a rule costs in answers: the quality referees, each rule's accuracy paired with the verifier alone's on the
 same problems. Exact where one token decides (``exact_choice_referee``; any token rule rescored from its records
-without a model, ``rescore_exact``), sampled on open answers (``evaluate_rules``), their summaries from the records
-alone, the benchmarks' problems and grades, and the paired statistics."""
+without a model, ``rescore_exact``), sampled on open answers (``evaluate_rules``; with ``rows``, any token rule at
+any m estimated from one pool of answers weighted by their exact likelihoods: ``pooled_from_records``), their
+summaries from the records alone, the benchmarks' problems and grades, and the paired statistics."""
 
 from __future__ import annotations
 
+from ._analysis._answer_rows import sequence_log_probs, sequence_rows
+from ._analysis._pooled import (
+    PooledAccuracy,
+    pooled_accuracy,
+    pooled_from_records,
+    pooled_on_choice_records,
+    pooled_table,
+)
 from ._analysis._referee_summary import (
     ExactSummary,
     QualitySummary,
@@ -25,6 +34,7 @@ __all__ = [
     "ExactSummary",
     "Grade",
     "PairedComparison",
+    "PooledAccuracy",
     "Problem",
     "QualitySummary",
     "SampledReferee",
@@ -34,9 +44,15 @@ __all__ = [
     "load_problems",
     "mcnemar_exact",
     "paired_difference",
+    "pooled_accuracy",
+    "pooled_from_records",
+    "pooled_on_choice_records",
+    "pooled_table",
     "read_exact_records",
     "read_records",
     "rescore_exact",
+    "sequence_log_probs",
+    "sequence_rows",
     "summarize_exact",
     "summarize_records",
 ]

@@ -61,3 +61,48 @@ def split_parts(tmp_path, n=3):
         random_trace(d, k, mine, metadata=trace_metadata(part=f"{k}/{n}", created=f"2026-01-0{k}"))
         dirs.append(str(d))
     return dirs
+
+
+def long_answer_records(world, problems, decoded, m, seed, models=("a", "b")):
+    """The sampled referee's records of answers kept with rows, made in an ``AnswerWorld``: one answer a method
+    of ``decoded`` ({label: None or a rule}) to each of ``problems`` (problem indices) drawn from its exact law,
+    graded by the world, its rows the world's log-probabilities at each position as raw logits (every token kept:
+    the chain is top-k of the vocabulary at temperature 1, so the processed rows are the world's)."""
+    from cactus_theory._analysis._answer_rows import sequence_rows
+
+    settings = SamplingSettings(temperature=1.0, top_k=world.vocab, top_p=1.0)
+    setting = {
+        "sampling": settings.as_dict(),
+        "m": m,
+        "models": {
+            "verifier": {"name": "v", "files": {"v.bin": {"sha256": models[0] * 64}}},
+            "draft": {"name": "d", "files": {"d.bin": {"sha256": models[1] * 64}}},
+        },
+    }
+    rng = np.random.default_rng(seed)
+    out = []
+    for label, method in decoded.items():
+        answers = world.sample(method, m, np.asarray(problems), rng)
+        for place, (i, a) in enumerate(zip(problems, answers, strict=True)):
+            tokens = world.answers[a].tolist()
+            rows = sequence_rows(np.log(world._q[i, a]), np.log(world._p[i, a]), tokens, world.vocab)
+            out.append(
+                {
+                    "record": "cactus-theory evaluate",
+                    "id": f"w-{place}",
+                    "problem": f"{place:016x}",
+                    "benchmark": "world",
+                    "method": label,
+                    "sample": 0,
+                    "seed": 0,
+                    "setting": setting,
+                    "token_ids": tokens,
+                    "tokens": len(tokens),
+                    "text": "",
+                    "correct": bool(world.correct[i, a]),
+                    "extracted": None,
+                    "detail": "",
+                    "rows": rows,
+                }
+            )
+    return out

@@ -24,10 +24,22 @@ import numpy as np
 
 from .._math._validation import is_integer
 
-__all__ = ["ANSWER_ROWS", "AnswerRows", "answer_rows", "read_answer_rows", "rescored_laws"]
+__all__ = [
+    "ANSWER_ROWS",
+    "SEQUENCE_ROWS",
+    "AnswerRows",
+    "answer_rows",
+    "read_answer_rows",
+    "rescored_laws",
+    "sequence_log_probs",
+    "sequence_rows",
+]
 
 #: Logits kept per model at the answer position: a top-k of at most this many is rescored exactly.
 ANSWER_ROWS = 64
+#: Logits kept per model at each position of a long answer (``sequence_rows``): the paper's and the engines'
+#: top-k 20 rescored exactly, at about 0.7 kB of JSON a position (about 0.3 kB compressed).
+SEQUENCE_ROWS = 20
 _ROLES = ("target", "draft")
 
 
@@ -146,10 +158,11 @@ def read_answer_rows(entry, where: str = "rows") -> AnswerRows:
 
 def _confinement(rows: list, settings) -> None:
     """Refuse, in one line, a chain whose processed law may reach past the logits kept: its top-k must keep at
-    most the rows' N before any top-p (``support_within``), and every token tied with the k-th must be kept."""
+    most the rows' N before any top-p (``support_within``), and every token tied with the k-th must be kept (rows
+    that keep their whole vocabulary decide every chain)."""
     kept = min(min(r.logits[role].size for role in _ROLES) for r in rows)
-    if rows[0].kind != "logits":
-        return
+    if rows[0].kind != "logits" or all(r.logits[role].size == r.vocab for r in rows for role in _ROLES):
+        return  # whole rows kept: every chain's law is decided by them
     if not settings.support_within(kept):
         raise ValueError(
             f"--chain / sampling {settings.describe()}: its law may keep tokens beyond the {kept} logits the records "
@@ -197,6 +210,108 @@ def _batch(rows: list):
     return values, known, floor, lse, correct
 
 
+def _rule_logits(rule, rows, p, q, values, known, floor, lse, settings):
+    """The raw logits a rule that reads them gets from kept rows (``RuleLogits``: the kept values, the
+    log-sum-exp, the floor of the rest), None for a rule that reads none; refused in one line where the kept
+    logits do not decide the rule (``Rule.logits_exact``)."""
+    from .._math._logits import RuleLogits
+
+    if not rule.needs_logits:
+        return None
+    fields = {"temperature": settings.temperature}
+    for role in _ROLES:
+        fields[role] = np.where(known[role], values[role], floor[role][:, None])
+        fields[f"{role}_known"] = known[role]
+        fields[f"{role}_lse"] = lse[role]
+        fields[f"{role}_floor"] = floor[role]
+    logits = RuleLogits(**fields)
+    exact = rule.logits_exact(p, q, logits=logits)
+    if not np.all(exact):
+        first = rows[int(np.flatnonzero(~exact)[0])].where
+        raise ValueError(
+            f"{rule.describe()} reads raw logits the records do not keep ({first}): rescoring refused; run "
+            "the referee with the models for it"
+        )
+    return logits
+
+
+def sequence_rows(target_logits, draft_logits, tokens, n: int = SEQUENCE_ROWS) -> dict:
+    """The record entry of a long answer's rows: at every answer position each model's ``n`` largest raw logits
+    (ids and float32 values to 9 significant digits, decreasing, ties by the lower id) and the whole row's
+    log-sum-exp, by position: {"n", "vocab", "target" / "draft": {"ids": [[...] a position], "logits": [[...]],
+    "lse": [...]}}. ``target_logits``, ``draft_logits``: (T, V) raw rows before each of the T ``tokens``."""
+    rows = {
+        role: np.asarray(raw, dtype=np.float64) for role, raw in zip(_ROLES, (target_logits, draft_logits), strict=True)
+    }
+    count = len(tokens)
+    for role, row in rows.items():
+        if row.ndim != 2 or row.shape[0] != count or not np.all(np.isfinite(row)):
+            raise ValueError(f"the {role}'s rows must be (T, V) finite logits, one row per answer token ({count})")
+    out = {"n": int(n), "vocab": int(rows["target"].shape[-1])}
+    for role, row in rows.items():
+        part = {"ids": [], "logits": [], "lse": []}
+        for t in range(count):
+            ids, values = _top(row[t], n)
+            part["ids"].append([int(i) for i in ids])
+            part["logits"].append([float(f"{float(np.float32(v)):.9g}") for v in values])
+            part["lse"].append(_lse(row[t]))
+        out[role] = part
+    return out
+
+
+def _position_entries(rows: dict, tokens, where: str) -> list:
+    """A long answer's ``sequence_rows`` entry as one ``answer_rows`` entry a position (its ``correct``: the
+    answer's token there), each checked by ``read_answer_rows``."""
+    if not isinstance(rows, dict) or not all(isinstance(rows.get(r), dict) for r in _ROLES):
+        raise ValueError(f"{where}: 'rows' must hold the target's and the draft's rows by position (sequence_rows)")
+    count = len(tokens)
+    for role in _ROLES:
+        if any(
+            not isinstance(rows[role].get(k), list) or len(rows[role][k]) != count for k in ("ids", "logits", "lse")
+        ):
+            raise ValueError(f"{where}: the {role}'s rows must hold ids, logits and lse for each of its {count} tokens")
+    return [
+        read_answer_rows(
+            {
+                "n": rows.get("n"),
+                "vocab": rows.get("vocab"),
+                "correct": [int(y)],
+                **{r: {k: rows[r][k][t] for k in ("ids", "logits", "lse")} for r in _ROLES},
+            },
+            f"{where}, answer position {t}",
+        )
+        for t, y in enumerate(tokens)
+    ]
+
+
+def sequence_log_probs(rows, tokens, rules, ms, settings, *, bonus_policy="verifier", where="rows") -> dict:
+    """{method: log P(answer) at each m of ``ms``}: the exact probability that speculative decoding with each
+    rule of ``rules`` (token rules) emits the answer ``tokens``, and the verifier alone's ("verifier alone"), from
+    the answer's kept rows (``rows``: a ``sequence_rows`` entry) under ``settings`` (the sampling and its chain),
+    without a model (``answer_log_prob`` on the kept support). A chain that may keep more than the logits kept,
+    or a rule they do not decide, is refused in one line naming ``where``."""
+    from .._laws._answer_law import answer_log_prob
+    from .._math._sampling import processed_probs
+    from .._rules._registry import as_rule
+
+    tokens = [int(t) for t in tokens]
+    if not tokens:
+        raise ValueError(f"{where}: an answer of no tokens has no rows")
+    entries = _position_entries(rows, tokens, where)
+    _confinement(entries, settings)
+    values, known, floor, lse, correct = _batch(entries)
+    q = processed_probs(values["target"], settings)
+    p = processed_probs(values["draft"], settings)
+    at = correct.argmax(-1)
+    out = {"verifier alone": np.full(len(ms), answer_log_prob(None, p, q, at, 1))}
+    for rule in (as_rule(r) for r in rules):
+        logits = _rule_logits(rule, entries, p, q, values, known, floor, lse, settings)
+        out[rule.describe()] = np.asarray(
+            answer_log_prob(rule, p, q, at, list(ms), bonus_policy=bonus_policy, logits=logits)
+        )
+    return out
+
+
 def rescored_laws(rows: list, rules, settings) -> dict:
     """{method: {"accuracy", "kl", "tv"} arrays over the problems of ``rows`` (``AnswerRows``)}: the verifier
     alone ("verifier alone") and each rule of ``rules``, from the kept rows alone under ``settings`` (the
@@ -204,7 +319,6 @@ def rescored_laws(rows: list, rules, settings) -> dict:
     rows (to 1e-12: see the module docstring); a chain that may reach past the kept logits, or a rule the kept
     logits do not decide (``Rule.logits_exact``), is refused in one line."""
     from .._laws._emitted import emitted_distribution
-    from .._math._logits import RuleLogits
     from .._math._sampling import processed_probs
     from .._rules._protocol import judgement_of
 
@@ -220,22 +334,7 @@ def rescored_laws(rows: list, rules, settings) -> dict:
     for rule in rules:
         if not judgement_of(rule).per_token:
             raise ValueError(f"{rule.describe()} judges whole blocks or several drafts: rescoring needs a token rule")
-        logits = None
-        if rule.needs_logits:
-            fields = {"temperature": settings.temperature}
-            for role in _ROLES:
-                fields[role] = np.where(known[role], values[role], floor[role][:, None])
-                fields[f"{role}_known"] = known[role]
-                fields[f"{role}_lse"] = lse[role]
-                fields[f"{role}_floor"] = floor[role]
-            logits = RuleLogits(**fields)
-            exact = rule.logits_exact(p, q, logits=logits)
-            if not np.all(exact):
-                first = rows[int(np.flatnonzero(~exact)[0])].where
-                raise ValueError(
-                    f"{rule.describe()} reads raw logits the records do not keep ({first}): rescoring refused; run "
-                    "the referee with the models for it"
-                )
+        logits = _rule_logits(rule, rows, p, q, values, known, floor, lse, settings)
         pi = np.asarray(emitted_distribution(rule.at_slot(0), p, q, logits=logits), dtype=np.float64)
         support = pi > 0
         with np.errstate(divide="ignore", invalid="ignore"):

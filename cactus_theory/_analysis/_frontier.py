@@ -104,12 +104,13 @@ class Frontier(Result):
                 f"{self.settings.chain_name}"
             )
         edges = self.edges()
+        long = f", on long answers {self._long_cell(r)}" if "long_difference" in r and self.benchmarks else ""
         return (
             f"deploy {r['rule']} at m = {r['m']}: {self.speed} {r['speedup']:.2f}x "
             f"{interval(r['speedup_lo'], r['speedup_hi'], '.2f')}, accuracy {r['difference']:+.2f} points "
-            f"{interval(r['low'], r['high'], '+.2f')} (the fastest setting whose loss stays within {self.budget:g} "
-            f"points at 95%{'; none other does' if r['rule'] == 'sps' else ''}); chain {self.settings.chain_name}"
-            + (f" (at the edge of the grid: {'; '.join(edges)})" if edges else "")
+            f"{interval(r['low'], r['high'], '+.2f')}{long} (the fastest setting whose loss stays within "
+            f"{self.budget:g} points at 95%{'; none other does' if r['rule'] == 'sps' else ''}); chain "
+            f"{self.settings.chain_name}" + (f" (at the edge of the grid: {'; '.join(edges)})" if edges else "")
         )
 
     def edges(self) -> list:
@@ -127,32 +128,56 @@ class Frontier(Result):
             out.append(f"the most relaxed {r['family']} tried: add more relaxed settings with --rules")
         return out
 
+    def _long(self) -> bool:
+        return any("long_difference" in r for r in self.rows)
+
+    def _long_cell(self, r) -> str:
+        """A row's long-answer difference and interval, with how it was estimated where not from the pool."""
+        cell = f"{r['long_difference']:+.2f} {interval(r['long_difference_lo'], r['long_difference_hi'], '+.2f')}"
+        if r["long_estimate"] == "refused":
+            return "refused (too few effective answers)"
+        return cell + (" (own answers)" if r["long_estimate"] == "own answers" else "")
+
+    def _accuracy_line(self) -> str:
+        exact = sorted({b["benchmark"] for b in self.benchmarks} - {"all"})
+        parts = [f"exact, paired with the verifier alone, pooled over {', '.join(exact)}"] if exact else []
+        if self._long():
+            parts.append("long answers: pooled, weighted by exact likelihoods, paired with the verifier alone")
+        return "; ".join(parts)
+
     def table(self) -> str:
+        long = self._long()
         lines = [
-            f"sampling: {self.settings.describe()}; speed: {self.speed}; accuracy: exact, paired with the verifier "
-            f"alone, pooled over {', '.join(sorted({b['benchmark'] for b in self.benchmarks} - {'all'}))}",
+            f"sampling: {self.settings.describe()}; speed: {self.speed}; accuracy: {self._accuracy_line()}",
             *(f"note: {n}" for n in self.notes),
             f"{'rule':<42} {'m':>3} {'speedup':>8} {'95%':>14} {'accuracy, points':>16} {'95%':>16} {'KL':>8}"
-            f" {'front':>5} {'budget':>6}",
+            + (f" {'long answers, points [95%]':>34}" if long else "")
+            + f" {'front':>5} {'budget':>6}",
         ]
         for r in sorted(self.rows, key=lambda r: (-r["speedup"], r["rule"], r["m"])):
             speed = interval(r["speedup_lo"], r["speedup_hi"], ".2f")
             lines.append(
                 f"{r['rule']:<42} {r['m']:>3} {r['speedup']:>7.2f}x {speed:>14} "
-                f"{r['difference']:>+16.2f} {interval(r['low'], r['high'], '+.2f'):>16} {r['kl']:>8.4f} "
-                f"{'*' if r['front'] else '':>5} {'ok' if r['within'] else '':>6}"
+                f"{r['difference']:>+16.2f} {interval(r['low'], r['high'], '+.2f'):>16} {r['kl']:>8.4f}"
+                + (f" {self._long_cell(r):>34}" if long else "")
+                + f" {'*' if r['front'] else '':>5} {'ok' if r['within'] else '':>6}"
             )
         return "\n".join([*lines, "", self.recommendation_line()])
 
     def markdown(self) -> str:
+        long = self._long()
         head = (
-            "| rule | m | speedup [95%] | accuracy difference, points [95%] | KL at the answer token | on the front | "
-            f"loss within {self.budget:g} pts |\n|---|---|---|---|---|---|---|"
+            "| rule | m | speedup [95%] | accuracy difference, points [95%] | KL at the answer token | "
+            + ("long answers, points [95%] | " if long else "")
+            + f"on the front | loss within {self.budget:g} pts |\n|---|---|---|---|---|"
+            + ("---|" if long else "")
+            + "---|---|"
         )
         body = [
             f"| {r['rule']} | {r['m']} | {r['speedup']:.2f}x {interval(r['speedup_lo'], r['speedup_hi'], '.2f')} | "
             f"{r['difference']:+.2f} {interval(r['low'], r['high'], '+.2f')} | {r['kl']:.4f} | "
-            f"{'yes' if r['front'] else ''} | {'yes' if r['within'] else ''} |"
+            + (f"{self._long_cell(r)} | " if long else "")
+            + f"{'yes' if r['front'] else ''} | {'yes' if r['within'] else ''} |"
             for r in sorted(self.rows, key=lambda r: (not r["front"], -r["speedup"]))
             if r["front"] or r["best_m"]
         ]
@@ -208,10 +233,37 @@ class Frontier(Result):
         return fig
 
 
+def _long_columns(row: dict, *, primary: bool) -> dict:
+    """A frontier row's long-answer columns from a ``pooled_from_records`` row (points); ``primary``: the long
+    answers are the frontier's only accuracy, so they are its difference and interval too (no drift known)."""
+    out = {
+        "long_difference": 100 * row["difference"],
+        "long_difference_lo": 100 * row["difference_lo"],
+        "long_difference_hi": 100 * row["difference_hi"],
+        "long_accuracy": 100 * row["accuracy"],
+        "long_estimate": row["estimate"],
+        "long_ess_per_problem": row["ess_per_problem"],
+    }
+    if row["rule"] == ALONE:
+        out.update(long_difference=0.0, long_difference_lo=0.0, long_difference_hi=0.0)
+    if primary:
+        out.update(
+            difference=out["long_difference"],
+            low=out["long_difference_lo"],
+            high=out["long_difference_hi"],
+            accuracy=out["long_accuracy"],
+            kl=float("nan"),
+            tv=float("nan"),
+            problems=int(row["problems"]),
+        )
+    return out
+
+
 def decide(rows: list, max_loss: float) -> dict:
     """Mark ``rows`` (dicts with rule, m, speedup, difference, low: points) in place: ``front`` (no other row at
     least as fast and as accurate, one of the two strictly), ``within`` (SpS and the verifier alone, or the
-    difference's lower 95% end at or above -max_loss: the loss's upper bound within the budget), ``best_m`` (the
+    difference's lower 95% end at or above -max_loss: the loss's upper bound within the budget; on long answers
+    too, ``long_difference_lo``, where a row has it), ``best_m`` (the
     rule's fastest m); and return the recommendation: the fastest row within the budget (on a tie SpS, then the
     verifier alone: the lossless before the lossy)."""
     labels = [f"{r['rule']}@{r['m']}" for r in rows]
@@ -222,7 +274,8 @@ def decide(rows: list, max_loss: float) -> dict:
             best[r["rule"]] = r
     for lab, r in zip(labels, rows, strict=True):
         r["front"] = lab in front
-        r["within"] = bool(r["rule"] in LOSSLESS or (np.isfinite(r["low"]) and r["low"] >= -max_loss))
+        bounds = [r["low"], *([r["long_difference_lo"]] if "long_difference_lo" in r else [])]
+        r["within"] = bool(r["rule"] in LOSSLESS or all(np.isfinite(b) and b >= -max_loss for b in bounds))
         r["best_m"] = best[r["rule"]] is r
     within = [r for r in rows if r["within"]]
     if not any(r["rule"] in LOSSLESS for r in rows):
@@ -269,6 +322,7 @@ def deployment_frontier(
     seed=0,
     allow_untrusted=False,
     progress=None,
+    long_answers=None,
 ) -> Frontier:
     """Every rule setting's predicted speedup and exact accuracy difference, the front, and the recommendation
     (see the module docstring). ``trace``: a logit trace of the pair (what ``analyze_trace`` takes); ``records``:
@@ -281,21 +335,30 @@ def deployment_frontier(
     from .._rules._registry import as_rule
     from ._analyze import analyze_trace
     from ._plan import batch_plan, predict_speedup
-    from ._referee_summary import read_exact_records, summarize_exact
+    from ._pooled import pooled_from_records
+    from ._referee_summary import read_exact_records, read_records, summarize_exact
     from ._rescore import rescore_exact
 
     if not (isinstance(max_loss, (int, float)) and not isinstance(max_loss, bool) and 0 <= max_loss < 100):
         raise ValueError(f"max_loss must be a number of points in [0, 100); got {max_loss!r}")
-    if not isinstance(records, list):
+    if records is None and long_answers is None:
+        raise ValueError(
+            "records: give the exact referee's records, or long_answers (the sampled referee's, with rows)"
+        )
+    if records is not None and not isinstance(records, list):
         records = read_exact_records(records)
-    if not records:
+    if records is not None and not records:
         raise ValueError("records: none (the exact referee's records, with answer rows)")
-    setting = records[0].get("setting") or {}
+    if long_answers is not None and not isinstance(long_answers, list):
+        long_answers = read_records(long_answers)
+    setting = ((records or long_answers or [{}])[0]).get("setting") or {}
     settings = settings or SamplingSettings.from_dict(setting.get("sampling"), "the records' setting.sampling")
     rules = [as_rule(r) for r in (frontier_rules() if rules is None else ["sps", *rules])]
     rules = list({r.describe(): r for r in rules}.values())
     traces = open_traces(trace)
     notes = _same_pair(traces.metadata, setting)
+    if records is not None and long_answers is not None:
+        _same_pair(traces.metadata, long_answers[0].get("setting") or {})
     notes.append(
         "the speed comes from the trace's prompts, the accuracy from the benchmark's problems: two samples of the "
         "pair's behaviour, not one"
@@ -311,47 +374,70 @@ def deployment_frontier(
         plan = predict_speedup(analysis, cost, **options)
         speed = "per request" if plan.key == "request_speedup" else "per step"
     speeds = plan.speeds()
-    rescored = rescore_exact(records, [r for r in rules if r.describe() != "sps"] + [as_rule("sps")], settings=settings)
-    summary = summarize_exact(rescored, n_boot=n_boot, seed=seed)
-    accuracy = summary.pooled()
+    summary, accuracy = None, None
+    if records is not None:
+        rescored = rescore_exact(
+            records, [r for r in rules if r.describe() != "sps"] + [as_rule("sps")], settings=settings
+        )
+        summary = summarize_exact(rescored, n_boot=n_boot, seed=seed)
+        accuracy = summary.pooled()
+    long = {}
+    if long_answers is not None:
+        pooled = pooled_from_records(
+            long_answers, rules, ms=list(ms), settings=settings, n_boot=n_boot, seed=seed, by_benchmark=False
+        )
+        long = {(r["rule"], int(r["m"])): r for r in pooled}
+        long_alone = next(r for r in pooled if r["rule"] == ALONE)
     rows = []
-    for rule in rules:  # each rule's speed at each m joined to its accuracy, by the rule
-        a = accuracy[rule.describe()]
+    for rule in rules:  # each rule's speed at each m joined to its accuracy, by the rule (and m, on long answers)
         for m in ms:
             fast = speeds[(rule.describe(), int(m))]
-            rows.append(
-                {
-                    "rule": rule.describe(),
-                    "family": _family(rule.describe()),
-                    "m": int(m),
-                    "speedup": fast.speedup,
-                    "speedup_lo": fast.lo,
-                    "speedup_hi": fast.hi,
-                    "al": fast.al,
-                    "difference": 100 * a["difference"],
-                    "low": 100 * a["low"],
-                    "high": 100 * a["high"],
-                    "accuracy": 100 * a["accuracy"],
-                    "kl": float(a["kl"]),
-                    "tv": float(a["tv"]),
-                    "problems": int(a["problems"]),
-                }
-            )
-    alone = accuracy[ALONE]
-    rows.append(
-        {
-            "rule": ALONE,
-            "family": ALONE,
-            "m": 0,
-            **dict.fromkeys(("speedup", "speedup_lo", "speedup_hi", "al"), 1.0),
-            **dict.fromkeys(("difference", "low", "high", "kl", "tv"), 0.0),
-            "accuracy": 100 * alone["accuracy"],
-            "problems": int(alone["problems"]),
-        }
-    )
+            row = {
+                "rule": rule.describe(),
+                "family": _family(rule.describe()),
+                "m": int(m),
+                "speedup": fast.speedup,
+                "speedup_lo": fast.lo,
+                "speedup_hi": fast.hi,
+                "al": fast.al,
+            }
+            if accuracy is not None:
+                a = accuracy[rule.describe()]
+                row.update(
+                    {
+                        "difference": 100 * a["difference"],
+                        "low": 100 * a["low"],
+                        "high": 100 * a["high"],
+                        "accuracy": 100 * a["accuracy"],
+                        "kl": float(a["kl"]),
+                        "tv": float(a["tv"]),
+                        "problems": int(a["problems"]),
+                    }
+                )
+            if long:
+                row.update(_long_columns(long[(rule.describe(), int(m))], primary=accuracy is None))
+            rows.append(row)
+    alone = {
+        "rule": ALONE,
+        "family": ALONE,
+        "m": 0,
+        **dict.fromkeys(("speedup", "speedup_lo", "speedup_hi", "al"), 1.0),
+    }
+    if accuracy is not None:
+        alone.update(dict.fromkeys(("difference", "low", "high", "kl", "tv"), 0.0))
+        alone.update({"accuracy": 100 * accuracy[ALONE]["accuracy"], "problems": int(accuracy[ALONE]["problems"])})
+    if long:
+        alone.update(_long_columns(long_alone, primary=accuracy is None))
+    rows.append(alone)
     recommendation = decide(rows, max_loss)
     benchmarks = [
         {k: r[k] for k in ("benchmark", "method", "problems", "accuracy", "difference", "low", "high", "kl", "tv")}
-        for r in summary.rows
+        for r in (summary.rows if summary is not None else [])
     ]
+    if long:
+        notes.append(
+            f"long answers: {long_alone['answers']} graded answers to {long_alone['problems']} problems pooled, every "
+            "setting weighted by the exact likelihood of each answer (a setting the pool hardly sees: its own "
+            "answers, or refused)"
+        )
     return Frontier(rows, recommendation, float(max_loss), settings, speed, benchmarks, notes)

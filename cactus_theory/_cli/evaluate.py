@@ -86,8 +86,10 @@ def add_arguments(e):
         "--rescore",
         default=None,
         metavar="RECORDS",
-        help="score --rule again from an exact referee's records (their answer rows), no model: any token rule or "
-        "grid, under the records' sampling or the chain given (--chain, --temperature, ...); --out writes the records",
+        help="score --rule again from records, no model: an exact referee's (their answer rows: any token rule or "
+        "grid, under the records' sampling or the chain given: --chain, --temperature, ...; --out writes the records), "
+        "or sampled answers kept with --rows (every decoded method and each --rule at the records' m, or at -m if "
+        "written, from one pool weighted by exact likelihoods; --out writes the rows)",
     )
     e.add_argument(
         "--exact",
@@ -107,6 +109,20 @@ def add_arguments(e):
         metavar="tcp://HOST:PORT",
         help="spread the problems over this Dask cluster's workers (each loads the pair once; --verifier and --draft "
         "are paths the workers can read)",
+    )
+    e.add_argument(
+        "--rows",
+        type=_int_at_least(0),
+        default=0,
+        help="keep both models' largest N logits at every position of each answer (teacher-forced after it), so "
+        "--rescore estimates any token rule at any m from the answers without a model (0: none; 20 holds top-k 20)",
+    )
+    e.add_argument(
+        "--min-ess",
+        type=float,
+        default=0.25,
+        help="--rescore on answers with rows: effective answers a problem below which a rule's pooled estimate is "
+        "not used (its own answers where it was decoded)",
     )
     e.add_argument("--bootstrap", type=_resamples, default=2000, help="resamples of the paired intervals")
     _model_options(e)
@@ -171,6 +187,11 @@ def run(args) -> int:
         )
         for rule in rules:
             spec.with_rule(rule)
+        if args.rows and not spec.settings.support_within(args.rows):
+            raise ValueError(
+                f"--rows {args.rows}: that many logits a position cannot hold the law of the sampling "
+                f"({spec.settings.describe()}): give --rows of at least its top-k ({spec.settings.top_k or 'none set'})"
+            )
     opts = {"device": args.device, "dtype": args.dtype, "cache": not args.no_model_cache, "engine": args.engine}
     if args.engine == "llama.cpp":
         opts["sequences"] = 1 if args.exact else args.batch
@@ -201,6 +222,7 @@ def run(args) -> int:
             allow_code_execution=args.allow_code_execution or None,
             threads=args.threads,
             load_options=load,
+            rows=args.rows,
         )
     try:
         records = run_study(study, out=args.out, progress=_progress(args), client=client)
@@ -227,14 +249,14 @@ def _first_kind(path):
 def _rescore(args) -> int:
     """``--rescore RECORDS``: the exact referee's records of ``--rule`` scored again from the answer rows alone."""
     from .._analysis._analyze import parse_rules
-    from .._analysis._referee_summary import read_exact_records, summarize_exact
+    from .._analysis._referee_summary import EXACT_KIND, read_exact_records, summarize_exact
     from .._analysis._rescore import rescore_exact
     from .._util._files import write_records
     from ._common import _check_out
 
     if args.verifier or args.draft or args.summarize or args.exact:
         raise ValueError("--rescore reads a records file alone: drop --verifier, --draft, --exact and --summarize")
-    if not args.rule:
+    if not args.rule and _first_kind(args.rescore) == EXACT_KIND:
         raise ValueError("--rescore needs at least one --rule to score (several: 'cactus(delta=0.5),lossy(alpha=0.3)')")
     _check_out(args, [args.rescore], directory=False)
     if args.out and os.path.lexists(args.out):  # a file this command did not make is never replaced
@@ -242,9 +264,35 @@ def _rescore(args) -> int:
             f"--out {args.out!r} exists: the rescored records go to a new file (NAME.jsonl, or NAME.jsonl.gz "
             "compressed); give another name, or remove that file"
         )
+    if _first_kind(args.rescore) != EXACT_KIND:
+        return _rescore_pool(args)
     held = read_exact_records(args.rescore)
     records = rescore_exact(held, parse_rules(args.rule, [1.0]), settings=_settings(args, held))
     print(summarize_exact(records, n_boot=args.bootstrap, seed=args.seed).table())
     if args.out:
         print(f"records in {write_records(records, args.out)}")
+    return 0
+
+
+def _rescore_pool(args) -> int:
+    """``--rescore RECORDS`` on the sampled referee's answers kept with rows: the pooled estimate of every decoded
+    method and each ``--rule`` (``pooled_from_records``)."""
+    from .._analysis._analyze import parse_rules
+    from .._analysis._pooled import pooled_from_records, pooled_table
+    from .._analysis._referee_summary import read_records
+    from .._util._files import write_records
+    from ._common import _given_flags
+
+    if not args.min_ess > 0:
+        raise ValueError(f"--min-ess must be a number > 0 (effective answers a problem); got {args.min_ess}")
+    held = read_records(args.rescore)
+    rules = parse_rules(args.rule, [1.0]) if args.rule else []
+    ms = [args.m] if "-m" in _given_flags(args) else None
+    sampling = _settings(args, held)
+    rows = pooled_from_records(
+        held, rules, ms=ms, settings=sampling, n_boot=args.bootstrap, seed=args.seed, min_ess=args.min_ess
+    )
+    print(pooled_table(rows))
+    if args.out:
+        print(f"rows in {write_records(rows, args.out)}")
     return 0

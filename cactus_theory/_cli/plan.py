@@ -72,6 +72,14 @@ def add_arguments(pl):
         "both with intervals, the front, and the fastest setting within --max-loss (--rules adds settings)",
     )
     pl.add_argument(
+        "--long-answers",
+        default=None,
+        metavar="RECORDS",
+        help="the deployment decision on long answers too (or instead of --quality): the sampled referee's records "
+        "kept with rows (evaluate --rows 20 --out), every setting's accuracy difference from one pool of answers "
+        "weighted by exact likelihoods; a setting is within --max-loss when every bound it has is",
+    )
+    pl.add_argument(
         "--max-loss",
         type=_nonnegative("a number of points", finite=True),
         default=None,
@@ -248,9 +256,9 @@ def run(args) -> int:
         )
     for size in args.batch or ():
         cost.at_batch(size)  # a batch size the cost model did not time is refused before the analysis
-    _check_out(args, [*_trace_inputs(args), args.cost, args.quality])
+    _check_out(args, [*_trace_inputs(args), args.cost, args.quality, args.long_answers])
     traces = traces if traces is not None else _traces(args)
-    if args.quality:
+    if args.quality or args.long_answers:
         return _frontier(args, traces, cost)
     if args.max_loss is not None:
         raise ValueError("--max-loss is the accuracy budget of --quality RECORDS: give the records too, or drop it")
@@ -311,14 +319,18 @@ def _frontier(args, traces, cost) -> int:
             "--bootstrap 0 gives no intervals, and the frontier decides by the loss's upper 95% bound: give "
             "--bootstrap N with N >= 1 (default 1000)"
         )
-    records = read_exact_records(args.quality)
+    from .._analysis._referee_summary import read_records
+
+    records = read_exact_records(args.quality) if args.quality else None
+    long = read_records(args.long_answers) if args.long_answers else None
     frontier = deployment_frontier(
         traces,
         records,
         cost,
+        long_answers=long,
         rules=parse_rules(args.rules, args.delta) if "--rules" in _given_flags(args) else None,
         ms=args.m,
-        settings=_settings(args, records),
+        settings=_settings(args, records or long),
         max_loss=MAX_LOSS if args.max_loss is None else args.max_loss,
         batch=args.batch[0] if args.batch else None,
         n_boot=args.bootstrap,

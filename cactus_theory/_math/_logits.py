@@ -47,14 +47,19 @@ class RuleLogits:
     target_floor: Any = None
     draft_floor: Any = None
 
-    def rows(self, index) -> RuleLogits:
-        """The same logits restricted to rows ``index`` of the leading axis (NumPy indexing)."""
+    def apply(self, change) -> RuleLogits:
+        """The same logits with ``change`` (an array to an array) applied to every field that holds rows or
+        per-row values (not the temperature)."""
         changes = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.name != "temperature" and value is not None:
-                changes[f.name] = value[index]
+                changes[f.name] = change(value)
         return dataclasses.replace(self, **changes)
+
+    def rows(self, index) -> RuleLogits:
+        """The same logits restricted to rows ``index`` of the leading axis (NumPy indexing)."""
+        return self.apply(lambda value: value[index])
 
     def lse(self, b, role):
         """Full-vocabulary log-sum-exp of one role's row, shape (...)."""

@@ -248,13 +248,7 @@ def slot_logits(lg, j, ndim):
     """``lg`` (rows (..., m + 1, V)) at block place j: rows (..., V), per-row values (...)."""
     if lg is None:
         return None
-    changes = {}
-    for f in dataclasses.fields(lg):
-        value = getattr(lg, f.name)
-        if f.name != "temperature" and value is not None:
-            value = np.asarray(value)
-            changes[f.name] = value[..., j, :] if value.ndim == ndim else value[..., j]
-    return dataclasses.replace(lg, **changes)
+    return lg.apply(lambda value: np.asarray(value)[..., j, :] if np.ndim(value) == ndim else np.asarray(value)[..., j])
 
 
 class SpSOneDraft:

@@ -27,7 +27,7 @@ from .._analysis._referee_summary import ALONE, SAMPLED_KIND, summarize_records
 from .._data._benchmarks import get_benchmark
 from .._data._graders import PROGRAM_SECONDS, grade, require_code_execution
 from .._data._prompts import prompt_seed
-from .._math._validation import RUN_LIMITS, check_count
+from .._math._validation import RUN_LIMITS, check_count, check_int
 from .._models._pair import ModelPair
 from .._util._study import Study, run_study
 from ._exact_choice import REFEREE_OUTSIDE, _distinct_problems, _same_problems
@@ -65,7 +65,8 @@ class SampledReferee(Study):
         "samples": "how many samples: each record names its sample",
         "allow_code_execution": "consent to run programs: a run without it is refused before it starts",
     }
-    setting_as: ClassVar[dict] = {"settings": "sampling", "timeout": "program_seconds"}
+    setting_as: ClassVar[dict] = {"settings": "sampling", "timeout": "program_seconds", "rows": "answer_rows"}
+    volatile: ClassVar[tuple] = ("rows_seconds",)
     summary_options: ClassVar[dict] = {"n_boot": 2000, "seed": 0}
 
     def __init__(
@@ -87,9 +88,11 @@ class SampledReferee(Study):
         benchmarks=None,
         threads=None,
         load_options=None,
+        rows=0,
     ):
         from .._models._decode_spec import DecodeSpec
 
+        self.answer_rows = check_int(rows, "rows", 0, what="logits kept per model and answer position; 0: none")
         check_evaluate_limits(m=m, max_new_tokens=max_new_tokens, batch=batch, samples=samples)
         # the run's one spec, checked once; each rule's is the same settings for it
         spec = DecodeSpec(m=m, settings=settings, max_new_tokens=max_new_tokens, seed=seed, batch=batch, drift=drift)
@@ -110,6 +113,12 @@ class SampledReferee(Study):
             from .._util._sandbox import _isolation_decision
 
             _isolation_decision(None)  # no isolation and no knowing consent: refused before anything is decoded
+        if self.answer_rows and not spec.settings.support_within(self.answer_rows):
+            raise ValueError(
+                f"rows: {self.answer_rows} logits a position cannot hold the law of the sampling "
+                f"({spec.settings.describe()}; it needs a top-k of at most that many, before any top-p): give rows "
+                f"of at least its top-k ({spec.settings.top_k or 'none set'})"
+            )
         self.problems, self.spec, self.samples = list(problems), spec, int(samples)
         # what decides every answer besides its (problem, method, sample): with the models, the setting
         self.m, self.sampling, self.max_new_tokens, self.seed = spec.m, spec.settings, spec.max_new_tokens, int(seed)
@@ -170,11 +179,26 @@ class SampledReferee(Study):
                 continue
             seeds = [_method_seed(self.seed, p.id, method, k) for p in todo]
             results = self._decoders[method].generate([self._ids[p.id] for p in todo], seeds, self._eos)
-            records += [
-                _record(p, method, k, s, res, tokenizer, setting, self.program_seconds)
-                for p, s, res in zip(todo, seeds, results, strict=True)
-            ]
+            for p, s, res in zip(todo, seeds, results, strict=True):
+                rec = _record(p, method, k, s, res, tokenizer, setting, self.program_seconds)
+                if self.answer_rows and res.tokens:
+                    rec.update(self._rows(self._ids[p.id], res.tokens))
+                records.append(rec)
         return records
+
+    def _rows(self, prompt_ids, tokens) -> dict:
+        """Both models' kept rows at every position of one answer (``sequence_rows``), teacher-forced after it
+        (one forward of prompt and answer per model), and the seconds they took."""
+        import time
+
+        from .._analysis._answer_rows import sequence_rows
+        from .._models._dump import _forced_rows
+
+        start = time.perf_counter()
+        model, draft = self.pair.models()
+        target, drafter = (_forced_rows(m, prompt_ids, tokens).float().cpu().numpy() for m in (model, draft))
+        rows = sequence_rows(target, drafter, tokens, self.answer_rows)
+        return {"rows": rows, "rows_seconds": time.perf_counter() - start}
 
     def summarize(self, records, *, n_boot=2000, seed=0):
         return summarize_records(records, n_boot=n_boot, seed=seed)

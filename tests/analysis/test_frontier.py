@@ -200,3 +200,76 @@ def test_an_infinite_kl_is_written_as_infinity_in_json_as_in_the_tables():
     frontier = Frontier(rows, rows[0], 0.5, SamplingSettings(), "per step")
     back = json.loads(frontier.to_json())["rows"][0]
     assert back["kl"] == float("inf") and back["tv"] is None  # inf is a value, NaN none
+
+
+def test_the_frontier_on_long_answers_beside_or_instead_of_the_exact_referee(tmp_path):
+    """Long answers (the sampled referee's records with rows, made in an AnswerWorld): each setting's long-answer
+    difference is the pool's estimate from the world's own likelihoods (an independent path: no rows), at its own
+    m; the budget holds both bounds; without exact records the long answers are the frontier's accuracy."""
+    from trace_builders import long_answer_records
+
+    from cactus_theory._analysis._pooled import pooled_accuracy
+    from cactus_theory._laws._answer_worlds import AnswerWorld
+
+    world = AnswerWorld(50, vocab=3, length=4, seed=2)
+    chosen = np.arange(50)
+    decoded = {ALONE: None, "cactus(delta=1)": "cactus(delta=1)"}
+    long = long_answer_records(world, chosen, decoded, 2, seed=5)
+    trace = random_trace(tmp_path / "t", 0, [f"q-{i}" for i in range(8)])
+    rules = ["cactus(delta=1)", "lossy(alpha=0.5)"]
+    both = deployment_frontier(trace, _records(1), 0.2, rules=rules, ms=(2, 3), n_boot=300, long_answers=long)
+    alone = deployment_frontier(trace, None, 0.2, rules=rules, ms=(2, 3), n_boot=300, long_answers=long)
+    # the same pool from the world's likelihoods: each decoded answer's log-probability under every setting
+    by = [r["method"] for r in long]
+    where = np.array(
+        [[int(r["id"][2:]), int(np.flatnonzero((world.answers == r["token_ids"]).all(1))[0])] for r in long]
+    ).T
+    for row in both.rows:
+        if row["rule"] == ALONE:
+            assert row["long_difference"] == 0 and row["within"]
+            continue
+        method = "verifier alone" if row["rule"] == ALONE else row["rule"]
+        log_probs = {
+            ALONE: world.log_probs(None, 2, where),
+            "cactus(delta=1)": world.log_probs("cactus(delta=1)", 2, where),
+        }
+        log_probs["asked"] = world.log_probs(method, row["m"], where)
+        want = {
+            r.method: r
+            for r in pooled_accuracy(
+                where[0], by, [float(r["correct"]) for r in long], log_probs, ["asked"], n_boot=300
+            )
+        }
+        assert row["long_difference"] == pytest.approx(100 * want["asked"].difference, abs=1e-4), row
+        bounds = [row["low"], row["long_difference_lo"]]
+        assert row["within"] == (row["rule"] == "sps" or all(b >= -both.budget for b in bounds))
+    lossless = [r for r in both.rows if r["rule"] == "sps"]
+    assert all(abs(r["long_difference"]) < 1e-9 for r in lossless)
+    # instead of the exact referee: the long answers are the accuracy, no drift at an answer token
+    for a, b in zip(alone.rows, both.rows, strict=True):
+        assert (a["rule"], a["m"]) == (b["rule"], b["m"])
+        assert a["difference"] == b["long_difference"] and a["low"] == b["long_difference_lo"]
+    assert "long answers" in both.table() and "long answers" in both.markdown()
+    assert any("long answers: " in n for n in both.notes)
+
+
+def test_plan_long_answers_on_the_command_line(tmp_path, capsys):
+    """``plan --long-answers RECORDS`` alone (no --quality): the long answers are the frontier's accuracy, the table
+    names them; an output among the inputs is refused."""
+    from trace_builders import long_answer_records
+
+    from cactus_theory._cli import main
+    from cactus_theory._laws._answer_worlds import AnswerWorld
+    from cactus_theory.io import write_records
+
+    world = AnswerWorld(30, vocab=3, length=3, seed=4)
+    decoded = {ALONE: None, "cactus(delta=1)": "cactus(delta=1)"}
+    records = write_records(long_answer_records(world, np.arange(30), decoded, 2, seed=1), tmp_path / "long.jsonl")
+    random_trace(tmp_path / "t", 0, [f"q-{i}" for i in range(8)])
+    argv = ["plan", str(tmp_path / "t"), "--long-answers", records, "--cost-ratio", "0.2", "--rules", "tas"]
+    argv += ["--m", "2", "--bootstrap", "100", "--quiet"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "long answers: pooled, weighted by exact likelihoods" in out.splitlines()[0]
+    assert "deploy " in out
+    assert main([*argv, "--out", records]) == 2

@@ -25,6 +25,14 @@ from cactus_theory._util._study import RUN_SECONDS
 RULES = ["sps", "lossy(alpha=0.5)"]
 
 
+@pytest.fixture(scope="module")
+def float32_pair(gguf_pair):
+    """The tiny pair on the Hugging Face engine in float32 (verifier triple, draft triple)."""
+    from cactus_theory._models._hf import load_model
+
+    return tuple(load_model(path, dtype="float32", cache=False) for path in gguf_pair)
+
+
 @pytest.fixture
 def fake(monkeypatch):
     install(monkeypatch.setattr)
@@ -205,6 +213,8 @@ def test_summaries_refuse_records_of_the_wrong_types(tmp_path):
         ({"rules": ["sps", "sps"]}, "must be distinct"),
         ({"rules": ["block"]}, "judges whole blocks"),
         ({"problems": []}, "at least one problem"),
+        ({"rows": 8}, "rows: 8 logits a position cannot hold the law of the sampling"),
+        ({"rows": -1}, "rows must be an integer >= 0"),
     ],
 )
 def test_bad_arguments_are_named(tmp_path, fake, kwargs, message):
@@ -365,6 +375,21 @@ def test_the_command_line_runs_resumes_and_summarises(gguf_pair, tmp_path, capsy
     assert main(["evaluate", "--summarize", str(out), "--bootstrap", "200"]) == 0
     table = capsys.readouterr().out
     assert table.strip() == first.split("records in")[0].strip()
+    # --rows: each answer keeps its rows (a new file: another setting), and --rescore pools them, no model; rows
+    # too few for the sampling's top-k are refused before decoding
+    assert main([*argv[:-5], "--out", str(tmp_path / "few.jsonl"), "--allow-code-execution", "--rows", "8"]) == 2
+    assert "--rows 8: that many logits a position cannot hold the law of the sampling" in capsys.readouterr().err
+    assert not (tmp_path / "few.jsonl").exists()
+    rows_out = tmp_path / "rows.jsonl"
+    assert (
+        main([*argv[:-5], "--out", str(rows_out), "--bootstrap", "200", "--allow-code-execution", "--rows", "20"]) == 0
+    )
+    capsys.readouterr()
+    held = [json.loads(line) for line in rows_out.read_text().splitlines()]
+    assert all(len(r["rows"]["target"]["ids"]) == r["tokens"] for r in held if r["tokens"])
+    assert main(["evaluate", "--rescore", str(rows_out), "--rule", "tas", "--bootstrap", "200"]) == 0
+    pooled = capsys.readouterr().out
+    assert "| humaneval | tas | 2 | no |" in pooled and "| humaneval | lossy(alpha=0.5) | 2 | yes |" in pooled
     # bad input: one line, exit 2
     for bad, message in (
         (["evaluate", "--summarize", str(out), "--rule", "sps"], "--summarize reads a records file alone"),
@@ -409,15 +434,12 @@ def test_several_benchmarks_are_also_pooled():
 
 
 @pytest.mark.models
-def test_on_the_hugging_face_engine_in_float32_an_answer_does_not_depend_on_the_batch(gguf_pair):
+def test_on_the_hugging_face_engine_in_float32_an_answer_does_not_depend_on_the_batch(float32_pair):
     """What the docstring promises, checked: float32 on the Hugging Face engine gives each answer the same
     tokens at batch 1 and batch 3 (bfloat16 need not: its kernels round with the batch's shape)."""
     from cactus_theory._math._sampling import SamplingSettings
-    from cactus_theory._models._hf import load_model
 
-    v_path, d_path = gguf_pair
-    verifier = load_model(v_path, dtype="float32", cache=False)
-    draft = load_model(d_path, dtype="float32", cache=False)
+    verifier, draft = float32_pair
     problems = load_problems("gsm8k", FIXTURES / "benchmarks")
     settings = SamplingSettings(temperature=1.0, top_k=8, top_p=1.0)
     runs = {
@@ -439,3 +461,106 @@ def test_on_the_hugging_face_engine_in_float32_an_answer_does_not_depend_on_the_
         "verifier": {"engine": "hf", "dtype": "float32"},
         "draft": {"engine": "hf", "dtype": "float32"},
     }
+
+
+# --- long answers: each answer's rows, and the exact probability of an answer against the engine ----------
+
+
+@pytest.mark.models
+def test_an_answers_exact_probability_is_the_engines_frequency(float32_pair):
+    """The engine decodes one prompt 4,000 times (seeds 0..3999) with a rule whose law is far from the verifier's
+    (always-accept: its drafts from p, its bonus from q, which a check against the verifier alone's law, or at
+    another m, fails by orders of magnitude); each 3-token answer's
+    frequency agrees with its exact probability from the answer's own teacher-forced rows (``sequence_rows`` ->
+    ``sequence_log_probs``), and the probabilities of every answer seen sum to at most 1."""
+    from cactus_theory._analysis._answer_rows import sequence_log_probs, sequence_rows
+    from cactus_theory._math._sampling import SamplingSettings
+    from cactus_theory._models._decoding import speculative_generate_batch
+    from cactus_theory._models._dump import _forced_rows
+
+    verifier, (draft, _, _) = float32_pair
+    settings = SamplingSettings(temperature=1.0, top_k=3, top_p=1.0)
+    prompt = [1, 2, 3, 4]
+    runs, rule, m = 4000, "always-accept", 2
+    seen = {}
+    for start in range(0, runs, 500):
+        results = speculative_generate_batch(
+            verifier[0], draft, rule, m, [prompt] * 500, list(range(start, start + 500)), settings, 3
+        )
+        for res in results:
+            seen[tuple(res.tokens)] = seen.get(tuple(res.tokens), 0) + 1
+    total = 0.0
+    worst = 0.0
+    for tokens, count in seen.items():
+        target = _forced_rows(verifier[0], prompt, list(tokens)).float().numpy()
+        drafter = _forced_rows(draft, prompt, list(tokens)).float().numpy()
+        rows = sequence_rows(target, drafter, tokens, 8)
+        prob = float(np.exp(sequence_log_probs(rows, tokens, [rule], [m], settings)[rule][0]))
+        total += prob
+        se = np.sqrt(max(prob * (1 - prob), 1e-12) / runs)
+        worst = max(worst, abs(count / runs - prob) / se)
+    assert len(seen) >= 8 and total <= 1 + 1e-9
+    # 27 answers at most: each within 4.5 standard errors (a Bonferroni bound over them at about 1e-4)
+    assert worst < 4.5, worst
+
+
+@pytest.mark.models
+def test_records_with_rows_rescore_any_rule_from_the_pool(float32_pair, tmp_path):
+    """``rows``: each answer keeps both models' kept logits at every position; the verifier alone's exact
+    log-probability from them is the model's own (a forward of prompt and answer), SpS's equals it, and the
+    pool gives every decoded and rescored method a row."""
+    from cactus_theory._analysis._answer_rows import sequence_log_probs
+    from cactus_theory._analysis._pooled import pooled_from_records, pooled_table
+    from cactus_theory._math._sampling import SamplingSettings, processed_probs
+    from cactus_theory._models._dump import _forced_rows
+    from cactus_theory._models._hf import encode_chat
+
+    verifier, draft = float32_pair
+    problems = load_problems("gsm8k", FIXTURES / "benchmarks")
+    settings = SamplingSettings(temperature=1.0, top_k=8, top_p=0.9)
+    out = tmp_path / "long.jsonl"
+    records = evaluate_rules(
+        verifier,
+        draft,
+        problems,
+        ["sps", "cactus(delta=1)"],
+        m=3,
+        settings=settings,
+        max_new_tokens=12,
+        rows=8,
+        drift=False,
+        out=str(out),
+    )
+    assert all(len(r["rows"]["target"]["ids"]) == r["tokens"] and r["rows_seconds"] >= 0 for r in records)
+    assert records[0]["setting"]["answer_rows"] == 8
+    for r in records[:3]:
+        problem = next(p for p in problems if p.id == r["id"])
+        ids = encode_chat(verifier[1], problem.prompt.text)
+        q = processed_probs(_forced_rows(verifier[0], ids, r["token_ids"]).double().numpy(), settings)
+        want = float(np.sum(np.log(q[np.arange(r["tokens"]), r["token_ids"]])))
+        lp = sequence_log_probs(r["rows"], r["token_ids"], ["sps"], [3], settings)
+        assert lp[ALONE][0] == pytest.approx(want, abs=1e-9)
+        assert lp["sps"][0] == pytest.approx(want, abs=1e-9)
+    rows = pooled_from_records(read_records(str(out)), ["cactus(delta=4)"], ms=[3, 5], n_boot=200)
+    labels = [r["method"] for r in rows]
+    assert labels == [ALONE, "cactus(delta=1)", "sps", "cactus(delta=4)", "cactus(delta=4) @ m=5"]
+    assert all(r["answers"] == 3 * len(problems) and r["dropped"] == 0 for r in rows)
+    sps = next(r for r in rows if r["method"] == "sps")
+    assert sps["estimate"] == "pooled" and abs(sps["difference"]) < 1e-12  # the same law as the verifier alone
+    assert "cactus(delta=4) @ m=5" in pooled_table(rows)
+    with pytest.raises(ValueError, match="no answer keeps its rows"):
+        pooled_from_records([{k: v for k, v in r.items() if k != "rows"} for r in records])
+    # the command line: every decoded method and each --rule at the written -m, from the records alone
+    from cactus_theory._cli import main
+
+    pooled = tmp_path / "pooled.jsonl"
+    argv = ["evaluate", "--rescore", str(out), "--rule", "cactus(delta=4)", "-m", "5", "--bootstrap", "200"]
+    assert main([*argv, "--out", str(pooled)]) == 0
+    written = [json.loads(line) for line in pooled.read_text().splitlines()]
+    assert [(r["method"], r["m"]) for r in written] == [
+        (ALONE, 3),
+        ("cactus(delta=1)", 3),
+        ("sps", 3),
+        ("cactus(delta=4) @ m=5", 5),
+    ]
+    assert main(["evaluate", "--rescore", str(out), "--top-k", "9"]) == 2  # beyond the 8 logits kept

@@ -122,46 +122,15 @@ def test_bad_input_is_one_line_naming_the_argument(kwargs, message):
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
-def _choice_records(count, seed):
-    """Exact-referee records of ``count`` synthetic problems: each model's raw logits over 40 tokens at the answer
-    position (kept whole: 40 of 40), the correct letter the verifier's likeliest token, the verifier alone's exact
-    accuracy."""
-    from cactus_theory._analysis._answer_rows import answer_rows
-    from cactus_theory._analysis._referee_summary import EXACT_KIND
-    from cactus_theory._math._sampling import SamplingSettings, processed_probs
-
-    settings = SamplingSettings(temperature=1.0, top_k=10, top_p=1.0)
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(count):
-        raw_q = rng.normal(0, 2.0, 40).astype(np.float32).astype(np.float64)
-        raw_p = (raw_q + rng.normal(0, 1.5, 40)).astype(np.float32).astype(np.float64)
-        correct = [int(np.argmax(raw_q))]  # the verifier's favourite: a rule that drifts to the drafter loses
-        q = processed_probs(raw_q, settings)
-        out.append(
-            {
-                "record": EXACT_KIND,
-                "id": f"p{i}",
-                "problem": f"digest{i}",
-                "benchmark": "choice",
-                "method": ALONE_LABEL,
-                "accuracy": float(q[correct].sum()),
-                "kl": 0.0,
-                "tv": 0.0,
-                "rows": answer_rows(raw_q, raw_p, correct, 40),
-                "setting": {"sampling": settings.as_dict()},
-            }
-        )
-    return out
-
-
 ALONE_LABEL = "verifier alone"
 
 
 def test_on_choice_records_the_pool_agrees_with_the_exact_referee():
+    from trace_builders import choice_records
+
     from cactus_theory._analysis._pooled import pooled_on_choice_records
 
-    records = _choice_records(600, 3)
+    records = choice_records(600, 3)
     result = pooled_on_choice_records(
         records, ["sps", "cactus(delta=1)"], ["cactus(delta=4)", "lossy(alpha=0.5)", "tas"], n_boot=500, seed=1
     )

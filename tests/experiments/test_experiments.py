@@ -1084,3 +1084,46 @@ def test_the_referee_script_leaves_no_server_however_it_ends(how, tmp_path):
     assert all(_port_free(port) for port in servers.values())
     if how != "SIGKILL":  # it says what it stopped
         assert out.count("stopped llama-server on port") == 2, out
+
+
+def test_pooled_validation(tmp_path):
+    from trace_builders import choice_records
+
+    from cactus_theory.io import write_records
+
+    records = write_records(choice_records(60, 2), tmp_path / "choice.jsonl.gz")
+    argv = ["--worlds", "10", "--sizes", "5,10", "--bootstrap", "100", "--records", records, "--out", str(tmp_path)]
+    assert script("pooled_validation").main(argv) == 0
+    data = json.loads((tmp_path / "pooled_validation.json").read_text())
+    assert {(r["method"], r["problems"]) for r in data["synthetic"]} >= {("tas", 5), ("cactus(delta=4)", 10)}
+    assert all(0 <= r["coverage"] <= 1 and r["worlds"] == 10 for r in data["synthetic"])
+    assert set(data["choice"]["agree"]) >= {"sps", "cactus(delta=1)", "mars(theta=0.9)"}
+    assert "| rule | pooled: difference" in (tmp_path / "pooled_validation.md").read_text()
+    with pytest.raises(SystemExit):
+        script("pooled_validation").main(["--sizes", "5,x"])
+
+
+@pytest.mark.llamacpp
+@pytest.mark.models
+def test_long_answers(models, tmp_path):
+    records = tmp_path / "records" / "r.jsonl"
+    argv = ["--models", models, "--data", str(BENCHMARKS), "--batch", "2", "--max-new-tokens", "4"]
+    argv += ["--decode", "sps", "--rescore", "sps,cactus(delta=1),tas", "--records", str(records)]
+    argv += ["--out", str(tmp_path), "--bootstrap", "100"]
+    assert script("long_answers").main([*argv, "--minutes", "0.01"]) == 0
+    data = json.loads((tmp_path / "long_answers.json").read_text())
+    assert data["answers"] == 2 * data["problems"] and data["problems"] == 2
+    assert {r["method"] for r in data["pooled"]} == {"verifier alone", "sps", "cactus(delta=1)", "tas"}
+    assert data["checks"][0]["rule"] == "sps" and abs(data["checks"][0]["pooled_without_own"]["difference"]) < 1e-9
+    held = read_records_gz(tmp_path / "long_answers_records.jsonl.gz")
+    assert all("rows" in r and "text" not in r for r in held)
+    # the page again from the records alone: the same pooled table
+    assert script("long_answers").main([*argv, "--minutes", "0", "--out", str(tmp_path / "again")]) == 0
+    again = json.loads((tmp_path / "again" / "long_answers.json").read_text())
+    assert again["pooled"] == data["pooled"]
+
+
+def read_records_gz(path):
+    from cactus_theory.quality import read_records
+
+    return read_records(path)

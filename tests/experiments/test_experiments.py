@@ -1112,7 +1112,7 @@ def test_long_answers(models, tmp_path):
     argv += ["--out", str(tmp_path), "--bootstrap", "100"]
     assert script("long_answers").main([*argv, "--minutes", "0.01"]) == 0
     data = json.loads((tmp_path / "long_answers.json").read_text())
-    assert data["answers"] == 2 * data["problems"] and data["problems"] == 2
+    assert data["answers"] == 2 * data["problems"] and data["problems"] >= 2  # groups of 2 until the minutes
     assert {r["method"] for r in data["pooled"]} == {"verifier alone", "sps", "cactus(delta=1)", "tas"}
     assert data["checks"][0]["rule"] == "sps" and abs(data["checks"][0]["pooled_without_own"]["difference"]) < 1e-9
     held = read_records_gz(tmp_path / "long_answers_records.jsonl.gz")

@@ -111,9 +111,13 @@ def page(args, held, decoded, rescored):
         f"Command: `{command}` ({machine_description()}; Qwen2.5-Coder-0.5B-Instruct drafting for 1.5B, Q4_K_M, "
         f"llama.cpp, batch {args.batch}, m = {args.m}, temperature 0.6, top-k 20, top-p 0.95, at most "
         f"{args.max_new_tokens} new tokens). {answers} graded answers to the first {problems} GSM8K test problems "
-        f"(the verifier alone and {', '.join(decoded)}, one answer each) in {minutes:.0f} minutes, of which "
+        f"(the verifier alone and {', '.join(decoded)}, one answer each) in {minutes:.0f} minutes of the units' wall "
+        "time, of which "
         f"{rows_seconds / 60:.1f} minutes teacher-forced both models after each answer to keep their top-{ROWS} "
-        "logits at every position. The records are `long_answers_records.jsonl.gz` beside this page; "
+        f"logits at every position. {pooled[0]['dropped']} answers whose teacher-forced rows give one of their own "
+        "tokens probability 0 under their own method (the batched decoding and the teacher-forced pass round "
+        "differently, and a token at the edge of top-p falls out) are left out of the pool, never of the sampled "
+        "quality referee's table. The records are `long_answers_records.jsonl.gz` beside this page; "
         "`cactus-theory evaluate --rescore` on them gives the pooled table, `--summarize` the sampled one.",
         "",
         "## Each method's own answers (the sampled referee)",
@@ -125,7 +129,8 @@ def page(args, held, decoded, rescored):
         "Each rule's accuracy from all the answers at once (multiple importance sampling, balance heuristic, with "
         "the weights' known mean as a control variate; `pooled_accuracy`), its difference from the verifier alone "
         "paired on the same answers, 95% bootstrap intervals over problems; effective answers a problem (Kish) and "
-        "the mean weight (near 1 where the pool covers the rule's answers). Below 0.25 effective answers a problem "
+        "the mean weight (near 1 where the pool covers the rule's answers). Below 1 effective answer a problem (as "
+        "much as decoding the rule once) "
         "a rule falls back to its own answers where it was decoded and is refused where it was not.",
         "",
         pooled_table(pooled),
@@ -138,10 +143,15 @@ def page(args, held, decoded, rescored):
     ]
     for c in checks:
         p, o = c["pooled_without_own"], c["own_answers"]
+        pooled_cell = (
+            f"{100 * p['difference']:+.1f} [{100 * p['difference_lo']:+.1f}, {100 * p['difference_hi']:+.1f}] "
+            f"({p['estimate']})"
+            if p["estimate"] != "refused"
+            else "refused: too few effective answers"
+        )
         lines.append(
-            f"| {c['rule']} | {100 * p['difference']:+.1f} [{100 * p['difference_lo']:+.1f}, "
-            f"{100 * p['difference_hi']:+.1f}] ({p['estimate']}) | {p['ess_per_problem']:.2f} | "
-            f"{o['difference']:+.1f} [{o['low']:+.1f}, {o['high']:+.1f}] |"
+            f"| {c['rule']} | {pooled_cell} | {p['ess_per_problem']:.2f} | "
+            f"{100 * o['difference']:+.1f} [{100 * o['low']:+.1f}, {100 * o['high']:+.1f}] |"
         )
     data = {
         "command": command,

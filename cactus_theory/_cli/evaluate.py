@@ -120,7 +120,7 @@ def add_arguments(e):
     e.add_argument(
         "--min-ess",
         type=float,
-        default=0.25,
+        default=1.0,
         help="--rescore on answers with rows: effective answers a problem below which a rule's pooled estimate is "
         "not used (its own answers where it was decoded)",
     )

@@ -33,6 +33,12 @@ def float32_pair(gguf_pair):
     return tuple(load_model(path, dtype="float32", cache=False) for path in gguf_pair)
 
 
+def _two_rules(pair, **options):
+    """The referee on the fixture's GSM8K problems with SpS and Cactus delta = 1 at m = 3 (``options``: the rest)."""
+    problems = load_problems("gsm8k", FIXTURES / "benchmarks")
+    return evaluate_rules(*pair, problems, ["sps", "cactus(delta=1)"], m=3, **options)
+
+
 @pytest.fixture
 def fake(monkeypatch):
     install(monkeypatch.setattr)
@@ -439,21 +445,9 @@ def test_on_the_hugging_face_engine_in_float32_an_answer_does_not_depend_on_the_
     tokens at batch 1 and batch 3 (bfloat16 need not: its kernels round with the batch's shape)."""
     from cactus_theory._math._sampling import SamplingSettings
 
-    verifier, draft = float32_pair
-    problems = load_problems("gsm8k", FIXTURES / "benchmarks")
     settings = SamplingSettings(temperature=1.0, top_k=8, top_p=1.0)
     runs = {
-        batch: evaluate_rules(
-            verifier,
-            draft,
-            problems,
-            ["sps", "cactus(delta=1)"],
-            m=3,
-            settings=settings,
-            max_new_tokens=8,
-            batch=batch,
-            drift=False,
-        )
+        batch: _two_rules(float32_pair, settings=settings, max_new_tokens=8, batch=batch, drift=False)
         for batch in (1, 3)
     }
     assert [r["token_ids"] for r in runs[1]] == [r["token_ids"] for r in runs[3]]
@@ -515,22 +509,11 @@ def test_records_with_rows_rescore_any_rule_from_the_pool(float32_pair, tmp_path
     from cactus_theory._models._dump import _forced_rows
     from cactus_theory._models._hf import encode_chat
 
-    verifier, draft = float32_pair
+    verifier, _ = float32_pair
     problems = load_problems("gsm8k", FIXTURES / "benchmarks")
     settings = SamplingSettings(temperature=1.0, top_k=8, top_p=0.9)
     out = tmp_path / "long.jsonl"
-    records = evaluate_rules(
-        verifier,
-        draft,
-        problems,
-        ["sps", "cactus(delta=1)"],
-        m=3,
-        settings=settings,
-        max_new_tokens=12,
-        rows=8,
-        drift=False,
-        out=str(out),
-    )
+    records = _two_rules(float32_pair, settings=settings, max_new_tokens=12, rows=8, drift=False, out=str(out))
     assert all(len(r["rows"]["target"]["ids"]) == r["tokens"] and r["rows_seconds"] >= 0 for r in records)
     assert records[0]["setting"]["answer_rows"] == 8
     for r in records[:3]:

@@ -406,7 +406,13 @@ def _takes_cache(model_class) -> bool:
 
 def forward(model, ids, cache):
     """One cached forward pass: (logits, new cache). transformers >= 5.x names the cache
-    argument and output ``cache``; earlier versions ``past_key_values`` (kept where needed)."""
+    argument and output ``cache``; earlier versions ``past_key_values`` (kept where needed). A model whose config
+    names the package's slot attention (a copy made while a slot block held it, e.g. sent to a Dask worker) gets
+    it registered in this process first (the same arithmetic as sdpa)."""
+    if getattr(getattr(model, "config", None), "_attn_implementation", None) == "cactus_slots":
+        from ._slots import _registered
+
+        _registered()
     if _takes_cache(type(model)):
         out = model(input_ids=ids, cache=cache, use_cache=True)
     else:

@@ -87,11 +87,12 @@ def _check(problem, decoded_by, grade, log_probs):
     return problem, decoded_by, grade, table
 
 
-def _sums(problem, decoded_by, grade, table, label):
-    """Per problem (S_i, W_i, sum_j w_j^2) of ``label`` over the pool, the balance heuristic's weights."""
-    ids, index = np.unique(problem, return_inverse=True)
+def _log_mixture(problem, index, decoded_by, table):
+    """Each answer's log of the balance heuristic's denominator, sum_d n_{d,i} P_d(Y_j), over the decoding
+    methods with their answer counts on its problem (once a pool: every label's weights share it)."""
+    size = int(index.max()) + 1
     methods = sorted(set(decoded_by.tolist()))
-    counts = np.zeros((ids.size, len(methods)))
+    counts = np.zeros((size, len(methods)))
     for k, d in enumerate(methods):
         np.add.at(counts[:, k], index[decoded_by == d], 1.0)
     with np.errstate(divide="ignore"):
@@ -103,9 +104,12 @@ def _sums(problem, decoded_by, grade, table, label):
             f"answer {j} (problem {problem[j]!r}, decoded by {decoded_by[j]!r}) has probability 0 under every decoding "
             "method, its own included: its log-probabilities do not belong to it"
         )
-    log_mix = top + np.log(np.exp(terms - top).sum(0))
-    w = np.exp(table[label] - log_mix)
-    size = ids.size
+    return top + np.log(np.exp(terms - top).sum(0))
+
+
+def _sums(index, size, grade, log_probs, log_mix):
+    """Per problem (S_i, W_i, sum_j w_j^2) of one method's ``log_probs`` over the pool."""
+    w = np.exp(log_probs - log_mix)
     s = np.bincount(index, weights=grade * w, minlength=size)
     total = np.bincount(index, weights=w, minlength=size)
     square = np.bincount(index, weights=w * w, minlength=size)
@@ -176,7 +180,8 @@ def pooled_accuracy(
     rng = np.random.default_rng(seed)
     resample = rng.integers(0, size, (int(n_boot), size))
     labels = [reference, *(m for m in methods if m != reference)]
-    sums = {label: _sums(problem, decoded_by, grade, table, label) for label in labels}
+    log_mix = _log_mixture(problem, index, decoded_by, table)
+    sums = {label: _sums(index, size, grade, table[label], log_mix) for label in labels}
     pooled, boots = {}, {}
     for label, (s, w, _) in sums.items():
         pooled[label] = float(_control(s[None], w[None])[0])
